@@ -1,0 +1,21 @@
+//! The verbs contract: value types, work requests and completions, and the provider traits.
+//!
+//! Semantics follow rdma-core's documented behaviour (`ibv_post_send(3)`, `ibv_bind_mw(3)`,
+//! `ibv_alloc_mw(3)`) and the InfiniBand specification; see `docs/verbs-contract.md`.
+
+pub mod clock;
+pub mod device;
+pub mod error;
+pub mod provider;
+pub mod types;
+pub mod work;
+
+pub use clock::{Clock, RealClock, Timestamp, VirtualClock};
+pub use device::{AsyncEvent, DeviceAttr};
+pub use error::{Resource, VerbsError, VerbsResult};
+pub use provider::{
+    AcceptPolicy, CompletionQueue, Context, MemoryBuffer, MemoryRegion, MemoryWindow,
+    ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair, SharedReceiveQueue,
+};
+pub use types::{AccessFlags, Lkey, MemoryKey, MwType, PdId, Psn, QpNumber, Rkey, VirtAddr};
+pub use work::{BindInfo, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};

@@ -1,0 +1,254 @@
+//! The provider contract: what every RNIC provider (the software NIC, a future rdma-core
+//! binding) implements, with the semantics of the corresponding rdma-core verbs.
+//!
+//! Objects are RAII handles: a child keeps its parent alive (an MR holds its PD, a QP its CQs),
+//! and dropping the last handle destroys the object. Everything above `rnic` is written against
+//! these traits, so it runs unchanged on any provider.
+//!
+//! Connection set-up follows the rdma_cm model: a node [`listen`](Context::listen)s with an
+//! [`AcceptPolicy`] that picks the protection domain and queues of every incoming connection
+//! (nothing about PDs travels on the wire); a client [`connect`](QueuePair::connect)s a QP in
+//! RESET to a listener address. A QP in ERR must be [`reset`](QueuePair::reset) and connected
+//! again — a new handshake — before it can carry traffic.
+
+use super::clock::Clock;
+use super::device::{AsyncEvent, DeviceAttr};
+use super::error::VerbsResult;
+use super::types::{AccessFlags, Lkey, MwType, PdId, QpNumber, Rkey, VirtAddr};
+use super::work::{RecvWr, SendWr, WorkCompletion};
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// A provider: the family of object types of one RNIC implementation.
+pub trait Provider: Sized + Send + Sync + 'static {
+    /// Opened device.
+    type Context: Context<Self>;
+    /// Protection domain.
+    type Pd: ProtectionDomain<Self>;
+    /// Memory that can be registered and that peers may touch concurrently.
+    type Buffer: MemoryBuffer;
+    /// Memory region.
+    type Mr: MemoryRegion;
+    /// Memory window.
+    type Mw: MemoryWindow;
+    /// Completion queue.
+    type Cq: CompletionQueue;
+    /// Shared receive queue.
+    type Srq: SharedReceiveQueue;
+    /// RC queue pair.
+    type Qp: QueuePair<Self>;
+    /// Where a listener can be reached.
+    type Address: Clone + Debug + Send + Sync + 'static;
+    /// A listening endpoint; dropping it stops accepting.
+    type Listener: Send + Sync + Debug;
+}
+
+/// An opened device (`ibv_context`).
+pub trait Context<P: Provider>: Clone + Send + Sync + Debug {
+    /// Device capabilities (`ibv_query_device`).
+    fn query_device(&self) -> DeviceAttr;
+    /// The clock the device times retries and leases with.
+    fn clock(&self) -> Arc<dyn Clock>;
+    /// Allocates a protection domain.
+    fn alloc_pd(&self) -> VerbsResult<P::Pd>;
+    /// Creates a completion queue with room for `capacity` completions.
+    fn create_cq(&self, capacity: u32) -> VerbsResult<P::Cq>;
+    /// Allocates `len` bytes of page-aligned, zeroed memory that can be registered.
+    fn alloc_buffer(&self, len: usize) -> VerbsResult<P::Buffer>;
+    /// Takes the next asynchronous event, if any (non-blocking `ibv_get_async_event`).
+    fn poll_async_event(&self) -> Option<AsyncEvent>;
+    /// Starts accepting connections; each accepted QP is handed to `policy`.
+    fn listen(&self, policy: Arc<dyn AcceptPolicy<P>>) -> VerbsResult<P::Listener>;
+    /// The address peers connect to for `listener`.
+    fn listener_address(&self, listener: &P::Listener) -> P::Address;
+}
+
+/// Decides, per incoming connection, which PD and queues serve it, and receives the QP.
+pub trait AcceptPolicy<P: Provider>: Send + Sync {
+    /// Called with the client's private data; returns the QP to connect (in RESET), or an
+    /// error message that is sent back as the refusal reason.
+    fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String>;
+    /// Called once the QP is connected (RTS). `private_data` is the client's.
+    fn established(&self, qp: P::Qp, private_data: &[u8]);
+}
+
+/// A protection domain (`ibv_pd`).
+pub trait ProtectionDomain<P: Provider>: Clone + Send + Sync + Debug {
+    /// This PD's identifier on its device.
+    fn id(&self) -> PdId;
+    /// Registers `[offset, offset + len)` of `buffer` (`ibv_reg_mr`): pins and translates it.
+    fn reg_mr(
+        &self,
+        buffer: &P::Buffer,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> VerbsResult<P::Mr>;
+    /// Allocates an unbound memory window (`ibv_alloc_mw`).
+    fn alloc_mw(&self, mw_type: MwType) -> VerbsResult<P::Mw>;
+    /// Creates a shared receive queue holding up to `capacity` receives.
+    fn create_srq(&self, capacity: u32) -> VerbsResult<P::Srq>;
+    /// Creates an RC queue pair in RESET.
+    fn create_qp(&self, init: QpInit<'_, P>) -> VerbsResult<P::Qp>;
+}
+
+/// Creation attributes of a queue pair (`ibv_qp_init_attr`).
+#[derive(Debug)]
+pub struct QpInit<'a, P: Provider> {
+    /// Completions of send-queue requests.
+    pub send_cq: &'a P::Cq,
+    /// Completions of receives.
+    pub recv_cq: &'a P::Cq,
+    /// Receives come from this SRQ instead of the QP's own receive queue.
+    pub srq: Option<&'a P::Srq>,
+    /// Outstanding send requests allowed.
+    pub max_send_wr: u32,
+    /// Outstanding receives allowed (ignored with an SRQ).
+    pub max_recv_wr: u32,
+    /// Remote rights this QP accepts as responder (`qp_access_flags`).
+    pub access: AccessFlags,
+    /// Transport timing and retry counts.
+    pub timing: QpTiming,
+}
+
+/// Retry counts and timers of an RC QP (`timeout`, `retry_cnt`, `rnr_retry`, `min_rnr_timer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpTiming {
+    /// Time without a response before a request is retransmitted, in µs.
+    pub ack_timeout_us: u64,
+    /// Retransmissions before `RetryExceeded` (at most 7, as in IB).
+    pub retry_count: u8,
+    /// Delay after a receiver-not-ready NAK before retrying, in µs.
+    pub rnr_timer_us: u64,
+    /// RNR retries before `RnrRetryExceeded` (7 means infinite in IB; here it is finite).
+    pub rnr_retry: u8,
+}
+
+impl Default for QpTiming {
+    fn default() -> Self {
+        QpTiming {
+            ack_timeout_us: 16_000,
+            retry_count: 7,
+            rnr_timer_us: 100,
+            rnr_retry: 7,
+        }
+    }
+}
+
+/// State of a queue pair (`ibv_qp_state`, RC subset).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum QpState {
+    /// Just created or reset; cannot post sends or be reached.
+    Reset,
+    /// Initialized: receives may be posted.
+    Init,
+    /// Ready to receive: connected to a peer, responder active.
+    ReadyToReceive,
+    /// Ready to send: fully operational.
+    ReadyToSend,
+    /// Error: every posted and outstanding request completes flushed.
+    Error,
+}
+
+impl QpState {
+    /// A short name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::ReadyToReceive => "RTR",
+            QpState::ReadyToSend => "RTS",
+            QpState::Error => "ERR",
+        }
+    }
+}
+
+/// Memory that peers may read and write while the owner does too. Every access is atomic
+/// (byte-wise atomic copies, `AtomicU64` for 8-byte words), so concurrent use is never UB.
+pub trait MemoryBuffer: Clone + Send + Sync + Debug {
+    /// Virtual address of the first byte (what remote peers name).
+    fn addr(&self) -> VirtAddr;
+    /// Length in bytes.
+    fn len(&self) -> usize;
+    /// Whether the buffer is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `dst.len()` bytes starting at `offset` into `dst`.
+    fn read(&self, offset: usize, dst: &mut [u8]) -> VerbsResult<()>;
+    /// Copies `src` into the buffer at `offset`.
+    fn write(&self, offset: usize, src: &[u8]) -> VerbsResult<()>;
+    /// Loads the aligned 8-byte word at `offset` (native endianness, as RDMA atomics use).
+    fn load_u64(&self, offset: usize) -> VerbsResult<u64>;
+    /// Stores the aligned 8-byte word at `offset`.
+    fn store_u64(&self, offset: usize, value: u64) -> VerbsResult<()>;
+}
+
+/// A memory region (`ibv_mr`).
+pub trait MemoryRegion: Send + Sync + Debug {
+    /// Local key.
+    fn lkey(&self) -> Lkey;
+    /// Remote key (reaches the whole region if it has remote rights).
+    fn rkey(&self) -> Rkey;
+    /// First registered address.
+    fn addr(&self) -> VirtAddr;
+    /// Registered length.
+    fn len(&self) -> usize;
+    /// Whether the region is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Access flags.
+    fn access(&self) -> AccessFlags;
+    /// Deregisters (`ibv_dereg_mr`); fails with `MrHasBoundWindows` while windows are bound.
+    /// Dropping the handle deregisters too, if it can.
+    fn deregister(self) -> Result<(), (Self, super::error::VerbsError)>
+    where
+        Self: Sized;
+}
+
+/// A memory window (`ibv_mw`).
+pub trait MemoryWindow: Send + Sync + Debug {
+    /// The rkey of the latest posted bind (or the initial one).
+    fn rkey(&self) -> Rkey;
+    /// Type 1 or 2.
+    fn mw_type(&self) -> MwType;
+}
+
+/// A completion queue (`ibv_cq`).
+pub trait CompletionQueue: Send + Sync + Debug {
+    /// Moves up to `out.len()` completions into `out`, returning how many (`ibv_poll_cq`).
+    /// Polling also drives the provider's timers (retransmissions, RNR retries).
+    fn poll(&self, out: &mut [WorkCompletion]) -> usize;
+}
+
+/// A shared receive queue (`ibv_srq`).
+pub trait SharedReceiveQueue: Send + Sync + Debug {
+    /// Posts receives (`ibv_post_srq_recv`).
+    fn post_recv(&self, wrs: &[RecvWr]) -> VerbsResult<()>;
+}
+
+/// An RC queue pair (`ibv_qp`).
+pub trait QueuePair<P: Provider>: Send + Sync + Debug {
+    /// The QP number.
+    fn qp_num(&self) -> QpNumber;
+    /// Current state.
+    fn state(&self) -> QpState;
+    /// Connects a QP in RESET to a listener (INIT → RTR → RTS after a handshake).
+    fn connect(&self, to: &P::Address, private_data: &[u8]) -> VerbsResult<()>;
+    /// Moves the QP to RESET, dropping its connection and every queued request.
+    fn reset(&self) -> VerbsResult<()>;
+    /// Moves the QP to ERR (`ibv_modify_qp` to `IBV_QPS_ERR`): outstanding requests flush.
+    fn set_error(&self);
+    /// Changes the remote rights this QP accepts (`qp_access_flags`). Returns once requests
+    /// already executing under the old flags have finished.
+    fn modify_access(&self, access: AccessFlags) -> VerbsResult<()>;
+    /// Posts a list of send requests with one doorbell (`ibv_post_send`). On an error, the
+    /// index of the first rejected request is returned with it; earlier ones were posted.
+    fn post_send(
+        &self,
+        wrs: &[SendWr<'_, P::Mw, P::Mr>],
+    ) -> Result<(), (usize, super::error::VerbsError)>;
+    /// Posts receives to this QP's own receive queue (`ibv_post_recv`).
+    fn post_recv(&self, wrs: &[RecvWr]) -> VerbsResult<()>;
+}
