@@ -151,8 +151,6 @@ pub enum WcStatus {
     RnrRetryExceeded,
     /// The response could not be parsed or did not match the request.
     BadResponseError,
-    /// A SEND_WITH_INV named a window the responder could not invalidate.
-    RemoteInvalidateError,
 }
 
 impl WcStatus {
@@ -177,7 +175,6 @@ impl fmt::Display for WcStatus {
             WcStatus::RetryExceeded => "transport retry counter exceeded",
             WcStatus::RnrRetryExceeded => "RNR retry counter exceeded",
             WcStatus::BadResponseError => "bad response",
-            WcStatus::RemoteInvalidateError => "remote invalidate error",
         };
         f.write_str(s)
     }

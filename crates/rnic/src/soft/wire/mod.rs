@@ -221,3 +221,71 @@ pub enum Frame<D = Vec<u8>> {
     /// Transport packet.
     Packet(Packet<D>),
 }
+
+impl<D: AsRef<[u8]>> RequestOp<D> {
+    /// A view of this operation whose payload borrows from `self`.
+    pub fn as_borrowed(&self) -> RequestOp<&[u8]> {
+        match self {
+            RequestOp::Read { addr, rkey, len } => RequestOp::Read {
+                addr: *addr,
+                rkey: *rkey,
+                len: *len,
+            },
+            RequestOp::Write { addr, rkey, data } => RequestOp::Write {
+                addr: *addr,
+                rkey: *rkey,
+                data: data.as_ref(),
+            },
+            RequestOp::CompareSwap {
+                addr,
+                rkey,
+                compare,
+                swap,
+            } => RequestOp::CompareSwap {
+                addr: *addr,
+                rkey: *rkey,
+                compare: *compare,
+                swap: *swap,
+            },
+            RequestOp::FetchAdd { addr, rkey, add } => RequestOp::FetchAdd {
+                addr: *addr,
+                rkey: *rkey,
+                add: *add,
+            },
+            RequestOp::Send { data, invalidate } => RequestOp::Send {
+                data: data.as_ref(),
+                invalidate: *invalidate,
+            },
+        }
+    }
+}
+
+impl<D: AsRef<[u8]>> ResponseKind<D> {
+    /// A view whose payload borrows from `self`.
+    pub fn as_borrowed(&self) -> ResponseKind<&[u8]> {
+        match self {
+            ResponseKind::Ack => ResponseKind::Ack,
+            ResponseKind::ReadData(d) => ResponseKind::ReadData(d.as_ref()),
+            ResponseKind::AtomicAck(v) => ResponseKind::AtomicAck(*v),
+            ResponseKind::Nak(c) => ResponseKind::Nak(*c),
+        }
+    }
+}
+
+impl<D: AsRef<[u8]>> Packet<D> {
+    /// A view whose payloads borrow from `self`.
+    pub fn as_borrowed(&self) -> Packet<&[u8]> {
+        match self {
+            Packet::Request(r) => Packet::Request(Request {
+                dst_qp: r.dst_qp,
+                psn: r.psn,
+                op: r.op.as_borrowed(),
+            }),
+            Packet::Response(r) => Packet::Response(Response {
+                dst_qp: r.dst_qp,
+                psn: r.psn,
+                kind: r.kind.as_borrowed(),
+            }),
+        }
+    }
+}

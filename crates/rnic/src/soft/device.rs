@@ -1,0 +1,179 @@
+//! The soft device (`ibv_context`): configuration, the protection table, resource limits, the
+//! asynchronous event queue, and the transport that connects its QPs.
+
+use super::arena::Pinning;
+use super::mpt::{KeyPolicy, ProtectionTable};
+use super::qp::QpInner;
+use super::{SoftAddress, SoftListener, SoftProvider};
+use crate::verbs::{
+    AcceptPolicy, AsyncEvent, Clock, DeviceAttr, QpNumber, RealClock, Resource, VerbsError,
+    VerbsResult,
+};
+use parking_lot::{Mutex, RwLock};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Configuration of a soft device. A plain struct with defaults (quinn's `TransportConfig`).
+#[derive(Clone, Debug)]
+pub struct SoftConfig {
+    /// Capabilities; tables are sized from them.
+    pub attr: DeviceAttr,
+    /// How window keys change on bind.
+    pub key_policy: KeyPolicy,
+    /// How registration pins memory.
+    pub pinning: Pinning,
+    /// Time source for retry timers.
+    pub clock: Arc<dyn Clock>,
+    /// Seed for QP numbers and starting PSNs; `None` draws one from the OS.
+    pub seed: Option<u64>,
+    /// Hand out QP numbers sequentially (predictable, as ReDMArk's V5) instead of randomly.
+    pub sequential_qpns: bool,
+}
+
+impl Default for SoftConfig {
+    fn default() -> Self {
+        SoftConfig {
+            attr: DeviceAttr::default(),
+            key_policy: KeyPolicy::Increment,
+            pinning: Pinning::Try,
+            clock: RealClock::shared(),
+            seed: None,
+            sequential_qpns: false,
+        }
+    }
+}
+
+/// How a device's QPs reach other devices.
+pub(crate) trait Transport: Send + Sync + fmt::Debug {
+    /// Starts accepting connections on this device.
+    fn listen(
+        &self,
+        dev: &SoftContext,
+        policy: Arc<dyn AcceptPolicy<SoftProvider>>,
+    ) -> VerbsResult<SoftListener>;
+    /// Connects `qp` (in RESET) to a listener.
+    fn connect(&self, qp: &Arc<QpInner>, to: &SoftAddress, private_data: &[u8])
+    -> VerbsResult<()>;
+}
+
+pub(crate) struct DeviceInner {
+    pub(crate) config: SoftConfig,
+    pub(crate) mpt: ProtectionTable,
+    pub(crate) transport: Arc<dyn Transport>,
+    rng: Mutex<StdRng>,
+    events: Mutex<VecDeque<AsyncEvent>>,
+    next_pd: AtomicU32,
+    next_qpn: AtomicU32,
+    pub(crate) counts: ResourceCounts,
+    pub(crate) qps: RwLock<HashMap<QpNumber, Weak<QpInner>>>,
+}
+
+#[derive(Default)]
+pub(crate) struct ResourceCounts {
+    pub(crate) pds: AtomicU32,
+    pub(crate) cqs: AtomicU32,
+    pub(crate) srqs: AtomicU32,
+}
+
+impl ResourceCounts {
+    /// Takes one unit of a counted resource, failing past `max`.
+    pub(crate) fn take(counter: &AtomicU32, max: u32, r: Resource) -> VerbsResult<()> {
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+            .map(|_| ())
+            .map_err(|_| VerbsError::Exhausted(r))
+    }
+    pub(crate) fn give(counter: &AtomicU32) {
+        counter.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl fmt::Debug for DeviceInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SoftDevice")
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An opened soft device. Cloning shares it.
+#[derive(Clone, Debug)]
+pub struct SoftContext {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+impl SoftContext {
+    pub(crate) fn with_transport(config: SoftConfig, transport: Arc<dyn Transport>) -> Self {
+        let seed = config.seed.unwrap_or_else(|| rand::rng().random());
+        let mut rng = StdRng::seed_from_u64(seed);
+        let first_qpn = if config.sequential_qpns {
+            1
+        } else {
+            rng.random_range(1..0x00ff_0000)
+        };
+        SoftContext {
+            inner: Arc::new(DeviceInner {
+                mpt: ProtectionTable::new(&config.attr, config.key_policy),
+                transport,
+                rng: Mutex::new(rng),
+                events: Mutex::new(VecDeque::new()),
+                next_pd: AtomicU32::new(1),
+                next_qpn: AtomicU32::new(first_qpn),
+                counts: ResourceCounts::default(),
+                qps: RwLock::new(HashMap::new()),
+                config,
+            }),
+        }
+    }
+
+    /// The device's protection table (for diagnostics and tests).
+    pub fn protection_table(&self) -> &ProtectionTable {
+        &self.inner.mpt
+    }
+
+    /// Number of live QPs.
+    pub fn qp_count(&self) -> usize {
+        self.inner.qps.read().len()
+    }
+}
+
+impl DeviceInner {
+    pub(crate) fn push_event(&self, e: AsyncEvent) {
+        let mut q = self.events.lock();
+        if q.len() < 4096 {
+            q.push_back(e);
+        }
+    }
+
+    pub(crate) fn pop_event(&self) -> Option<AsyncEvent> {
+        self.events.lock().pop_front()
+    }
+
+    pub(crate) fn new_pd_id(&self) -> u32 {
+        self.next_pd.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A fresh QP number: sequential, or random and unused.
+    pub(crate) fn new_qpn(&self) -> QpNumber {
+        let qps = self.qps.read();
+        loop {
+            let n = if self.config.sequential_qpns {
+                self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff
+            } else {
+                self.rng.lock().random_range(1..0x0100_0000)
+            };
+            if n != 0 && !qps.contains_key(&QpNumber(n)) {
+                return QpNumber(n);
+            }
+        }
+    }
+
+    /// A random starting PSN (ReDMArk V6: never fixed).
+    pub(crate) fn new_psn(&self) -> crate::verbs::Psn {
+        crate::verbs::Psn::new(self.rng.lock().random())
+    }
+}

@@ -1,0 +1,198 @@
+//! The in-process fabric: devices in one process, connected by inline or queued links.
+//!
+//! `SoftFabric::new()` gives the fast path (inline links: the requester's thread runs the
+//! responder); `SoftFabric::queued(net)` routes every packet through a [`QueuedNetwork`] that a
+//! test steps explicitly. Either can record packets with a [`PacketTrace`].
+
+use super::device::{SoftConfig, SoftContext, Transport};
+use super::link::inline::InlineLink;
+use super::link::queued::QueuedNetwork;
+use super::link::tracing::{PacketTrace, TracingLink};
+use super::link::Link;
+use super::qp::QpInner;
+use super::wire::MAX_PRIVATE_DATA;
+use super::{SoftAddress, SoftListener, SoftProvider};
+use crate::verbs::{AcceptPolicy, QpState, QueuePair, VerbsError, VerbsResult};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+/// How the fabric's links deliver packets.
+#[derive(Clone, Debug)]
+pub enum LinkMode {
+    /// Synchronously, on the requester's thread.
+    Inline,
+    /// Through a steppable queue with fault injection.
+    Queued(Arc<QueuedNetwork>),
+}
+
+type Policy = Arc<dyn AcceptPolicy<SoftProvider>>;
+
+struct FabricInner {
+    mode: LinkMode,
+    trace: Option<Arc<PacketTrace>>,
+    next_node: AtomicU32,
+    next_port: AtomicU32,
+    listeners: Mutex<HashMap<(u32, u32), Policy>>,
+}
+
+impl fmt::Debug for FabricInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InProcFabric")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A set of in-process soft devices that can connect to each other.
+#[derive(Clone, Debug)]
+pub struct SoftFabric {
+    inner: Arc<FabricInner>,
+}
+
+impl Default for SoftFabric {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SoftFabric {
+    /// A fabric with inline links.
+    pub fn new() -> Self {
+        Self::with_mode(LinkMode::Inline, None)
+    }
+
+    /// A fabric whose packets go through `net`.
+    pub fn queued(net: Arc<QueuedNetwork>) -> Self {
+        Self::with_mode(LinkMode::Queued(net), None)
+    }
+
+    /// A fabric with the given link mode, recording packets into `trace` if given.
+    pub fn with_mode(mode: LinkMode, trace: Option<Arc<PacketTrace>>) -> Self {
+        SoftFabric {
+            inner: Arc::new(FabricInner {
+                mode,
+                trace,
+                next_node: AtomicU32::new(1),
+                next_port: AtomicU32::new(1),
+                listeners: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Opens a new device (node) on this fabric.
+    pub fn open_device(&self, config: SoftConfig) -> SoftContext {
+        let node = self.inner.next_node.fetch_add(1, Ordering::Relaxed);
+        SoftContext::with_transport(
+            config,
+            Arc::new(InProcTransport {
+                fabric: self.inner.clone(),
+                node,
+            }),
+        )
+    }
+}
+
+#[derive(Debug)]
+struct InProcTransport {
+    fabric: Arc<FabricInner>,
+    node: u32,
+}
+
+/// Unregisters a listener when dropped.
+struct Registration {
+    fabric: Weak<FabricInner>,
+    key: (u32, u32),
+}
+
+impl fmt::Debug for Registration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Registration{:?}", self.key)
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(f) = self.fabric.upgrade() {
+            f.listeners.lock().remove(&self.key);
+        }
+    }
+}
+
+impl Transport for InProcTransport {
+    fn listen(&self, _dev: &SoftContext, policy: Policy) -> VerbsResult<SoftListener> {
+        let port = self.fabric.next_port.fetch_add(1, Ordering::Relaxed);
+        let key = (self.node, port);
+        self.fabric.listeners.lock().insert(key, policy);
+        Ok(SoftListener {
+            address: SoftAddress::InProc {
+                node: self.node,
+                port,
+            },
+            _registration: Box::new(Registration {
+                fabric: Arc::downgrade(&self.fabric),
+                key,
+            }),
+        })
+    }
+
+    fn connect(
+        &self,
+        qp: &Arc<QpInner>,
+        to: &SoftAddress,
+        private_data: &[u8],
+    ) -> VerbsResult<()> {
+        let SoftAddress::InProc { node, port } = to else {
+            return Err(VerbsError::InvalidArgument(
+                "an in-process device connects to in-process addresses only",
+            ));
+        };
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(VerbsError::InvalidArgument("private data too long"));
+        }
+        let policy = self
+            .fabric
+            .listeners
+            .lock()
+            .get(&(*node, *port))
+            .cloned()
+            .ok_or_else(|| VerbsError::ConnectionRefused(format!("no listener at {to:?}")))?;
+        let server = policy
+            .create_qp(private_data)
+            .map_err(VerbsError::ConnectionRefused)?;
+        if server.state() != QpState::Reset {
+            return Err(VerbsError::ConnectionRefused(
+                "accept policy returned a QP that is not in RESET".into(),
+            ));
+        }
+        let s = &server.inner;
+        let (client_link, server_link): (Arc<dyn Link>, Arc<dyn Link>) = match &self.fabric.mode
+        {
+            LinkMode::Inline => (
+                self.traced(InlineLink::new(s.sink())),
+                self.traced(InlineLink::new(qp.sink())),
+            ),
+            LinkMode::Queued(net) => {
+                let (a, b) = net.connect(qp.sink(), s.sink());
+                (self.traced(a), self.traced(b))
+            }
+        };
+        let client_psn = qp.new_psn();
+        let server_psn = s.new_psn();
+        s.establish(qp.qpn, server_psn, client_psn, server_link)?;
+        qp.establish(s.qpn, client_psn, server_psn, client_link)?;
+        policy.established(server, private_data);
+        Ok(())
+    }
+}
+
+impl InProcTransport {
+    fn traced<L: Link + 'static>(&self, link: L) -> Arc<dyn Link> {
+        match &self.fabric.trace {
+            Some(t) => Arc::new(TracingLink::new(link, t.clone())),
+            None => Arc::new(link),
+        }
+    }
+}

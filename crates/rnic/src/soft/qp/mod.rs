@@ -1,0 +1,806 @@
+//! RC queue pairs: the state machine and the glue between the sans-IO requester/responder
+//! cores, the protection table, the completion queues and a link.
+//!
+//! Locks (never held across another QP's lock in a cycle):
+//! - `tx`: orders transmissions of requests (PSN order = wire order); held while posting.
+//! - `req`: the requester core; held briefly, never while transmitting, so an inline link can
+//!   deliver the response on the posting thread.
+//! - `rx`: the responder core and the receive queue; held while a request executes and its
+//!   response is transmitted (responses therefore leave in PSN order).
+//! - `link`: read-locked to transmit; written only by connect and reset.
+//!
+//! Entering ERR is an atomic state change plus a request to be progressed; the flush of
+//! outstanding requests and posted receives happens at the next poll of the QP's CQs (or the
+//! next post), on the owner's thread, so a responder never takes a requester lock.
+
+pub mod requester;
+pub mod responder;
+
+use super::device::DeviceInner;
+use super::link::{Link, LinkDown, PacketSink};
+use super::objects::{SoftMr, SoftMw, SoftPd};
+use super::queues::{SoftCq, SoftSrq};
+use super::wire::{Packet, Request, RequestOp, Response, ResponseKind};
+use super::{SoftAddress, SoftProvider};
+use crate::soft::mpt::BindRequest;
+use crate::verbs::{
+    AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpState,
+    QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+use parking_lot::{Mutex, RwLock};
+use requester::{Payload, PendingSpec, Requester, RequesterAction};
+use responder::{RecvSource, ResponderCtx, ResponderState};
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
+
+/// A queue pair handle. Cloning shares the QP; it is destroyed when the last handle drops.
+#[derive(Clone)]
+pub struct SoftQp {
+    pub(crate) inner: Arc<QpInner>,
+}
+
+impl fmt::Debug for SoftQp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SoftQp")
+            .field("qpn", &self.inner.qpn)
+            .field("state", &self.inner.state())
+            .finish()
+    }
+}
+
+pub(crate) struct QpInner {
+    pub(crate) dev: Arc<DeviceInner>,
+    pd: SoftPd,
+    pub(crate) qpn: QpNumber,
+    send_cq: SoftCq,
+    recv_cq: SoftCq,
+    srq: Option<SoftSrq>,
+    state: AtomicU8,
+    access: RwLock<AccessFlags>,
+    timing: QpTiming,
+    max_send_wr: usize,
+    max_recv_wr: usize,
+    tx: Mutex<()>,
+    req: Mutex<Option<Requester>>,
+    rx: Mutex<Rx>,
+    link: RwLock<Option<Arc<dyn Link>>>,
+    /// The connected peer QP (responses are addressed to it).
+    peer: AtomicU32,
+    armed: AtomicBool,
+    this: Weak<QpInner>,
+}
+
+struct Rx {
+    responder: ResponderState,
+    recv_queue: VecDeque<RecvWr>,
+}
+
+impl fmt::Debug for QpInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QpInner")
+            .field("qpn", &self.qpn)
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        if let Some(link) = self.link.get_mut().take() {
+            link.close();
+        }
+        self.dev.qps.write().remove(&self.qpn);
+    }
+}
+
+const STATES: [QpState; 5] = [
+    QpState::Reset,
+    QpState::Init,
+    QpState::ReadyToReceive,
+    QpState::ReadyToSend,
+    QpState::Error,
+];
+
+fn state_index(s: QpState) -> u8 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::ReadyToReceive => 2,
+        QpState::ReadyToSend => 3,
+        QpState::Error => 4,
+    }
+}
+
+struct SrqSource<'a>(&'a SoftSrq);
+impl RecvSource for SrqSource<'_> {
+    fn take(&mut self) -> Option<RecvWr> {
+        self.0.inner.queue.lock().pop_front()
+    }
+}
+struct QueueSource<'a>(&'a mut VecDeque<RecvWr>);
+impl RecvSource for QueueSource<'_> {
+    fn take(&mut self) -> Option<RecvWr> {
+        self.0.pop_front()
+    }
+}
+
+impl QpInner {
+    pub(crate) fn create(pd: &SoftPd, init: QpInit<'_, SoftProvider>) -> VerbsResult<SoftQp> {
+        let dev = &pd.inner.dev;
+        let attr = &dev.config.attr;
+        if init.max_send_wr == 0 || init.max_send_wr > attr.max_qp_wr {
+            return Err(VerbsError::InvalidArgument("max_send_wr out of range"));
+        }
+        if init.srq.is_none() && init.max_recv_wr > attr.max_qp_wr {
+            return Err(VerbsError::InvalidArgument("max_recv_wr out of range"));
+        }
+        if let Some(srq) = init.srq
+            && srq.inner.pd != pd.inner.id
+        {
+            return Err(VerbsError::PdMismatch);
+        }
+        if dev.qps.read().len() >= attr.max_qp as usize {
+            return Err(VerbsError::Exhausted(Resource::QueuePair));
+        }
+        let qpn = dev.new_qpn();
+        let inner = Arc::new_cyclic(|this| QpInner {
+            dev: dev.clone(),
+            pd: pd.clone(),
+            qpn,
+            send_cq: init.send_cq.clone(),
+            recv_cq: init.recv_cq.clone(),
+            srq: init.srq.cloned(),
+            state: AtomicU8::new(state_index(QpState::Reset)),
+            access: RwLock::new(init.access & AccessFlags::REMOTE_ALL),
+            timing: init.timing,
+            max_send_wr: init.max_send_wr as usize,
+            max_recv_wr: init.max_recv_wr as usize,
+            tx: Mutex::new(()),
+            req: Mutex::new(None),
+            rx: Mutex::new(Rx {
+                responder: ResponderState::new(Psn::default()),
+                recv_queue: VecDeque::new(),
+            }),
+            link: RwLock::new(None),
+            peer: AtomicU32::new(0),
+            armed: AtomicBool::new(false),
+            this: this.clone(),
+        });
+        dev.qps.write().insert(qpn, Arc::downgrade(&inner));
+        Ok(SoftQp { inner })
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        STATES[self.state.load(Ordering::SeqCst) as usize % STATES.len()]
+    }
+
+    /// The one place states change; returns the previous state.
+    fn set_state(&self, new: QpState) -> QpState {
+        STATES[self.state.swap(state_index(new), Ordering::SeqCst) as usize]
+    }
+
+    pub(crate) fn pd_id(&self) -> PdId {
+        self.pd.inner.id
+    }
+
+    /// As a packet sink, for links.
+    pub(crate) fn sink(&self) -> Weak<dyn PacketSink> {
+        self.this.clone()
+    }
+
+    /// Moves to ERR (if not already), raising `event`, and schedules the flush.
+    fn enter_error(&self, event: Option<AsyncEvent>) {
+        let old = self.set_state(QpState::Error);
+        if old != QpState::Error {
+            if let Some(e) = event {
+                self.dev.push_event(e);
+            }
+        }
+        self.arm();
+    }
+
+    /// Asks the QP's CQs to progress it at their next poll.
+    fn arm(&self) {
+        if !self.armed.swap(true, Ordering::SeqCst) {
+            self.send_cq.inner.watch(self.this.clone());
+            if !Arc::ptr_eq(&self.send_cq.inner, &self.recv_cq.inner) {
+                self.recv_cq.inner.watch(self.this.clone());
+            }
+        }
+    }
+
+    /// Timers and flushes; called from CQ polls.
+    pub(crate) fn progress(&self) {
+        self.armed.store(false, Ordering::SeqCst);
+        let link = self.link.read().clone();
+        if let Some(link) = link {
+            link.poll_receive();
+        }
+        let now = self.dev.config.clock.now();
+        if self.state() == QpState::Error {
+            self.flush_all();
+            return;
+        }
+        let Some(_tx) = self.tx.try_lock() else {
+            self.arm(); // a poster holds it; try again next poll
+            return;
+        };
+        let action = match self.req.lock().as_mut() {
+            Some(r) => r.on_timeout(now),
+            None => return,
+        };
+        self.after_action(action);
+        self.release_and_rearm();
+    }
+
+    fn after_action(&self, action: RequesterAction) {
+        match action {
+            RequesterAction::None => {}
+            RequesterAction::Fatal => self.enter_error(Some(AsyncEvent::QpFatal(self.qpn))),
+            RequesterAction::Retransmit(reqs) => {
+                for r in reqs {
+                    if self.transmit_request(&r).is_err() {
+                        self.link_lost();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pushes finished completions and re-arms if timers are pending.
+    fn release_and_rearm(&self) {
+        let mut guard = self.req.lock();
+        let Some(r) = guard.as_mut() else { return };
+        let cq = &self.send_cq.inner;
+        r.release(self.qpn, &mut |wc| cq.push(wc));
+        let pending = r.deadline().is_some();
+        drop(guard);
+        if pending {
+            self.arm();
+        }
+    }
+
+    fn flush_all(&self) {
+        if let Some(r) = self.req.lock().as_mut() {
+            r.flush();
+            let cq = &self.send_cq.inner;
+            r.release(self.qpn, &mut |wc| cq.push(wc));
+        }
+        let flushed: Vec<RecvWr> = self.rx.lock().recv_queue.drain(..).collect();
+        for wr in flushed {
+            self.recv_cq.inner.push(WorkCompletion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushError,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                qp_num: self.qpn,
+                invalidated_rkey: None,
+            });
+        }
+    }
+
+    fn link_lost(&self) {
+        if let Some(r) = self.req.lock().as_mut() {
+            r.link_lost();
+        }
+        self.enter_error(Some(AsyncEvent::QpFatal(self.qpn)));
+    }
+
+    fn transmit_request(&self, r: &Request<Payload>) -> Result<(), LinkDown> {
+        let link = self.link.read();
+        let link = link.as_ref().ok_or(LinkDown)?;
+        link.transmit(&Packet::Request(Request {
+            dst_qp: r.dst_qp,
+            psn: r.psn,
+            op: r.op.as_borrowed(),
+        }))
+    }
+
+    /// Connection set-up: RESET → INIT → RTR → RTS with the peer's numbers and a link.
+    pub(crate) fn establish(
+        &self,
+        peer_qp: QpNumber,
+        send_psn: Psn,
+        recv_psn: Psn,
+        link: Arc<dyn Link>,
+    ) -> VerbsResult<()> {
+        let _tx = self.tx.lock();
+        if self.state() != QpState::Reset {
+            return Err(VerbsError::InvalidQpState {
+                qpn: self.qpn,
+                state: self.state().name(),
+                action: "connect",
+            });
+        }
+        self.set_state(QpState::Init);
+        {
+            let mut rx = self.rx.lock();
+            rx.responder = ResponderState::new(recv_psn);
+        }
+        *self.link.write() = Some(link);
+        self.peer.store(peer_qp.0, Ordering::SeqCst);
+        self.set_state(QpState::ReadyToReceive);
+        *self.req.lock() = Some(Requester::new(peer_qp, send_psn, self.timing));
+        self.set_state(QpState::ReadyToSend);
+        Ok(())
+    }
+
+    /// A fresh starting PSN for a connection.
+    pub(crate) fn new_psn(&self) -> Psn {
+        self.dev.new_psn()
+    }
+
+    fn local_error(&self, spec: PendingSpec, status: WcStatus) {
+        if let Some(r) = self.req.lock().as_mut() {
+            r.push_local(spec, status);
+            r.flush();
+        }
+        self.enter_error(None);
+    }
+
+    fn read_local(&self, sge: &Sge) -> Result<Payload, WcStatus> {
+        let grant = self
+            .dev
+            .mpt
+            .check_local(sge.lkey, sge.addr, sge.length as u64, false, self.pd_id())
+            .map_err(|_| WcStatus::LocalProtectionError)?;
+        let mut buf = vec![0u8; sge.length as usize];
+        grant.region().read(sge.addr, &mut buf);
+        Ok(buf.into())
+    }
+
+    fn check_local_write(&self, sge: &Sge) -> Result<(), WcStatus> {
+        self.dev
+            .mpt
+            .check_local(sge.lkey, sge.addr, sge.length as u64, true, self.pd_id())
+            .map(|_| ())
+            .map_err(|_| WcStatus::LocalProtectionError)
+    }
+
+    /// Executes one posted request: a local op now, or a remote one handed to the link.
+    fn post_one(&self, wr: &SendWr<'_, SoftMw, SoftMr>) -> VerbsResult<()> {
+        let max_msg = self.dev.config.attr.max_msg_size;
+        let spec = |opcode, local, byte_len| PendingSpec {
+            wr_id: wr.wr_id,
+            signaled: wr.signaled,
+            opcode,
+            local,
+            byte_len,
+        };
+        let (spec, op): (PendingSpec, Result<RequestOp<Payload>, WcStatus>) = match &wr.op {
+            SendOp::Read {
+                local,
+                remote_addr,
+                rkey,
+            } => (
+                spec(WcOpcode::Read, Some(*local), local.length),
+                self.check_local_write(local).and_then(|()| {
+                    if local.length > max_msg {
+                        return Err(WcStatus::LocalLengthError);
+                    }
+                    Ok(RequestOp::Read {
+                        addr: *remote_addr,
+                        rkey: *rkey,
+                        len: local.length,
+                    })
+                }),
+            ),
+            SendOp::Write {
+                local,
+                remote_addr,
+                rkey,
+            } => (
+                spec(WcOpcode::Write, None, local.length),
+                if local.length > max_msg {
+                    Err(WcStatus::LocalLengthError)
+                } else {
+                    self.read_local(local).map(|data| RequestOp::Write {
+                        addr: *remote_addr,
+                        rkey: *rkey,
+                        data,
+                    })
+                },
+            ),
+            SendOp::CompareSwap {
+                local,
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => (
+                spec(WcOpcode::CompareSwap, Some(*local), 8),
+                self.check_atomic_local(local).map(|()| RequestOp::CompareSwap {
+                    addr: *remote_addr,
+                    rkey: *rkey,
+                    compare: *compare,
+                    swap: *swap,
+                }),
+            ),
+            SendOp::FetchAdd {
+                local,
+                remote_addr,
+                rkey,
+                add,
+            } => (
+                spec(WcOpcode::FetchAdd, Some(*local), 8),
+                self.check_atomic_local(local).map(|()| RequestOp::FetchAdd {
+                    addr: *remote_addr,
+                    rkey: *rkey,
+                    add: *add,
+                }),
+            ),
+            SendOp::Send { local } => self.send_op(spec, local, None),
+            SendOp::SendWithInvalidate { local, invalidate } => {
+                self.send_op(spec, local, Some(*invalidate))
+            }
+            SendOp::BindMw { mw, bind } => {
+                let s = spec(WcOpcode::BindMw, None, 0);
+                let status = self.bind(mw, bind);
+                return self.finish_local(s, status);
+            }
+            SendOp::LocalInvalidate { rkey } => {
+                let s = spec(WcOpcode::LocalInvalidate, None, 0);
+                let status = match self.dev.mpt.invalidate_mw(*rkey, self.pd_id(), None) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocalQpOperationError,
+                };
+                return self.finish_local(s, status);
+            }
+        };
+        let op = match op {
+            Ok(op) => op,
+            Err(status) => {
+                self.local_error(spec, status);
+                return Ok(());
+            }
+        };
+        let now = self.dev.config.clock.now();
+        let request = match self.req.lock().as_mut() {
+            Some(r) => r.push_remote(spec, op, now),
+            None => return Ok(()),
+        };
+        if self.transmit_request(&request).is_err() {
+            self.link_lost();
+        }
+        Ok(())
+    }
+
+    fn send_op(
+        &self,
+        spec: impl Fn(WcOpcode, Option<Sge>, u32) -> PendingSpec,
+        local: &Option<Sge>,
+        invalidate: Option<MemoryKey>,
+    ) -> (PendingSpec, Result<RequestOp<Payload>, WcStatus>) {
+        let len = local.map_or(0, |s| s.length);
+        let data = match local {
+            Some(sge) if len > self.dev.config.attr.max_msg_size => Err(WcStatus::LocalLengthError),
+            Some(sge) => self.read_local(sge),
+            None => Ok(Payload::from(Vec::new())),
+        };
+        (
+            spec(WcOpcode::Send, None, len),
+            data.map(|data| RequestOp::Send { data, invalidate }),
+        )
+    }
+
+    fn check_atomic_local(&self, local: &Sge) -> Result<(), WcStatus> {
+        if local.length != 8 {
+            return Err(WcStatus::LocalLengthError);
+        }
+        self.check_local_write(local)
+    }
+
+    fn bind(
+        &self,
+        mw: &SoftMw,
+        bind: &crate::verbs::BindInfo<'_, SoftMr>,
+    ) -> WcStatus {
+        if !Arc::ptr_eq(&mw.pd().inner.dev, &self.dev) {
+            return WcStatus::MwBindError;
+        }
+        let mr = match bind.mr {
+            Some(mr) => match mr.entry() {
+                Some(e) => Some(e),
+                None => return WcStatus::MwBindError,
+            },
+            None => None,
+        };
+        let req = BindRequest {
+            mw: mw.rkey(),
+            qp: self.qpn,
+            qp_pd: self.pd_id(),
+            mr,
+            addr: bind.addr,
+            len: bind.length,
+            access: bind.access,
+        };
+        match self.dev.mpt.bind_mw(req) {
+            Ok(key) => {
+                mw.set_rkey(key);
+                WcStatus::Success
+            }
+            Err(_) => WcStatus::MwBindError,
+        }
+    }
+
+    fn finish_local(&self, spec: PendingSpec, status: WcStatus) -> VerbsResult<()> {
+        if status == WcStatus::Success {
+            if let Some(r) = self.req.lock().as_mut() {
+                r.push_local(spec, status);
+            }
+        } else {
+            self.local_error(spec, status);
+        }
+        Ok(())
+    }
+
+    fn flushed_completion(&self, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::WrFlushError,
+            opcode,
+            byte_len: 0,
+            qp_num: self.qpn,
+            invalidated_rkey: None,
+        }
+    }
+
+    fn handle_request(&self, req: &Request<&[u8]>) {
+        match self.state() {
+            QpState::ReadyToReceive | QpState::ReadyToSend => {}
+            _ => return, // a responder not (or no longer) connected drops requests
+        }
+        let access = self.access.read();
+        let mut rx = self.rx.lock();
+        let ctx = ResponderCtx {
+            mpt: &self.dev.mpt,
+            pd: self.pd_id(),
+            qpn: self.qpn,
+            qp_access: *access,
+            max_msg: self.dev.config.attr.max_msg_size,
+        };
+        let Rx {
+            responder,
+            recv_queue,
+        } = &mut *rx;
+        let outcome = match &self.srq {
+            Some(srq) => responder.handle(&ctx, req, &mut SrqSource(srq)),
+            None => responder.handle(&ctx, req, &mut QueueSource(recv_queue)),
+        };
+        drop(access);
+        if let Some(wc) = outcome.recv_completion {
+            self.recv_cq.inner.push(wc);
+        }
+        if let Some(event) = outcome.error {
+            self.enter_error(Some(event));
+        }
+        if let Some((psn, kind)) = outcome.response {
+            let link = self.link.read();
+            if let Some(link) = link.as_ref() {
+                let _ = link.transmit(&Packet::Response(Response {
+                    dst_qp: QpNumber(self.peer.load(Ordering::SeqCst)),
+                    psn,
+                    kind: kind.as_borrowed(),
+                }));
+            }
+        }
+        drop(rx);
+    }
+
+    fn handle_response(&self, resp: &Response<&[u8]>) {
+        if self.state() != QpState::ReadyToSend {
+            return;
+        }
+        let now = self.dev.config.clock.now();
+        let mpt = &self.dev.mpt;
+        let pd = self.pd_id();
+        let action = {
+            let mut guard = self.req.lock();
+            let Some(r) = guard.as_mut() else { return };
+            r.on_response(resp.psn, &resp.kind, now, &mut |pending, kind| {
+                let Some(sge) = pending.local else {
+                    return WcStatus::Success;
+                };
+                let bytes: [u8; 8];
+                let data: &[u8] = match kind {
+                    ResponseKind::ReadData(d) => d,
+                    ResponseKind::AtomicAck(v) => {
+                        bytes = v.to_ne_bytes();
+                        &bytes
+                    }
+                    _ => return WcStatus::BadResponseError,
+                };
+                match mpt.check_local(sge.lkey, sge.addr, data.len() as u64, true, pd) {
+                    Ok(grant) => {
+                        grant.region().write(sge.addr, data);
+                        WcStatus::Success
+                    }
+                    Err(_) => WcStatus::LocalProtectionError,
+                }
+            })
+        };
+        if action == RequesterAction::Fatal {
+            self.enter_error(Some(AsyncEvent::QpFatal(self.qpn)));
+        }
+        self.release_and_rearm();
+    }
+}
+
+impl PacketSink for QpInner {
+    fn deliver(&self, packet: &Packet<&[u8]>) {
+        let dst = match packet {
+            Packet::Request(r) => r.dst_qp,
+            Packet::Response(r) => r.dst_qp,
+        };
+        if dst != self.qpn {
+            // Links are point-to-point: a packet for another QP is forged or corrupt.
+            if matches!(self.state(), QpState::ReadyToReceive | QpState::ReadyToSend) {
+                self.enter_error(Some(AsyncEvent::QpFatal(self.qpn)));
+            }
+            return;
+        }
+        match packet {
+            Packet::Request(r) => self.handle_request(r),
+            Packet::Response(r) => self.handle_response(r),
+        }
+    }
+
+    fn link_down(&self) {
+        match self.state() {
+            QpState::Reset | QpState::Error => {}
+            _ => self.link_lost(),
+        }
+    }
+}
+
+impl QueuePair<SoftProvider> for SoftQp {
+    fn qp_num(&self) -> QpNumber {
+        self.inner.qpn
+    }
+
+    fn state(&self) -> QpState {
+        self.inner.state()
+    }
+
+    fn connect(&self, to: &SoftAddress, private_data: &[u8]) -> VerbsResult<()> {
+        if self.inner.state() != QpState::Reset {
+            return Err(VerbsError::InvalidQpState {
+                qpn: self.inner.qpn,
+                state: self.inner.state().name(),
+                action: "connect",
+            });
+        }
+        let transport = self.inner.dev.transport.clone();
+        transport.connect(&self.inner, to, private_data)
+    }
+
+    fn reset(&self) -> VerbsResult<()> {
+        let q = &self.inner;
+        let _tx = q.tx.lock();
+        if let Some(link) = q.link.write().take() {
+            link.close();
+        }
+        *q.req.lock() = None;
+        {
+            let mut rx = q.rx.lock();
+            rx.recv_queue.clear();
+            rx.responder = ResponderState::new(Psn::default());
+        }
+        q.set_state(QpState::Reset);
+        Ok(())
+    }
+
+    fn set_error(&self) {
+        self.inner.enter_error(None);
+    }
+
+    fn modify_access(&self, access: AccessFlags) -> VerbsResult<()> {
+        // The write lock waits for requests executing under the old flags.
+        *self.inner.access.write() = access & AccessFlags::REMOTE_ALL;
+        Ok(())
+    }
+
+    fn post_send(
+        &self,
+        wrs: &[SendWr<'_, SoftMw, SoftMr>],
+    ) -> Result<(), (usize, VerbsError)> {
+        let q = &self.inner;
+        let _tx = q.tx.lock();
+        for (i, wr) in wrs.iter().enumerate() {
+            match q.state() {
+                QpState::ReadyToSend => {}
+                QpState::Error => {
+                    let opcode = opcode_of(&wr.op);
+                    let mut req = q.req.lock();
+                    match req.as_mut() {
+                        // Behind earlier requests, so completions stay in order.
+                        Some(r) => r.push_local(
+                            PendingSpec {
+                                wr_id: wr.wr_id,
+                                signaled: wr.signaled,
+                                opcode,
+                                local: None,
+                                byte_len: 0,
+                            },
+                            WcStatus::WrFlushError,
+                        ),
+                        None => q.send_cq.inner.push(q.flushed_completion(wr.wr_id, opcode)),
+                    }
+                    continue;
+                }
+                s => {
+                    return Err((
+                        i,
+                        VerbsError::InvalidQpState {
+                            qpn: q.qpn,
+                            state: s.name(),
+                            action: "post_send",
+                        },
+                    ));
+                }
+            }
+            let full = q
+                .req
+                .lock()
+                .as_ref()
+                .is_some_and(|r| r.in_flight() >= q.max_send_wr);
+            if full {
+                return Err((i, VerbsError::Exhausted(Resource::QueueSlot)));
+            }
+            q.post_one(wr).map_err(|e| (i, e))?;
+        }
+        drop(_tx);
+        q.release_and_rearm();
+        if q.state() == QpState::Error {
+            q.flush_all();
+        }
+        Ok(())
+    }
+
+    fn post_recv(&self, wrs: &[RecvWr]) -> VerbsResult<()> {
+        let q = &self.inner;
+        if q.srq.is_some() {
+            return Err(VerbsError::InvalidArgument("QP uses a shared receive queue"));
+        }
+        match q.state() {
+            QpState::Reset => {
+                return Err(VerbsError::InvalidQpState {
+                    qpn: q.qpn,
+                    state: "RESET",
+                    action: "post_recv",
+                });
+            }
+            QpState::Error => {
+                for wr in wrs {
+                    q.recv_cq
+                        .inner
+                        .push(q.flushed_completion(wr.wr_id, WcOpcode::Recv));
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        let mut rx = q.rx.lock();
+        if rx.recv_queue.len() + wrs.len() > q.max_recv_wr {
+            return Err(VerbsError::Exhausted(Resource::QueueSlot));
+        }
+        rx.recv_queue.extend(wrs.iter().copied());
+        Ok(())
+    }
+}
+
+fn opcode_of(op: &SendOp<'_, SoftMw, SoftMr>) -> WcOpcode {
+    match op {
+        SendOp::Read { .. } => WcOpcode::Read,
+        SendOp::Write { .. } => WcOpcode::Write,
+        SendOp::CompareSwap { .. } => WcOpcode::CompareSwap,
+        SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+        SendOp::Send { .. } | SendOp::SendWithInvalidate { .. } => WcOpcode::Send,
+        SendOp::BindMw { .. } => WcOpcode::BindMw,
+        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+    }
+}

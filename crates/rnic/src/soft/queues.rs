@@ -1,0 +1,167 @@
+//! Completion queues and shared receive queues.
+//!
+//! A CQ also drives the NIC's timers: polling progresses the QPs that asked for it (those with
+//! outstanding requests, pending retries or a pending flush), so retransmissions, RNR retries
+//! and error flushes happen on the thread that waits for them — no timer thread.
+
+use super::device::{DeviceInner, ResourceCounts};
+use super::qp::QpInner;
+use crate::verbs::{
+    AsyncEvent, CompletionQueue, RecvWr, Resource, SharedReceiveQueue, VerbsError, VerbsResult,
+    WorkCompletion,
+};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Weak};
+
+pub(crate) struct CqInner {
+    dev: Arc<DeviceInner>,
+    queue: Mutex<VecDeque<WorkCompletion>>,
+    capacity: usize,
+    watch: Mutex<Vec<Weak<QpInner>>>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        ResourceCounts::give(&self.dev.counts.cqs);
+    }
+}
+
+/// A completion queue. Cloning shares it.
+#[derive(Clone)]
+pub struct SoftCq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl fmt::Debug for SoftCq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SoftCq")
+            .field("capacity", &self.inner.capacity)
+            .field("queued", &self.inner.queue.lock().len())
+            .finish()
+    }
+}
+
+impl SoftCq {
+    pub(crate) fn new(dev: &Arc<DeviceInner>, capacity: u32) -> VerbsResult<Self> {
+        if capacity == 0 || capacity > dev.config.attr.max_cqe {
+            return Err(VerbsError::InvalidArgument("CQ capacity out of range"));
+        }
+        ResourceCounts::take(
+            &dev.counts.cqs,
+            dev.config.attr.max_cq,
+            Resource::CompletionQueue,
+        )?;
+        Ok(SoftCq {
+            inner: Arc::new(CqInner {
+                dev: dev.clone(),
+                queue: Mutex::new(VecDeque::with_capacity(capacity.min(4096) as usize)),
+                capacity: capacity as usize,
+                watch: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}
+
+impl CqInner {
+    /// Adds a completion; on overflow the completion is lost and `CqOverrun` is raised.
+    pub(crate) fn push(&self, wc: WorkCompletion) {
+        let mut q = self.queue.lock();
+        if q.len() >= self.capacity {
+            drop(q);
+            self.dev.push_event(AsyncEvent::CqOverrun);
+            return;
+        }
+        q.push_back(wc);
+    }
+
+    /// Asks the next poll to progress `qp`.
+    pub(crate) fn watch(&self, qp: Weak<QpInner>) {
+        self.watch.lock().push(qp);
+    }
+}
+
+impl CompletionQueue for SoftCq {
+    fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        let watched = std::mem::take(&mut *self.inner.watch.lock());
+        for qp in watched.iter().filter_map(Weak::upgrade) {
+            qp.progress();
+        }
+        let mut q = self.inner.queue.lock();
+        let n = out.len().min(q.len());
+        for (slot, wc) in out.iter_mut().zip(q.drain(..n)) {
+            *slot = wc;
+        }
+        n
+    }
+}
+
+pub(crate) struct SrqInner {
+    dev: Arc<DeviceInner>,
+    pub(crate) pd: crate::verbs::PdId,
+    pub(crate) queue: Mutex<VecDeque<RecvWr>>,
+    capacity: usize,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        ResourceCounts::give(&self.dev.counts.srqs);
+    }
+}
+
+/// A shared receive queue. Cloning shares it.
+#[derive(Clone)]
+pub struct SoftSrq {
+    pub(crate) inner: Arc<SrqInner>,
+}
+
+impl fmt::Debug for SoftSrq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SoftSrq")
+            .field("capacity", &self.inner.capacity)
+            .field("posted", &self.inner.queue.lock().len())
+            .finish()
+    }
+}
+
+impl SoftSrq {
+    pub(crate) fn new(
+        dev: &Arc<DeviceInner>,
+        pd: crate::verbs::PdId,
+        capacity: u32,
+    ) -> VerbsResult<Self> {
+        if capacity == 0 || capacity > dev.config.attr.max_qp_wr {
+            return Err(VerbsError::InvalidArgument("SRQ capacity out of range"));
+        }
+        ResourceCounts::take(
+            &dev.counts.srqs,
+            dev.config.attr.max_srq,
+            Resource::SharedReceiveQueue,
+        )?;
+        Ok(SoftSrq {
+            inner: Arc::new(SrqInner {
+                dev: dev.clone(),
+                pd,
+                queue: Mutex::new(VecDeque::new()),
+                capacity: capacity as usize,
+            }),
+        })
+    }
+
+    /// Receives currently posted.
+    pub fn posted(&self) -> usize {
+        self.inner.queue.lock().len()
+    }
+}
+
+impl SharedReceiveQueue for SoftSrq {
+    fn post_recv(&self, wrs: &[RecvWr]) -> VerbsResult<()> {
+        let mut q = self.inner.queue.lock();
+        if q.len() + wrs.len() > self.inner.capacity {
+            return Err(VerbsError::Exhausted(Resource::QueueSlot));
+        }
+        q.extend(wrs.iter().copied());
+        Ok(())
+    }
+}
