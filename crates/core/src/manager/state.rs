@@ -1,0 +1,282 @@
+//! The manager's bookkeeping: permissions, objects (holders, waiters, stale windows), the
+//! deadline index, and the per-permission operation counters.
+
+use super::pool::MwId;
+use crate::proto::messages::{Access, Mode, PermissionId, Request};
+use rnic::Timestamp;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+/// Identifies a client (one control connection).
+pub type ClientId = u32;
+/// Index of a permission record.
+pub type PermKey = u32;
+
+/// Which of the §5.4 techniques are on (each switchable for the Table-4 breakdown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Techniques {
+    /// #2: leave windows over freed memory bound until the memory is reused.
+    pub delayed_unbind: bool,
+    /// #3: header right before an allocated buffer, one window over lifetime field + buffer.
+    pub contiguity: bool,
+    /// #1: rebind windows released in a batch to the grants of the same batch.
+    pub handover: bool,
+}
+
+impl Techniques {
+    /// Every technique on (the default).
+    pub const ALL: Techniques = Techniques {
+        delayed_unbind: true,
+        contiguity: true,
+        handover: true,
+    };
+    /// Every technique off (Table 4 "Baseline").
+    pub const NONE: Techniques = Techniques {
+        delayed_unbind: false,
+        contiguity: false,
+        handover: false,
+    };
+}
+
+impl Default for Techniques {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+/// Where a permission's header lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderSlot {
+    /// The 32-byte slot in front of the object's buffer (contiguity).
+    Embedded,
+    /// A header from the header pool.
+    Pooled,
+}
+
+/// Lifecycle of a permission record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Windows are being bound; the reply waits for the bind completions.
+    Granting,
+    /// Granted and usable.
+    Active,
+}
+
+/// One permission.
+#[derive(Clone, Debug)]
+pub struct Permission {
+    /// Cluster-wide id.
+    pub id: PermissionId,
+    /// Holder.
+    pub client: ClientId,
+    /// Object (header-slot address) the permission covers.
+    pub object: u64,
+    /// Buffer start and length.
+    pub buffer: (u64, u64),
+    /// Rights.
+    pub access: Access,
+    /// Ownership.
+    pub mode: Mode,
+    /// Header placement.
+    pub header: HeaderSlot,
+    /// Window over the buffer (and lifetime field when contiguous).
+    pub buffer_mw: Option<MwId>,
+    /// Window over the lifetime field (`None` when contiguous).
+    pub header_mw: Option<MwId>,
+    /// The lifetime value the manager last saw or wrote in the header.
+    pub lifetime_us: u64,
+    /// Lease end (start + lifetime), capped by `hard_deadline`.
+    pub deadline: Timestamp,
+    /// Start + maximum lifetime: forced invalidation.
+    pub hard_deadline: Timestamp,
+    /// The lifetime field was zeroed: no further extension.
+    pub refused: bool,
+    /// Zeroing is wanted but has not succeeded yet (the client extended concurrently).
+    pub refuse_pending: bool,
+    /// Phase.
+    pub phase: Phase,
+}
+
+/// A request waiting for a conflicting holder to leave.
+#[derive(Clone, Debug)]
+pub struct Waiter {
+    /// Who.
+    pub client: ClientId,
+    /// Their request id.
+    pub req_id: u64,
+    /// The acquire.
+    pub request: Request,
+    /// When it fails with `ConflictTimeout`.
+    pub deadline: Timestamp,
+}
+
+/// Per-object state (the per-slab table of active permissions, keyed by object address).
+#[derive(Debug, Default)]
+pub struct ObjectState {
+    /// Active permissions on the object.
+    pub perms: Vec<PermKey>,
+    /// Holders: an exclusive one, or a number of shared ones.
+    pub exclusive: bool,
+    /// Number of holders (granted or being granted).
+    pub holders: u32,
+    /// FIFO of conflicting requests.
+    pub waiters: VecDeque<Waiter>,
+    /// The embedded header slot is in use by a permission.
+    pub embedded_busy: bool,
+    /// Windows left bound over this object's freed memory (delayed unbinding).
+    pub stale_mws: Vec<MwId>,
+}
+
+impl ObjectState {
+    /// Whether a new request in `mode` can be granted now (FIFO: nobody waits before it).
+    pub fn admits(&self, mode: Mode) -> bool {
+        self.waiters.is_empty() && self.compatible(mode)
+    }
+    /// Whether `mode` is compatible with the current holders.
+    pub fn compatible(&self, mode: Mode) -> bool {
+        self.holders == 0 || (mode == Mode::Shared && !self.exclusive)
+    }
+    /// Records a holder.
+    pub fn hold(&mut self, mode: Mode) {
+        self.holders += 1;
+        self.exclusive = mode == Mode::Exclusive;
+    }
+    /// Drops a holder.
+    pub fn release(&mut self) {
+        self.holders = self.holders.saturating_sub(1);
+        if self.holders == 0 {
+            self.exclusive = false;
+        }
+    }
+    /// Nothing references the object's state any more.
+    pub fn is_idle(&self) -> bool {
+        self.perms.is_empty()
+            && self.holders == 0
+            && self.waiters.is_empty()
+            && !self.embedded_busy
+            && self.stale_mws.is_empty()
+    }
+}
+
+/// What a deadline-index entry is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Timer {
+    /// A lease ends (checked against the record's current deadline).
+    Lease(PermKey),
+    /// A waiter on this object may have passed its deadline.
+    Waiter(u64),
+}
+
+/// Ordered index of deadlines (timeouts are data, not tasks).
+#[derive(Debug, Default)]
+pub struct Deadlines {
+    set: BTreeSet<(Timestamp, Timer)>,
+}
+
+impl Deadlines {
+    /// Schedules `timer` at `at`.
+    pub fn insert(&mut self, at: Timestamp, timer: Timer) {
+        self.set.insert((at, timer));
+    }
+    /// Removes and returns every entry due at `now`.
+    pub fn pop_due(&mut self, now: Timestamp) -> Vec<(Timestamp, Timer)> {
+        let mut out = Vec::new();
+        while let Some(first) = self.set.first().copied() {
+            if first.0 > now {
+                break;
+            }
+            self.set.pop_first();
+            out.push(first);
+        }
+        out
+    }
+    /// The earliest deadline.
+    pub fn next(&self) -> Option<Timestamp> {
+        self.set.first().map(|(t, _)| *t)
+    }
+    /// Entries scheduled (including stale ones, which are skipped when due).
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+    /// Whether none are scheduled.
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+}
+
+/// Operation counters (Table 4's "# of MW / # of RPC").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Permissions granted.
+    pub granted: u64,
+    /// Permissions ended (revoked, expired, forced).
+    pub ended: u64,
+    /// Bind work requests that granted a window, on the grant's critical path.
+    pub binds: u64,
+    /// Of those, rebinds that also revoked an earlier binding (handover).
+    pub handovers: u64,
+    /// Bind work requests that only unbound a window.
+    pub unbinds: u64,
+    /// Of those, unbinds of delayed-unbound windows done when their memory was reused.
+    pub deferred_unbinds: u64,
+    /// Control RPCs received.
+    pub rpcs: u64,
+    /// Lifetime-word CAS operations issued by the manager (expiry commits, refusals).
+    pub lifetime_cas: u64,
+    /// Permissions ended by lease expiry.
+    pub expired: u64,
+    /// Permissions ended at the maximum lifetime (forced invalidation).
+    pub forced: u64,
+    /// Expiry checks that found the lease extended by the client.
+    pub extended_by_client: u64,
+}
+
+/// Dense storage of permission records with reusable keys.
+#[derive(Debug, Default)]
+pub struct PermTable {
+    slots: Vec<Option<Permission>>,
+    free: Vec<PermKey>,
+    /// Active permission by header address (for revoke / extend lookups).
+    pub by_header: HashMap<u64, PermKey>,
+}
+
+impl PermTable {
+    /// Inserts a record.
+    pub fn insert(&mut self, p: Permission) -> PermKey {
+        let header = p.id.header_addr;
+        let key = match self.free.pop() {
+            Some(k) => {
+                self.slots[k as usize] = Some(p);
+                k
+            }
+            None => {
+                self.slots.push(Some(p));
+                (self.slots.len() - 1) as PermKey
+            }
+        };
+        self.by_header.insert(header, key);
+        key
+    }
+    /// Removes a record.
+    pub fn remove(&mut self, key: PermKey) -> Option<Permission> {
+        let p = self.slots.get_mut(key as usize)?.take()?;
+        self.by_header.remove(&p.id.header_addr);
+        self.free.push(key);
+        Some(p)
+    }
+    /// A record.
+    pub fn get(&self, key: PermKey) -> Option<&Permission> {
+        self.slots.get(key as usize)?.as_ref()
+    }
+    /// A record, mutably.
+    pub fn get_mut(&mut self, key: PermKey) -> Option<&mut Permission> {
+        self.slots.get_mut(key as usize)?.as_mut()
+    }
+    /// Live records.
+    pub fn len(&self) -> usize {
+        self.by_header.len()
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_header.is_empty()
+    }
+}

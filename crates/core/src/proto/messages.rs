@@ -1,0 +1,451 @@
+//! Control-path messages between the client library and the manager, carried by two-sided
+//! SEND/RECV in fixed-size slots ([`SLOT_SIZE`] bytes, little-endian).
+//!
+//! ```text
+//! request:  0 u64 req_id | 8 u8 kind | 9 u8 access | 10 u8 mode | 11 u8 flags | 12 u32 rsvd
+//!           16 u64 a | 24 u64 b | 32 u64 c | 40 u64 d
+//! reply:    0 u64 req_id | 8 u8 kind | 9 u8 status | 10 u8 flags | 11 u8 rsvd | 12 u32 buffer_rkey
+//!           16 u32 lifetime_rkey | 20 u32 rsvd | 24 u64 header_addr | 32 u64 start_us
+//!           40 u64 buffer_addr | 48 u64 buffer_len | 56 u64 lifetime_us
+//! ```
+//! Only durations travel (lease and lifetime in µs); the start time is an opaque part of the
+//! permission id (the ABA filter), never compared with the client's clock.
+//!
+//! Panic contract: parsing never panics on peer input; it returns [`ProtoError`].
+
+use rnic::MemoryKey;
+
+/// Bytes of one message slot.
+pub const SLOT_SIZE: usize = 64;
+
+/// Read-only or read-write permission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Remote read only (no atomics).
+    Read,
+    /// Read, write and atomics.
+    ReadWrite,
+}
+
+/// Shared or exclusive ownership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Compatible with other shared holders.
+    Shared,
+    /// No other holder at the same time.
+    Exclusive,
+}
+
+/// The cluster-wide permission identifier: header address plus its start time (ABA filter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PermissionId {
+    /// Address of the permission's header on the memory node.
+    pub header_addr: u64,
+    /// Start time of the permission, µs on the memory node's clock.
+    pub start_us: u64,
+}
+
+/// A control request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// `allocate(size, lease, mode)`: memory plus a read-write permission over it.
+    Allocate {
+        /// Bytes wanted.
+        size: u64,
+        /// Lease, µs.
+        lease_us: u64,
+        /// Ownership.
+        mode: Mode,
+    },
+    /// `acquire(addr, size, lease, access, mode)`.
+    Acquire {
+        /// Start of an allocated object.
+        addr: u64,
+        /// Bytes (at most the object's size).
+        size: u64,
+        /// Lease, µs.
+        lease_us: u64,
+        /// Rights.
+        access: Access,
+        /// Ownership.
+        mode: Mode,
+        /// How long to wait for a conflicting holder, µs (0: fail at once).
+        wait_us: u64,
+    },
+    /// RPC-based extension (the comparison baseline for CN-collaborated extension).
+    Extend {
+        /// The permission.
+        id: PermissionId,
+        /// Added lifetime, µs.
+        lease_us: u64,
+    },
+    /// `revoke(perm)`; with `free`, the memory is deallocated as well.
+    Revoke {
+        /// The permission.
+        id: PermissionId,
+        /// Deallocate the memory too.
+        free: bool,
+    },
+}
+
+/// Outcome codes of a control request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Done.
+    Ok,
+    /// No buffer of that size is free.
+    NoMemory,
+    /// Headers or memory windows are exhausted.
+    PoolExhausted,
+    /// A conflicting holder did not leave before the wait deadline.
+    ConflictTimeout,
+    /// The permission does not exist any more (or the id is stale: ABA filtered).
+    NotFound,
+    /// The manager refuses to extend (maximum lifetime reached or waiters queued).
+    ExtensionRefused,
+    /// Malformed or inconsistent arguments (size 0, not an object start, size too large).
+    InvalidArgument,
+    /// A window bind failed at the NIC.
+    BindFailed,
+}
+
+/// A granted permission, as sent to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Permission id.
+    pub id: PermissionId,
+    /// Start of the buffer.
+    pub buffer_addr: u64,
+    /// Length of the buffer.
+    pub buffer_len: u64,
+    /// rkey covering the buffer (and, when `contiguous`, the lifetime field before it).
+    pub buffer_rkey: MemoryKey,
+    /// rkey covering the lifetime field (equal to `buffer_rkey` when contiguous).
+    pub lifetime_rkey: MemoryKey,
+    /// Granted lifetime, µs.
+    pub lifetime_us: u64,
+    /// Header and buffer share one window.
+    pub contiguous: bool,
+}
+
+impl Grant {
+    /// Address of the lifetime word (the CAS target of CN-collaborated extension).
+    pub fn lifetime_addr(&self) -> u64 {
+        self.id.header_addr + super::header::LIFETIME_OFFSET as u64
+    }
+}
+
+/// A control reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Allocate / acquire succeeded.
+    Granted(Grant),
+    /// RPC extend succeeded; the new lifetime from the start, µs.
+    Extended {
+        /// New total lifetime.
+        lifetime_us: u64,
+    },
+    /// Revoke done.
+    Revoked,
+    /// Failed.
+    Failed(Status),
+}
+
+/// Why a slot could not be parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    /// Fewer bytes than a slot.
+    #[error("message shorter than a slot ({0} bytes)")]
+    Short(usize),
+    /// Unknown request or reply kind.
+    #[error("unknown message kind {0}")]
+    Kind(u8),
+    /// A field has a value outside its range.
+    #[error("bad field {0}")]
+    Field(&'static str),
+}
+
+const K_ALLOCATE: u8 = 1;
+const K_ACQUIRE: u8 = 2;
+const K_EXTEND: u8 = 3;
+const K_REVOKE: u8 = 4;
+const K_GRANTED: u8 = 0x81;
+const K_EXTENDED: u8 = 0x82;
+const K_REVOKED: u8 = 0x83;
+const K_FAILED: u8 = 0x84;
+
+fn put(buf: &mut [u8; SLOT_SIZE], at: usize, v: u64) {
+    buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+fn put32(buf: &mut [u8; SLOT_SIZE], at: usize, v: u32) {
+    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn get(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+fn get32(buf: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn access_code(a: Access) -> u8 {
+    match a {
+        Access::Read => 0,
+        Access::ReadWrite => 1,
+    }
+}
+fn mode_code(m: Mode) -> u8 {
+    match m {
+        Mode::Shared => 0,
+        Mode::Exclusive => 1,
+    }
+}
+fn access_of(b: u8) -> Result<Access, ProtoError> {
+    match b {
+        0 => Ok(Access::Read),
+        1 => Ok(Access::ReadWrite),
+        _ => Err(ProtoError::Field("access")),
+    }
+}
+fn mode_of(b: u8) -> Result<Mode, ProtoError> {
+    match b {
+        0 => Ok(Mode::Shared),
+        1 => Ok(Mode::Exclusive),
+        _ => Err(ProtoError::Field("mode")),
+    }
+}
+
+const STATUSES: [Status; 8] = [
+    Status::Ok,
+    Status::NoMemory,
+    Status::PoolExhausted,
+    Status::ConflictTimeout,
+    Status::NotFound,
+    Status::ExtensionRefused,
+    Status::InvalidArgument,
+    Status::BindFailed,
+];
+
+fn status_code(s: Status) -> u8 {
+    STATUSES.iter().position(|x| *x == s).unwrap_or(0) as u8
+}
+
+/// Encodes a request with its id.
+pub fn encode_request(req_id: u64, req: &Request) -> [u8; SLOT_SIZE] {
+    let mut b = [0u8; SLOT_SIZE];
+    put(&mut b, 0, req_id);
+    match *req {
+        Request::Allocate {
+            size,
+            lease_us,
+            mode,
+        } => {
+            b[8] = K_ALLOCATE;
+            b[10] = mode_code(mode);
+            put(&mut b, 16, size);
+            put(&mut b, 24, lease_us);
+        }
+        Request::Acquire {
+            addr,
+            size,
+            lease_us,
+            access,
+            mode,
+            wait_us,
+        } => {
+            b[8] = K_ACQUIRE;
+            b[9] = access_code(access);
+            b[10] = mode_code(mode);
+            put(&mut b, 16, addr);
+            put(&mut b, 24, size);
+            put(&mut b, 32, lease_us);
+            put(&mut b, 40, wait_us);
+        }
+        Request::Extend { id, lease_us } => {
+            b[8] = K_EXTEND;
+            put(&mut b, 16, id.header_addr);
+            put(&mut b, 24, id.start_us);
+            put(&mut b, 32, lease_us);
+        }
+        Request::Revoke { id, free } => {
+            b[8] = K_REVOKE;
+            b[11] = free as u8;
+            put(&mut b, 16, id.header_addr);
+            put(&mut b, 24, id.start_us);
+        }
+    }
+    b
+}
+
+/// Parses a request slot.
+pub fn decode_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
+    if buf.len() < SLOT_SIZE {
+        return Err(ProtoError::Short(buf.len()));
+    }
+    let req_id = get(buf, 0);
+    let id = PermissionId {
+        header_addr: get(buf, 16),
+        start_us: get(buf, 24),
+    };
+    let req = match buf[8] {
+        K_ALLOCATE => Request::Allocate {
+            size: get(buf, 16),
+            lease_us: get(buf, 24),
+            mode: mode_of(buf[10])?,
+        },
+        K_ACQUIRE => Request::Acquire {
+            addr: get(buf, 16),
+            size: get(buf, 24),
+            lease_us: get(buf, 32),
+            access: access_of(buf[9])?,
+            mode: mode_of(buf[10])?,
+            wait_us: get(buf, 40),
+        },
+        K_EXTEND => Request::Extend {
+            id,
+            lease_us: get(buf, 32),
+        },
+        K_REVOKE => Request::Revoke {
+            id,
+            free: match buf[11] {
+                0 => false,
+                1 => true,
+                _ => return Err(ProtoError::Field("free")),
+            },
+        },
+        k => return Err(ProtoError::Kind(k)),
+    };
+    Ok((req_id, req))
+}
+
+/// Encodes a reply to request `req_id`.
+pub fn encode_reply(req_id: u64, reply: &Reply) -> [u8; SLOT_SIZE] {
+    let mut b = [0u8; SLOT_SIZE];
+    put(&mut b, 0, req_id);
+    match *reply {
+        Reply::Granted(g) => {
+            b[8] = K_GRANTED;
+            b[10] = g.contiguous as u8;
+            put32(&mut b, 12, g.buffer_rkey.0);
+            put32(&mut b, 16, g.lifetime_rkey.0);
+            put(&mut b, 24, g.id.header_addr);
+            put(&mut b, 32, g.id.start_us);
+            put(&mut b, 40, g.buffer_addr);
+            put(&mut b, 48, g.buffer_len);
+            put(&mut b, 56, g.lifetime_us);
+        }
+        Reply::Extended { lifetime_us } => {
+            b[8] = K_EXTENDED;
+            put(&mut b, 56, lifetime_us);
+        }
+        Reply::Revoked => b[8] = K_REVOKED,
+        Reply::Failed(s) => {
+            b[8] = K_FAILED;
+            b[9] = status_code(s);
+        }
+    }
+    b
+}
+
+/// Parses a reply slot.
+pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
+    if buf.len() < SLOT_SIZE {
+        return Err(ProtoError::Short(buf.len()));
+    }
+    let req_id = get(buf, 0);
+    let reply = match buf[8] {
+        K_GRANTED => Reply::Granted(Grant {
+            id: PermissionId {
+                header_addr: get(buf, 24),
+                start_us: get(buf, 32),
+            },
+            buffer_addr: get(buf, 40),
+            buffer_len: get(buf, 48),
+            buffer_rkey: MemoryKey(get32(buf, 12)),
+            lifetime_rkey: MemoryKey(get32(buf, 16)),
+            lifetime_us: get(buf, 56),
+            contiguous: match buf[10] {
+                0 => false,
+                1 => true,
+                _ => return Err(ProtoError::Field("contiguous")),
+            },
+        }),
+        K_EXTENDED => Reply::Extended {
+            lifetime_us: get(buf, 56),
+        },
+        K_REVOKED => Reply::Revoked,
+        K_FAILED => Reply::Failed(
+            *STATUSES
+                .get(buf[9] as usize)
+                .ok_or(ProtoError::Field("status"))?,
+        ),
+        k => return Err(ProtoError::Kind(k)),
+    };
+    Ok((req_id, reply))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn requests_and_replies_round_trip() {
+        let id = PermissionId {
+            header_addr: 0x1000,
+            start_us: 77,
+        };
+        let reqs = [
+            Request::Allocate {
+                size: 64,
+                lease_us: 100,
+                mode: Mode::Exclusive,
+            },
+            Request::Acquire {
+                addr: 5,
+                size: 6,
+                lease_us: 7,
+                access: Access::Read,
+                mode: Mode::Shared,
+                wait_us: 9,
+            },
+            Request::Extend { id, lease_us: 3 },
+            Request::Revoke { id, free: true },
+        ];
+        for (i, r) in reqs.iter().enumerate() {
+            assert_eq!(
+                decode_request(&encode_request(i as u64, r)),
+                Ok((i as u64, *r))
+            );
+        }
+        let replies = [
+            Reply::Granted(Grant {
+                id,
+                buffer_addr: 1,
+                buffer_len: 2,
+                buffer_rkey: MemoryKey(3),
+                lifetime_rkey: MemoryKey(4),
+                lifetime_us: 5,
+                contiguous: true,
+            }),
+            Reply::Extended { lifetime_us: 9 },
+            Reply::Revoked,
+            Reply::Failed(Status::ConflictTimeout),
+        ];
+        for r in replies {
+            assert_eq!(decode_reply(&encode_reply(42, &r)), Ok((42, r)));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = decode_request(&bytes);
+            let _ = decode_reply(&bytes);
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! What travels between clients and the memory node: the permission header layout in
+//! memory-node memory, and the control-path messages.
+pub mod header;
+pub mod messages;
