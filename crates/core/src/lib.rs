@@ -16,3 +16,5 @@
 
 pub mod manager;
 pub mod proto;
+pub mod client;
+pub mod cluster;

@@ -401,6 +401,8 @@ impl ManagerCore {
                 self.grant(now, client, req_id, obj, lease_us, access, mode);
             }
             Request::Extend { id, lease_us } => self.rpc_extend(client, req_id, id, lease_us),
+            // Identity is the driver's business; a Hello reaching the core is answered blandly.
+            Request::Hello => self.fail(client, req_id, Status::InvalidArgument),
             Request::Revoke { id, free } => {
                 let Some(key) = self.lookup(client, id) else {
                     return self.fail(client, req_id, Status::NotFound);

@@ -12,3 +12,5 @@ pub use self::core::{
 };
 pub use pool::{MwId, SlabConfig};
 pub use state::{ClientId, Counters, Techniques};
+pub mod node;
+pub use node::{MemoryNode, NodeConfig, NodeError, NodeStats};

@@ -79,6 +79,9 @@ pub enum Request {
         /// Added lifetime, µs.
         lease_us: u64,
     },
+    /// First message on a control connection: asks for the client's identity, which its data
+    /// connections then present (so nobody can attach a QP to another client's domain).
+    Hello,
     /// `revoke(perm)`; with `free`, the memory is deallocated as well.
     Revoke {
         /// The permission.
@@ -147,6 +150,13 @@ pub enum Reply {
     },
     /// Revoke done.
     Revoked,
+    /// Answer to `Hello`.
+    Welcome {
+        /// The client's id on this memory node.
+        client_id: u32,
+        /// Secret the client's data connections present with the id.
+        secret: u64,
+    },
     /// Failed.
     Failed(Status),
 }
@@ -169,10 +179,12 @@ const K_ALLOCATE: u8 = 1;
 const K_ACQUIRE: u8 = 2;
 const K_EXTEND: u8 = 3;
 const K_REVOKE: u8 = 4;
+const K_HELLO: u8 = 5;
 const K_GRANTED: u8 = 0x81;
 const K_EXTENDED: u8 = 0x82;
 const K_REVOKED: u8 = 0x83;
 const K_FAILED: u8 = 0x84;
+const K_WELCOME: u8 = 0x85;
 
 fn put(buf: &mut [u8; SLOT_SIZE], at: usize, v: u64) {
     buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
@@ -270,6 +282,7 @@ pub fn encode_request(req_id: u64, req: &Request) -> [u8; SLOT_SIZE] {
             put(&mut b, 24, id.start_us);
             put(&mut b, 32, lease_us);
         }
+        Request::Hello => b[8] = K_HELLO,
         Request::Revoke { id, free } => {
             b[8] = K_REVOKE;
             b[11] = free as u8;
@@ -308,6 +321,7 @@ pub fn decode_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
             id,
             lease_us: get(buf, 32),
         },
+        K_HELLO => Request::Hello,
         K_REVOKE => Request::Revoke {
             id,
             free: match buf[11] {
@@ -342,6 +356,11 @@ pub fn encode_reply(req_id: u64, reply: &Reply) -> [u8; SLOT_SIZE] {
             put(&mut b, 56, lifetime_us);
         }
         Reply::Revoked => b[8] = K_REVOKED,
+        Reply::Welcome { client_id, secret } => {
+            b[8] = K_WELCOME;
+            put32(&mut b, 12, client_id);
+            put(&mut b, 24, secret);
+        }
         Reply::Failed(s) => {
             b[8] = K_FAILED;
             b[9] = status_code(s);
@@ -377,6 +396,10 @@ pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
             lifetime_us: get(buf, 56),
         },
         K_REVOKED => Reply::Revoked,
+        K_WELCOME => Reply::Welcome {
+            client_id: get32(buf, 12),
+            secret: get(buf, 24),
+        },
         K_FAILED => Reply::Failed(
             *STATUSES
                 .get(buf[9] as usize)
@@ -414,6 +437,7 @@ mod tests {
             },
             Request::Extend { id, lease_us: 3 },
             Request::Revoke { id, free: true },
+            Request::Hello,
         ];
         for (i, r) in reqs.iter().enumerate() {
             assert_eq!(
@@ -433,6 +457,10 @@ mod tests {
             }),
             Reply::Extended { lifetime_us: 9 },
             Reply::Revoked,
+            Reply::Welcome {
+                client_id: 3,
+                secret: 99,
+            },
             Reply::Failed(Status::ConflictTimeout),
         ];
         for r in replies {

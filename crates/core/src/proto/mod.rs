@@ -2,3 +2,4 @@
 //! memory-node memory, and the control-path messages.
 pub mod header;
 pub mod messages;
+pub mod connect;

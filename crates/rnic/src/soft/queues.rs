@@ -10,7 +10,7 @@ use crate::verbs::{
     AsyncEvent, CompletionQueue, RecvWr, Resource, SharedReceiveQueue, VerbsError, VerbsResult,
     WorkCompletion,
 };
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Weak};
@@ -18,6 +18,8 @@ use std::sync::{Arc, Weak};
 pub(crate) struct CqInner {
     dev: Arc<DeviceInner>,
     queue: Mutex<VecDeque<WorkCompletion>>,
+    /// Signalled when a completion is queued (the completion channel).
+    arrived: Condvar,
     capacity: usize,
     watch: Mutex<Vec<Weak<QpInner>>>,
 }
@@ -57,6 +59,7 @@ impl SoftCq {
             inner: Arc::new(CqInner {
                 dev: dev.clone(),
                 queue: Mutex::new(VecDeque::with_capacity(capacity.min(4096) as usize)),
+                arrived: Condvar::new(),
                 capacity: capacity as usize,
                 watch: Mutex::new(Vec::new()),
             }),
@@ -74,6 +77,8 @@ impl CqInner {
             return;
         }
         q.push_back(wc);
+        drop(q);
+        self.arrived.notify_one();
     }
 
     /// Asks the next poll to progress `qp`.
@@ -94,6 +99,14 @@ impl CompletionQueue for SoftCq {
             *slot = wc;
         }
         n
+    }
+
+    fn wait(&self, timeout: std::time::Duration) -> bool {
+        let mut q = self.inner.queue.lock();
+        if q.is_empty() {
+            self.inner.arrived.wait_for(&mut q, timeout);
+        }
+        !q.is_empty()
     }
 }
 

@@ -216,20 +216,23 @@ pub trait MemoryWindow: Send + Sync + Debug {
 }
 
 /// A completion queue (`ibv_cq`).
-pub trait CompletionQueue: Send + Sync + Debug {
+pub trait CompletionQueue: Clone + Send + Sync + Debug {
     /// Moves up to `out.len()` completions into `out`, returning how many (`ibv_poll_cq`).
     /// Polling also drives the provider's timers (retransmissions, RNR retries).
     fn poll(&self, out: &mut [WorkCompletion]) -> usize;
+    /// Blocks until a completion is queued or `timeout` passes; returns whether one is queued
+    /// (the analogue of `ibv_req_notify_cq` + `ibv_get_cq_event` on a completion channel).
+    fn wait(&self, timeout: std::time::Duration) -> bool;
 }
 
 /// A shared receive queue (`ibv_srq`).
-pub trait SharedReceiveQueue: Send + Sync + Debug {
+pub trait SharedReceiveQueue: Clone + Send + Sync + Debug {
     /// Posts receives (`ibv_post_srq_recv`).
     fn post_recv(&self, wrs: &[RecvWr]) -> VerbsResult<()>;
 }
 
 /// An RC queue pair (`ibv_qp`).
-pub trait QueuePair<P: Provider>: Send + Sync + Debug {
+pub trait QueuePair<P: Provider>: Clone + Send + Sync + Debug {
     /// The QP number.
     fn qp_num(&self) -> QpNumber;
     /// Current state.

@@ -201,7 +201,7 @@ pub enum WcOpcode {
     Recv,
 }
 
-/// A work completion (`ibv_wc`).
+/// A work completion (`ibv_wc`). The default value is a placeholder for poll arrays.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct WorkCompletion {
     /// The request's identifier.
@@ -216,4 +216,17 @@ pub struct WorkCompletion {
     pub qp_num: QpNumber,
     /// For receives of SEND_WITH_INV: the rkey the responder invalidated.
     pub invalidated_rkey: Option<Rkey>,
+}
+
+impl Default for WorkCompletion {
+    fn default() -> Self {
+        WorkCompletion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            qp_num: QpNumber(0),
+            invalidated_rkey: None,
+        }
+    }
 }

@@ -1,0 +1,399 @@
+//! The data path: one-sided READ/WRITE/CAS/FAA through a permission's window, posted with one
+//! doorbell per batch. An op the NIC rejects reports its own error; ops flushed by that fault
+//! are retried once on the promoted spare QP, so the application sees only the faulting op fail.
+
+use super::{Client, ClientError, Perm};
+use crate::proto::messages::Access;
+use rnic::{
+    CompletionQueue, MemoryBuffer, MemoryKey, MemoryRegion, Provider, QueuePair, SendOp, SendWr,
+    Sge, WcStatus, WorkCompletion,
+};
+use std::sync::atomic::Ordering;
+
+/// What a successful op produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpResult {
+    /// READ data.
+    Read(Vec<u8>),
+    /// WRITE done.
+    Written,
+    /// CAS/FAA: the previous value.
+    Atomic(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Read,
+    Write,
+    Cas { compare: u64, swap: u64 },
+    Faa { add: u64 },
+}
+
+#[derive(Debug)]
+struct Op {
+    addr: u64,
+    rkey: MemoryKey,
+    len: u32,
+    kind: Kind,
+    payload: Vec<u8>,
+    staging: usize,
+}
+
+/// Ops collected for one doorbell; see [`Client::batch`].
+#[derive(Debug)]
+pub struct Batch<'c, P: Provider> {
+    client: &'c mut Client<P>,
+    ops: Vec<Result<Op, ClientError>>,
+}
+
+impl<P: Provider> Client<P> {
+    /// Starts a batch of data-path ops posted with one doorbell.
+    pub fn batch(&mut self) -> Batch<'_, P> {
+        Batch {
+            client: self,
+            ops: Vec::new(),
+        }
+    }
+
+    /// Reads `dst.len()` bytes at `offset` of the permission's buffer.
+    pub fn read(&mut self, perm: &Perm, offset: u64, dst: &mut [u8]) -> Result<(), ClientError> {
+        let mut b = self.batch();
+        b.read(perm, offset, dst.len() as u32);
+        match b.execute().pop() {
+            Some(Ok(OpResult::Read(data))) => {
+                dst.copy_from_slice(&data);
+                Ok(())
+            }
+            Some(Err(e)) => Err(e),
+            _ => Err(ClientError::Transport("no result".into())),
+        }
+    }
+
+    /// Writes `src` at `offset` of the permission's buffer.
+    pub fn write(&mut self, perm: &Perm, offset: u64, src: &[u8]) -> Result<(), ClientError> {
+        let mut b = self.batch();
+        b.write(perm, offset, src);
+        single(b.execute()).map(|_| ())
+    }
+
+    /// Compare-and-swap on the aligned word at `offset`; returns the previous value.
+    pub fn cas(&mut self, perm: &Perm, offset: u64, compare: u64, swap: u64) -> Result<u64, ClientError> {
+        let mut b = self.batch();
+        b.cas(perm, offset, compare, swap);
+        atomic(single(b.execute()))
+    }
+
+    /// Fetch-and-add on the aligned word at `offset`; returns the previous value.
+    pub fn faa(&mut self, perm: &Perm, offset: u64, add: u64) -> Result<u64, ClientError> {
+        let mut b = self.batch();
+        b.faa(perm, offset, add);
+        atomic(single(b.execute()))
+    }
+
+    /// CN-collaborated extension (§5.3): CAS the header's lifetime field from its current
+    /// value to `current + lease_us` through the lifetime window. Fails with
+    /// `ExtensionRefused` once the manager zeroed the field.
+    pub fn extend(&mut self, perm: &Perm, lease_us: u64) -> Result<(), ClientError> {
+        if self.clock.now() >= perm.expiry() {
+            return Err(ClientError::LeaseExpired);
+        }
+        for _ in 0..2 {
+            let current = perm.lifetime_us();
+            let new = current.saturating_add(lease_us);
+            let op = Op {
+                addr: perm.grant.lifetime_addr(),
+                rkey: perm.grant.lifetime_rkey,
+                len: 8,
+                kind: Kind::Cas {
+                    compare: current,
+                    swap: new,
+                },
+                payload: Vec::new(),
+                staging: 0,
+            };
+            let mut b = self.batch();
+            b.ops.push(Ok(op));
+            let old = atomic(single(b.execute()))?;
+            if old == current {
+                perm.lifetime_us.store(new, Ordering::SeqCst);
+                return Ok(());
+            }
+            if old == 0 {
+                return Err(ClientError::ExtensionRefused);
+            }
+            // Changed by an RPC extension meanwhile: adopt the value and try once more.
+            perm.lifetime_us.store(old, Ordering::SeqCst);
+        }
+        Err(ClientError::ExtensionRefused)
+    }
+}
+
+fn single(mut results: Vec<Result<OpResult, ClientError>>) -> Result<OpResult, ClientError> {
+    results
+        .pop()
+        .unwrap_or_else(|| Err(ClientError::Transport("no result".into())))
+}
+
+fn atomic(r: Result<OpResult, ClientError>) -> Result<u64, ClientError> {
+    match r? {
+        OpResult::Atomic(v) => Ok(v),
+        _ => Err(ClientError::Transport("atomic op without a value".into())),
+    }
+}
+
+impl<P: Provider> Batch<'_, P> {
+    fn checked(&self, perm: &Perm, offset: u64, len: u64) -> Result<u64, ClientError> {
+        if self.client.clock.now() >= perm.expiry() {
+            return Err(ClientError::LeaseExpired);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= perm.len() => Ok(perm.addr() + offset),
+            _ => Err(ClientError::InvalidArgument("access outside the permission")),
+        }
+    }
+
+    /// Adds a READ of `len` bytes at `offset`.
+    pub fn read(&mut self, perm: &Perm, offset: u64, len: u32) -> &mut Self {
+        let op = self.checked(perm, offset, len as u64).map(|addr| Op {
+            addr,
+            rkey: perm.rkey(),
+            len,
+            kind: Kind::Read,
+            payload: Vec::new(),
+            staging: 0,
+        });
+        self.ops.push(op);
+        self
+    }
+
+    /// Adds a WRITE of `src` at `offset` (issued even on a read-only permission: the NIC is
+    /// the one that refuses it).
+    pub fn write(&mut self, perm: &Perm, offset: u64, src: &[u8]) -> &mut Self {
+        let op = self.checked(perm, offset, src.len() as u64).map(|addr| Op {
+            addr,
+            rkey: perm.rkey(),
+            len: src.len() as u32,
+            kind: Kind::Write,
+            payload: src.to_vec(),
+            staging: 0,
+        });
+        self.ops.push(op);
+        self
+    }
+
+    fn atomic(&mut self, perm: &Perm, offset: u64, kind: Kind) -> &mut Self {
+        let op = if offset % 8 != 0 {
+            Err(ClientError::InvalidArgument("atomics need an 8-byte-aligned offset"))
+        } else {
+            self.checked(perm, offset, 8).map(|addr| Op {
+                addr,
+                rkey: perm.rkey(),
+                len: 8,
+                kind,
+                payload: Vec::new(),
+                staging: 0,
+            })
+        };
+        let _ = Access::Read; // read-only permissions carry no atomic right; the NIC refuses
+        self.ops.push(op);
+        self
+    }
+
+    /// Adds a compare-and-swap at `offset`.
+    pub fn cas(&mut self, perm: &Perm, offset: u64, compare: u64, swap: u64) -> &mut Self {
+        self.atomic(perm, offset, Kind::Cas { compare, swap })
+    }
+
+    /// Adds a fetch-and-add at `offset`.
+    pub fn faa(&mut self, perm: &Perm, offset: u64, add: u64) -> &mut Self {
+        self.atomic(perm, offset, Kind::Faa { add })
+    }
+
+    /// Posts every op with one doorbell and waits for them; one result per op, in order.
+    pub fn execute(self) -> Vec<Result<OpResult, ClientError>> {
+        let Batch { client, ops } = self;
+        let mut results: Vec<Option<Result<OpResult, ClientError>>> = Vec::with_capacity(ops.len());
+        let mut todo = Vec::new();
+        let mut ops_ok: Vec<Option<Op>> = Vec::with_capacity(ops.len());
+        let mut cursor = 0usize;
+        let staging_len = client.staging.len();
+        for (i, op) in ops.into_iter().enumerate() {
+            match op {
+                Ok(mut op) => {
+                    let start = cursor.next_multiple_of(8);
+                    if start + op.len as usize > staging_len {
+                        results.push(Some(Err(ClientError::InvalidArgument(
+                            "batch larger than the staging buffer",
+                        ))));
+                        ops_ok.push(None);
+                        continue;
+                    }
+                    op.staging = start;
+                    cursor = start + op.len as usize;
+                    results.push(None);
+                    ops_ok.push(Some(op));
+                    todo.push(i);
+                }
+                Err(e) => {
+                    results.push(Some(Err(e)));
+                    ops_ok.push(None);
+                }
+            }
+        }
+        for attempt in 0..2 {
+            if todo.is_empty() {
+                break;
+            }
+            let outcome = client.run(&ops_ok, &todo);
+            let mut retry = Vec::new();
+            let mut broken = false;
+            for (i, status) in outcome {
+                match status {
+                    WcStatus::Success => {
+                        results[i] = ops_ok[i].as_ref().map(|op| Ok(client.output(op)));
+                    }
+                    WcStatus::WrFlushError if attempt == 0 => {
+                        broken = true;
+                        retry.push(i);
+                    }
+                    WcStatus::WrFlushError => {
+                        results[i] = Some(Err(ClientError::Transport(
+                            "flushed again after a QP switch".into(),
+                        )));
+                    }
+                    s @ (WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError) => {
+                        broken = true;
+                        results[i] = Some(Err(ClientError::Denied(s)));
+                    }
+                    s => {
+                        broken = true;
+                        results[i] = Some(Err(ClientError::Transport(s.to_string())));
+                    }
+                }
+            }
+            if broken && let Err(e) = client.vqp.fail_over() {
+                for &i in &retry {
+                    results[i] = Some(Err(ClientError::Verbs(e.clone_lossy())));
+                }
+                break;
+            }
+            todo = retry;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(ClientError::Transport("op not completed".into()))))
+            .collect()
+    }
+}
+
+trait CloneLossy {
+    fn clone_lossy(&self) -> rnic::VerbsError;
+}
+impl CloneLossy for rnic::VerbsError {
+    fn clone_lossy(&self) -> rnic::VerbsError {
+        rnic::VerbsError::ConnectionRefused(self.to_string())
+    }
+}
+
+impl<P: Provider> Client<P> {
+    fn output(&self, op: &Op) -> OpResult {
+        match op.kind {
+            Kind::Read => {
+                let mut data = vec![0u8; op.len as usize];
+                let _ = self.staging.read(op.staging, &mut data);
+                OpResult::Read(data)
+            }
+            Kind::Write => OpResult::Written,
+            Kind::Cas { .. } | Kind::Faa { .. } => {
+                OpResult::Atomic(self.staging.load_u64(op.staging).unwrap_or(0))
+            }
+        }
+    }
+
+    /// Posts the ops at `indexes` on the active QP; returns (index, status) for each.
+    #[allow(clippy::disallowed_methods)] // a wall-time bound on a dead transport
+    fn run(&mut self, ops: &[Option<Op>], indexes: &[usize]) -> Vec<(usize, WcStatus)> {
+        self.epoch += 1;
+        let epoch = self.epoch;
+        let lkey = self.staging_mr.lkey();
+        let base = self.staging.addr();
+        let mut wrs = Vec::with_capacity(indexes.len());
+        for &i in indexes {
+            let Some(op) = ops[i].as_ref() else { continue };
+            let local = Sge {
+                addr: base + op.staging as u64,
+                length: op.len,
+                lkey,
+            };
+            if matches!(op.kind, Kind::Write) {
+                let _ = self.staging.write(op.staging, &op.payload);
+            }
+            let wr_op = match op.kind {
+                Kind::Read => SendOp::Read {
+                    local,
+                    remote_addr: op.addr,
+                    rkey: op.rkey,
+                },
+                Kind::Write => SendOp::Write {
+                    local,
+                    remote_addr: op.addr,
+                    rkey: op.rkey,
+                },
+                Kind::Cas { compare, swap } => SendOp::CompareSwap {
+                    local,
+                    remote_addr: op.addr,
+                    rkey: op.rkey,
+                    compare,
+                    swap,
+                },
+                Kind::Faa { add } => SendOp::FetchAdd {
+                    local,
+                    remote_addr: op.addr,
+                    rkey: op.rkey,
+                    add,
+                },
+            };
+            wrs.push(SendWr {
+                wr_id: (epoch << 32) | i as u64,
+                signaled: true,
+                op: wr_op,
+            });
+        }
+        let qp = self.vqp.active().clone();
+        let qpn = qp.qp_num();
+        let posted = match qp.post_send(&wrs) {
+            Ok(()) => wrs.len(),
+            Err((k, _)) => k,
+        };
+        let mut out: Vec<(usize, WcStatus)> = indexes
+            .iter()
+            .skip(posted)
+            .map(|&i| (i, WcStatus::WrFlushError))
+            .collect();
+        let mut wcs = [WorkCompletion::default(); 32];
+        let mut got = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while got < posted {
+            let n = self.data_cq.poll(&mut wcs);
+            for wc in &wcs[..n] {
+                if wc.qp_num != qpn || wc.wr_id >> 32 != epoch {
+                    continue; // from a QP or batch already given up on
+                }
+                got += 1;
+                out.push(((wc.wr_id & 0xffff_ffff) as usize, wc.status));
+            }
+            if n == 0 {
+                if std::time::Instant::now() >= deadline {
+                    for &i in indexes.iter().take(posted) {
+                        if !out.iter().any(|(j, _)| *j == i) {
+                            out.push((i, WcStatus::RetryExceeded));
+                        }
+                    }
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        out
+    }
+}

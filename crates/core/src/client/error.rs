@@ -1,0 +1,66 @@
+//! The client library's error type: exactly what happened, grouped by cause.
+
+use crate::proto::messages::Status;
+use rnic::{VerbsError, WcStatus};
+
+/// Errors of client calls.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    // ---- refused by the memory node ----
+    /// No buffer of that size is free on the memory node.
+    #[error("memory node has no free buffer of that size")]
+    NoMemory,
+    /// Headers or memory windows are exhausted on the memory node.
+    #[error("memory node's header or window pool is exhausted")]
+    PoolExhausted,
+    /// A conflicting holder did not leave before the wait deadline.
+    #[error("conflicting permission not released before the wait deadline")]
+    ConflictTimeout,
+    /// The permission no longer exists (revoked, expired, or the id is stale).
+    #[error("permission not found (revoked, expired or stale)")]
+    NotFound,
+    /// The manager refuses further extension (maximum lifetime, or others are waiting).
+    #[error("extension refused by the memory node")]
+    ExtensionRefused,
+    /// The memory node could not bind a window.
+    #[error("memory node failed to bind a window")]
+    BindFailed,
+    // ---- local checks ----
+    /// The lease has expired by the client's conservative clock; the op was not issued.
+    #[error("lease expired locally")]
+    LeaseExpired,
+    /// An argument is out of range (e.g. access outside the permission's buffer).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    // ---- the NIC refused ----
+    /// The NIC rejected the access: the permission was revoked, expired or never covered it.
+    #[error("access denied by the NIC ({0})")]
+    Denied(WcStatus),
+    // ---- transport ----
+    /// The control RPC got no reply in time.
+    #[error("control RPC timed out")]
+    RpcTimeout,
+    /// A transport failure (QP error other than an access violation, connection lost).
+    #[error("transport failure: {0}")]
+    Transport(String),
+    /// A verb call failed.
+    #[error("verbs: {0}")]
+    Verbs(#[from] VerbsError),
+}
+
+impl ClientError {
+    /// Maps a manager status.
+    pub fn from_status(s: Status) -> Self {
+        match s {
+            Status::Ok => ClientError::Transport("unexpected OK status".into()),
+            Status::NoMemory => ClientError::NoMemory,
+            Status::PoolExhausted => ClientError::PoolExhausted,
+            Status::ConflictTimeout => ClientError::ConflictTimeout,
+            Status::NotFound => ClientError::NotFound,
+            Status::ExtensionRefused => ClientError::ExtensionRefused,
+            Status::InvalidArgument => ClientError::InvalidArgument("rejected by the memory node"),
+            Status::BindFailed => ClientError::BindFailed,
+        }
+    }
+}

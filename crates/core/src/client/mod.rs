@@ -1,0 +1,361 @@
+//! The client library (CN-lib, paper Table 2): control path over a control QP (RPCs into the
+//! memory node's shared receive queue), data path as one-sided verbs through windows on a
+//! virtual QP with spares.
+//!
+//! - `allocate`, `acquire`, `extend` (one-sided CAS on the lifetime field), `extend_rpc`,
+//!   `revoke`, `free`;
+//! - `read`, `write`, `cas`, `faa`, and [`Batch`] for many ops behind one doorbell.
+//!
+//! The control QP is separate from the data QPs, so a data-QP fault never disturbs the
+//! control plane. The client's expiry is conservative: (send time of the request + granted
+//! lifetime − margin) on its own clock; only durations travel.
+
+mod data;
+mod error;
+mod perm;
+mod vqp;
+
+pub use data::{Batch, OpResult};
+pub use error::ClientError;
+pub use perm::Perm;
+pub use vqp::SwitchKind;
+
+use crate::proto::connect::{Intent, Role};
+use crate::proto::messages::{
+    Access, Mode, Reply, Request, SLOT_SIZE, Status, decode_reply, encode_request,
+};
+use rnic::{
+    AccessFlags, Clock, CompletionQueue, Context, MemoryBuffer, MemoryRegion, ProtectionDomain,
+    Provider, QpInit, QpTiming, QueuePair, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use vqp::VirtualQp;
+
+/// Client configuration.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Spare data QPs prepared (0 disables the technique).
+    pub spare_qps: usize,
+    /// Recover broken QPs on a background thread.
+    pub background_recovery: bool,
+    /// Safety margin subtracted from the local expiry, µs (clock skew, one-way latency).
+    pub lease_margin_us: u64,
+    /// How long a control RPC may take (wall time).
+    pub rpc_timeout: Duration,
+    /// How long to wait for a conflicting holder in `acquire`, µs.
+    pub acquire_wait_us: u64,
+    /// Bytes of registered staging memory for the data path.
+    pub staging_bytes: usize,
+    /// QP timing.
+    pub qp_timing: QpTiming,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            spare_qps: 2,
+            background_recovery: true,
+            lease_margin_us: 5,
+            rpc_timeout: Duration::from_secs(5),
+            acquire_wait_us: 0,
+            staging_bytes: 1 << 20,
+            qp_timing: QpTiming::default(),
+        }
+    }
+}
+
+const RECV_SLOTS: u32 = 8;
+
+/// A client of one memory node.
+pub struct Client<P: Provider> {
+    clock: Arc<dyn Clock>,
+    cfg: ClientConfig,
+    _pd: P::Pd,
+    ctrl_qp: P::Qp,
+    ctrl_cq: P::Cq,
+    ctrl_buf: P::Buffer,
+    ctrl_mr: P::Mr,
+    data_cq: P::Cq,
+    staging: P::Buffer,
+    staging_mr: P::Mr,
+    vqp: VirtualQp<P>,
+    next_req: u64,
+    epoch: u64,
+    client_id: u32,
+    /// Control RPCs issued.
+    pub rpcs: u64,
+}
+
+impl<P: Provider> std::fmt::Debug for Client<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Provider> Client<P> {
+    /// Connects to the memory node at `address`: a control QP, a `Hello`, then the data QPs.
+    pub fn connect(
+        ctx: &P::Context,
+        address: &P::Address,
+        cfg: ClientConfig,
+    ) -> Result<Self, ClientError> {
+        let pd = ctx.alloc_pd()?;
+        let ctrl_cq = ctx.create_cq(64)?;
+        let data_cq = ctx.create_cq(4096)?;
+        fn init<'a, P: Provider>(
+            send: &'a P::Cq,
+            recv: &'a P::Cq,
+            max_recv: u32,
+            timing: QpTiming,
+        ) -> QpInit<'a, P> {
+            QpInit {
+                send_cq: send,
+                recv_cq: recv,
+                srq: None,
+                max_send_wr: 1024,
+                max_recv_wr: max_recv,
+                access: AccessFlags::empty(),
+                timing,
+            }
+        }
+        let t = cfg.qp_timing;
+        let ctrl_qp = pd.create_qp(init::<P>(&ctrl_cq, &ctrl_cq, RECV_SLOTS + 1, t))?;
+        let ctrl_buf = ctx.alloc_buffer((RECV_SLOTS as usize + 1) * SLOT_SIZE)?;
+        let ctrl_mr = pd.reg_mr(&ctrl_buf, 0, ctrl_buf.len(), AccessFlags::LOCAL_WRITE)?;
+        let staging = ctx.alloc_buffer(cfg.staging_bytes.max(4096))?;
+        let staging_mr = pd.reg_mr(&staging, 0, staging.len(), AccessFlags::LOCAL_WRITE)?;
+        let control = Intent {
+            role: Role::Control,
+            client_id: 0,
+            secret: 0,
+        };
+        ctrl_qp.connect(address, &control.encode())?;
+        for slot in 0..RECV_SLOTS {
+            ctrl_qp.post_recv(&[recv_wr::<P>(&ctrl_buf, &ctrl_mr, slot)])?;
+        }
+        // Data QPs are created after the Hello, which gives them an identity to present.
+        let mut client = Client {
+            clock: ctx.clock(),
+            _pd: pd.clone(),
+            ctrl_qp,
+            ctrl_cq,
+            ctrl_buf,
+            ctrl_mr,
+            data_cq: data_cq.clone(),
+            staging,
+            staging_mr,
+            // Placeholder until the data QPs exist.
+            vqp: VirtualQp::new(
+                pd.create_qp(init::<P>(&data_cq, &data_cq, 1, t))?,
+                Vec::new(),
+                address.clone(),
+                Vec::new(),
+                false,
+            ),
+            next_req: 1,
+            epoch: 0,
+            client_id: 0,
+            rpcs: 0,
+            cfg: cfg.clone(),
+        };
+        let (client_id, secret) = match client.rpc(Request::Hello)? {
+            Reply::Welcome { client_id, secret } => (client_id, secret),
+            _ => return Err(ClientError::Transport("unexpected reply to Hello".into())),
+        };
+        client.client_id = client_id;
+        let intent = Intent {
+            role: Role::Data,
+            client_id,
+            secret,
+        }
+        .encode()
+        .to_vec();
+        let mut qps = Vec::with_capacity(cfg.spare_qps + 1);
+        for _ in 0..=cfg.spare_qps {
+            let qp = pd.create_qp(init::<P>(&data_cq, &data_cq, 1, t))?;
+            qp.connect(address, &intent)?;
+            qps.push(qp);
+        }
+        let active = qps.remove(0);
+        client.vqp = VirtualQp::new(
+            active,
+            qps,
+            address.clone(),
+            intent,
+            cfg.background_recovery && cfg.spare_qps > 0,
+        );
+        Ok(client)
+    }
+
+    /// This client's id on the memory node.
+    pub fn id(&self) -> u32 {
+        self.client_id
+    }
+
+    /// The clock the client times leases with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// QP switches so far, and the duration of the last one on the application's path.
+    pub fn qp_switches(&self) -> (u64, Duration) {
+        (self.vqp.switches, self.vqp.last_switch)
+    }
+
+    /// Spare QPs ready now.
+    pub fn spares_ready(&mut self) -> usize {
+        self.vqp.spares_ready()
+    }
+
+    /// `allocate(size, lease, mode)`: new memory with a read-write permission over it.
+    pub fn allocate(&mut self, size: u64, lease_us: u64, mode: Mode) -> Result<Perm, ClientError> {
+        let sent = self.clock.now();
+        match self.rpc(Request::Allocate {
+            size,
+            lease_us,
+            mode,
+        })? {
+            Reply::Granted(g) => Ok(Perm::new(g, Access::ReadWrite, mode, sent, self.cfg.lease_margin_us)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `acquire(addr, size, lease, access, mode)` over an allocated object's buffer.
+    pub fn acquire(
+        &mut self,
+        addr: u64,
+        size: u64,
+        lease_us: u64,
+        access: Access,
+        mode: Mode,
+    ) -> Result<Perm, ClientError> {
+        let sent = self.clock.now();
+        match self.rpc(Request::Acquire {
+            addr,
+            size,
+            lease_us,
+            access,
+            mode,
+            wait_us: self.cfg.acquire_wait_us,
+        })? {
+            Reply::Granted(g) => Ok(Perm::new(g, access, mode, sent, self.cfg.lease_margin_us)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// RPC-based extension (the baseline CN-collaborated extension is compared against).
+    pub fn extend_rpc(&mut self, perm: &Perm, lease_us: u64) -> Result<(), ClientError> {
+        match self.rpc(Request::Extend {
+            id: perm.id(),
+            lease_us,
+        })? {
+            Reply::Extended { lifetime_us } => {
+                perm.lifetime_us
+                    .store(lifetime_us, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `revoke(perm)`: ends the permission; its rkeys fail once this returns.
+    pub fn revoke(&mut self, perm: Perm) -> Result<(), ClientError> {
+        self.end(perm, false)
+    }
+
+    /// Ends the permission and frees the memory (every permission on it ends too).
+    pub fn free(&mut self, perm: Perm) -> Result<(), ClientError> {
+        self.end(perm, true)
+    }
+
+    fn end(&mut self, perm: Perm, free: bool) -> Result<(), ClientError> {
+        match self.rpc(Request::Revoke {
+            id: perm.id(),
+            free,
+        })? {
+            Reply::Revoked => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends a request on the control QP and waits for its reply.
+    #[allow(clippy::disallowed_methods)] // the RPC timeout is wall time by definition
+    pub(crate) fn rpc(&mut self, req: Request) -> Result<Reply, ClientError> {
+        self.rpcs += 1;
+        let req_id = self.next_req;
+        self.next_req += 1;
+        let send_off = RECV_SLOTS as usize * SLOT_SIZE;
+        self.ctrl_buf.write(send_off, &encode_request(req_id, &req))?;
+        let wr = SendWr {
+            wr_id: u64::MAX,
+            signaled: false,
+            op: SendOp::Send {
+                local: Some(Sge {
+                    addr: self.ctrl_buf.addr() + send_off as u64,
+                    length: SLOT_SIZE as u32,
+                    lkey: self.ctrl_mr.lkey(),
+                }),
+            },
+        };
+        self.ctrl_qp
+            .post_send(std::slice::from_ref(&wr))
+            .map_err(|(_, e)| ClientError::Verbs(e))?;
+        let deadline = std::time::Instant::now() + self.cfg.rpc_timeout;
+        let mut wcs = [WorkCompletion::default(); 8];
+        loop {
+            let n = self.ctrl_cq.poll(&mut wcs);
+            for wc in &wcs[..n] {
+                if wc.opcode != WcOpcode::Recv {
+                    if wc.status != WcStatus::Success {
+                        return Err(ClientError::Transport(format!(
+                            "control QP: {}",
+                            wc.status
+                        )));
+                    }
+                    continue;
+                }
+                let slot = wc.wr_id as u32;
+                if wc.status != WcStatus::Success {
+                    return Err(ClientError::Transport(format!("control QP: {}", wc.status)));
+                }
+                let mut buf = [0u8; SLOT_SIZE];
+                let read = self.ctrl_buf.read(slot as usize * SLOT_SIZE, &mut buf);
+                self.ctrl_qp
+                    .post_recv(&[recv_wr::<P>(&self.ctrl_buf, &self.ctrl_mr, slot)])?;
+                read?;
+                match decode_reply(&buf) {
+                    Ok((id, reply)) if id == req_id => return Ok(reply),
+                    _ => continue, // a late reply to an earlier, abandoned request
+                }
+            }
+            if n == 0 {
+                if std::time::Instant::now() >= deadline {
+                    return Err(ClientError::RpcTimeout);
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+fn recv_wr<P: Provider>(buf: &P::Buffer, mr: &P::Mr, slot: u32) -> RecvWr {
+    RecvWr {
+        wr_id: slot as u64,
+        sge: Some(Sge {
+            addr: buf.addr() + (slot as usize * SLOT_SIZE) as u64,
+            length: SLOT_SIZE as u32,
+            lkey: mr.lkey(),
+        }),
+    }
+}
+
+fn unexpected(reply: Reply) -> ClientError {
+    match reply {
+        Reply::Failed(s) => ClientError::from_status(s),
+        _ => ClientError::from_status(Status::Ok),
+    }
+}

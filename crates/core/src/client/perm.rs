@@ -1,0 +1,77 @@
+//! `Perm`: an opaque granted permission.
+
+use crate::proto::messages::{Access, Grant, Mode, PermissionId};
+use rnic::{MemoryKey, Timestamp};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A granted permission: remote address, rkeys, id (header address + start time) and the
+/// client's conservative expiry. Obtained from `allocate`/`acquire`; ended by `revoke`.
+#[derive(Debug)]
+pub struct Perm {
+    pub(crate) grant: Grant,
+    pub(crate) access: Access,
+    pub(crate) mode: Mode,
+    /// Lifetime from the start, µs, as the client last set or saw it in the header.
+    pub(crate) lifetime_us: AtomicU64,
+    /// When the client sent the request that granted this (its own clock).
+    pub(crate) sent_at: Timestamp,
+    pub(crate) margin_us: u64,
+}
+
+impl Perm {
+    pub(crate) fn new(grant: Grant, access: Access, mode: Mode, sent_at: Timestamp, margin_us: u64) -> Self {
+        Perm {
+            lifetime_us: AtomicU64::new(grant.lifetime_us),
+            grant,
+            access,
+            mode,
+            sent_at,
+            margin_us,
+        }
+    }
+    /// The permission id.
+    pub fn id(&self) -> PermissionId {
+        self.grant.id
+    }
+    /// First address of the buffer.
+    pub fn addr(&self) -> u64 {
+        self.grant.buffer_addr
+    }
+    /// Length of the buffer.
+    pub fn len(&self) -> u64 {
+        self.grant.buffer_len
+    }
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.grant.buffer_len == 0
+    }
+    /// The rkey of the buffer window.
+    pub fn rkey(&self) -> MemoryKey {
+        self.grant.buffer_rkey
+    }
+    /// Rights.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+    /// Ownership.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    /// Whether header and buffer share one window.
+    pub fn contiguous(&self) -> bool {
+        self.grant.contiguous
+    }
+    /// Current lifetime from the start, µs.
+    pub fn lifetime_us(&self) -> u64 {
+        self.lifetime_us.load(Ordering::SeqCst)
+    }
+    /// Conservative local expiry: send time + lifetime − margin.
+    pub fn expiry(&self) -> Timestamp {
+        Timestamp(
+            self.sent_at
+                .0
+                .saturating_add(self.lifetime_us())
+                .saturating_sub(self.margin_us),
+        )
+    }
+}

@@ -1,0 +1,148 @@
+//! Virtual QPs with spares (paper §5.5): the client talks through one active physical QP; when
+//! an illegal access breaks it, a prepared spare is promoted at once and the broken QP is reset
+//! and reconnected (a new handshake on both sides) by a background worker, then becomes a spare
+//! again. Type-1 windows belong to the PD, so permissions stay valid across the switch.
+
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use rnic::{Provider, QueuePair};
+use std::collections::VecDeque;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Reconnects broken QPs off the application's path.
+struct RecoveryWorker<P: Provider> {
+    to_worker: Option<Sender<P::Qp>>,
+    from_worker: Receiver<P::Qp>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<P: Provider> Drop for RecoveryWorker<P> {
+    fn drop(&mut self) {
+        self.to_worker = None; // closes the channel: the worker exits
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A virtual QP: one active physical QP plus spares.
+pub(crate) struct VirtualQp<P: Provider> {
+    active: P::Qp,
+    spares: VecDeque<P::Qp>,
+    worker: Option<RecoveryWorker<P>>,
+    address: P::Address,
+    intent: Vec<u8>,
+    /// Completed switches.
+    pub(crate) switches: u64,
+    /// Time spent switching on the application's path (promotion or synchronous recovery).
+    pub(crate) last_switch: Duration,
+}
+
+/// What a switch cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchKind {
+    /// A spare was promoted.
+    Promoted,
+    /// No spare was ready: the broken QP was reset and reconnected synchronously.
+    Recovered,
+}
+
+impl<P: Provider> VirtualQp<P> {
+    pub(crate) fn new(
+        active: P::Qp,
+        spares: Vec<P::Qp>,
+        address: P::Address,
+        intent: Vec<u8>,
+        background: bool,
+    ) -> Self {
+        let worker = background.then(|| {
+            let (to_worker, rx) = unbounded::<P::Qp>();
+            let (tx, from_worker) = unbounded::<P::Qp>();
+            let addr = address.clone();
+            let intent = intent.clone();
+            #[allow(clippy::disallowed_methods)] // the recovery worker is a driver thread
+            let thread = std::thread::Builder::new()
+                .name("patronus-qp-recovery".into())
+                .spawn(move || {
+                    for qp in rx {
+                        if reconnect::<P>(&qp, &addr, &intent).is_ok() && tx.send(qp).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .ok();
+            RecoveryWorker {
+                to_worker: Some(to_worker),
+                from_worker,
+                thread,
+            }
+        });
+        VirtualQp {
+            active,
+            spares: spares.into(),
+            worker,
+            address,
+            intent,
+            switches: 0,
+            last_switch: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn active(&self) -> &P::Qp {
+        &self.active
+    }
+
+    /// Spares ready now.
+    pub(crate) fn spares_ready(&mut self) -> usize {
+        self.collect();
+        self.spares.len()
+    }
+
+    fn collect(&mut self) {
+        if let Some(w) = &self.worker {
+            while let Ok(qp) = w.from_worker.try_recv() {
+                self.spares.push_back(qp);
+            }
+        }
+    }
+
+    /// Replaces the broken active QP.
+    #[allow(clippy::disallowed_methods)] // measures the interruption the application sees
+    pub(crate) fn fail_over(&mut self) -> Result<SwitchKind, rnic::VerbsError> {
+        let started = Instant::now();
+        self.collect();
+        let kind = match self.spares.pop_front() {
+            Some(spare) => {
+                let broken = std::mem::replace(&mut self.active, spare);
+                match self.worker.as_ref().and_then(|w| w.to_worker.as_ref()) {
+                    Some(tx) => {
+                        let _ = tx.send(broken);
+                    }
+                    None => {
+                        // No worker: recover now, off the critical op but on this thread.
+                        if reconnect::<P>(&broken, &self.address, &self.intent).is_ok() {
+                            self.spares.push_back(broken);
+                        }
+                    }
+                }
+                SwitchKind::Promoted
+            }
+            None => {
+                reconnect::<P>(&self.active, &self.address, &self.intent)?;
+                SwitchKind::Recovered
+            }
+        };
+        self.switches += 1;
+        self.last_switch = started.elapsed();
+        Ok(kind)
+    }
+}
+
+fn reconnect<P: Provider>(
+    qp: &P::Qp,
+    address: &P::Address,
+    intent: &[u8],
+) -> Result<(), rnic::VerbsError> {
+    qp.reset()?;
+    qp.connect(address, intent)
+}

@@ -1,0 +1,406 @@
+//! The memory node: the driver that pumps a [`ManagerCore`] with verbs.
+//!
+//! It owns the memory pool (headers, then slab buffers) registered twice: in the clients'
+//! protection domain with MW_BIND only (windows are the sole way in), and in a manager-only
+//! domain with remote atomics for the loopback QP through which the manager CASes lifetime
+//! words (ConnectX atomics are not atomic with CPU atomics, so the NIC does it). Binds go on a
+//! loopback QP of the clients' domain. Requests arrive in a shared receive queue; one manager
+//! thread (a memory node's weak core) runs batches: `begin` → CASes → `plan` → binds →
+//! `finish` → header writes → replies. Its CPU time is measured with a per-thread CPU clock.
+
+use super::core::{ManagerConfig, ManagerCore, NicOp, NicResult, Occupancy};
+use super::pool::SlabConfig;
+use super::state::{ClientId, Counters, Techniques};
+use crate::proto::connect::{Intent, Role};
+use crate::proto::header::HEADER_SIZE;
+use crate::proto::messages::{Reply, Request, SLOT_SIZE, decode_request, encode_reply};
+use parking_lot::Mutex;
+use rand::Rng;
+use rnic::{
+    AcceptPolicy, AccessFlags, BindInfo, CompletionQueue, Context, MemoryBuffer, MemoryRegion,
+    MemoryWindow, MwType, ProtectionDomain, Provider, QpInit, QpNumber, QpState, QpTiming,
+    QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, Sge, VerbsError, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Memory-node configuration.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Bytes of buffer pool.
+    pub pool_bytes: u64,
+    /// Headers in the header pool.
+    pub header_count: usize,
+    /// Pre-allocated memory windows.
+    pub mw_count: u32,
+    /// §5.4 techniques.
+    pub techniques: Techniques,
+    /// Maximum lifetime of a permission, µs.
+    pub max_lifetime_us: u64,
+    /// Delay unbinding freed buffers only while this many bytes are free.
+    pub buffer_watermark: u64,
+    /// Receive slots in the shared receive queue.
+    pub srq_depth: u32,
+    /// Most requests handled in one batch.
+    pub max_batch: usize,
+    /// Timing of the node's QPs.
+    pub qp_timing: QpTiming,
+    /// Slab classes.
+    pub slab: SlabConfig,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            pool_bytes: 64 << 20,
+            header_count: 1 << 14,
+            mw_count: 1 << 14,
+            techniques: Techniques::ALL,
+            max_lifetime_us: 10_000,
+            buffer_watermark: 8 << 20,
+            srq_depth: 1024,
+            max_batch: 64,
+            qp_timing: QpTiming::default(),
+            slab: SlabConfig::default(),
+        }
+    }
+}
+
+/// Errors starting a memory node.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A verb failed.
+    #[error("verbs: {0}")]
+    Verbs(#[from] VerbsError),
+    /// Configuration is inconsistent.
+    #[error("configuration: {0}")]
+    Config(&'static str),
+}
+
+/// What the node reports about itself.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeStats {
+    /// Operation counters.
+    pub counters: Counters,
+    /// Pool occupancy.
+    pub occupancy: Option<Occupancy>,
+    /// CPU time of the manager thread.
+    pub manager_cpu: Duration,
+    /// Batches run.
+    pub batches: u64,
+    /// Connected clients.
+    pub clients: usize,
+}
+
+struct Shared<P: Provider> {
+    stop: AtomicBool,
+    stats: Mutex<NodeStats>,
+    incoming: Mutex<Vec<(Intent, P::Qp)>>,
+    secrets: Mutex<HashMap<u32, u64>>,
+    loop_secret: u64,
+}
+
+/// A running memory node.
+pub struct MemoryNode<P: Provider> {
+    address: P::Address,
+    shared: Arc<Shared<P>>,
+    thread: Option<JoinHandle<()>>,
+    _listener: P::Listener,
+    pool_addr: u64,
+}
+
+impl<P: Provider> std::fmt::Debug for MemoryNode<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryNode")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Policy<P: Provider> {
+    shared: Arc<Shared<P>>,
+    client_pd: P::Pd,
+    manager_pd: P::Pd,
+    srq: P::Srq,
+    ctrl_send_cq: P::Cq,
+    ctrl_recv_cq: P::Cq,
+    data_cq: P::Cq,
+    timing: QpTiming,
+}
+
+impl<P: Provider> AcceptPolicy<P> for Policy<P> {
+    fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String> {
+        let intent = Intent::decode(private_data).ok_or("malformed connection intent")?;
+        let init = |pd: &P::Pd, send: &P::Cq, recv: &P::Cq, srq, access| {
+            pd.create_qp(QpInit {
+                send_cq: send,
+                recv_cq: recv,
+                srq,
+                max_send_wr: 1024,
+                max_recv_wr: 16,
+                access,
+                timing: self.timing,
+            })
+            .map_err(|e| e.to_string())
+        };
+        match intent.role {
+            Role::Control => init(
+                &self.client_pd,
+                &self.ctrl_send_cq,
+                &self.ctrl_recv_cq,
+                Some(&self.srq),
+                AccessFlags::empty(),
+            ),
+            Role::Data => {
+                let known = self.shared.secrets.lock().get(&intent.client_id).copied();
+                if known != Some(intent.secret) || intent.secret == 0 {
+                    return Err("unknown client or wrong secret".into());
+                }
+                init(
+                    &self.client_pd,
+                    &self.data_cq,
+                    &self.data_cq,
+                    None,
+                    AccessFlags::REMOTE_ALL,
+                )
+            }
+            Role::Loopback => {
+                if intent.secret != self.shared.loop_secret {
+                    return Err("loopback intent with a wrong secret".into());
+                }
+                init(
+                    &self.manager_pd,
+                    &self.data_cq,
+                    &self.data_cq,
+                    None,
+                    AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ,
+                )
+            }
+        }
+    }
+
+    fn established(&self, qp: P::Qp, private_data: &[u8]) {
+        if let Some(intent) = Intent::decode(private_data) {
+            self.shared.incoming.lock().push((intent, qp));
+        }
+    }
+}
+
+const REPLY_TAG: u64 = 1 << 63;
+const CAS_SLOTS: usize = 512;
+
+struct Runner<P: Provider> {
+    ctx: P::Context,
+    address: P::Address,
+    shared: Arc<Shared<P>>,
+    core: ManagerCore,
+    pool: P::Buffer,
+    client_mr: P::Mr,
+    manager_mr: P::Mr,
+    mws: Vec<P::Mw>,
+    client_pd: P::Pd,
+    manager_pd: P::Pd,
+    bind_qp: P::Qp,
+    cas_qp: P::Qp,
+    op_cq: P::Cq,
+    ctrl_send_cq: P::Cq,
+    ctrl_recv_cq: P::Cq,
+    srq: P::Srq,
+    slots: P::Buffer,
+    slots_mr: P::Mr,
+    scratch: P::Buffer,
+    scratch_mr: P::Mr,
+    srq_depth: u32,
+    next_send_slot: u32,
+    control: HashMap<QpNumber, (ClientId, P::Qp)>,
+    others: Vec<P::Qp>,
+    next_client: u32,
+    max_batch: usize,
+    timing: QpTiming,
+    batches: u64,
+}
+
+impl<P: Provider> MemoryNode<P> {
+    /// Starts a memory node on `ctx`: allocates and registers the pool, pre-allocates windows,
+    /// listens, and runs the manager thread.
+    pub fn start(ctx: P::Context, cfg: NodeConfig) -> Result<Self, NodeError> {
+        if cfg.header_count == 0 || cfg.mw_count == 0 || cfg.pool_bytes == 0 {
+            return Err(NodeError::Config("pools must not be empty"));
+        }
+        let header_bytes = (cfg.header_count * HEADER_SIZE) as u64;
+        let total = header_bytes + cfg.pool_bytes;
+        let pool = ctx.alloc_buffer(total as usize)?;
+        let client_pd = ctx.alloc_pd()?;
+        let manager_pd = ctx.alloc_pd()?;
+        // Clients' domain: no remote rights on the region itself — windows are the only way in.
+        let client_mr = client_pd.reg_mr(
+            &pool,
+            0,
+            total as usize,
+            AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+        )?;
+        let manager_mr = manager_pd.reg_mr(
+            &pool,
+            0,
+            total as usize,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ,
+        )?;
+        let mws = (0..cfg.mw_count)
+            .map(|_| client_pd.alloc_mw(MwType::Type1))
+            .collect::<Result<Vec<_>, _>>()?;
+        let depth = cfg.srq_depth.max(16);
+        let op_cq = ctx.create_cq(8192)?;
+        let ctrl_send_cq = ctx.create_cq(8192)?;
+        let ctrl_recv_cq = ctx.create_cq(depth * 2)?;
+        let data_cq = ctx.create_cq(4096)?;
+        let srq = client_pd.create_srq(depth)?;
+        // Receive slots then send slots, in the clients' domain.
+        let slots = ctx.alloc_buffer(2 * depth as usize * SLOT_SIZE)?;
+        let slots_mr = client_pd.reg_mr(&slots, 0, slots.len(), AccessFlags::LOCAL_WRITE)?;
+        let scratch = ctx.alloc_buffer(CAS_SLOTS * 8)?;
+        let scratch_mr = manager_pd.reg_mr(&scratch, 0, scratch.len(), AccessFlags::LOCAL_WRITE)?;
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            stats: Mutex::new(NodeStats::default()),
+            incoming: Mutex::new(Vec::new()),
+            secrets: Mutex::new(HashMap::new()),
+            loop_secret: rand::rng().random::<u64>() | 1,
+        });
+        let policy = Arc::new(Policy::<P> {
+            shared: shared.clone(),
+            client_pd: client_pd.clone(),
+            manager_pd: manager_pd.clone(),
+            srq: srq.clone(),
+            ctrl_send_cq: ctrl_send_cq.clone(),
+            ctrl_recv_cq: ctrl_recv_cq.clone(),
+            data_cq,
+            timing: cfg.qp_timing,
+        });
+        let listener = ctx.listen(policy)?;
+        let address = ctx.listener_address(&listener);
+        let bind_qp = loopback_qp::<P>(&client_pd, &op_cq, cfg.qp_timing)?;
+        let cas_qp = loopback_qp::<P>(&manager_pd, &op_cq, cfg.qp_timing)?;
+        let loop_intent = Intent {
+            role: Role::Loopback,
+            client_id: 0,
+            secret: shared.loop_secret,
+        }
+        .encode();
+        bind_qp.connect(&address, &loop_intent)?;
+        cas_qp.connect(&address, &loop_intent)?;
+        let pool_addr = pool.addr();
+        let core = ManagerCore::new(ManagerConfig {
+            techniques: cfg.techniques,
+            max_lifetime_us: cfg.max_lifetime_us,
+            header_base: pool_addr,
+            header_count: cfg.header_count,
+            buffer_base: pool_addr + header_bytes,
+            buffer_len: cfg.pool_bytes,
+            slab: cfg.slab.clone(),
+            mw_count: cfg.mw_count,
+            buffer_watermark: cfg.buffer_watermark,
+            len_scale: HEADER_SIZE as u64,
+        });
+        let mut runner = Runner::<P> {
+            ctx,
+            address: address.clone(),
+            shared: shared.clone(),
+            core,
+            pool,
+            client_mr,
+            manager_mr,
+            mws,
+            client_pd,
+            manager_pd,
+            bind_qp,
+            cas_qp,
+            op_cq,
+            ctrl_send_cq,
+            ctrl_recv_cq,
+            srq,
+            slots,
+            slots_mr,
+            scratch,
+            scratch_mr,
+            srq_depth: depth,
+            next_send_slot: 0,
+            control: HashMap::new(),
+            others: Vec::new(),
+            next_client: 1,
+            max_batch: cfg.max_batch.max(1),
+            timing: cfg.qp_timing,
+            batches: 0,
+        };
+        runner.post_all_receives()?;
+        #[allow(clippy::disallowed_methods)] // the manager thread is this driver's reason to be
+        let thread = std::thread::Builder::new()
+            .name("patronus-manager".into())
+            .spawn(move || runner.run())
+            .map_err(|e| NodeError::Verbs(VerbsError::Io(e)))?;
+        Ok(MemoryNode {
+            address,
+            shared,
+            thread: Some(thread),
+            _listener: listener,
+            pool_addr,
+        })
+    }
+
+    /// Where clients connect.
+    pub fn address(&self) -> &P::Address {
+        &self.address
+    }
+
+    /// Address of the first header (for diagnostics).
+    pub fn pool_addr(&self) -> u64 {
+        self.pool_addr
+    }
+
+    /// A snapshot of counters, occupancy and CPU time.
+    pub fn stats(&self) -> NodeStats {
+        *self.shared.stats.lock()
+    }
+
+    /// Stops the manager thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl<P: Provider> Drop for MemoryNode<P> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn loopback_qp<P: Provider>(pd: &P::Pd, cq: &P::Cq, timing: QpTiming) -> Result<P::Qp, VerbsError> {
+    pd.create_qp(QpInit {
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        max_send_wr: 4096,
+        max_recv_wr: 1,
+        access: AccessFlags::empty(),
+        timing,
+    })
+}
+
+/// Manager thread CPU time so far.
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
+}
+
+mod runner;

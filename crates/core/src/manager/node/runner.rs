@@ -1,0 +1,304 @@
+//! The manager thread's loop: receive a batch, run the core's three phases, execute its NIC
+//! work as chains on the loopback QPs, write headers, reply.
+
+use super::*;
+
+impl<P: Provider> Runner<P> {
+    pub(super) fn post_all_receives(&mut self) -> Result<(), VerbsError> {
+        let wrs: Vec<RecvWr> = (0..self.srq_depth).map(|i| self.recv_wr(i)).collect();
+        self.srq.post_recv(&wrs)
+    }
+
+    fn recv_wr(&self, slot: u32) -> RecvWr {
+        RecvWr {
+            wr_id: slot as u64,
+            sge: Some(Sge {
+                addr: self.slots.addr() + slot as u64 * SLOT_SIZE as u64,
+                length: SLOT_SIZE as u32,
+                lkey: self.slots_mr.lkey(),
+            }),
+        }
+    }
+
+    pub(super) fn run(&mut self) {
+        let clock = self.ctx.clock();
+        let mut wcs = vec![WorkCompletion::default(); 64];
+        let mut requests: Vec<(ClientId, u64, Request)> = Vec::with_capacity(self.max_batch);
+        let mut idle_spins = 0u32;
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            self.adopt_incoming();
+            requests.clear();
+            let n = self
+                .ctrl_recv_cq
+                .poll(&mut wcs[..self.max_batch.min(64)]);
+            for wc in &wcs[..n] {
+                self.on_receive(wc, &mut requests);
+            }
+            self.reap_send_completions();
+            let now = clock.now();
+            let due = self.core.next_deadline().is_some_and(|d| d <= now);
+            if requests.is_empty() && !due {
+                idle_spins += 1;
+                if idle_spins > 256 {
+                    self.publish_stats();
+                    let wait = self
+                        .core
+                        .next_deadline()
+                        .map_or(Duration::from_micros(500), |d| {
+                            d.since(now).min(Duration::from_micros(500))
+                        });
+                    self.ctrl_recv_cq.wait(wait.max(Duration::from_micros(20)));
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            idle_spins = 0;
+            let checks = self.core.begin(now);
+            let cas_results = self.execute(&checks);
+            let ops = self.core.plan(now, &cas_results, &requests);
+            let results = self.execute(&ops);
+            let finished = self.core.finish(now, &results);
+            for (addr, words) in finished.header_writes {
+                let off = (addr - self.pool.addr()) as usize;
+                for (i, w) in words.iter().enumerate() {
+                    let _ = self.pool.store_u64(off + 8 * i, *w);
+                }
+            }
+            for out in finished.replies {
+                self.send_reply(out.client, out.req_id, &out.reply);
+            }
+            self.batches += 1;
+            if self.batches % 64 == 0 {
+                self.publish_stats();
+            }
+        }
+        self.publish_stats();
+    }
+
+    fn publish_stats(&self) {
+        let mut s = self.shared.stats.lock();
+        s.counters = self.core.counters();
+        s.occupancy = Some(self.core.occupancy());
+        s.manager_cpu = thread_cpu();
+        s.batches = self.batches;
+        s.clients = self.control.len();
+    }
+
+    fn adopt_incoming(&mut self) {
+        let incoming = std::mem::take(&mut *self.shared.incoming.lock());
+        for (intent, qp) in incoming {
+            match intent.role {
+                Role::Control => {
+                    let id = self.next_client;
+                    self.next_client += 1;
+                    self.control.insert(qp.qp_num(), (id, qp));
+                }
+                _ => self.others.push(qp),
+            }
+        }
+        // Forget server-side QPs that broke; their clients reconnect with new ones.
+        self.others.retain(|qp| qp.state() != QpState::Error);
+    }
+
+    fn on_receive(&mut self, wc: &WorkCompletion, requests: &mut Vec<(ClientId, u64, Request)>) {
+        let slot = wc.wr_id as u32;
+        if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
+            let mut buf = [0u8; SLOT_SIZE];
+            let off = slot as usize * SLOT_SIZE;
+            let len = (wc.byte_len as usize).min(SLOT_SIZE);
+            let ok = self.slots.read(off, &mut buf[..len]);
+            let client = self.control.get(&wc.qp_num).map(|(id, _)| *id);
+            match (ok, client, decode_request(&buf[..len])) {
+                (Ok(()), Some(client), Ok((req_id, Request::Hello))) => {
+                    let secret = self
+                        .shared
+                        .secrets
+                        .lock()
+                        .entry(client)
+                        .or_insert_with(|| rand::rng().random::<u64>() | 1)
+                        .to_owned();
+                    self.send_reply(
+                        client,
+                        req_id,
+                        &Reply::Welcome {
+                            client_id: client,
+                            secret,
+                        },
+                    );
+                }
+                (Ok(()), Some(client), Ok((req_id, req))) => requests.push((client, req_id, req)),
+                // Malformed or from an unknown QP: dropped (the sender's RPC times out).
+                _ => {}
+            }
+        }
+        let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
+    }
+
+    fn send_reply(&mut self, client: ClientId, req_id: u64, reply: &Reply) {
+        let Some(qp) = self
+            .control
+            .values()
+            .find(|(id, _)| *id == client)
+            .map(|(_, qp)| qp.clone())
+        else {
+            return;
+        };
+        let slot = self.srq_depth + self.next_send_slot;
+        self.next_send_slot = (self.next_send_slot + 1) % self.srq_depth;
+        let off = slot as usize * SLOT_SIZE;
+        let bytes = encode_reply(req_id, reply);
+        if self.slots.write(off, &bytes).is_err() {
+            return;
+        }
+        let wr = SendWr {
+            wr_id: REPLY_TAG | slot as u64,
+            signaled: false,
+            op: SendOp::Send {
+                local: Some(Sge {
+                    addr: self.slots.addr() + off as u64,
+                    length: SLOT_SIZE as u32,
+                    lkey: self.slots_mr.lkey(),
+                }),
+            },
+        };
+        // A client whose control QP broke gets no reply; its permissions end by lease.
+        let _ = qp.post_send(&[wr]);
+    }
+
+    fn reap_send_completions(&mut self) {
+        let mut wcs = [WorkCompletion::default(); 32];
+        while self.ctrl_send_cq.poll(&mut wcs) > 0 {}
+        self.control.retain(|_, (_, qp)| qp.state() != QpState::Error);
+    }
+
+    /// Posts `ops` as chains (binds on the bind QP, CASes on the loopback QP) and collects
+    /// their results in order. Binds are local to the NIC and CASes loop back, so this waits
+    /// only for the NIC, never for a client.
+    fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
+        let mut results = vec![NicResult::Failed; ops.len()];
+        for chunk_start in (0..ops.len()).step_by(CAS_SLOTS) {
+            let end = (chunk_start + CAS_SLOTS).min(ops.len());
+            self.execute_chunk(&ops[chunk_start..end], &mut results[chunk_start..end], chunk_start);
+        }
+        results
+    }
+
+    fn execute_chunk(&mut self, ops: &[NicOp], results: &mut [NicResult], base: usize) {
+        self.ensure_connected();
+        let mut binds = Vec::new();
+        let mut cases = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let wr_id = (base + i) as u64;
+            match *op {
+                NicOp::Bind { mw, target, .. } => {
+                    let Some(window) = self.mws.get(mw as usize) else { continue };
+                    binds.push(SendWr {
+                        wr_id,
+                        signaled: true,
+                        op: SendOp::BindMw {
+                            mw: window,
+                            bind: match target {
+                                Some(t) => BindInfo {
+                                    mr: Some(&self.client_mr),
+                                    addr: t.addr,
+                                    length: t.len,
+                                    access: t.access,
+                                },
+                                None => BindInfo {
+                                    mr: None,
+                                    addr: 0,
+                                    length: 0,
+                                    access: AccessFlags::empty(),
+                                },
+                            },
+                        },
+                    });
+                }
+                NicOp::LifetimeCas {
+                    addr,
+                    compare,
+                    swap,
+                } => cases.push(SendWr {
+                    wr_id,
+                    signaled: true,
+                    op: SendOp::CompareSwap {
+                        local: Sge {
+                            addr: self.scratch.addr() + 8 * i as u64,
+                            length: 8,
+                            lkey: self.scratch_mr.lkey(),
+                        },
+                        remote_addr: addr,
+                        rkey: self.manager_mr.rkey(),
+                        compare,
+                        swap,
+                    },
+                }),
+            }
+        }
+        let mut expected = 0;
+        if !binds.is_empty() && self.bind_qp.post_send(&binds).is_ok() {
+            expected += binds.len();
+        }
+        if !cases.is_empty() && self.cas_qp.post_send(&cases).is_ok() {
+            expected += cases.len();
+        }
+        let mut wcs = [WorkCompletion::default(); 64];
+        let mut got = 0;
+        let mut idle = 0u64;
+        while got < expected && idle < 2_000_000 {
+            let n = self.op_cq.poll(&mut wcs);
+            if n == 0 {
+                idle += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            idle = 0;
+            for wc in &wcs[..n] {
+                got += 1;
+                let Some(i) = (wc.wr_id as usize).checked_sub(base) else { continue };
+                if i >= ops.len() || wc.status != WcStatus::Success {
+                    continue;
+                }
+                results[i] = match ops[i] {
+                    NicOp::Bind { mw, .. } => match self.mws.get(mw as usize) {
+                        Some(w) => NicResult::Bound(w.rkey()),
+                        None => NicResult::Failed,
+                    },
+                    NicOp::LifetimeCas { .. } => match self.scratch.load_u64(8 * i) {
+                        Ok(v) => NicResult::CasOld(v),
+                        Err(_) => NicResult::Failed,
+                    },
+                };
+            }
+        }
+    }
+
+    /// Reconnects a loopback QP that broke (a new handshake), so later chains can run.
+    fn ensure_connected(&mut self) {
+        let intent = Intent {
+            role: Role::Loopback,
+            client_id: 0,
+            secret: self.shared.loop_secret,
+        }
+        .encode();
+        for which in 0..2 {
+            let (qp, pd) = if which == 0 {
+                (&self.bind_qp, &self.client_pd)
+            } else {
+                (&self.cas_qp, &self.manager_pd)
+            };
+            if qp.state() == QpState::ReadyToSend {
+                continue;
+            }
+            let Ok(fresh) = loopback_qp::<P>(pd, &self.op_cq, self.timing) else { continue };
+            if fresh.connect(&self.address, &intent).is_ok() {
+                if which == 0 {
+                    self.bind_qp = fresh;
+                } else {
+                    self.cas_qp = fresh;
+                }
+            }
+        }
+    }
+}

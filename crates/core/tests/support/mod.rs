@@ -1,0 +1,9 @@
+//! Deterministic simulation support for the manager-core tests: a fake NIC + memory that executes
+//! [`NicOp`](patronus_core::manager::NicOp)s like the soft NIC does, and a [`Sim`] driver with a
+//! virtual clock that pumps the sans-IO core (`begin` → CASes → `plan` → chain → `finish` →
+//! header writes → replies) exactly as the memory node's runner does.
+#![allow(dead_code)]
+
+pub mod fake_nic;
+
+pub use fake_nic::*;
