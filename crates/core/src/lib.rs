@@ -14,7 +14,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod manager;
-pub mod proto;
 pub mod client;
 pub mod cluster;
+pub mod manager;
+pub mod proto;

@@ -5,8 +5,12 @@ use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::SoftConfig;
 
 fn lifecycle(t: Transport) {
-    let node = NodeConfig { max_lifetime_us: 60_000_000, ..NodeConfig::default() };
-    let mut c = EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 2).unwrap();
+    let node = NodeConfig {
+        max_lifetime_us: 60_000_000,
+        ..NodeConfig::default()
+    };
+    let mut c =
+        EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 2).unwrap();
     let (a, rest) = c.clients.split_at_mut(1);
     let a = &mut a[0];
     let b = &mut rest[0];
@@ -20,12 +24,16 @@ fn lifecycle(t: Transport) {
     assert_eq!(a.cas(&p, 16, 5, 9).unwrap(), 5);
     a.extend(&p, 1000).unwrap();
     // B cannot get an exclusive conflicting permission immediately.
-    let e = b.acquire(p.addr(), 14, 1000, Access::Read, Mode::Shared).unwrap_err();
+    let e = b
+        .acquire(p.addr(), 14, 1000, Access::Read, Mode::Shared)
+        .unwrap_err();
     assert!(matches!(e, ClientError::ConflictTimeout), "{e:?}");
     let addr = p.addr();
     let old_rkey = p.rkey();
     a.revoke(p).unwrap();
-    let q = b.acquire(addr, 14, 1_000_000, Access::Read, Mode::Shared).unwrap();
+    let q = b
+        .acquire(addr, 14, 1_000_000, Access::Read, Mode::Shared)
+        .unwrap();
     assert_ne!(q.rkey(), old_rkey);
     let mut buf2 = [0u8; 14];
     b.read(&q, 0, &mut buf2).unwrap();

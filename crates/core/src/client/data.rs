@@ -77,7 +77,13 @@ impl<P: Provider> Client<P> {
     }
 
     /// Compare-and-swap on the aligned word at `offset`; returns the previous value.
-    pub fn cas(&mut self, perm: &Perm, offset: u64, compare: u64, swap: u64) -> Result<u64, ClientError> {
+    pub fn cas(
+        &mut self,
+        perm: &Perm,
+        offset: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, ClientError> {
         let mut b = self.batch();
         b.cas(perm, offset, compare, swap);
         atomic(single(b.execute()))
@@ -143,12 +149,14 @@ fn atomic(r: Result<OpResult, ClientError>) -> Result<u64, ClientError> {
 
 impl<P: Provider> Batch<'_, P> {
     fn checked(&self, perm: &Perm, offset: u64, len: u64) -> Result<u64, ClientError> {
-        if self.client.clock.now() >= perm.expiry() {
+        if self.client.cfg.check_local_expiry && self.client.clock.now() >= perm.expiry() {
             return Err(ClientError::LeaseExpired);
         }
         match offset.checked_add(len) {
             Some(end) if end <= perm.len() => Ok(perm.addr() + offset),
-            _ => Err(ClientError::InvalidArgument("access outside the permission")),
+            _ => Err(ClientError::InvalidArgument(
+                "access outside the permission",
+            )),
         }
     }
 
@@ -183,7 +191,9 @@ impl<P: Provider> Batch<'_, P> {
 
     fn atomic(&mut self, perm: &Perm, offset: u64, kind: Kind) -> &mut Self {
         let op = if offset % 8 != 0 {
-            Err(ClientError::InvalidArgument("atomics need an 8-byte-aligned offset"))
+            Err(ClientError::InvalidArgument(
+                "atomics need an 8-byte-aligned offset",
+            ))
         } else {
             self.checked(perm, offset, 8).map(|addr| Op {
                 addr,

@@ -50,6 +50,9 @@ pub struct ClientConfig {
     pub staging_bytes: usize,
     /// QP timing.
     pub qp_timing: QpTiming,
+    /// Refuse data ops on a locally expired lease without issuing them (default). Turning it
+    /// off lets tests and demos show what the NIC does with a late access.
+    pub check_local_expiry: bool,
 }
 
 impl Default for ClientConfig {
@@ -62,6 +65,7 @@ impl Default for ClientConfig {
             acquire_wait_us: 0,
             staging_bytes: 1 << 20,
             qp_timing: QpTiming::default(),
+            check_local_expiry: true,
         }
     }
 }
@@ -219,7 +223,13 @@ impl<P: Provider> Client<P> {
             lease_us,
             mode,
         })? {
-            Reply::Granted(g) => Ok(Perm::new(g, Access::ReadWrite, mode, sent, self.cfg.lease_margin_us)),
+            Reply::Granted(g) => Ok(Perm::new(
+                g,
+                Access::ReadWrite,
+                mode,
+                sent,
+                self.cfg.lease_margin_us,
+            )),
             other => Err(unexpected(other)),
         }
     }
@@ -289,7 +299,8 @@ impl<P: Provider> Client<P> {
         let req_id = self.next_req;
         self.next_req += 1;
         let send_off = RECV_SLOTS as usize * SLOT_SIZE;
-        self.ctrl_buf.write(send_off, &encode_request(req_id, &req))?;
+        self.ctrl_buf
+            .write(send_off, &encode_request(req_id, &req))?;
         let wr = SendWr {
             wr_id: u64::MAX,
             signaled: false,
@@ -311,10 +322,7 @@ impl<P: Provider> Client<P> {
             for wc in &wcs[..n] {
                 if wc.opcode != WcOpcode::Recv {
                     if wc.status != WcStatus::Success {
-                        return Err(ClientError::Transport(format!(
-                            "control QP: {}",
-                            wc.status
-                        )));
+                        return Err(ClientError::Transport(format!("control QP: {}", wc.status)));
                     }
                     continue;
                 }

@@ -19,7 +19,13 @@ pub struct Perm {
 }
 
 impl Perm {
-    pub(crate) fn new(grant: Grant, access: Access, mode: Mode, sent_at: Timestamp, margin_us: u64) -> Self {
+    pub(crate) fn new(
+        grant: Grant,
+        access: Access,
+        mode: Mode,
+        sent_at: Timestamp,
+        margin_us: u64,
+    ) -> Self {
         Perm {
             lifetime_us: AtomicU64::new(grant.lifetime_us),
             grant,

@@ -123,10 +123,11 @@ pub(super) enum Cont {
     GrantBind(PermKey, bool),
     /// An unbind of a released or stale window.
     Unbind(MwId),
-    /// An RPC extend of a permission: (perm, expected, new, client, req_id).
-    Extend(PermKey, u64, u64, ClientId, u64),
-    /// Zeroing the lifetime to refuse extension.
-    Refuse(PermKey, u64),
+    /// An RPC extend of a permission: (perm, its id, expected, new, client, req_id). The id
+    /// guards against the key being reused by a new permission within the batch.
+    Extend(PermKey, PermissionId, u64, u64, ClientId, u64),
+    /// Zeroing the lifetime to refuse extension: (perm, its id, expected).
+    Refuse(PermKey, PermissionId, u64),
 }
 
 #[derive(Debug)]
@@ -245,7 +246,9 @@ impl ManagerCore {
             match timer {
                 Timer::Waiter(object) => self.expire_waiters(object, now),
                 Timer::Lease(key) => {
-                    let Some(p) = self.perms.get(key) else { continue };
+                    let Some(p) = self.perms.get(key) else {
+                        continue;
+                    };
                     if p.phase != Phase::Active || p.deadline != at {
                         continue; // rescheduled or gone: a stale index entry
                     }
@@ -284,7 +287,9 @@ impl ManagerCore {
     }
 
     fn expire_waiters(&mut self, object: u64, now: Timestamp) {
-        let Some(obj) = self.objects.get_mut(&object) else { return };
+        let Some(obj) = self.objects.get_mut(&object) else {
+            return;
+        };
         let mut kept = std::collections::VecDeque::new();
         while let Some(w) = obj.waiters.pop_front() {
             if w.deadline <= now {
@@ -314,7 +319,9 @@ impl ManagerCore {
     ) -> Vec<NicOp> {
         let mut results = cas_results.iter();
         for c in std::mem::take(&mut self.conts) {
-            let Cont::Expiry(key, expected) = c else { continue };
+            let Cont::Expiry(key, expected) = c else {
+                continue;
+            };
             if expected == u64::MAX {
                 self.expire(key, now);
                 continue;
@@ -336,7 +343,9 @@ impl ManagerCore {
 
     fn client_extended(&mut self, key: PermKey, seen: u64) {
         self.counters.extended_by_client += 1;
-        let Some(p) = self.perms.get_mut(key) else { return };
+        let Some(p) = self.perms.get_mut(key) else {
+            return;
+        };
         p.lifetime_us = seen;
         let start = Timestamp(p.id.start_us);
         p.deadline = start.plus_us(seen).min(p.hard_deadline);
@@ -461,7 +470,15 @@ impl ManagerCore {
             self.mws.remove_stale(mw);
             self.releasing.push((mw, client));
         }
+        let pending = self.grants.len();
         self.grant(now, client, req_id, obj, lease_us, Access::ReadWrite, mode);
+        if self.grants.len() == pending {
+            // Not granted (pools exhausted): the memory goes back instead of leaking.
+            self.buffers.free(obj.addr);
+            if self.objects.get(&obj.addr).is_some_and(ObjectState::is_idle) {
+                self.objects.remove(&obj.addr);
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -602,6 +619,7 @@ impl ManagerCore {
         let new = p.lifetime_us.saturating_add(lease_us).min(max);
         let expected = p.lifetime_us;
         let addr = p.id.header_addr + LIFETIME_OFFSET as u64;
+        let pid = p.id;
         self.counters.lifetime_cas += 1;
         self.ops.push((
             NicOp::LifetimeCas {
@@ -609,7 +627,7 @@ impl ManagerCore {
                 compare: expected,
                 swap: new,
             },
-            Cont::Extend(key, expected, new, client, req_id),
+            Cont::Extend(key, pid, expected, new, client, req_id),
         ));
     }
 }
@@ -636,6 +654,5 @@ pub struct Occupancy {
     /// Queued conflicting requests.
     pub waiters: usize,
 }
-
 
 mod lifecycle;

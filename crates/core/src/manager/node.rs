@@ -19,7 +19,7 @@ use rand::Rng;
 use rnic::{
     AcceptPolicy, AccessFlags, BindInfo, CompletionQueue, Context, MemoryBuffer, MemoryRegion,
     MemoryWindow, MwType, ProtectionDomain, Provider, QpInit, QpNumber, QpState, QpTiming,
-    QueuePair, RecvWr, SendOp, SendWr, SharedReceiveQueue, Sge, VerbsError, WcOpcode, WcStatus,
+    QueuePair, RecvWr, SendOp, SendWr, Sge, SharedReceiveQueue, VerbsError, WcOpcode, WcStatus,
     WorkCompletion,
 };
 use std::collections::HashMap;
@@ -98,6 +98,8 @@ pub struct NodeStats {
 
 struct Shared<P: Provider> {
     stop: AtomicBool,
+    /// Set by `fresh_stats`; the manager thread publishes and clears it.
+    publish: AtomicBool,
     stats: Mutex<NodeStats>,
     incoming: Mutex<Vec<(Intent, P::Qp)>>,
     secrets: Mutex<HashMap<u32, u64>>,
@@ -265,6 +267,7 @@ impl<P: Provider> MemoryNode<P> {
         let scratch_mr = manager_pd.reg_mr(&scratch, 0, scratch.len(), AccessFlags::LOCAL_WRITE)?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
+            publish: AtomicBool::new(false),
             stats: Mutex::new(NodeStats::default()),
             incoming: Mutex::new(Vec::new()),
             secrets: Mutex::new(HashMap::new()),
@@ -360,9 +363,25 @@ impl<P: Provider> MemoryNode<P> {
         self.pool_addr
     }
 
-    /// A snapshot of counters, occupancy and CPU time.
+    /// The last published snapshot of counters, occupancy and CPU time (the manager thread
+    /// publishes when idle and every 64 batches).
     pub fn stats(&self) -> NodeStats {
         *self.shared.stats.lock()
+    }
+
+    /// A snapshot published after this call (waits for the manager thread's next iteration;
+    /// falls back to the last one if the thread has stopped).
+    pub fn fresh_stats(&self) -> NodeStats {
+        self.shared.publish.store(true, Ordering::SeqCst);
+        let mut spins = 0u64;
+        while self.shared.publish.load(Ordering::SeqCst)
+            && self.thread.as_ref().is_some_and(|t| !t.is_finished())
+            && spins < 50_000_000
+        {
+            spins += 1;
+            std::thread::yield_now();
+        }
+        self.stats()
     }
 
     /// Stops the manager thread.

@@ -55,7 +55,10 @@ pub struct Object {
 impl Object {
     /// The buffer that follows the header slot.
     pub fn buffer(&self) -> (u64, u64) {
-        (self.addr + HEADER_SIZE as u64, self.class - HEADER_SIZE as u64)
+        (
+            self.addr + HEADER_SIZE as u64,
+            self.class - HEADER_SIZE as u64,
+        )
     }
 }
 
@@ -89,7 +92,9 @@ impl BufferPool {
 
     /// The class that holds `size` buffer bytes behind a header slot.
     pub fn class_for(&self, size: u64) -> Option<u64> {
-        let need = size.checked_add(HEADER_SIZE as u64)?.max(self.cfg.min_class);
+        let need = size
+            .checked_add(HEADER_SIZE as u64)?
+            .max(self.cfg.min_class);
         let class = need.checked_next_power_of_two()?;
         (class <= self.cfg.max_class).then_some(class)
     }
@@ -268,7 +273,10 @@ mod tests {
         assert!(p.free(a.addr));
         assert!(!p.free(a.addr), "double free refused");
         let c = p.alloc(32).unwrap();
-        assert_ne!(c.addr, a.addr, "FIFO: the just-freed object is not reused first");
+        assert_ne!(
+            c.addr, a.addr,
+            "FIFO: the just-freed object is not reused first"
+        );
         assert_eq!(p.object_with_buffer(b.addr + 32), Some(b));
     }
 

@@ -106,11 +106,19 @@ mod tests {
         let w = h.encode(64).unwrap();
         assert_eq!(Header::decode(w, 64), h);
         assert!(matches!(
-            Header { buffer_len: 65, ..h }.encode(64),
+            Header {
+                buffer_len: 65,
+                ..h
+            }
+            .encode(64),
             Err(HeaderError::Length { .. })
         ));
         assert_eq!(
-            Header { buffer_addr: 1 << 50, ..h }.encode(64),
+            Header {
+                buffer_addr: 1 << 50,
+                ..h
+            }
+            .encode(64),
             Err(HeaderError::AddressTooWide)
         );
         assert_eq!(HEADER_SIZE, 32);

@@ -7,7 +7,9 @@ impl ManagerCore {
     /// Ends a permission: its windows stop covering live memory in this batch (or, for freed
     /// memory under delayed unbinding, are left stale), its header returns, waiters may enter.
     pub(super) fn end_permission(&mut self, key: PermKey, freeing: bool, now: Timestamp) {
-        let Some(p) = self.perms.remove(key) else { return };
+        let Some(p) = self.perms.remove(key) else {
+            return;
+        };
         self.counters.ended += 1;
         let delay_buffer = freeing
             && self.cfg.techniques.delayed_unbind
@@ -54,15 +56,8 @@ impl ManagerCore {
 
     /// Frees an object: every permission on it ends, then the memory returns to its slab.
     pub(super) fn free_object(&mut self, object: u64, now: Timestamp) {
-        let keys = self
-            .objects
-            .get(&object)
-            .map(|o| o.perms.clone())
-            .unwrap_or_default();
-        for key in keys {
-            self.end_permission(key, true, now);
-        }
-        // Waiters for freed memory cannot be served.
+        // Waiters for freed memory cannot be served. Answer them first: ending the
+        // permissions below wakes waiters, which must not be granted memory being freed.
         if let Some(obj) = self.objects.get_mut(&object) {
             for w in std::mem::take(&mut obj.waiters) {
                 self.replies.push(Outgoing {
@@ -70,6 +65,30 @@ impl ManagerCore {
                     req_id: w.req_id,
                     reply: Reply::Failed(Status::NotFound),
                 });
+            }
+        }
+        let keys = self
+            .objects
+            .get(&object)
+            .map(|o| o.perms.clone())
+            .unwrap_or_default();
+        for key in keys {
+            // A grant of this very batch (windows not yet assigned): cancel it, or its binds
+            // would still be posted over the freed memory and its reply would never leave.
+            let granting = self
+                .perms
+                .get(key)
+                .is_some_and(|p| p.phase == Phase::Granting);
+            if granting {
+                self.needs.retain(|n| n.0 != key);
+                if let Some(i) = self.grants.iter().position(|g| g.key == key) {
+                    let g = self.grants.remove(i);
+                    self.fail(g.client, g.req_id, Status::NotFound);
+                }
+            }
+            self.end_permission(key, true, now);
+            if granting {
+                self.counters.ended -= 1; // never granted
             }
         }
         self.buffers.free(object);
@@ -81,8 +100,12 @@ impl ManagerCore {
     /// Grants queued requests that have become compatible, in FIFO order.
     pub(super) fn wake_waiters(&mut self, object: u64, now: Timestamp) {
         loop {
-            let Some(obj) = self.objects.get_mut(&object) else { return };
-            let Some(front) = obj.waiters.front() else { break };
+            let Some(obj) = self.objects.get_mut(&object) else {
+                return;
+            };
+            let Some(front) = obj.waiters.front() else {
+                break;
+            };
             let Request::Acquire {
                 lease_us,
                 access,
@@ -98,7 +121,9 @@ impl ManagerCore {
                 self.refuse_holders(object);
                 return;
             }
-            let Some(w) = obj.waiters.pop_front() else { break };
+            let Some(w) = obj.waiters.pop_front() else {
+                break;
+            };
             let Some(o) = self.buffers.object_at(object) else {
                 self.fail(w.client, w.req_id, Status::NotFound);
                 continue;
@@ -119,13 +144,16 @@ impl ManagerCore {
             .map(|o| o.perms.clone())
             .unwrap_or_default();
         for key in keys {
-            let Some(p) = self.perms.get_mut(key) else { continue };
+            let Some(p) = self.perms.get_mut(key) else {
+                continue;
+            };
             if p.phase != Phase::Active || p.refused || p.refuse_pending {
                 continue;
             }
             p.refuse_pending = true;
             let expected = p.lifetime_us;
             let addr = p.id.header_addr + LIFETIME_OFFSET as u64;
+            let pid = p.id;
             self.counters.lifetime_cas += 1;
             self.ops.push((
                 NicOp::LifetimeCas {
@@ -133,7 +161,7 @@ impl ManagerCore {
                     compare: expected,
                     swap: 0,
                 },
-                Cont::Refuse(key, expected),
+                Cont::Refuse(key, pid, expected),
             ));
         }
     }
@@ -258,21 +286,31 @@ impl ManagerCore {
                         _ => self.mws.give_free(mw),
                     }
                 }
-                Cont::Extend(key, expected, new, client, req_id) => {
-                    let reply = match (result, self.perms.get_mut(key)) {
+                Cont::Extend(key, pid, expected, new, client, req_id) => {
+                    let max = self.cfg.max_lifetime_us;
+                    let perm = self.perms.get_mut(key).filter(|p| p.id == pid);
+                    let reply = match (result, perm) {
                         (NicResult::CasOld(old), Some(p)) if old == expected => {
                             p.lifetime_us = new;
-                            p.deadline = Timestamp(p.id.start_us)
-                                .plus_us(new)
-                                .min(p.hard_deadline);
+                            p.deadline = Timestamp(p.id.start_us).plus_us(new).min(p.hard_deadline);
                             let at = p.deadline;
                             self.deadlines.insert(at, Timer::Lease(key));
                             Reply::Extended { lifetime_us: new }
                         }
                         (NicResult::CasOld(old), Some(p)) => {
-                            // The client extended one-sidedly meanwhile; that value stands.
+                            // The client extended one-sidedly meanwhile; that value stands,
+                            // and so does the deadline it implies (0: the client gave it up).
                             p.lifetime_us = old;
-                            Reply::Extended { lifetime_us: old }
+                            p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
+                            let at = p.deadline;
+                            self.deadlines.insert(at, Timer::Lease(key));
+                            if old == 0 {
+                                Reply::Failed(Status::ExtensionRefused)
+                            } else {
+                                Reply::Extended {
+                                    lifetime_us: old.min(max),
+                                }
+                            }
                         }
                         _ => Reply::Failed(Status::ExtensionRefused),
                     };
@@ -282,8 +320,10 @@ impl ManagerCore {
                         reply,
                     });
                 }
-                Cont::Refuse(key, expected) => {
-                    let Some(p) = self.perms.get_mut(key) else { continue };
+                Cont::Refuse(key, pid, expected) => {
+                    let Some(p) = self.perms.get_mut(key).filter(|p| p.id == pid) else {
+                        continue;
+                    };
                     match result {
                         NicResult::CasOld(old) if old == expected => {
                             p.refused = true;
@@ -292,12 +332,12 @@ impl ManagerCore {
                         NicResult::CasOld(old) => {
                             // Extended concurrently: adopt it (capped) and refuse again later.
                             p.lifetime_us = old;
-                            p.deadline = Timestamp(p.id.start_us)
-                                .plus_us(old)
-                                .min(p.hard_deadline);
+                            p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
                             p.refuse_pending = false;
                             let at = p.deadline;
                             self.deadlines.insert(at, Timer::Lease(key));
+                            // Retry in the next batch (its waiter check re-refuses holders).
+                            self.deadlines.insert(now, Timer::Waiter(p.object));
                         }
                         _ => p.refuse_pending = false,
                     }
@@ -311,7 +351,9 @@ impl ManagerCore {
         }
         let mut header_writes = Vec::new();
         for g in std::mem::take(&mut self.grants) {
-            let Some(p) = self.perms.get(g.key) else { continue };
+            let Some(p) = self.perms.get(g.key) else {
+                continue;
+            };
             let contiguous = p.header == HeaderSlot::Embedded;
             let lifetime_rkey = if contiguous {
                 g.buffer_rkey
@@ -351,8 +393,18 @@ impl ManagerCore {
                 contiguous,
             };
             let deadline = p.deadline;
+            let grant_object = p.object;
             if let Some(p) = self.perms.get_mut(g.key) {
                 p.phase = Phase::Active;
+            }
+            // Granted while others wait (they queued in this batch, before it was active):
+            // refuse its extensions in the next batch, as for the holders they found.
+            if self
+                .objects
+                .get(&grant_object)
+                .is_some_and(|o| !o.waiters.is_empty())
+            {
+                self.deadlines.insert(now, Timer::Waiter(grant_object));
             }
             self.deadlines.insert(deadline, Timer::Lease(g.key));
             self.counters.granted += 1;

@@ -25,12 +25,15 @@ impl<P: Provider> Runner<P> {
         let mut wcs = vec![WorkCompletion::default(); 64];
         let mut requests: Vec<(ClientId, u64, Request)> = Vec::with_capacity(self.max_batch);
         let mut idle_spins = 0u32;
+        let mut published = u64::MAX;
         while !self.shared.stop.load(Ordering::SeqCst) {
+            if self.shared.publish.load(Ordering::SeqCst) {
+                self.publish_stats();
+                self.shared.publish.store(false, Ordering::SeqCst);
+            }
             self.adopt_incoming();
             requests.clear();
-            let n = self
-                .ctrl_recv_cq
-                .poll(&mut wcs[..self.max_batch.min(64)]);
+            let n = self.ctrl_recv_cq.poll(&mut wcs[..self.max_batch.min(64)]);
             for wc in &wcs[..n] {
                 self.on_receive(wc, &mut requests);
             }
@@ -40,7 +43,10 @@ impl<P: Provider> Runner<P> {
             if requests.is_empty() && !due {
                 idle_spins += 1;
                 if idle_spins > 256 {
-                    self.publish_stats();
+                    if published != self.batches {
+                        published = self.batches;
+                        self.publish_stats();
+                    }
                     let wait = self
                         .core
                         .next_deadline()
@@ -169,7 +175,8 @@ impl<P: Provider> Runner<P> {
     fn reap_send_completions(&mut self) {
         let mut wcs = [WorkCompletion::default(); 32];
         while self.ctrl_send_cq.poll(&mut wcs) > 0 {}
-        self.control.retain(|_, (_, qp)| qp.state() != QpState::Error);
+        self.control
+            .retain(|_, (_, qp)| qp.state() != QpState::Error);
     }
 
     /// Posts `ops` as chains (binds on the bind QP, CASes on the loopback QP) and collects
@@ -179,7 +186,11 @@ impl<P: Provider> Runner<P> {
         let mut results = vec![NicResult::Failed; ops.len()];
         for chunk_start in (0..ops.len()).step_by(CAS_SLOTS) {
             let end = (chunk_start + CAS_SLOTS).min(ops.len());
-            self.execute_chunk(&ops[chunk_start..end], &mut results[chunk_start..end], chunk_start);
+            self.execute_chunk(
+                &ops[chunk_start..end],
+                &mut results[chunk_start..end],
+                chunk_start,
+            );
         }
         results
     }
@@ -192,7 +203,9 @@ impl<P: Provider> Runner<P> {
             let wr_id = (base + i) as u64;
             match *op {
                 NicOp::Bind { mw, target, .. } => {
-                    let Some(window) = self.mws.get(mw as usize) else { continue };
+                    let Some(window) = self.mws.get(mw as usize) else {
+                        continue;
+                    };
                     binds.push(SendWr {
                         wr_id,
                         signaled: true,
@@ -256,7 +269,9 @@ impl<P: Provider> Runner<P> {
             idle = 0;
             for wc in &wcs[..n] {
                 got += 1;
-                let Some(i) = (wc.wr_id as usize).checked_sub(base) else { continue };
+                let Some(i) = (wc.wr_id as usize).checked_sub(base) else {
+                    continue;
+                };
                 if i >= ops.len() || wc.status != WcStatus::Success {
                     continue;
                 }
@@ -291,7 +306,9 @@ impl<P: Provider> Runner<P> {
             if qp.state() == QpState::ReadyToSend {
                 continue;
             }
-            let Ok(fresh) = loopback_qp::<P>(pd, &self.op_cq, self.timing) else { continue };
+            let Ok(fresh) = loopback_qp::<P>(pd, &self.op_cq, self.timing) else {
+                continue;
+            };
             if fresh.connect(&self.address, &intent).is_ok() {
                 if which == 0 {
                     self.bind_qp = fresh;

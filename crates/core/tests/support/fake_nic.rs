@@ -1,0 +1,624 @@
+//! A fake NIC + memory for the manager core, and the [`Sim`] driver.
+//!
+//! The fake executes [`NicOp`]s the way the soft NIC's protection table does for type-1 windows:
+//! every bind (including an unbind) bumps the window's key byte, so an rkey handed out earlier
+//! dies at once; rkey = (window index ‖ key byte); a one-sided access is allowed only through
+//! the window's *current* key, inside its bound range, with the needed right. Lifetime CASes
+//! go through the manager's loopback QP (any registered, 8-aligned address). Memory contents
+//! are not modelled except the words the manager or clients CAS and the header words.
+
+use patronus_core::manager::{
+    BindTarget, ClientId, ManagerConfig, ManagerCore, MwId, NicOp, NicResult, Occupancy, Outgoing,
+    SlabConfig, Techniques,
+};
+use patronus_core::proto::header::{HEADER_SIZE, LIFETIME_OFFSET};
+use patronus_core::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
+use rnic::{AccessFlags, MemoryKey, Timestamp};
+use std::collections::HashMap;
+
+/// One window of the fake NIC.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Window {
+    /// Current binding (`None`: unbound).
+    pub target: Option<BindTarget>,
+    /// Current key byte (+1 per bind, unbinds included).
+    pub key: u8,
+    /// The client of the last bind (its PD/QP in stronger isolation modes).
+    pub client: ClientId,
+}
+
+/// Operation counts the fake NIC observed (to cross-check the core's own counters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NicStats {
+    /// Binds with a target (grants, handovers).
+    pub binds: u64,
+    /// Binds without a target (unbinds).
+    pub unbinds: u64,
+    /// Lifetime CASes by the manager.
+    pub cas: u64,
+    /// Ops that failed.
+    pub failed: u64,
+}
+
+/// The fake NIC and the words of memory-node memory that matter here.
+#[derive(Debug)]
+pub struct FakeNic {
+    windows: Vec<Window>,
+    words: HashMap<u64, u64>,
+    /// Registered ranges `[start, end)`: the header pool and the buffer pool.
+    regions: Vec<(u64, u64)>,
+    /// What was executed.
+    pub stats: NicStats,
+}
+
+/// rkey of window `mw` with key byte `key`.
+pub fn rkey_of(mw: MwId, key: u8) -> MemoryKey {
+    MemoryKey::new(mw, key)
+}
+
+impl FakeNic {
+    /// A NIC with `mw_count` unbound windows over the configured pools.
+    pub fn new(cfg: &ManagerConfig) -> Self {
+        FakeNic {
+            windows: vec![Window::default(); cfg.mw_count as usize],
+            words: HashMap::new(),
+            regions: vec![
+                (
+                    cfg.header_base,
+                    cfg.header_base + (cfg.header_count * HEADER_SIZE) as u64,
+                ),
+                (cfg.buffer_base, cfg.buffer_base + cfg.buffer_len),
+            ],
+            stats: NicStats::default(),
+        }
+    }
+
+    fn registered(&self, addr: u64, len: u64) -> bool {
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        self.regions.iter().any(|&(s, e)| addr >= s && end <= e)
+    }
+
+    /// Executes one chain, in order.
+    pub fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
+        ops.iter().map(|op| self.execute_one(op)).collect()
+    }
+
+    fn execute_one(&mut self, op: &NicOp) -> NicResult {
+        match *op {
+            NicOp::Bind { mw, client, target } => {
+                let target = target.filter(|t| t.len > 0);
+                if let Some(t) = target
+                    && (!self.registered(t.addr, t.len)
+                        || !AccessFlags::REMOTE_ALL.contains(t.access))
+                {
+                    self.stats.failed += 1;
+                    return NicResult::Failed;
+                }
+                let Some(w) = self.windows.get_mut(mw as usize) else {
+                    self.stats.failed += 1;
+                    return NicResult::Failed;
+                };
+                w.key = w.key.wrapping_add(1);
+                w.target = target;
+                w.client = client;
+                if target.is_some() {
+                    self.stats.binds += 1;
+                } else {
+                    self.stats.unbinds += 1;
+                }
+                NicResult::Bound(rkey_of(mw, w.key))
+            }
+            NicOp::LifetimeCas {
+                addr,
+                compare,
+                swap,
+            } => {
+                if addr % 8 != 0 || !self.registered(addr, 8) {
+                    self.stats.failed += 1;
+                    return NicResult::Failed;
+                }
+                self.stats.cas += 1;
+                let w = self.words.entry(addr).or_insert(0);
+                let old = *w;
+                if old == compare {
+                    *w = swap;
+                }
+                NicResult::CasOld(old)
+            }
+        }
+    }
+
+    /// The manager's local store of a header (after the chain completed).
+    pub fn write_header(&mut self, addr: u64, words: [u64; 4]) {
+        for (i, w) in words.iter().enumerate() {
+            self.words.insert(addr + 8 * i as u64, *w);
+        }
+    }
+
+    /// A word of memory (0 if never written).
+    pub fn word(&self, addr: u64) -> u64 {
+        self.words.get(&addr).copied().unwrap_or(0)
+    }
+
+    /// Whether a one-sided READ (`write == false`) or WRITE of `[addr, addr + len)` through
+    /// `rkey` would pass the responder's rkey checks.
+    pub fn can_access(&self, rkey: MemoryKey, addr: u64, len: u64, write: bool) -> bool {
+        let right = if write {
+            AccessFlags::REMOTE_WRITE
+        } else {
+            AccessFlags::REMOTE_READ
+        };
+        self.check(rkey, addr, len, right)
+    }
+
+    /// Whether an 8-byte atomic on `addr` through `rkey` would pass.
+    pub fn can_atomic(&self, rkey: MemoryKey, addr: u64) -> bool {
+        addr % 8 == 0 && self.check(rkey, addr, 8, AccessFlags::REMOTE_ATOMIC)
+    }
+
+    fn check(&self, rkey: MemoryKey, addr: u64, len: u64, right: AccessFlags) -> bool {
+        let Some(w) = self.windows.get(rkey.index() as usize) else {
+            return false;
+        };
+        let Some(t) = w.target else { return false };
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        w.key == rkey.key_byte()
+            && len > 0
+            && addr >= t.addr
+            && end <= t.addr + t.len
+            && t.access.contains(right)
+    }
+
+    /// A client's RDMA CAS through `rkey`: `None` if the NIC rejects it, else the old value.
+    pub fn client_cas(
+        &mut self,
+        rkey: MemoryKey,
+        addr: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Option<u64> {
+        if !self.can_atomic(rkey, addr) {
+            return None;
+        }
+        let w = self.words.entry(addr).or_insert(0);
+        let old = *w;
+        if old == compare {
+            *w = swap;
+        }
+        Some(old)
+    }
+
+    /// The binding `rkey` currently grants (`None` if the key is dead or unbound).
+    pub fn binding(&self, rkey: MemoryKey) -> Option<BindTarget> {
+        let w = self.windows.get(rkey.index() as usize)?;
+        (w.key == rkey.key_byte()).then_some(w.target).flatten()
+    }
+
+    /// A window's state.
+    pub fn window(&self, mw: MwId) -> Window {
+        self.windows[mw as usize]
+    }
+
+    /// Bound windows overlapping `[addr, addr + len)`, with their current rkeys.
+    pub fn windows_over(&self, addr: u64, len: u64) -> Vec<(MwId, MemoryKey, BindTarget)> {
+        self.windows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| {
+                let t = w.target?;
+                (t.addr < addr + len && addr < t.addr + t.len).then_some((
+                    i as MwId,
+                    rkey_of(i as MwId, w.key),
+                    t,
+                ))
+            })
+            .collect()
+    }
+
+    /// Every bound window.
+    pub fn bound_windows(&self) -> Vec<(MwId, MemoryKey, BindTarget)> {
+        self.windows_over(0, u64::MAX)
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for the storm and table workloads.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    /// True with probability `num / den`.
+    pub fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.below(den) < num
+    }
+}
+
+/// A small configuration: 64 KiB-class slabs of 16 KiB, generous pools.
+pub fn test_config(techniques: Techniques) -> ManagerConfig {
+    ManagerConfig {
+        techniques,
+        max_lifetime_us: 10_000,
+        header_base: 0x10_0000,
+        header_count: 256,
+        buffer_base: 0x100_0000,
+        buffer_len: 1 << 20,
+        slab: SlabConfig {
+            min_class: 64,
+            max_class: 1 << 16,
+            slab_bytes: 1 << 14,
+        },
+        mw_count: 512,
+        buffer_watermark: 0,
+        len_scale: HEADER_SIZE as u64,
+    }
+}
+
+/// What the driver remembers about a request until its reply leaves.
+#[derive(Clone, Copy, Debug)]
+pub struct InFlight {
+    /// Who asked.
+    pub client: ClientId,
+    /// What.
+    pub request: Request,
+}
+
+/// A grant as the simulation saw it leave.
+#[derive(Clone, Copy, Debug)]
+pub struct Issued {
+    /// To whom.
+    pub client: ClientId,
+    /// For what.
+    pub request: Request,
+    /// The grant.
+    pub grant: Grant,
+    /// Virtual time of the reply.
+    pub at: Timestamp,
+}
+
+/// The driver: a virtual clock, the core and the fake NIC, plus invariant checks on every reply.
+#[derive(Debug)]
+pub struct Sim {
+    /// The core under test.
+    pub core: ManagerCore,
+    /// The fake NIC and memory.
+    pub nic: FakeNic,
+    /// Its configuration.
+    pub cfg: ManagerConfig,
+    /// Virtual time.
+    pub now: Timestamp,
+    next_req: u64,
+    pending: Vec<(ClientId, u64, Request)>,
+    in_flight: HashMap<u64, InFlight>,
+    /// Every op of the last [`run`](Self::run) (all its batches, `begin` ones included).
+    pub last_ops: Vec<NicOp>,
+    /// Every grant ever issued, in order.
+    pub issued: Vec<Issued>,
+    last_start: HashMap<u64, u64>,
+    /// Batches run.
+    pub batches: u64,
+}
+
+impl Sim {
+    /// A simulation of a fresh manager at time 1000 µs.
+    pub fn new(cfg: ManagerConfig) -> Self {
+        Sim {
+            core: ManagerCore::new(cfg.clone()),
+            nic: FakeNic::new(&cfg),
+            cfg,
+            now: Timestamp(1000),
+            next_req: 1,
+            pending: Vec::new(),
+            in_flight: HashMap::new(),
+            last_ops: Vec::new(),
+            issued: Vec::new(),
+            last_start: HashMap::new(),
+            batches: 0,
+        }
+    }
+
+    /// Moves the virtual clock forward.
+    pub fn advance(&mut self, us: u64) {
+        self.now = self.now.plus_us(us);
+    }
+
+    /// Queues a request for the next [`run`](Self::run); returns its request id.
+    pub fn submit(&mut self, client: ClientId, request: Request) -> u64 {
+        let id = self.next_req;
+        self.next_req += 1;
+        self.pending.push((client, id, request));
+        self.in_flight.insert(id, InFlight { client, request });
+        id
+    }
+
+    /// Runs the queued requests as one batch at `now`, then keeps running empty batches while
+    /// a deadline is due (as the runner does: it loops at once while `next_deadline() <= now`).
+    pub fn run(&mut self) -> Vec<Outgoing> {
+        self.last_ops.clear();
+        let reqs = std::mem::take(&mut self.pending);
+        let mut out = self.batch(&reqs);
+        for _ in 0..64 {
+            if !self.core.next_deadline().is_some_and(|d| d <= self.now) {
+                return out;
+            }
+            out.extend(self.batch(&[]));
+        }
+        panic!("deadlines keep coming due at {:?}", self.now);
+    }
+
+    /// Submits `reqs` and runs them as one batch.
+    pub fn step(&mut self, reqs: &[(ClientId, Request)]) -> Vec<Outgoing> {
+        for &(c, r) in reqs {
+            self.submit(c, r);
+        }
+        self.run()
+    }
+
+    /// One request as its own batch; its reply (panics if it got none, e.g. it is waiting).
+    pub fn call(&mut self, client: ClientId, request: Request) -> Reply {
+        let id = self.submit(client, request);
+        let out = self.run();
+        reply_to(&out, id).unwrap_or_else(|| panic!("no reply to {request:?}"))
+    }
+
+    fn batch(&mut self, reqs: &[(ClientId, u64, Request)]) -> Vec<Outgoing> {
+        self.batches += 1;
+        let checks = self.core.begin(self.now);
+        let cas = self.nic.execute(&checks);
+        self.last_ops.extend_from_slice(&checks);
+        let ops = self.core.plan(self.now, &cas, reqs);
+        let results = self.nic.execute(&ops);
+        self.last_ops.extend_from_slice(&ops);
+        let fin = self.core.finish(self.now, &results);
+        for (addr, words) in &fin.header_writes {
+            self.nic.write_header(*addr, *words);
+        }
+        for o in &fin.replies {
+            self.check_reply(o);
+        }
+        fin.replies
+    }
+
+    /// Invariants every reply must satisfy when it leaves.
+    fn check_reply(&mut self, o: &Outgoing) {
+        let Some(req) = self.in_flight.remove(&o.req_id) else {
+            panic!("reply to an unknown or already answered request: {o:?}");
+        };
+        assert_eq!(req.client, o.client, "reply went to the wrong client");
+        let Reply::Granted(g) = o.reply else { return };
+        let (access, allocate) = match req.request {
+            Request::Allocate { .. } => (Access::ReadWrite, true),
+            Request::Acquire { access, .. } => (access, false),
+            other => panic!("{other:?} answered with a grant"),
+        };
+        // ABA filter: start times strictly increase per header.
+        let last = self.last_start.insert(g.id.header_addr, g.id.start_us);
+        assert!(
+            last.is_none_or(|l| l < g.id.start_us),
+            "start time of header {:#x} did not increase: {last:?} -> {}",
+            g.id.header_addr,
+            g.id.start_us
+        );
+        let lifetime = g.lifetime_addr();
+        // The header was written after the chain: the lifetime word holds the grant's lifetime.
+        assert_eq!(
+            self.nic.word(lifetime),
+            g.lifetime_us,
+            "lifetime word of {g:?}"
+        );
+        assert_eq!(
+            self.nic.word(g.id.header_addr + 16),
+            g.id.start_us,
+            "start word"
+        );
+        // The rkeys work, with exactly the granted rights.
+        let write = access == Access::ReadWrite;
+        assert!(
+            self.nic
+                .can_access(g.buffer_rkey, g.buffer_addr, g.buffer_len, false)
+        );
+        assert_eq!(
+            self.nic
+                .can_access(g.buffer_rkey, g.buffer_addr, g.buffer_len, true),
+            write,
+            "buffer write right of {g:?}"
+        );
+        assert_eq!(
+            self.nic.can_atomic(g.buffer_rkey, g.buffer_addr),
+            write,
+            "buffer atomic right of {g:?}"
+        );
+        assert!(self.nic.can_atomic(g.lifetime_rkey, lifetime));
+        assert!(
+            !self.nic.can_access(g.lifetime_rkey, lifetime, 8, true) || g.contiguous,
+            "a separate lifetime window must not allow writes"
+        );
+        // Only this grant's windows reach its lifetime word.
+        let own = [g.buffer_rkey, g.lifetime_rkey];
+        for (mw, key, t) in self.nic.windows_over(lifetime, 8) {
+            assert!(
+                own.contains(&key),
+                "window {mw} ({t:?}) of someone else covers the lifetime word of {g:?}"
+            );
+        }
+        // A new owner of memory: no earlier owner's window may still be bound over the object.
+        if allocate {
+            let object = g.buffer_addr - HEADER_SIZE as u64;
+            for (mw, key, t) in self
+                .nic
+                .windows_over(object, g.buffer_len + HEADER_SIZE as u64)
+            {
+                assert!(
+                    own.contains(&key),
+                    "window {mw} ({t:?}) is still bound over freshly allocated {g:?}"
+                );
+            }
+        }
+        self.issued.push(Issued {
+            client: o.client,
+            request: req.request,
+            grant: g,
+            at: self.now,
+        });
+    }
+
+    /// Requests with no reply yet (queued waiters).
+    pub fn unanswered(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Pool occupancy.
+    pub fn occupancy(&self) -> Occupancy {
+        self.core.occupancy()
+    }
+
+    // ------------------------------------------------------------ client-side helpers
+
+    /// `allocate` as its own batch; panics unless granted.
+    pub fn allocate(&mut self, client: ClientId, size: u64, lease_us: u64) -> Grant {
+        expect_grant(self.call(
+            client,
+            Request::Allocate {
+                size,
+                lease_us,
+                mode: Mode::Shared,
+            },
+        ))
+    }
+
+    /// `acquire` (no waiting) as its own batch; the reply.
+    pub fn acquire(
+        &mut self,
+        client: ClientId,
+        buffer_addr: u64,
+        size: u64,
+        lease_us: u64,
+        access: Access,
+        mode: Mode,
+    ) -> Reply {
+        self.call(
+            client,
+            Request::Acquire {
+                addr: buffer_addr,
+                size,
+                lease_us,
+                access,
+                mode,
+                wait_us: 0,
+            },
+        )
+    }
+
+    /// `revoke` as its own batch; the reply.
+    pub fn revoke(&mut self, client: ClientId, id: PermissionId, free: bool) -> Reply {
+        self.call(client, Request::Revoke { id, free })
+    }
+
+    /// CN-collaborated extension: the client CASes the lifetime word through its lifetime
+    /// rkey. `None` if the NIC rejected the access; else the old value (== `compare` on success).
+    pub fn client_cas_extend(&mut self, grant: &Grant, compare: u64, swap: u64) -> Option<u64> {
+        self.nic
+            .client_cas(grant.lifetime_rkey, grant.lifetime_addr(), compare, swap)
+    }
+
+    /// Whether the buffer of `grant` can be read through its rkey.
+    pub fn can_read(&self, grant: &Grant) -> bool {
+        self.nic.can_access(
+            grant.buffer_rkey,
+            grant.buffer_addr,
+            grant.buffer_len,
+            false,
+        )
+    }
+
+    /// Whether the buffer of `grant` can be written through its rkey.
+    pub fn can_write(&self, grant: &Grant) -> bool {
+        self.nic
+            .can_access(grant.buffer_rkey, grant.buffer_addr, grant.buffer_len, true)
+    }
+
+    /// Whether any access at all through any of `grant`'s rkeys reaches `[addr, addr + len)`.
+    pub fn reaches(&self, grant: &Grant, addr: u64, len: u64) -> bool {
+        [grant.buffer_rkey, grant.lifetime_rkey].iter().any(|&k| {
+            self.nic.can_access(k, addr, len, false)
+                || self.nic.can_access(k, addr, len, true)
+                || (len == 8 && self.nic.can_atomic(k, addr))
+        })
+    }
+
+    /// Whether any of `grant`'s rkeys is still bound to anything.
+    pub fn any_key_alive(&self, grant: &Grant) -> bool {
+        self.nic.binding(grant.buffer_rkey).is_some()
+            || self.nic.binding(grant.lifetime_rkey).is_some()
+    }
+
+    /// Binds (with target) and unbinds in the last run's chains.
+    pub fn last_bind_counts(&self) -> (usize, usize) {
+        let binds = self
+            .last_ops
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    NicOp::Bind {
+                        target: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        let unbinds = self
+            .last_ops
+            .iter()
+            .filter(|o| matches!(o, NicOp::Bind { target: None, .. }))
+            .count();
+        (binds, unbinds)
+    }
+}
+
+/// The reply to request `id` among `out`.
+pub fn reply_to(out: &[Outgoing], id: u64) -> Option<Reply> {
+    out.iter().find(|o| o.req_id == id).map(|o| o.reply)
+}
+
+/// The grant inside `reply`; panics otherwise.
+pub fn expect_grant(reply: Reply) -> Grant {
+    match reply {
+        Reply::Granted(g) => g,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// The failure status inside `reply`; panics otherwise.
+pub fn expect_failed(reply: Reply) -> Status {
+    match reply {
+        Reply::Failed(s) => s,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+/// The object (header slot) of a grant's buffer.
+pub fn object_of(grant: &Grant) -> u64 {
+    grant.buffer_addr - HEADER_SIZE as u64
+}
+
+/// Offset of the lifetime word in a header, as a u64.
+pub const LIFETIME: u64 = LIFETIME_OFFSET as u64;
