@@ -6,10 +6,13 @@ use anyhow::{Context as _, Result};
 use patronus_core::client::ClientConfig;
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::{Counters, NodeConfig, Techniques};
-use patronus_core::proto::messages::{Access, Mode};
+use patronus_core::proto::messages::{Access, Mode, Reply, Request};
 use rand::{Rng, SeedableRng};
 use rnic::soft::SoftConfig;
 use std::time::{Duration, Instant};
+
+/// Logical clients (outstanding requests) per client thread.
+const DEPTH: usize = 8;
 
 struct Row {
     name: &'static str,
@@ -121,7 +124,7 @@ fn measure(
     }
     let before_stats = cluster.node.fresh_stats();
     let before = wait_settled(&cluster, before_stats.counters)?;
-    let cpu_before = cluster.node.fresh_stats().manager_cpu;
+    let cpu_before = cluster.node.fresh_stats().busy_cpu;
     let per_client = perms / clients.max(1);
     let lease = if row.expire { 300 } else { 1_000_000 };
     let expire = row.expire;
@@ -130,13 +133,45 @@ fn measure(
         for (i, c) in cluster.clients.iter_mut().enumerate() {
             let addrs = &addrs;
             handles.push(s.spawn(move || -> Result<()> {
+                // `DEPTH` logical clients per thread, each with one request in flight, as the
+                // paper's coroutines: the memory node sees batches that mix grants and releases.
                 let mut rng = rand::rngs::StdRng::seed_from_u64(i as u64);
-                for _ in 0..per_client {
-                    let addr = addrs[rng.random_range(0..addrs.len())];
-                    match c.acquire(addr, 32, lease, Access::ReadWrite, Mode::Shared) {
-                        Ok(p) if !expire => c.revoke(p)?,
-                        Ok(_) => {}
-                        Err(e) => return Err(e.into()),
+                let mut granted = 0usize;
+                let mut in_flight = 0usize;
+                let mut issued = 0usize;
+                while granted < per_client || in_flight > 0 {
+                    while in_flight < DEPTH && issued < per_client {
+                        let addr = addrs[rng.random_range(0..addrs.len())];
+                        c.submit(Request::Acquire {
+                            addr,
+                            size: 32,
+                            lease_us: lease,
+                            access: Access::ReadWrite,
+                            mode: Mode::Shared,
+                            wait_us: 0,
+                        })?;
+                        issued += 1;
+                        in_flight += 1;
+                    }
+                    let Some((_, reply)) = c.poll_reply()? else {
+                        std::hint::spin_loop();
+                        continue;
+                    };
+                    match reply {
+                        Reply::Granted(g) => {
+                            granted += 1;
+                            if expire {
+                                in_flight -= 1;
+                            } else {
+                                c.submit(Request::Revoke {
+                                    id: g.id,
+                                    free: false,
+                                })?;
+                            }
+                        }
+                        Reply::Revoked => in_flight -= 1,
+                        Reply::Failed(s) => anyhow::bail!("request failed: {s:?}"),
+                        other => anyhow::bail!("unexpected reply {other:?}"),
                     }
                 }
                 Ok(())
@@ -161,7 +196,7 @@ fn measure(
     let cpu = cluster
         .node
         .fresh_stats()
-        .manager_cpu
+        .busy_cpu
         .saturating_sub(cpu_before);
     Ok((delta(after, before), cpu))
 }

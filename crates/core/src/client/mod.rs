@@ -70,7 +70,9 @@ impl Default for ClientConfig {
     }
 }
 
-const RECV_SLOTS: u32 = 8;
+const RECV_SLOTS: u32 = 16;
+/// Control requests a client may have unanswered at once.
+pub const MAX_OUTSTANDING_RPCS: u32 = RECV_SLOTS;
 
 /// A client of one memory node.
 pub struct Client<P: Provider> {
@@ -86,6 +88,9 @@ pub struct Client<P: Provider> {
     staging_mr: P::Mr,
     vqp: VirtualQp<P>,
     next_req: u64,
+    outstanding: u32,
+    /// Replies that arrived while waiting for another one.
+    early: Vec<(u64, Reply)>,
     epoch: u64,
     client_id: u32,
     /// Control RPCs issued.
@@ -128,7 +133,7 @@ impl<P: Provider> Client<P> {
         }
         let t = cfg.qp_timing;
         let ctrl_qp = pd.create_qp(init::<P>(&ctrl_cq, &ctrl_cq, RECV_SLOTS + 1, t))?;
-        let ctrl_buf = ctx.alloc_buffer((RECV_SLOTS as usize + 1) * SLOT_SIZE)?;
+        let ctrl_buf = ctx.alloc_buffer(2 * RECV_SLOTS as usize * SLOT_SIZE)?;
         let ctrl_mr = pd.reg_mr(&ctrl_buf, 0, ctrl_buf.len(), AccessFlags::LOCAL_WRITE)?;
         let staging = ctx.alloc_buffer(cfg.staging_bytes.max(4096))?;
         let staging_mr = pd.reg_mr(&staging, 0, staging.len(), AccessFlags::LOCAL_WRITE)?;
@@ -161,6 +166,8 @@ impl<P: Provider> Client<P> {
                 false,
             ),
             next_req: 1,
+            outstanding: 0,
+            early: Vec::new(),
             epoch: 0,
             client_id: 0,
             rpcs: 0,
@@ -295,10 +302,38 @@ impl<P: Provider> Client<P> {
     /// Sends a request on the control QP and waits for its reply.
     #[allow(clippy::disallowed_methods)] // the RPC timeout is wall time by definition
     pub(crate) fn rpc(&mut self, req: Request) -> Result<Reply, ClientError> {
+        let req_id = self.submit(req)?;
+        let deadline = std::time::Instant::now() + self.cfg.rpc_timeout;
+        loop {
+            if let Some(i) = self.early.iter().position(|(id, _)| *id == req_id) {
+                return Ok(self.early.swap_remove(i).1);
+            }
+            match self.poll_reply()? {
+                Some((id, reply)) if id == req_id => return Ok(reply),
+                Some(other) => self.early.push(other),
+                None => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(ClientError::RpcTimeout);
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// Sends a control request without waiting (pipelined RPCs; at most
+    /// [`MAX_OUTSTANDING_RPCS`] unanswered at a time). Returns its request id.
+    pub fn submit(&mut self, req: Request) -> Result<u64, ClientError> {
+        if self.outstanding >= MAX_OUTSTANDING_RPCS {
+            return Err(ClientError::InvalidArgument(
+                "too many outstanding control requests",
+            ));
+        }
         self.rpcs += 1;
         let req_id = self.next_req;
         self.next_req += 1;
-        let send_off = RECV_SLOTS as usize * SLOT_SIZE;
+        let slot = RECV_SLOTS + (req_id % RECV_SLOTS as u64) as u32;
+        let send_off = slot as usize * SLOT_SIZE;
         self.ctrl_buf
             .write(send_off, &encode_request(req_id, &req))?;
         let wr = SendWr {
@@ -315,36 +350,36 @@ impl<P: Provider> Client<P> {
         self.ctrl_qp
             .post_send(std::slice::from_ref(&wr))
             .map_err(|(_, e)| ClientError::Verbs(e))?;
-        let deadline = std::time::Instant::now() + self.cfg.rpc_timeout;
-        let mut wcs = [WorkCompletion::default(); 8];
+        self.outstanding += 1;
+        Ok(req_id)
+    }
+
+    /// Takes one arrived reply, if any, as (request id, reply).
+    pub fn poll_reply(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
+        if let Some(r) = self.early.pop() {
+            return Ok(Some(r));
+        }
+        let mut wcs = [WorkCompletion::default(); 1];
         loop {
-            let n = self.ctrl_cq.poll(&mut wcs);
-            for wc in &wcs[..n] {
-                if wc.opcode != WcOpcode::Recv {
-                    if wc.status != WcStatus::Success {
-                        return Err(ClientError::Transport(format!("control QP: {}", wc.status)));
-                    }
-                    continue;
-                }
-                let slot = wc.wr_id as u32;
-                if wc.status != WcStatus::Success {
-                    return Err(ClientError::Transport(format!("control QP: {}", wc.status)));
-                }
-                let mut buf = [0u8; SLOT_SIZE];
-                let read = self.ctrl_buf.read(slot as usize * SLOT_SIZE, &mut buf);
-                self.ctrl_qp
-                    .post_recv(&[recv_wr::<P>(&self.ctrl_buf, &self.ctrl_mr, slot)])?;
-                read?;
-                match decode_reply(&buf) {
-                    Ok((id, reply)) if id == req_id => return Ok(reply),
-                    _ => continue, // a late reply to an earlier, abandoned request
-                }
+            if self.ctrl_cq.poll(&mut wcs) == 0 {
+                return Ok(None);
             }
-            if n == 0 {
-                if std::time::Instant::now() >= deadline {
-                    return Err(ClientError::RpcTimeout);
-                }
-                std::hint::spin_loop();
+            let wc = wcs[0];
+            if wc.status != WcStatus::Success {
+                return Err(ClientError::Transport(format!("control QP: {}", wc.status)));
+            }
+            if wc.opcode != WcOpcode::Recv {
+                continue;
+            }
+            let slot = wc.wr_id as u32;
+            let mut buf = [0u8; SLOT_SIZE];
+            let read = self.ctrl_buf.read(slot as usize * SLOT_SIZE, &mut buf);
+            self.ctrl_qp
+                .post_recv(&[recv_wr::<P>(&self.ctrl_buf, &self.ctrl_mr, slot)])?;
+            read?;
+            if let Ok(reply) = decode_reply(&buf) {
+                self.outstanding = self.outstanding.saturating_sub(1);
+                return Ok(Some(reply));
             }
         }
     }

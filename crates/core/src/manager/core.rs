@@ -138,6 +138,8 @@ struct PendingGrant {
     buffer_rkey: Option<MemoryKey>,
     lifetime_rkey: Option<MemoryKey>,
     failed: bool,
+    /// The grant of an `allocate`: if it fails, the new memory is freed again.
+    allocated: bool,
 }
 
 /// The manager's state machine (one shard).
@@ -472,11 +474,19 @@ impl ManagerCore {
         }
         let pending = self.grants.len();
         self.grant(now, client, req_id, obj, lease_us, Access::ReadWrite, mode);
-        if self.grants.len() == pending {
-            // Not granted (pools exhausted): the memory goes back instead of leaking.
-            self.buffers.free(obj.addr);
-            if self.objects.get(&obj.addr).is_some_and(ObjectState::is_idle) {
-                self.objects.remove(&obj.addr);
+        let granted = self.grants.len() > pending;
+        match self.grants.last_mut() {
+            Some(g) if granted => g.allocated = true,
+            _ => {
+                // Not granted (pools exhausted): the memory goes back instead of leaking.
+                self.buffers.free(obj.addr);
+                if self
+                    .objects
+                    .get(&obj.addr)
+                    .is_some_and(ObjectState::is_idle)
+                {
+                    self.objects.remove(&obj.addr);
+                }
             }
         }
     }
@@ -604,6 +614,7 @@ impl ManagerCore {
             buffer_rkey: None,
             lifetime_rkey: None,
             failed: false,
+            allocated: false,
         });
     }
 

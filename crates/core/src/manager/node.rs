@@ -88,8 +88,10 @@ pub struct NodeStats {
     pub counters: Counters,
     /// Pool occupancy.
     pub occupancy: Option<Occupancy>,
-    /// CPU time of the manager thread.
+    /// CPU time of the manager thread (idle polling included).
     pub manager_cpu: Duration,
+    /// CPU time of the manager thread spent handling batches.
+    pub busy_cpu: Duration,
     /// Batches run.
     pub batches: u64,
     /// Connected clients.
@@ -224,6 +226,7 @@ struct Runner<P: Provider> {
     max_batch: usize,
     timing: QpTiming,
     batches: u64,
+    busy_cpu: Duration,
 }
 
 impl<P: Provider> MemoryNode<P> {
@@ -337,6 +340,7 @@ impl<P: Provider> MemoryNode<P> {
             max_batch: cfg.max_batch.max(1),
             timing: cfg.qp_timing,
             batches: 0,
+            busy_cpu: Duration::ZERO,
         };
         runner.post_all_receives()?;
         #[allow(clippy::disallowed_methods)] // the manager thread is this driver's reason to be

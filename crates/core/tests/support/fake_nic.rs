@@ -49,6 +49,9 @@ pub struct FakeNic {
     regions: Vec<(u64, u64)>,
     /// What was executed.
     pub stats: NicStats,
+    /// Fault injection: this many of the next binds with a target fail (the window keeps its
+    /// old binding and key, as a failed BIND_MW work request leaves it).
+    pub fail_next_binds: u32,
 }
 
 /// rkey of window `mw` with key byte `key`.
@@ -70,6 +73,7 @@ impl FakeNic {
                 (cfg.buffer_base, cfg.buffer_base + cfg.buffer_len),
             ],
             stats: NicStats::default(),
+            fail_next_binds: 0,
         }
     }
 
@@ -89,6 +93,11 @@ impl FakeNic {
         match *op {
             NicOp::Bind { mw, client, target } => {
                 let target = target.filter(|t| t.len > 0);
+                if target.is_some() && self.fail_next_binds > 0 {
+                    self.fail_next_binds -= 1;
+                    self.stats.failed += 1;
+                    return NicResult::Failed;
+                }
                 if let Some(t) = target
                     && (!self.registered(t.addr, t.len)
                         || !AccessFlags::REMOTE_ALL.contains(t.access))
@@ -555,12 +564,13 @@ impl Sim {
             .can_access(grant.buffer_rkey, grant.buffer_addr, grant.buffer_len, true)
     }
 
-    /// Whether any access at all through any of `grant`'s rkeys reaches `[addr, addr + len)`.
+    /// Whether any of `grant`'s rkeys is currently bound over any byte of `[addr, addr + len)`
+    /// (with any right: the strictest notion of "reaches").
     pub fn reaches(&self, grant: &Grant, addr: u64, len: u64) -> bool {
         [grant.buffer_rkey, grant.lifetime_rkey].iter().any(|&k| {
-            self.nic.can_access(k, addr, len, false)
-                || self.nic.can_access(k, addr, len, true)
-                || (len == 8 && self.nic.can_atomic(k, addr))
+            self.nic.binding(k).is_some_and(|t| {
+                !t.access.is_empty() && t.addr < addr.saturating_add(len) && addr < t.addr + t.len
+            })
         })
     }
 

@@ -363,8 +363,16 @@ impl ManagerCore {
             let (Some(buffer_rkey), Some(lifetime_rkey), false) =
                 (g.buffer_rkey, lifetime_rkey, g.failed)
             else {
+                let object = p.object;
                 self.end_permission(g.key, false, now);
                 self.counters.ended -= 1; // never granted
+                if g.allocated {
+                    // Nobody learned the address of the new memory: it goes back.
+                    self.buffers.free(object);
+                    if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
+                        self.objects.remove(&object);
+                    }
+                }
                 self.replies.push(Outgoing {
                     client: g.client,
                     req_id: g.req_id,

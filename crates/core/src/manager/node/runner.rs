@@ -60,6 +60,7 @@ impl<P: Provider> Runner<P> {
                 continue;
             }
             idle_spins = 0;
+            let cpu_start = thread_cpu();
             let checks = self.core.begin(now);
             let cas_results = self.execute(&checks);
             let ops = self.core.plan(now, &cas_results, &requests);
@@ -75,6 +76,7 @@ impl<P: Provider> Runner<P> {
                 self.send_reply(out.client, out.req_id, &out.reply);
             }
             self.batches += 1;
+            self.busy_cpu += thread_cpu().saturating_sub(cpu_start);
             if self.batches % 64 == 0 {
                 self.publish_stats();
             }
@@ -87,6 +89,7 @@ impl<P: Provider> Runner<P> {
         s.counters = self.core.counters();
         s.occupancy = Some(self.core.occupancy());
         s.manager_cpu = thread_cpu();
+        s.busy_cpu = self.busy_cpu;
         s.batches = self.batches;
         s.clients = self.control.len();
     }
