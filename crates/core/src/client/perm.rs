@@ -80,4 +80,22 @@ impl Perm {
                 .saturating_sub(self.margin_us),
         )
     }
+
+    /// Tamper helper: a copy carrying the same id, address and rkeys, as a stale message or
+    /// an adversary would hold after the permission ended. For tests of the protection.
+    pub fn forged_copy(&self) -> Perm {
+        Perm {
+            grant: self.grant,
+            access: self.access,
+            mode: self.mode,
+            lifetime_us: AtomicU64::new(self.lifetime_us()),
+            sent_at: self.sent_at,
+            margin_us: self.margin_us,
+        }
+    }
+
+    /// Tamper helper: changes the buffer rkey's key byte (a guessed or corrupted key).
+    pub fn corrupt_rkey(&mut self) {
+        self.grant.buffer_rkey = self.grant.buffer_rkey.incremented();
+    }
 }

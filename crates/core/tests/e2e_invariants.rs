@@ -1,0 +1,326 @@
+//! The design's invariants, end to end on the software RNIC, on both transports. Lease logic
+//! runs on a virtual clock that the tests advance; waiting for the manager thread to act is a
+//! bounded spin on its published state, never a sleep.
+
+use patronus_core::client::{Client, ClientConfig, ClientError, SwitchKind};
+use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::manager::{NodeConfig, NodeStats};
+use patronus_core::proto::messages::{Access, Mode};
+use rnic::soft::{SoftConfig, SoftProvider};
+use rnic::{VirtualClock, WcStatus};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Bed {
+    cluster: EmbeddedCluster,
+    clock: Arc<VirtualClock>,
+}
+
+fn bed(t: Transport, clients: usize, node: NodeConfig, client: ClientConfig) -> Bed {
+    let clock = VirtualClock::new();
+    let device = SoftConfig {
+        clock: clock.clone(),
+        seed: Some(7),
+        ..SoftConfig::default()
+    };
+    let cluster = EmbeddedCluster::start(t, device, node, client, clients).unwrap();
+    Bed { cluster, clock }
+}
+
+fn node_cfg() -> NodeConfig {
+    NodeConfig {
+        max_lifetime_us: 1_000_000,
+        ..NodeConfig::default()
+    }
+}
+
+fn late_client() -> ClientConfig {
+    // Issue ops even after the local expiry, to see what the NIC does with them.
+    ClientConfig {
+        check_local_expiry: false,
+        ..ClientConfig::default()
+    }
+}
+
+/// Spins until `cond` holds on fresh node stats (bounded wall time).
+#[allow(clippy::disallowed_methods)]
+fn wait_for(b: &Bed, what: &str, cond: impl Fn(&NodeStats) -> bool) -> NodeStats {
+    let t0 = Instant::now();
+    loop {
+        let s = b.cluster.node.fresh_stats();
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}: {s:?}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+fn two(b: &mut Bed) -> (&mut Client<SoftProvider>, &mut Client<SoftProvider>) {
+    let (x, y) = b.cluster.clients.split_at_mut(1);
+    (&mut x[0], &mut y[0])
+}
+
+fn access_after_expiry_is_rejected(t: Transport) {
+    let mut b = bed(t, 2, node_cfg(), late_client());
+    let clock = b.clock.clone();
+    let p = {
+        let a = &mut b.cluster.clients[0];
+        let p = a.allocate(64, 1_000, Mode::Exclusive).unwrap();
+        a.write(&p, 0, b"original").unwrap();
+        p
+    };
+    let addr = p.addr();
+    clock.advance(Duration::from_micros(2_000));
+    wait_for(&b, "expiry", |s| s.counters.expired >= 1);
+    let (a, other) = two(&mut b);
+    let e = a.write(&p, 0, b"too late").unwrap_err();
+    assert!(
+        matches!(e, ClientError::Denied(WcStatus::RemoteAccessError)),
+        "{e:?}"
+    );
+    let q = other
+        .acquire(addr, 8, 10_000, Access::Read, Mode::Shared)
+        .unwrap();
+    let mut buf = [0u8; 8];
+    other.read(&q, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"original", "a rejected write never touches memory");
+}
+
+fn access_after_revoke_is_rejected(t: Transport) {
+    let mut b = bed(t, 1, node_cfg(), ClientConfig::default());
+    let a = &mut b.cluster.clients[0];
+    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let addr = p.addr();
+    a.write(&p, 0, b"kept").unwrap();
+    // A copy of the permission's identity survives the revoke; its rkey must not.
+    let stale = a.acquire(addr, 8, 100_000, Access::Read, Mode::Shared);
+    assert!(matches!(stale, Err(ClientError::ConflictTimeout)));
+    let forged = p.forged_copy();
+    a.revoke(p).unwrap();
+    let e = a.write(&forged, 0, b"late").unwrap_err();
+    assert!(
+        matches!(e, ClientError::Denied(_)),
+        "old rkey dead after revoke: {e:?}"
+    );
+    let q = a
+        .acquire(addr, 8, 100_000, Access::Read, Mode::Shared)
+        .unwrap();
+    let mut buf = [0u8; 4];
+    a.read(&q, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"kept");
+}
+
+fn forced_invalidation_at_max_lifetime(t: Transport) {
+    let node = NodeConfig {
+        max_lifetime_us: 5_000,
+        ..NodeConfig::default()
+    };
+    let mut b = bed(t, 1, node, late_client());
+    let clock = b.clock.clone();
+    let a = &mut b.cluster.clients[0];
+    let p = a.allocate(64, 1_000, Mode::Exclusive).unwrap();
+    // Keep extending one-sidedly, far past the maximum.
+    for _ in 0..4 {
+        a.extend(&p, 2_000).unwrap();
+        clock.advance(Duration::from_micros(900));
+    }
+    let _ = a;
+    assert!(
+        p.lifetime_us() > 5_000,
+        "the client believes it extended past the maximum"
+    );
+    clock.advance(Duration::from_micros(2_000));
+    let s = wait_for(&b, "forced invalidation", |s| s.counters.forced >= 1);
+    assert_eq!(s.counters.ended, 1);
+    let a = &mut b.cluster.clients[0];
+    assert!(matches!(
+        a.read(&p, 0, &mut [0u8; 8]),
+        Err(ClientError::Denied(_))
+    ));
+}
+
+fn extension_refused_when_others_wait_then_waiter_granted(t: Transport) {
+    let client = ClientConfig {
+        acquire_wait_us: 5_000_000,
+        ..ClientConfig::default()
+    };
+    let mut b = bed(t, 2, node_cfg(), client);
+    let clock = b.clock.clone();
+    let (a, w) = two(&mut b);
+    let p = a.allocate(64, 10_000, Mode::Exclusive).unwrap();
+    a.extend(&p, 1_000).unwrap();
+    let addr = p.addr();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(move || w.acquire(addr, 8, 10_000, Access::Read, Mode::Shared));
+        // The waiter's queueing zeroes the holder's lifetime: the next CAS extension fails.
+        let t0 = Instant::now();
+        loop {
+            match a.extend(&p, 1_000) {
+                Err(ClientError::ExtensionRefused) => break,
+                Ok(()) => assert!(t0.elapsed() < Duration::from_secs(10), "never refused"),
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        // The holder's lease ends by its deadline (at the latest its maximum lifetime, however
+        // often it extended before the refusal landed); then the waiter is granted.
+        clock.advance(Duration::from_micros(1_100_000));
+        let q = waiter.join().unwrap().unwrap();
+        assert_eq!(q.addr(), addr);
+    });
+}
+
+fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport) {
+    let client = ClientConfig {
+        acquire_wait_us: 1_000_000,
+        ..ClientConfig::default()
+    };
+    let mut b = bed(t, 2, node_cfg(), client);
+    let clock = b.clock.clone();
+    let crashed = b.cluster.clients.remove(0);
+    let mut crashed = crashed;
+    let p = crashed.allocate(64, 5_000, Mode::Exclusive).unwrap();
+    let addr = p.addr();
+    drop(p);
+    drop(crashed); // stops without revoking
+    let w = &mut b.cluster.clients[0];
+    let granted = std::thread::scope(|s| {
+        let h = s.spawn(move || w.acquire(addr, 8, 10_000, Access::ReadWrite, Mode::Exclusive));
+        clock.advance(Duration::from_micros(6_000));
+        h.join().unwrap()
+    });
+    assert!(granted.is_ok(), "{granted:?}");
+}
+
+fn stale_revoke_after_header_reuse_changes_nothing(t: Transport) {
+    let mut b = bed(t, 2, node_cfg(), ClientConfig::default());
+    let (a, c) = two(&mut b);
+    let p = a.allocate(64, 100_000, Mode::Shared).unwrap();
+    let addr = p.addr();
+    let old_id = p.id();
+    let forged = p.forged_copy();
+    a.revoke(p).unwrap();
+    // The object's embedded header is reused by the next read-write grant.
+    let q = c
+        .acquire(addr, 8, 100_000, Access::ReadWrite, Mode::Shared)
+        .unwrap();
+    assert_eq!(q.id().header_addr, old_id.header_addr);
+    assert!(q.id().start_us > old_id.start_us);
+    assert!(matches!(a.revoke(forged), Err(ClientError::NotFound)));
+    c.write(&q, 0, b"still mine").unwrap();
+    c.revoke(q).unwrap();
+}
+
+fn qp_fault_hidden_by_spare(t: Transport, spares: usize) {
+    let client = ClientConfig {
+        spare_qps: spares,
+        ..ClientConfig::default()
+    };
+    let mut b = bed(t, 1, node_cfg(), client);
+    let a = &mut b.cluster.clients[0];
+    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let r = a
+        .acquire(p.addr(), 8, 100_000, Access::Read, Mode::Shared)
+        .unwrap_err();
+    assert!(matches!(r, ClientError::ConflictTimeout));
+    // An out-of-bounds access through a forged rkey faults the QP.
+    let mut forged = p.forged_copy();
+    forged.corrupt_rkey();
+    let e = a.write(&forged, 0, b"x").unwrap_err();
+    assert!(matches!(e, ClientError::Denied(_)), "{e:?}");
+    // The same permission keeps working on the promoted (or recovered) QP.
+    a.write(&p, 0, b"after fault").unwrap();
+    let mut buf = [0u8; 11];
+    a.read(&p, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"after fault");
+    assert_eq!(a.qp_switches().0, 1);
+    a.revoke(p).unwrap();
+    let _ = SwitchKind::Promoted;
+}
+
+fn storm_returns_everything_to_pools(t: Transport) {
+    use rand::{Rng, SeedableRng};
+    let mut b = bed(t, 4, node_cfg(), ClientConfig::default());
+    let clock = b.clock.clone();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut held: Vec<Vec<patronus_core::client::Perm>> = (0..4).map(|_| Vec::new()).collect();
+    let mut objects: Vec<u64> = Vec::new();
+    for _ in 0..400 {
+        let i = rng.random_range(0..4);
+        let c = &mut b.cluster.clients[i];
+        match rng.random_range(0..6) {
+            0 | 1 => {
+                if let Ok(p) = c.allocate(rng.random_range(1..2000), 5_000, Mode::Shared) {
+                    objects.push(p.addr());
+                    held[i].push(p);
+                }
+            }
+            2 if !objects.is_empty() => {
+                let addr = objects[rng.random_range(0..objects.len())];
+                let access = if rng.random_bool(0.5) {
+                    Access::Read
+                } else {
+                    Access::ReadWrite
+                };
+                if let Ok(p) = c.acquire(addr, 1, 5_000, access, Mode::Shared) {
+                    held[i].push(p);
+                }
+            }
+            3 if !held[i].is_empty() => {
+                let k = rng.random_range(0..held[i].len());
+                let p = held[i].swap_remove(k);
+                let _ = c.revoke(p);
+            }
+            4 if !held[i].is_empty() => {
+                let k = rng.random_range(0..held[i].len());
+                let p = held[i].swap_remove(k);
+                let addr = p.addr();
+                if c.free(p).is_ok() {
+                    objects.retain(|&a| a != addr);
+                }
+            }
+            _ => clock.advance(Duration::from_micros(300)),
+        }
+    }
+    clock.advance(Duration::from_secs(10));
+    let s = wait_for(&b, "every lease to end", |s| {
+        s.occupancy.is_some_and(|o| o.permissions == 0)
+    });
+    let o = s.occupancy.unwrap();
+    assert_eq!(o.headers_free, o.headers_capacity);
+    assert_eq!(
+        o.mw_free + o.mw_stale,
+        o.mw_capacity,
+        "no window bound to live data"
+    );
+    assert_eq!(o.waiters, 0);
+    assert_eq!(s.counters.granted, s.counters.ended);
+}
+
+macro_rules! both_transports {
+    ($($name:ident => $body:expr;)*) => {
+        mod inproc {
+            use super::*;
+            $(#[test] fn $name() { let t = Transport::InProc; $body(t); })*
+        }
+        mod tcp {
+            use super::*;
+            $(#[test] fn $name() { let t = Transport::Tcp; $body(t); })*
+        }
+    };
+}
+
+both_transports! {
+    access_after_expiry_is_rejected => super::access_after_expiry_is_rejected;
+    access_after_revoke_is_rejected => super::access_after_revoke_is_rejected;
+    forced_invalidation_at_max_lifetime => super::forced_invalidation_at_max_lifetime;
+    extension_refused_when_others_wait_then_waiter_granted => super::extension_refused_when_others_wait_then_waiter_granted;
+    crashed_exclusive_holder_blocks_only_until_lease_end => super::crashed_exclusive_holder_blocks_only_until_lease_end;
+    stale_revoke_after_header_reuse_changes_nothing => super::stale_revoke_after_header_reuse_changes_nothing;
+    qp_fault_hidden_by_spare => |t| super::qp_fault_hidden_by_spare(t, 2);
+    qp_fault_recovered_without_spare => |t| super::qp_fault_hidden_by_spare(t, 0);
+    storm_returns_everything_to_pools => super::storm_returns_everything_to_pools;
+}
