@@ -63,6 +63,9 @@ enum Command {
         /// Buffer pool size in MiB.
         #[arg(long, default_value_t = 64)]
         pool_mib: u64,
+        /// Maximum lifetime of a permission, ms.
+        #[arg(long, default_value_t = 1000)]
+        max_lifetime_ms: u64,
     },
     /// Connect to a memory node over TCP, run a short lifecycle, print the result.
     Probe {
@@ -81,7 +84,11 @@ fn main() -> anyhow::Result<()> {
             perms,
             clients,
         } => table4::run(transport.into(), perms, clients),
-        Command::Serve { listen, pool_mib } => serve::serve(listen, pool_mib),
+        Command::Serve {
+            listen,
+            pool_mib,
+            max_lifetime_ms,
+        } => serve::serve(listen, pool_mib, max_lifetime_ms),
         Command::Probe { connect } => serve::probe(connect),
     }
 }

@@ -9,12 +9,13 @@ use std::io::Read;
 use std::net::SocketAddr;
 
 /// Serves until stdin reaches end of file; prints `listening <addr>` first.
-pub fn serve(listen: SocketAddr, pool_mib: u64) -> Result<()> {
+pub fn serve(listen: SocketAddr, pool_mib: u64, max_lifetime_ms: u64) -> Result<()> {
     let ctx = TcpNode::open(SoftConfig::default(), listen).context("opening the TCP device")?;
     let node = MemoryNode::<SoftProvider>::start(
         ctx,
         NodeConfig {
             pool_bytes: pool_mib << 20,
+            max_lifetime_us: max_lifetime_ms * 1000,
             ..NodeConfig::default()
         },
     )?;
@@ -24,7 +25,7 @@ pub fn serve(listen: SocketAddr, pool_mib: u64) -> Result<()> {
     println!("listening {addr}");
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
-    let s = node.stats();
+    let s = node.fresh_stats();
     println!(
         "served: granted {} ended {} rpcs {}",
         s.counters.granted, s.counters.ended, s.counters.rpcs

@@ -1,0 +1,43 @@
+//! A memory node in one process, a client in another, over TCP.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+#[test]
+fn memory_node_and_client_in_separate_processes() {
+    let exe = env!("CARGO_BIN_EXE_patronus");
+    let mut server = Command::new(exe)
+        .args(["serve", "--listen", "127.0.0.1:0", "--pool-mib", "8"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn server");
+    let mut out = BufReader::new(server.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("server prints its address");
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .expect("`listening <addr>`")
+        .to_string();
+
+    let probe = Command::new(exe)
+        .args(["probe", "--connect", &addr])
+        .output()
+        .expect("run probe");
+    let stdout = String::from_utf8_lossy(&probe.stdout);
+    assert!(probe.status.success(), "probe failed: {stdout} {}", String::from_utf8_lossy(&probe.stderr));
+    assert!(stdout.contains("probe ok: across processes"), "{stdout}");
+
+    // Closing stdin stops the server, which reports what it served.
+    let mut stdin = server.stdin.take().expect("stdin");
+    stdin.flush().expect("flush");
+    drop(stdin);
+    let mut rest = String::new();
+    for l in out.lines() {
+        rest.push_str(&l.expect("line"));
+        rest.push('\n');
+    }
+    assert!(server.wait().expect("server exits").success());
+    assert!(rest.contains("served: granted 2 ended 2"), "{rest}");
+}
