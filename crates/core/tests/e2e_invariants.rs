@@ -300,6 +300,39 @@ fn storm_returns_everything_to_pools(t: Transport) {
     assert_eq!(s.counters.granted, s.counters.ended);
 }
 
+fn long_lease_renews_past_max_lifetime(t: Transport, mode: Mode) {
+    let node = NodeConfig {
+        max_lifetime_us: 2_000,
+        ..NodeConfig::default()
+    };
+    let mut b = bed(t, 1, node, ClientConfig::default());
+    let clock = b.clock.clone();
+    let a = &mut b.cluster.clients[0];
+    let p = a.allocate(64, 1_000, Mode::Shared).unwrap();
+    let addr = p.addr();
+    a.revoke(p).unwrap();
+    let mut l = a
+        .acquire_long(addr, 8, 600, Access::ReadWrite, mode, 300)
+        .unwrap();
+    let first = l.perm().unwrap().id();
+    for i in 0u64..40 {
+        clock.advance(Duration::from_micros(200));
+        let p = a.renew(&mut l).unwrap();
+        a.write(p, 0, &i.to_le_bytes()).unwrap();
+        let mut buf = [0u8; 8];
+        a.read(p, 0, &mut buf).unwrap();
+        assert_eq!(u64::from_le_bytes(buf), i);
+    }
+    assert_ne!(
+        l.perm().unwrap().id(),
+        first,
+        "renewed past the maximum lifetime"
+    );
+    assert!(l.reacquired >= 3, "{l:?}");
+    assert!(l.extended >= 1, "{l:?}");
+    assert_eq!(a.qp_switches().0, 0, "no access ever failed");
+}
+
 macro_rules! both_transports {
     ($($name:ident => $body:expr;)*) => {
         mod inproc {
@@ -323,4 +356,6 @@ both_transports! {
     qp_fault_hidden_by_spare => |t| super::qp_fault_hidden_by_spare(t, 2);
     qp_fault_recovered_without_spare => |t| super::qp_fault_hidden_by_spare(t, 0);
     storm_returns_everything_to_pools => super::storm_returns_everything_to_pools;
+    long_lease_renews_past_max_lifetime_shared => |t| super::long_lease_renews_past_max_lifetime(t, Mode::Shared);
+    long_lease_renews_past_max_lifetime_exclusive => |t| super::long_lease_renews_past_max_lifetime(t, Mode::Exclusive);
 }

@@ -105,6 +105,9 @@ impl<P: Provider> Client<P> {
         }
         for _ in 0..2 {
             let current = perm.lifetime_us();
+            if current >= perm.max_lifetime_us() {
+                return Err(ClientError::ExtensionRefused); // the manager would force it anyway
+            }
             let new = current.saturating_add(lease_us);
             let op = Op {
                 addr: perm.grant.lifetime_addr(),

@@ -13,11 +13,13 @@
 mod data;
 mod error;
 mod perm;
+mod renew;
 mod vqp;
 
 pub use data::{Batch, OpResult};
 pub use error::ClientError;
 pub use perm::Perm;
+pub use renew::LongLease;
 pub use vqp::SwitchKind;
 
 use crate::proto::connect::{Intent, Role};

@@ -71,12 +71,16 @@ impl Perm {
     pub fn lifetime_us(&self) -> u64 {
         self.lifetime_us.load(Ordering::SeqCst)
     }
-    /// Conservative local expiry: send time + lifetime − margin.
+    /// The manager's maximum lifetime for this permission, µs.
+    pub fn max_lifetime_us(&self) -> u64 {
+        self.grant.max_lifetime_us as u64
+    }
+    /// Conservative local expiry: send time + min(lifetime, maximum lifetime) − margin.
     pub fn expiry(&self) -> Timestamp {
         Timestamp(
             self.sent_at
                 .0
-                .saturating_add(self.lifetime_us())
+                .saturating_add(self.lifetime_us().min(self.max_lifetime_us()))
                 .saturating_sub(self.margin_us),
         )
     }

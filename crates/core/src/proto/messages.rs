@@ -5,7 +5,7 @@
 //! request:  0 u64 req_id | 8 u8 kind | 9 u8 access | 10 u8 mode | 11 u8 flags | 12 u32 rsvd
 //!           16 u64 a | 24 u64 b | 32 u64 c | 40 u64 d
 //! reply:    0 u64 req_id | 8 u8 kind | 9 u8 status | 10 u8 flags | 11 u8 rsvd | 12 u32 buffer_rkey
-//!           16 u32 lifetime_rkey | 20 u32 rsvd | 24 u64 header_addr | 32 u64 start_us
+//!           16 u32 lifetime_rkey | 20 u32 max_lifetime_us | 24 u64 header_addr | 32 u64 start_us
 //!           40 u64 buffer_addr | 48 u64 buffer_len | 56 u64 lifetime_us
 //! ```
 //! Only durations travel (lease and lifetime in µs); the start time is an opaque part of the
@@ -129,6 +129,9 @@ pub struct Grant {
     pub lifetime_us: u64,
     /// Header and buffer share one window.
     pub contiguous: bool,
+    /// The manager's maximum lifetime, µs (saturated to `u32::MAX`): no extension reaches
+    /// past it, so the client's expiry never does either.
+    pub max_lifetime_us: u32,
 }
 
 impl Grant {
@@ -345,6 +348,7 @@ pub fn encode_reply(req_id: u64, reply: &Reply) -> [u8; SLOT_SIZE] {
             b[10] = g.contiguous as u8;
             put32(&mut b, 12, g.buffer_rkey.0);
             put32(&mut b, 16, g.lifetime_rkey.0);
+            put32(&mut b, 20, g.max_lifetime_us);
             put(&mut b, 24, g.id.header_addr);
             put(&mut b, 32, g.id.start_us);
             put(&mut b, 40, g.buffer_addr);
@@ -385,6 +389,7 @@ pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
             buffer_len: get(buf, 48),
             buffer_rkey: MemoryKey(get32(buf, 12)),
             lifetime_rkey: MemoryKey(get32(buf, 16)),
+            max_lifetime_us: get32(buf, 20),
             lifetime_us: get(buf, 56),
             contiguous: match buf[10] {
                 0 => false,
@@ -454,6 +459,7 @@ mod tests {
                 lifetime_rkey: MemoryKey(4),
                 lifetime_us: 5,
                 contiguous: true,
+                max_lifetime_us: 6,
             }),
             Reply::Extended { lifetime_us: 9 },
             Reply::Revoked,

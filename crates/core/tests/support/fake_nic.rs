@@ -365,7 +365,7 @@ impl Sim {
         let reqs = std::mem::take(&mut self.pending);
         let mut out = self.batch(&reqs);
         for _ in 0..64 {
-            if !self.core.next_deadline().is_some_and(|d| d <= self.now) {
+            if self.core.next_deadline().is_none_or(|d| d > self.now) {
                 return out;
             }
             out.extend(self.batch(&[]));

@@ -399,6 +399,7 @@ impl ManagerCore {
                 lifetime_rkey,
                 lifetime_us: p.lifetime_us,
                 contiguous,
+                max_lifetime_us: self.cfg.max_lifetime_us.min(u32::MAX as u64) as u32,
             };
             let deadline = p.deadline;
             let grant_object = p.object;
