@@ -123,8 +123,8 @@ fn forced_invalidation_at_max_lifetime(t: Transport) {
     let clock = b.clock.clone();
     let a = &mut b.cluster.clients[0];
     let p = a.allocate(64, 1_000, Mode::Exclusive).unwrap();
-    // Keep extending one-sidedly until the client library stops at the maximum; the last
-    // CAS it issued already reached past the maximum (1000 + 3 x 2000 = 7000 > 5000).
+    // Keep extending one-sidedly until the client library stops at the maximum
+    // (1000 + 2 x 2000 reaches it); the manager ends the permission there regardless.
     let mut extensions = 0;
     while a.extend(&p, 2_000).is_ok() {
         extensions += 1;
