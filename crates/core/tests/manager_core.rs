@@ -1359,3 +1359,89 @@ fn failed_binds_fail_the_grant_and_return_every_resource() {
         }
     }
 }
+
+/// A stale window over reused memory whose unbind fails must not let the new owner's grant
+/// out: the old rkey would still reach the new owner's buffer.
+#[test]
+fn failed_unbind_of_a_stale_window_fails_the_grant_over_that_memory() {
+    for t in all_techniques()
+        .into_iter()
+        .filter(|t| t.delayed_unbind && !t.handover)
+    {
+        let mut sim = Sim::new(one_object_config(t));
+        let g = sim.allocate(1, 96, 5000);
+        assert_eq!(sim.revoke(1, g.id, true), Reply::Revoked);
+        assert!(sim.can_read(&g), "stale over freed memory");
+        sim.nic.fail_next_unbinds = 1;
+        let r = sim.call(
+            2,
+            Request::Allocate {
+                size: 96,
+                lease_us: 5000,
+                mode: Mode::Shared,
+            },
+        );
+        // (Sim checks that no granted buffer is reachable by another owner's window.)
+        assert_eq!(r, Reply::Failed(Status::BindFailed), "{t:?}");
+        sim.run(); // the unbind is retried
+        assert!(!sim.reaches(&g, object_of(&g), 128), "{t:?}");
+        let h = sim.allocate(2, 96, 5000);
+        assert_eq!(object_of(&h), object_of(&g));
+        assert!(sim.can_write(&h));
+    }
+}
+
+/// With verbs semantics (a failed bind flushes the rest of the chain), grants earlier in the
+/// chain must not go out while the chain's later unbinds over their memory did not happen.
+#[test]
+fn flushed_chain_grants_nothing_over_memory_still_reachable_by_others() {
+    for t in all_techniques().into_iter().filter(|t| t.delayed_unbind) {
+        let cfg = ManagerConfig {
+            buffer_len: 256,
+            ..one_object_config(t)
+        };
+        let mut sim = Sim::new(cfg);
+        let a = sim.allocate(1, 96, 5000);
+        let b = sim.allocate(1, 96, 5000);
+        assert_eq!(sim.revoke(1, a.id, true), Reply::Revoked);
+        assert_eq!(sim.revoke(1, b.id, true), Reply::Revoked);
+        // Both objects are free with stale windows; two allocations reuse them in one batch.
+        sim.nic.flush_after_failure = true;
+        // The first allocation's binds succeed, the second's first bind fails: the rest of the
+        // chain (the unbinds of the stale windows over both objects) is flushed.
+        sim.nic.skip_binds = if t.contiguity { 1 } else { 2 };
+        sim.nic.fail_next_binds = 1;
+        let x = sim.submit(
+            2,
+            Request::Allocate {
+                size: 96,
+                lease_us: 5000,
+                mode: Mode::Shared,
+            },
+        );
+        let y = sim.submit(
+            3,
+            Request::Allocate {
+                size: 96,
+                lease_us: 5000,
+                mode: Mode::Shared,
+            },
+        );
+        let out = sim.run();
+        // Whatever was granted passed the Sim's check (no other window over its object).
+        let granted = [x, y]
+            .iter()
+            .filter(|&&id| matches!(reply_to(&out, id), Some(Reply::Granted(_))))
+            .count();
+        assert!(granted < 2, "{t:?}: a failure was injected");
+        sim.nic.flush_after_failure = false;
+        sim.run();
+        let o = sim.occupancy();
+        assert_eq!(o.live_objects, granted, "{t:?}");
+        assert_eq!(
+            o.mw_free + o.mw_stale + granted * (2 - t.contiguity as usize),
+            o.mw_capacity,
+            "{t:?}: {o:?}"
+        );
+    }
+}

@@ -52,6 +52,14 @@ pub struct FakeNic {
     /// Fault injection: this many of the next binds with a target fail (the window keeps its
     /// old binding and key, as a failed BIND_MW work request leaves it).
     pub fail_next_binds: u32,
+    /// Binds with a target that succeed before `fail_next_binds` starts failing them.
+    pub skip_binds: u32,
+    /// Fault injection: this many of the next unbinds fail (the window stays bound).
+    pub fail_next_unbinds: u32,
+    /// Verbs semantics of one bind QP: after a bind work request fails, the QP is in error and
+    /// every later bind of the same chain is flushed (fails, changes nothing).
+    pub flush_after_failure: bool,
+    flushing: bool,
 }
 
 /// rkey of window `mw` with key byte `key`.
@@ -74,6 +82,10 @@ impl FakeNic {
             ],
             stats: NicStats::default(),
             fail_next_binds: 0,
+            skip_binds: 0,
+            fail_next_unbinds: 0,
+            flush_after_failure: false,
+            flushing: false,
         }
     }
 
@@ -86,15 +98,34 @@ impl FakeNic {
 
     /// Executes one chain, in order.
     pub fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
-        ops.iter().map(|op| self.execute_one(op)).collect()
+        self.flushing = false;
+        ops.iter()
+            .map(|op| {
+                let r = self.execute_one(op);
+                if r == NicResult::Failed && matches!(op, NicOp::Bind { .. }) {
+                    self.flushing = self.flush_after_failure;
+                }
+                r
+            })
+            .collect()
     }
 
     fn execute_one(&mut self, op: &NicOp) -> NicResult {
         match *op {
             NicOp::Bind { mw, client, target } => {
                 let target = target.filter(|t| t.len > 0);
-                if target.is_some() && self.fail_next_binds > 0 {
-                    self.fail_next_binds -= 1;
+                let injected = if target.is_some() {
+                    if self.skip_binds > 0 && self.fail_next_binds > 0 && !self.flushing {
+                        self.skip_binds -= 1;
+                        &mut 0
+                    } else {
+                        &mut self.fail_next_binds
+                    }
+                } else {
+                    &mut self.fail_next_unbinds
+                };
+                if self.flushing || *injected > 0 {
+                    *injected = injected.saturating_sub(1);
                     self.stats.failed += 1;
                     return NicResult::Failed;
                 }

@@ -350,6 +350,14 @@ impl ManagerCore {
             self.releasing.push((mw, 0));
         }
         let mut header_writes = Vec::new();
+        // A window whose bind or unbind failed may still be bound where it was (a handover
+        // source, a stale window over reused memory), so no grant of this chain may go out: an
+        // earlier owner's rkey could reach the new owner's buffer. (On a verbs QP a failure
+        // flushes the rest of the chain anyway.) The grants fail; their clients may retry.
+        let chain_failed = ops.iter().enumerate().any(|(i, (op, _))| {
+            matches!(op, NicOp::Bind { .. })
+                && results.get(i).is_none_or(|r| *r == NicResult::Failed)
+        });
         for g in std::mem::take(&mut self.grants) {
             let Some(p) = self.perms.get(g.key) else {
                 continue;
@@ -361,7 +369,7 @@ impl ManagerCore {
                 g.lifetime_rkey
             };
             let (Some(buffer_rkey), Some(lifetime_rkey), false) =
-                (g.buffer_rkey, lifetime_rkey, g.failed)
+                (g.buffer_rkey, lifetime_rkey, g.failed || chain_failed)
             else {
                 let object = p.object;
                 self.end_permission(g.key, false, now);
