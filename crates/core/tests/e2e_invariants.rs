@@ -4,7 +4,7 @@
 
 use patronus_core::client::{Client, ClientConfig, ClientError, SwitchKind};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
-use patronus_core::manager::{NodeConfig, NodeStats};
+use patronus_core::manager::{Isolation, NodeConfig, NodeStats};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::{SoftConfig, SoftProvider};
 use rnic::{VirtualClock, WcStatus};
@@ -16,7 +16,14 @@ struct Bed {
     clock: Arc<VirtualClock>,
 }
 
-fn bed(t: Transport, clients: usize, node: NodeConfig, client: ClientConfig) -> Bed {
+fn bed(
+    t: Transport,
+    iso: Isolation,
+    clients: usize,
+    mut node: NodeConfig,
+    client: ClientConfig,
+) -> Bed {
+    node.isolation = iso;
     let clock = VirtualClock::new();
     let device = SoftConfig {
         clock: clock.clone(),
@@ -64,8 +71,8 @@ fn two(b: &mut Bed) -> (&mut Client<SoftProvider>, &mut Client<SoftProvider>) {
     (&mut x[0], &mut y[0])
 }
 
-fn access_after_expiry_is_rejected(t: Transport) {
-    let mut b = bed(t, 2, node_cfg(), late_client());
+fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 2, node_cfg(), late_client());
     let clock = b.clock.clone();
     let p = {
         let a = &mut b.cluster.clients[0];
@@ -90,8 +97,8 @@ fn access_after_expiry_is_rejected(t: Transport) {
     assert_eq!(&buf, b"original", "a rejected write never touches memory");
 }
 
-fn access_after_revoke_is_rejected(t: Transport) {
-    let mut b = bed(t, 1, node_cfg(), ClientConfig::default());
+fn access_after_revoke_is_rejected(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     let a = &mut b.cluster.clients[0];
     let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
     let addr = p.addr();
@@ -114,12 +121,12 @@ fn access_after_revoke_is_rejected(t: Transport) {
     assert_eq!(&buf, b"kept");
 }
 
-fn forced_invalidation_at_max_lifetime(t: Transport) {
+fn forced_invalidation_at_max_lifetime(t: Transport, iso: Isolation) {
     let node = NodeConfig {
         max_lifetime_us: 5_000,
         ..NodeConfig::default()
     };
-    let mut b = bed(t, 1, node, late_client());
+    let mut b = bed(t, iso, 1, node, late_client());
     let clock = b.clock.clone();
     let a = &mut b.cluster.clients[0];
     let p = a.allocate(64, 1_000, Mode::Exclusive).unwrap();
@@ -145,12 +152,12 @@ fn forced_invalidation_at_max_lifetime(t: Transport) {
     ));
 }
 
-fn extension_refused_when_others_wait_then_waiter_granted(t: Transport) {
+fn extension_refused_when_others_wait_then_waiter_granted(t: Transport, iso: Isolation) {
     let client = ClientConfig {
         acquire_wait_us: 5_000_000,
         ..ClientConfig::default()
     };
-    let mut b = bed(t, 2, node_cfg(), client);
+    let mut b = bed(t, iso, 2, node_cfg(), client);
     let clock = b.clock.clone();
     let (a, w) = two(&mut b);
     let p = a.allocate(64, 10_000, Mode::Exclusive).unwrap();
@@ -175,12 +182,12 @@ fn extension_refused_when_others_wait_then_waiter_granted(t: Transport) {
     });
 }
 
-fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport) {
+fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport, iso: Isolation) {
     let client = ClientConfig {
         acquire_wait_us: 1_000_000,
         ..ClientConfig::default()
     };
-    let mut b = bed(t, 2, node_cfg(), client);
+    let mut b = bed(t, iso, 2, node_cfg(), client);
     let clock = b.clock.clone();
     let crashed = b.cluster.clients.remove(0);
     let mut crashed = crashed;
@@ -197,8 +204,8 @@ fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport) {
     assert!(granted.is_ok(), "{granted:?}");
 }
 
-fn stale_revoke_after_header_reuse_changes_nothing(t: Transport) {
-    let mut b = bed(t, 2, node_cfg(), ClientConfig::default());
+fn stale_revoke_after_header_reuse_changes_nothing(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
     let (a, c) = two(&mut b);
     let p = a.allocate(64, 100_000, Mode::Shared).unwrap();
     let addr = p.addr();
@@ -216,12 +223,12 @@ fn stale_revoke_after_header_reuse_changes_nothing(t: Transport) {
     c.revoke(q).unwrap();
 }
 
-fn qp_fault_hidden_by_spare(t: Transport, spares: usize) {
+fn qp_fault_hidden_by_spare(t: Transport, iso: Isolation, spares: usize) {
     let client = ClientConfig {
         spare_qps: spares,
         ..ClientConfig::default()
     };
-    let mut b = bed(t, 1, node_cfg(), client);
+    let mut b = bed(t, iso, 1, node_cfg(), client);
     let a = &mut b.cluster.clients[0];
     let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
     let r = a
@@ -243,9 +250,9 @@ fn qp_fault_hidden_by_spare(t: Transport, spares: usize) {
     let _ = SwitchKind::Promoted;
 }
 
-fn storm_returns_everything_to_pools(t: Transport) {
+fn storm_returns_everything_to_pools(t: Transport, iso: Isolation) {
     use rand::{Rng, SeedableRng};
-    let mut b = bed(t, 4, node_cfg(), ClientConfig::default());
+    let mut b = bed(t, iso, 4, node_cfg(), ClientConfig::default());
     let clock = b.clock.clone();
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let mut held: Vec<Vec<patronus_core::client::Perm>> = (0..4).map(|_| Vec::new()).collect();
@@ -302,12 +309,12 @@ fn storm_returns_everything_to_pools(t: Transport) {
     assert_eq!(s.counters.granted, s.counters.ended);
 }
 
-fn long_lease_renews_past_max_lifetime(t: Transport, mode: Mode) {
+fn long_lease_renews_past_max_lifetime(t: Transport, iso: Isolation, mode: Mode) {
     let node = NodeConfig {
         max_lifetime_us: 2_000,
         ..NodeConfig::default()
     };
-    let mut b = bed(t, 1, node, ClientConfig::default());
+    let mut b = bed(t, iso, 1, node, ClientConfig::default());
     let clock = b.clock.clone();
     let a = &mut b.cluster.clients[0];
     let p = a.allocate(64, 1_000, Mode::Shared).unwrap();
@@ -335,15 +342,46 @@ fn long_lease_renews_past_max_lifetime(t: Transport, mode: Mode) {
     assert_eq!(a.qp_switches().0, 0, "no access ever failed");
 }
 
+/// In the stronger isolation mode, a window's rkey is useless on another client's QPs even
+/// with the right key byte; in the paper's shared-PD mode it works (the key byte is the only
+/// barrier, which is why the stronger mode exists).
+fn foreign_rkey_on_another_clients_qp(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
+    let (a, m) = two(&mut b);
+    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    a.write(&p, 0, b"secret!!").unwrap();
+    let stolen = p.forged_copy();
+    let mut buf = [0u8; 8];
+    let r = m.read(&stolen, 0, &mut buf);
+    match iso {
+        Isolation::SharedPd => {
+            r.unwrap();
+            assert_eq!(&buf, b"secret!!");
+        }
+        Isolation::PdPerClient => {
+            assert!(matches!(r, Err(ClientError::Denied(_))), "{r:?}");
+            assert_eq!(buf, [0u8; 8]);
+        }
+    }
+}
+
 macro_rules! both_transports {
     ($($name:ident => $body:expr;)*) => {
         mod inproc {
             use super::*;
-            $(#[test] fn $name() { let t = Transport::InProc; $body(t); })*
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::SharedPd); })*
         }
         mod tcp {
             use super::*;
-            $(#[test] fn $name() { let t = Transport::Tcp; $body(t); })*
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::SharedPd); })*
+        }
+        mod inproc_pd_per_client {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::PdPerClient); })*
+        }
+        mod tcp_pd_per_client {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::PdPerClient); })*
         }
     };
 }
@@ -355,9 +393,10 @@ both_transports! {
     extension_refused_when_others_wait_then_waiter_granted => super::extension_refused_when_others_wait_then_waiter_granted;
     crashed_exclusive_holder_blocks_only_until_lease_end => super::crashed_exclusive_holder_blocks_only_until_lease_end;
     stale_revoke_after_header_reuse_changes_nothing => super::stale_revoke_after_header_reuse_changes_nothing;
-    qp_fault_hidden_by_spare => |t| super::qp_fault_hidden_by_spare(t, 2);
-    qp_fault_recovered_without_spare => |t| super::qp_fault_hidden_by_spare(t, 0);
+    qp_fault_hidden_by_spare => |t, iso| super::qp_fault_hidden_by_spare(t, iso, 2);
+    qp_fault_recovered_without_spare => |t, iso| super::qp_fault_hidden_by_spare(t, iso, 0);
     storm_returns_everything_to_pools => super::storm_returns_everything_to_pools;
-    long_lease_renews_past_max_lifetime_shared => |t| super::long_lease_renews_past_max_lifetime(t, Mode::Shared);
-    long_lease_renews_past_max_lifetime_exclusive => |t| super::long_lease_renews_past_max_lifetime(t, Mode::Exclusive);
+    long_lease_renews_past_max_lifetime_shared => |t, iso| super::long_lease_renews_past_max_lifetime(t, iso, Mode::Shared);
+    long_lease_renews_past_max_lifetime_exclusive => |t, iso| super::long_lease_renews_past_max_lifetime(t, iso, Mode::Exclusive);
+    foreign_rkey_on_another_clients_qp => super::foreign_rkey_on_another_clients_qp;
 }

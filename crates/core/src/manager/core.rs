@@ -16,7 +16,7 @@
 //! window is still bound over it (stale windows of reused memory are killed in the same chain,
 //! before the reply leaves); every grant ends by its deadline; stale ids change nothing.
 
-use super::pool::{BufferPool, HeaderPool, MwId, MwPool, Object, SlabConfig};
+use super::pool::{BufferPool, HeaderPool, MwId, Object, SlabConfig, WindowPools};
 use super::state::*;
 use crate::proto::header::{Header, LIFETIME_OFFSET};
 use crate::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
@@ -148,7 +148,7 @@ pub struct ManagerCore {
     cfg: ManagerConfig,
     buffers: BufferPool,
     headers: HeaderPool,
-    mws: MwPool,
+    mws: WindowPools,
     perms: PermTable,
     objects: HashMap<u64, ObjectState>,
     /// Stale (delayed-unbound) header windows by header address.
@@ -188,7 +188,7 @@ impl ManagerCore {
         ManagerCore {
             buffers: BufferPool::new(cfg.buffer_base, cfg.buffer_len, cfg.slab.clone()),
             headers: HeaderPool::new(cfg.header_base, cfg.header_count),
-            mws: MwPool::new(cfg.mw_count),
+            mws: WindowPools::new(cfg.mw_count),
             perms: PermTable::default(),
             objects: HashMap::new(),
             stale_headers: HashMap::new(),
@@ -204,6 +204,17 @@ impl ManagerCore {
             replies: Vec::new(),
             cfg,
         }
+    }
+
+    /// Gives `client` its own domain (a PD per client) with `windows` windows; returns their
+    /// ids, which the driver allocates in the client's PD. Windows never leave their domain.
+    pub fn add_client_domain(&mut self, client: ClientId, windows: u32) -> std::ops::Range<MwId> {
+        self.mws.add_client_domain(client, windows)
+    }
+
+    /// The domain whose PD binds `client`'s windows (0: the shared PD).
+    pub fn domain_of_client(&self, client: ClientId) -> u32 {
+        self.mws.domain_of_client(client)
     }
 
     /// Operation counters.
@@ -411,7 +422,7 @@ impl ManagerCore {
                 }
                 self.grant(now, client, req_id, obj, lease_us, access, mode);
             }
-            Request::Extend { id, lease_us } => self.rpc_extend(client, req_id, id, lease_us),
+            Request::Extend { id, lease_us } => self.rpc_extend(now, client, req_id, id, lease_us),
             // Identity is the driver's business; a Hello reaching the core is answered blandly.
             Request::Hello => self.fail(client, req_id, Status::InvalidArgument),
             Request::Revoke { id, free } => {
@@ -521,13 +532,22 @@ impl ManagerCore {
             }
         };
         let windows_needed = if contiguous { 1 } else { 2 };
-        let (free, stale, _) = self.mws.counts();
-        let handover_supply = if self.cfg.techniques.handover {
-            self.releasing.len()
-        } else {
-            0
-        };
-        if free + stale + handover_supply < self.needs.len() + windows_needed {
+        let domain = self.mws.domain_of_client(client);
+        let (free, stale, _) = self.mws.counts_in(domain);
+        // Windows released in this batch serve grants too: rebound by handover, or (without
+        // it) unbound and then bound. Counting them keeps the check a true reservation when a
+        // stale window moves to `releasing` (its header or memory is reused) after the check.
+        let handover_supply = self
+            .releasing
+            .iter()
+            .filter(|(mw, _)| self.mws.domain_of(*mw) == domain)
+            .count();
+        let queued = self
+            .needs
+            .iter()
+            .filter(|n| self.mws.domain_of_client(n.3) == domain)
+            .count();
+        if free + stale + handover_supply < queued + windows_needed {
             if !contiguous {
                 self.headers.give(header_addr);
             }
@@ -618,13 +638,22 @@ impl ManagerCore {
         });
     }
 
-    fn rpc_extend(&mut self, client: ClientId, req_id: u64, id: PermissionId, lease_us: u64) {
+    fn rpc_extend(
+        &mut self,
+        now: Timestamp,
+        client: ClientId,
+        req_id: u64,
+        id: PermissionId,
+        lease_us: u64,
+    ) {
         let Some(key) = self.lookup(client, id) else {
             return self.fail(client, req_id, Status::NotFound);
         };
         let Some(p) = self.perms.get(key) else { return };
         let max = self.cfg.max_lifetime_us;
-        if p.refused || p.refuse_pending || p.lifetime_us >= max {
+        // A lease already over (its expiry is pending: the check of this batch found a
+        // one-sided extension that is itself past) is not revived.
+        if p.refused || p.refuse_pending || p.lifetime_us >= max || p.deadline <= now {
             return self.fail(client, req_id, Status::ExtensionRefused);
         }
         let new = p.lifetime_us.saturating_add(lease_us).min(max);

@@ -13,4 +13,5 @@ pub use self::core::{
 pub use pool::{MwId, SlabConfig};
 pub use state::{ClientId, Counters, Techniques};
 pub mod node;
+pub use node::Isolation;
 pub use node::{MemoryNode, NodeConfig, NodeError, NodeStats};

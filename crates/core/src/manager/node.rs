@@ -51,6 +51,22 @@ pub struct NodeConfig {
     pub qp_timing: QpTiming,
     /// Slab classes.
     pub slab: SlabConfig,
+    /// How clients are isolated from each other.
+    pub isolation: Isolation,
+    /// Windows pre-allocated per client when each client has its own PD.
+    pub windows_per_client: u32,
+}
+
+/// How clients are isolated from each other on the memory node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// One PD for every client, type-1 windows (the paper's design). Any client holding a
+    /// window's rkey can use it from any of its QPs; a guessed key byte is the only barrier.
+    #[default]
+    SharedPd,
+    /// A PD (with its own registration of the pool and its own windows) per client: a window
+    /// of client A fails on client B's QPs even with the right rkey (PD mismatch at the NIC).
+    PdPerClient,
 }
 
 impl Default for NodeConfig {
@@ -66,6 +82,8 @@ impl Default for NodeConfig {
             max_batch: 64,
             qp_timing: QpTiming::default(),
             slab: SlabConfig::default(),
+            isolation: Isolation::SharedPd,
+            windows_per_client: 1024,
         }
     }
 }
@@ -105,6 +123,8 @@ struct Shared<P: Provider> {
     stats: Mutex<NodeStats>,
     incoming: Mutex<Vec<(Intent, P::Qp)>>,
     secrets: Mutex<HashMap<u32, u64>>,
+    /// Per-client PDs (isolation by PD): data QPs of a client are created in it.
+    client_pds: Mutex<HashMap<u32, P::Pd>>,
     loop_secret: u64,
 }
 
@@ -164,8 +184,14 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                 if known != Some(intent.secret) || intent.secret == 0 {
                     return Err("unknown client or wrong secret".into());
                 }
+                let own = self
+                    .shared
+                    .client_pds
+                    .lock()
+                    .get(&intent.client_id)
+                    .cloned();
                 init(
-                    &self.client_pd,
+                    own.as_ref().unwrap_or(&self.client_pd),
                     &self.data_cq,
                     &self.data_cq,
                     None,
@@ -194,6 +220,14 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
     }
 }
 
+/// A protection domain the manager binds windows in: its PD, its registration of the pool,
+/// and a loopback QP in it to post BIND_MW work requests on.
+struct Domain<P: Provider> {
+    pd: P::Pd,
+    mr: P::Mr,
+    bind_qp: P::Qp,
+}
+
 const REPLY_TAG: u64 = 1 << 63;
 const CAS_SLOTS: usize = 512;
 
@@ -203,13 +237,17 @@ struct Runner<P: Provider> {
     shared: Arc<Shared<P>>,
     core: ManagerCore,
     pool: P::Buffer,
-    client_mr: P::Mr,
     manager_mr: P::Mr,
+    /// Every window, indexed by the core's window id.
     mws: Vec<P::Mw>,
-    client_pd: P::Pd,
+    /// Domain of each window.
+    mw_domain: Vec<u32>,
+    /// Domain 0 is the shared PD; with a PD per client, one more per client.
+    domains: Vec<Domain<P>>,
     manager_pd: P::Pd,
-    bind_qp: P::Qp,
     cas_qp: P::Qp,
+    isolation: Isolation,
+    windows_per_client: u32,
     op_cq: P::Cq,
     ctrl_send_cq: P::Cq,
     ctrl_recv_cq: P::Cq,
@@ -274,6 +312,7 @@ impl<P: Provider> MemoryNode<P> {
             stats: Mutex::new(NodeStats::default()),
             incoming: Mutex::new(Vec::new()),
             secrets: Mutex::new(HashMap::new()),
+            client_pds: Mutex::new(HashMap::new()),
             loop_secret: rand::rng().random::<u64>() | 1,
         });
         let policy = Arc::new(Policy::<P> {
@@ -311,19 +350,25 @@ impl<P: Provider> MemoryNode<P> {
             buffer_watermark: cfg.buffer_watermark,
             len_scale: HEADER_SIZE as u64,
         });
+        let mw_domain = vec![0; mws.len()];
         let mut runner = Runner::<P> {
             ctx,
             address: address.clone(),
             shared: shared.clone(),
             core,
             pool,
-            client_mr,
             manager_mr,
             mws,
-            client_pd,
+            mw_domain,
+            domains: vec![Domain {
+                pd: client_pd,
+                mr: client_mr,
+                bind_qp,
+            }],
             manager_pd,
-            bind_qp,
             cas_qp,
+            isolation: cfg.isolation,
+            windows_per_client: cfg.windows_per_client.max(2),
             op_cq,
             ctrl_send_cq,
             ctrl_recv_cq,

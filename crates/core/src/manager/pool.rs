@@ -291,3 +291,97 @@ mod tests {
         assert_eq!(p.free_bytes(), 0);
     }
 }
+
+/// Window pools per protection domain. Domain 0 is the shared domain; with a PD per client,
+/// each client gets its own domain and windows, and windows never move between domains (a
+/// window can only be bound over a region of its own PD).
+#[derive(Debug)]
+pub struct WindowPools {
+    pools: Vec<MwPool>,
+    /// Domain of each window id.
+    owner: Vec<u32>,
+    /// Domain of each client (absent: the shared domain).
+    clients: HashMap<u32, u32>,
+}
+
+impl WindowPools {
+    /// The shared domain with windows `0..count`.
+    pub fn new(count: u32) -> Self {
+        WindowPools {
+            pools: vec![MwPool::new(count)],
+            owner: vec![0; count as usize],
+            clients: HashMap::new(),
+        }
+    }
+
+    /// Adds a domain for `client` with `count` new windows; returns their ids.
+    pub fn add_client_domain(&mut self, client: u32, count: u32) -> std::ops::Range<MwId> {
+        let domain = self.pools.len() as u32;
+        let first = self.owner.len() as MwId;
+        let ids = first..first + count;
+        self.pools.push(MwPool {
+            free: ids.clone().collect(),
+            stale: VecDeque::new(),
+            capacity: count as usize,
+        });
+        self.owner
+            .extend(std::iter::repeat_n(domain, count as usize));
+        self.clients.insert(client, domain);
+        ids
+    }
+
+    /// The domain `client` binds in.
+    pub fn domain_of_client(&self, client: u32) -> u32 {
+        self.clients.get(&client).copied().unwrap_or(0)
+    }
+
+    /// The domain of window `mw`.
+    pub fn domain_of(&self, mw: MwId) -> u32 {
+        self.owner.get(mw as usize).copied().unwrap_or(0)
+    }
+
+    fn pool(&mut self, domain: u32) -> Option<&mut MwPool> {
+        self.pools.get_mut(domain as usize)
+    }
+
+    /// Takes an unbound window of `domain`.
+    pub fn take_free(&mut self, domain: u32) -> Option<MwId> {
+        self.pool(domain)?.take_free()
+    }
+    /// Returns an unbound window to its domain.
+    pub fn give_free(&mut self, mw: MwId) {
+        let d = self.domain_of(mw);
+        if let Some(p) = self.pool(d) {
+            p.give_free(mw);
+        }
+    }
+    /// Records a delayed-unbound window.
+    pub fn push_stale(&mut self, mw: MwId) {
+        let d = self.domain_of(mw);
+        if let Some(p) = self.pool(d) {
+            p.push_stale(mw);
+        }
+    }
+    /// Takes the oldest stale window of `domain`.
+    pub fn take_stale(&mut self, domain: u32) -> Option<MwId> {
+        self.pool(domain)?.take_stale()
+    }
+    /// Removes a specific stale window.
+    pub fn remove_stale(&mut self, mw: MwId) -> bool {
+        let d = self.domain_of(mw);
+        self.pool(d).is_some_and(|p| p.remove_stale(mw))
+    }
+    /// (free, stale, capacity) of one domain.
+    pub fn counts_in(&self, domain: u32) -> (usize, usize, usize) {
+        self.pools
+            .get(domain as usize)
+            .map_or((0, 0, 0), MwPool::counts)
+    }
+    /// (free, stale, capacity) over all domains.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        self.pools
+            .iter()
+            .map(MwPool::counts)
+            .fold((0, 0, 0), |a, c| (a.0 + c.0, a.1 + c.1, a.2 + c.2))
+    }
+}

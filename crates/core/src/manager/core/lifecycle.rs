@@ -173,20 +173,38 @@ impl ManagerCore {
     pub(super) fn assign_windows(&mut self) {
         let handover = self.cfg.techniques.handover;
         for (key, is_buffer, target, client) in std::mem::take(&mut self.needs) {
+            let domain = self.mws.domain_of_client(client);
+            let releasing_here = self
+                .releasing
+                .iter()
+                .rposition(|(mw, _)| self.mws.domain_of(*mw) == domain);
             let (mw, rebind) = if handover {
-                if let Some((mw, _)) = self.releasing.pop() {
-                    (Some(mw), true)
-                } else if let Some(mw) = self.take_stale_window() {
+                if let Some(i) = releasing_here {
+                    (Some(self.releasing.swap_remove(i).0), true)
+                } else if let Some(mw) = self.take_stale_window(domain) {
                     (Some(mw), true)
                 } else {
-                    (self.mws.take_free(), false)
+                    (self.mws.take_free(domain), false)
                 }
-            } else if let Some(mw) = self.mws.take_free() {
+            } else if let Some(mw) = self.mws.take_free(domain) {
                 (Some(mw), false)
-            } else if let Some(mw) = self.take_stale_window() {
+            } else if let Some(mw) = self.take_stale_window(domain) {
                 // No free window and no handover: unbind a stale one first (two operations).
                 self.counters.unbinds += 1;
                 self.counters.deferred_unbinds += 1;
+                self.ops.push((
+                    NicOp::Bind {
+                        mw,
+                        client,
+                        target: None,
+                    },
+                    Cont::Unbind(u32::MAX),
+                ));
+                (Some(mw), false)
+            } else if let Some(i) = releasing_here {
+                // Likewise a window released in this batch: unbind it, then bind it.
+                let mw = self.releasing.swap_remove(i).0;
+                self.counters.unbinds += 1;
                 self.ops.push((
                     NicOp::Bind {
                         mw,
@@ -239,8 +257,8 @@ impl ManagerCore {
         }
     }
 
-    fn take_stale_window(&mut self) -> Option<MwId> {
-        let mw = self.mws.take_stale()?;
+    fn take_stale_window(&mut self, domain: u32) -> Option<MwId> {
+        let mw = self.mws.take_stale(domain)?;
         match self.stale_owner.remove(&mw) {
             Some(StaleOwner::Object(addr)) => {
                 if let Some(o) = self.objects.get_mut(&addr) {

@@ -101,6 +101,14 @@ impl<P: Provider> Runner<P> {
                 Role::Control => {
                     let id = self.next_client;
                     self.next_client += 1;
+                    if self.isolation == Isolation::PdPerClient
+                        && self.add_client_domain(id).is_err()
+                    {
+                        // No isolated domain, no service: drop the connection rather than
+                        // fall back to a weaker isolation silently.
+                        let _ = qp.reset();
+                        continue;
+                    }
                     self.control.insert(qp.qp_num(), (id, qp));
                 }
                 _ => self.others.push(qp),
@@ -108,6 +116,39 @@ impl<P: Provider> Runner<P> {
         }
         // Forget server-side QPs that broke; their clients reconnect with new ones.
         self.others.retain(|qp| qp.state() != QpState::Error);
+    }
+
+    /// Gives a new client its own PD: a registration of the pool in it, windows, a bind QP.
+    /// Registering the whole pool again is the honest cost of this isolation mode.
+    fn add_client_domain(&mut self, client: ClientId) -> Result<(), VerbsError> {
+        let pd = self.ctx.alloc_pd()?;
+        let mr = pd.reg_mr(
+            &self.pool,
+            0,
+            self.pool.len(),
+            AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+        )?;
+        let mut windows = Vec::with_capacity(self.windows_per_client as usize);
+        for _ in 0..self.windows_per_client {
+            windows.push(pd.alloc_mw(MwType::Type1)?);
+        }
+        let bind_qp = loopback_qp::<P>(&pd, &self.op_cq, self.timing)?;
+        let intent = Intent {
+            role: Role::Loopback,
+            client_id: 0,
+            secret: self.shared.loop_secret,
+        }
+        .encode();
+        bind_qp.connect(&self.address, &intent)?;
+        let ids = self.core.add_client_domain(client, self.windows_per_client);
+        let domain = self.domains.len() as u32;
+        debug_assert_eq!(ids.start as usize, self.mws.len());
+        self.mws.extend(windows);
+        self.mw_domain
+            .extend(std::iter::repeat_n(domain, ids.len()));
+        self.shared.client_pds.lock().insert(client, pd.clone());
+        self.domains.push(Domain { pd, mr, bind_qp });
+        Ok(())
     }
 
     fn on_receive(&mut self, wc: &WorkCompletion, requests: &mut Vec<(ClientId, u64, Request)>) {
@@ -200,7 +241,8 @@ impl<P: Provider> Runner<P> {
 
     fn execute_chunk(&mut self, ops: &[NicOp], results: &mut [NicResult], base: usize) {
         self.ensure_connected();
-        let mut binds = Vec::new();
+        let mut binds: Vec<Vec<SendWr<'_, P::Mw, P::Mr>>> =
+            (0..self.domains.len()).map(|_| Vec::new()).collect();
         let mut cases = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             let wr_id = (base + i) as u64;
@@ -209,14 +251,18 @@ impl<P: Provider> Runner<P> {
                     let Some(window) = self.mws.get(mw as usize) else {
                         continue;
                     };
-                    binds.push(SendWr {
+                    let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
+                    let Some(domain) = self.domains.get(d) else {
+                        continue;
+                    };
+                    binds[d].push(SendWr {
                         wr_id,
                         signaled: true,
                         op: SendOp::BindMw {
                             mw: window,
                             bind: match target {
                                 Some(t) => BindInfo {
-                                    mr: Some(&self.client_mr),
+                                    mr: Some(&domain.mr),
                                     addr: t.addr,
                                     length: t.len,
                                     access: t.access,
@@ -253,8 +299,10 @@ impl<P: Provider> Runner<P> {
             }
         }
         let mut expected = 0;
-        if !binds.is_empty() && self.bind_qp.post_send(&binds).is_ok() {
-            expected += binds.len();
+        for (d, chain) in binds.iter().enumerate() {
+            if !chain.is_empty() && self.domains[d].bind_qp.post_send(chain).is_ok() {
+                expected += chain.len();
+            }
         }
         if !cases.is_empty() && self.cas_qp.post_send(&cases).is_ok() {
             expected += cases.len();
@@ -292,7 +340,7 @@ impl<P: Provider> Runner<P> {
         }
     }
 
-    /// Reconnects a loopback QP that broke (a new handshake), so later chains can run.
+    /// Reconnects loopback QPs that broke (a new handshake), so later chains can run.
     fn ensure_connected(&mut self) {
         let intent = Intent {
             role: Role::Loopback,
@@ -300,25 +348,22 @@ impl<P: Provider> Runner<P> {
             secret: self.shared.loop_secret,
         }
         .encode();
-        for which in 0..2 {
-            let (qp, pd) = if which == 0 {
-                (&self.bind_qp, &self.client_pd)
-            } else {
-                (&self.cas_qp, &self.manager_pd)
-            };
-            if qp.state() == QpState::ReadyToSend {
+        for d in 0..self.domains.len() {
+            if self.domains[d].bind_qp.state() == QpState::ReadyToSend {
                 continue;
             }
-            let Ok(fresh) = loopback_qp::<P>(pd, &self.op_cq, self.timing) else {
+            let Ok(fresh) = loopback_qp::<P>(&self.domains[d].pd, &self.op_cq, self.timing) else {
                 continue;
             };
             if fresh.connect(&self.address, &intent).is_ok() {
-                if which == 0 {
-                    self.bind_qp = fresh;
-                } else {
-                    self.cas_qp = fresh;
-                }
+                self.domains[d].bind_qp = fresh;
             }
+        }
+        if self.cas_qp.state() != QpState::ReadyToSend
+            && let Ok(fresh) = loopback_qp::<P>(&self.manager_pd, &self.op_cq, self.timing)
+            && fresh.connect(&self.address, &intent).is_ok()
+        {
+            self.cas_qp = fresh;
         }
     }
 }
