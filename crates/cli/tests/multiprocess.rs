@@ -26,7 +26,11 @@ fn memory_node_and_client_in_separate_processes() {
         .output()
         .expect("run probe");
     let stdout = String::from_utf8_lossy(&probe.stdout);
-    assert!(probe.status.success(), "probe failed: {stdout} {}", String::from_utf8_lossy(&probe.stderr));
+    assert!(
+        probe.status.success(),
+        "probe failed: {stdout} {}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
     assert!(stdout.contains("probe ok: across processes"), "{stdout}");
 
     // Closing stdin stops the server, which reports what it served.

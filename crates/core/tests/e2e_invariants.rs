@@ -1,6 +1,7 @@
 //! The design's invariants, end to end on the software RNIC, on both transports. Lease logic
 //! runs on a virtual clock that the tests advance; waiting for the manager thread to act is a
 //! bounded spin on its published state, never a sleep.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 use patronus_core::client::{Client, ClientConfig, ClientError, SwitchKind};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
@@ -161,12 +162,13 @@ fn extension_refused_when_others_wait_then_waiter_granted(t: Transport, iso: Iso
     let clock = b.clock.clone();
     let (a, w) = two(&mut b);
     let p = a.allocate(64, 10_000, Mode::Exclusive).unwrap();
+    #[allow(clippy::disallowed_methods)] // a wall-time bound on a test that must not hang
+    let t0 = Instant::now();
     a.extend(&p, 1_000).unwrap();
     let addr = p.addr();
     std::thread::scope(|s| {
         let waiter = s.spawn(move || w.acquire(addr, 8, 10_000, Access::Read, Mode::Shared));
         // The waiter's queueing zeroes the holder's lifetime: the next CAS extension fails.
-        let t0 = Instant::now();
         loop {
             match a.extend(&p, 1_000) {
                 Err(ClientError::ExtensionRefused) => break,
@@ -193,7 +195,6 @@ fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport, iso: Isola
     let mut crashed = crashed;
     let p = crashed.allocate(64, 5_000, Mode::Exclusive).unwrap();
     let addr = p.addr();
-    drop(p);
     drop(crashed); // stops without revoking
     let w = &mut b.cluster.clients[0];
     let granted = std::thread::scope(|s| {

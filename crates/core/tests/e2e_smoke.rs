@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 use patronus_core::client::{ClientConfig, ClientError};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;

@@ -1445,3 +1445,69 @@ fn flushed_chain_grants_nothing_over_memory_still_reachable_by_others() {
         );
     }
 }
+
+/// An RPC extend that arrives after the lease ran out (the batch's expiry check found a
+/// one-sided extension that is itself already past) must not revive the permission.
+#[test]
+fn rpc_extend_after_the_deadline_does_not_revive_the_permission() {
+    let mut sim = Sim::new(test_config(Techniques::ALL));
+    let g = sim.allocate(1, 64, 100);
+    let s = g.id.start_us;
+    assert_eq!(sim.client_cas_extend(&g, 100, 200), Some(100));
+    sim.now = Timestamp(s + 300);
+    let e = sim.submit(
+        1,
+        Request::Extend {
+            id: g.id,
+            lease_us: 1000,
+        },
+    );
+    let out = sim.run();
+    assert_eq!(
+        reply_to(&out, e),
+        Some(Reply::Failed(Status::ExtensionRefused))
+    );
+    assert!(!sim.can_read(&g), "ended at its (client-extended) deadline");
+    assert_eq!(sim.occupancy().permissions, 0);
+}
+
+/// A grant that passed the window-capacity check keeps its windows even if a later request of
+/// the batch moves a stale window to the released ones (its header was reused).
+#[test]
+fn capacity_checked_grants_get_their_windows() {
+    for t in all_techniques() {
+        let cfg = ManagerConfig {
+            header_count: 2,
+            mw_count: 3,
+            ..test_config(Techniques {
+                contiguity: false,
+                ..t
+            })
+        };
+        let mut sim = Sim::new(cfg);
+        let a = sim.allocate(1, 1, 1);
+        sim.advance(1);
+        // In one batch: A expires (its header window goes stale under delayed unbinding),
+        // an allocation passes the capacity check counting that stale window, then an
+        // acquire takes A's header (its stale window is released) and fails for windows.
+        let x = sim.submit(
+            1,
+            Request::Allocate {
+                size: 1,
+                lease_us: 1,
+                mode: Mode::Shared,
+            },
+        );
+        let y = sim.submit(
+            1,
+            acquire_req(a.buffer_addr, 1, 1, Access::Read, Mode::Shared, 0),
+        );
+        let out = sim.run();
+        expect_grant(reply_to(&out, x).expect("answered"));
+        assert_eq!(
+            reply_to(&out, y),
+            Some(Reply::Failed(Status::PoolExhausted)),
+            "{t:?}"
+        );
+    }
+}

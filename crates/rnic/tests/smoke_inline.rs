@@ -1,7 +1,7 @@
+use parking_lot::Mutex;
 use rnic::soft::*;
 use rnic::*;
 use std::sync::Arc;
-use parking_lot::Mutex;
 
 struct Policy {
     pd: SoftPd,
@@ -34,7 +34,11 @@ fn read_write_atomics_and_windows() {
     let cn = fabric.open_device(SoftConfig::default());
     let mpd = mn.alloc_pd().unwrap();
     let mcq = mn.create_cq(256).unwrap();
-    let policy = Arc::new(Policy { pd: mpd.clone(), cq: mcq.clone(), got: Mutex::new(None) });
+    let policy = Arc::new(Policy {
+        pd: mpd.clone(),
+        cq: mcq.clone(),
+        got: Mutex::new(None),
+    });
     let listener = mn.listen(policy.clone()).unwrap();
 
     let mbuf = mn.alloc_buffer(1 << 16).unwrap();
@@ -44,7 +48,9 @@ fn read_write_atomics_and_windows() {
     let cpd = cn.alloc_pd().unwrap();
     let ccq = cn.create_cq(256).unwrap();
     let cbuf = cn.alloc_buffer(4096).unwrap();
-    let cmr = cpd.reg_mr(&cbuf, 0, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let cmr = cpd
+        .reg_mr(&cbuf, 0, 4096, AccessFlags::LOCAL_WRITE)
+        .unwrap();
     let qp = cpd
         .create_qp(QpInit {
             send_cq: &ccq,
@@ -62,9 +68,29 @@ fn read_write_atomics_and_windows() {
 
     // write through the MR rkey
     cbuf.write(0, b"0123456789abcdef").unwrap();
-    let sge = Sge { addr: cbuf.addr(), length: 16, lkey: cmr.lkey() };
-    qp.post_send(&[SendWr { wr_id: 1, signaled: true, op: SendOp::Write { local: sge, remote_addr: mbuf.addr() + 100, rkey: mmr.rkey() } }]).unwrap();
-    let mut wc = [WorkCompletion { wr_id: 0, status: WcStatus::Success, opcode: WcOpcode::Send, byte_len: 0, qp_num: QpNumber(0), invalidated_rkey: None }; 4];
+    let sge = Sge {
+        addr: cbuf.addr(),
+        length: 16,
+        lkey: cmr.lkey(),
+    };
+    qp.post_send(&[SendWr {
+        wr_id: 1,
+        signaled: true,
+        op: SendOp::Write {
+            local: sge,
+            remote_addr: mbuf.addr() + 100,
+            rkey: mmr.rkey(),
+        },
+    }])
+    .unwrap();
+    let mut wc = [WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        qp_num: QpNumber(0),
+        invalidated_rkey: None,
+    }; 4];
     assert_eq!(ccq.poll(&mut wc), 1);
     assert_eq!(wc[0].status, WcStatus::Success);
     let mut check = [0u8; 16];
@@ -74,30 +100,84 @@ fn read_write_atomics_and_windows() {
     // bind a type-1 window over [4096, 4096+64) on the MN via a loopback-free bind (any QP of the PD)
     let mw = mpd.alloc_mw(MwType::Type1).unwrap();
     let old = mw.rkey();
-    sqp.post_send(&[SendWr { wr_id: 9, signaled: true, op: SendOp::BindMw { mw: &mw, bind: BindInfo { mr: Some(&mmr), addr: mbuf.addr() + 4096, length: 64, access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC } } }]).unwrap();
+    sqp.post_send(&[SendWr {
+        wr_id: 9,
+        signaled: true,
+        op: SendOp::BindMw {
+            mw: &mw,
+            bind: BindInfo {
+                mr: Some(&mmr),
+                addr: mbuf.addr() + 4096,
+                length: 64,
+                access: AccessFlags::REMOTE_READ
+                    | AccessFlags::REMOTE_WRITE
+                    | AccessFlags::REMOTE_ATOMIC,
+            },
+        },
+    }])
+    .unwrap();
     assert_eq!(mcq.poll(&mut wc), 1);
     assert_eq!(wc[0].status, WcStatus::Success, "{:?}", wc[0]);
     assert_ne!(mw.rkey(), old);
 
     // CAS through the window
-    let csge = Sge { addr: cbuf.addr() + 64, length: 8, lkey: cmr.lkey() };
-    qp.post_send(&[SendWr { wr_id: 2, signaled: true, op: SendOp::CompareSwap { local: csge, remote_addr: mbuf.addr() + 4096, rkey: mw.rkey(), compare: 0, swap: 42 } }]).unwrap();
+    let csge = Sge {
+        addr: cbuf.addr() + 64,
+        length: 8,
+        lkey: cmr.lkey(),
+    };
+    qp.post_send(&[SendWr {
+        wr_id: 2,
+        signaled: true,
+        op: SendOp::CompareSwap {
+            local: csge,
+            remote_addr: mbuf.addr() + 4096,
+            rkey: mw.rkey(),
+            compare: 0,
+            swap: 42,
+        },
+    }])
+    .unwrap();
     assert_eq!(ccq.poll(&mut wc), 1);
     assert_eq!(wc[0].status, WcStatus::Success);
     assert_eq!(mbuf.load_u64(4096).unwrap(), 42);
     assert_eq!(cbuf.load_u64(64).unwrap(), 0);
 
     // out of bounds by one byte -> remote access error, QP to ERR, later WRs flushed
-    let rsge = Sge { addr: cbuf.addr(), length: 8, lkey: cmr.lkey() };
+    let rsge = Sge {
+        addr: cbuf.addr(),
+        length: 8,
+        lkey: cmr.lkey(),
+    };
     qp.post_send(&[
-        SendWr { wr_id: 3, signaled: true, op: SendOp::Read { local: rsge, remote_addr: mbuf.addr() + 4096 + 57, rkey: mw.rkey() } },
-        SendWr { wr_id: 4, signaled: true, op: SendOp::Read { local: rsge, remote_addr: mbuf.addr() + 4096, rkey: mw.rkey() } },
-    ]).unwrap();
+        SendWr {
+            wr_id: 3,
+            signaled: true,
+            op: SendOp::Read {
+                local: rsge,
+                remote_addr: mbuf.addr() + 4096 + 57,
+                rkey: mw.rkey(),
+            },
+        },
+        SendWr {
+            wr_id: 4,
+            signaled: true,
+            op: SendOp::Read {
+                local: rsge,
+                remote_addr: mbuf.addr() + 4096,
+                rkey: mw.rkey(),
+            },
+        },
+    ])
+    .unwrap();
     let n = ccq.poll(&mut wc);
     assert_eq!(n, 2);
     assert_eq!(wc[0].status, WcStatus::RemoteAccessError);
     assert_eq!(wc[1].status, WcStatus::WrFlushError);
     assert_eq!(qp.state(), QpState::Error);
     assert_eq!(sqp.state(), QpState::Error);
-    assert_eq!(mn.poll_async_event(), Some(AsyncEvent::QpAccessError(sqp.qp_num())));
+    assert_eq!(
+        mn.poll_async_event(),
+        Some(AsyncEvent::QpAccessError(sqp.qp_num()))
+    );
 }

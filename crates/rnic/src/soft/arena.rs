@@ -182,7 +182,9 @@ impl MemoryBlock {
     pub fn word(&self, offset: usize) -> VerbsResult<&AtomicU64> {
         self.check(offset, WORD)?;
         if offset % WORD != 0 {
-            return Err(VerbsError::InvalidArgument("word access must be 8-byte aligned"));
+            return Err(VerbsError::InvalidArgument(
+                "word access must be 8-byte aligned",
+            ));
         }
         Ok(&self.words()[offset / WORD])
     }

@@ -48,7 +48,8 @@ impl Default for SoftConfig {
 }
 
 /// How a device's QPs reach other devices.
-pub(crate) trait Transport: Send + Sync + fmt::Debug {
+/// `Any` lets a transport's own API (e.g. the TCP engine's CPU time) find it behind a context.
+pub(crate) trait Transport: Send + Sync + fmt::Debug + std::any::Any {
     /// Starts accepting connections on this device.
     fn listen(
         &self,
@@ -56,8 +57,7 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug {
         policy: Arc<dyn AcceptPolicy<SoftProvider>>,
     ) -> VerbsResult<SoftListener>;
     /// Connects `qp` (in RESET) to a listener.
-    fn connect(&self, qp: &Arc<QpInner>, to: &SoftAddress, private_data: &[u8])
-    -> VerbsResult<()>;
+    fn connect(&self, qp: &Arc<QpInner>, to: &SoftAddress, private_data: &[u8]) -> VerbsResult<()>;
 }
 
 pub(crate) struct DeviceInner {
@@ -83,7 +83,9 @@ impl ResourceCounts {
     /// Takes one unit of a counted resource, failing past `max`.
     pub(crate) fn take(counter: &AtomicU32, max: u32, r: Resource) -> VerbsResult<()> {
         counter
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
             .map(|_| ())
             .map_err(|_| VerbsError::Exhausted(r))
     }

@@ -5,10 +5,10 @@
 //! test steps explicitly. Either can record packets with a [`PacketTrace`].
 
 use super::device::{SoftConfig, SoftContext, Transport};
+use super::link::Link;
 use super::link::inline::InlineLink;
 use super::link::queued::QueuedNetwork;
 use super::link::tracing::{PacketTrace, TracingLink};
-use super::link::Link;
 use super::qp::QpInner;
 use super::wire::MAX_PRIVATE_DATA;
 use super::{SoftAddress, SoftListener, SoftProvider};
@@ -138,12 +138,7 @@ impl Transport for InProcTransport {
         })
     }
 
-    fn connect(
-        &self,
-        qp: &Arc<QpInner>,
-        to: &SoftAddress,
-        private_data: &[u8],
-    ) -> VerbsResult<()> {
+    fn connect(&self, qp: &Arc<QpInner>, to: &SoftAddress, private_data: &[u8]) -> VerbsResult<()> {
         let SoftAddress::InProc { node, port } = to else {
             return Err(VerbsError::InvalidArgument(
                 "an in-process device connects to in-process addresses only",
@@ -168,12 +163,11 @@ impl Transport for InProcTransport {
             ));
         }
         let s = &server.inner;
-        let (client_link, server_link): (Arc<dyn Link>, Arc<dyn Link>) = match &self.fabric.mode
-        {
-            LinkMode::Inline => (
-                self.traced(InlineLink::new(s.sink())),
-                self.traced(InlineLink::new(qp.sink())),
-            ),
+        let (client_link, server_link): (Arc<dyn Link>, Arc<dyn Link>) = match &self.fabric.mode {
+            LinkMode::Inline => {
+                let (to_server, to_client) = InlineLink::pair(s.sink(), qp.sink());
+                (self.traced(to_server), self.traced(to_client))
+            }
             LinkMode::Queued(net) => {
                 let (a, b) = net.connect(qp.sink(), s.sink());
                 (self.traced(a), self.traced(b))

@@ -25,14 +25,13 @@ pub mod wire;
 pub use arena::Pinning;
 pub use device::{SoftConfig, SoftContext};
 pub use fabric::{LinkMode, SoftFabric};
+pub use link::tcp::{TcpNode, TcpOptions, TcpStats, engine_cpu_time};
 pub use mpt::KeyPolicy;
 pub use objects::{SoftBuffer, SoftMr, SoftMw, SoftPd};
 pub use qp::SoftQp;
 pub use queues::{SoftCq, SoftSrq};
 
-use crate::verbs::{
-    AcceptPolicy, AsyncEvent, Clock, Context, DeviceAttr, Provider, VerbsResult,
-};
+use crate::verbs::{AcceptPolicy, AsyncEvent, Clock, Context, DeviceAttr, Provider, VerbsResult};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,12 +4,12 @@
 //! deregisters it if no window is bound over it; dropping a window deallocates it, which
 //! invalidates its binding first.
 
+use super::SoftProvider;
 use super::arena::MemoryBlock;
 use super::device::{DeviceInner, ResourceCounts};
 use super::mpt::MrEntry;
 use super::qp::{QpInner, SoftQp};
 use super::queues::SoftSrq;
-use super::SoftProvider;
 use crate::verbs::{
     AccessFlags, Lkey, MemoryBuffer, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId,
     ProtectionDomain, QpInit, Resource, Rkey, VerbsError, VerbsResult, VirtAddr,
@@ -69,7 +69,10 @@ impl ProtectionDomain<SoftProvider> for SoftPd {
         len: usize,
         access: AccessFlags,
     ) -> VerbsResult<SoftMr> {
-        if offset.checked_add(len).is_none_or(|end| end > buffer.block.len()) {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > buffer.block.len())
+        {
             return Err(VerbsError::InvalidArgument("MR range outside the buffer"));
         }
         if access.needs_local_write() && !access.contains(AccessFlags::LOCAL_WRITE) {
@@ -112,7 +115,9 @@ impl ProtectionDomain<SoftProvider> for SoftPd {
             MwType::Type2 => dev.config.attr.mw_type2,
         };
         if !supported {
-            return Err(VerbsError::InvalidArgument("memory window type not supported"));
+            return Err(VerbsError::InvalidArgument(
+                "memory window type not supported",
+            ));
         }
         let key = dev.mpt.alloc_mw(self.inner.id, mw_type)?;
         Ok(SoftMw {

@@ -3,14 +3,18 @@
 
 use super::{Link, LinkDown, PacketSink};
 use crate::soft::wire::Packet;
-use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
 /// A link that delivers synchronously to its peer.
 #[derive(Debug)]
 pub struct InlineLink {
     peer: Weak<dyn PacketSink>,
-    closed: AtomicBool,
+    /// Shared by both directions of a connection made with [`InlineLink::pair`]: once either
+    /// end closes, the connection is down both ways and the other end's later `close` (e.g.
+    /// when a QP that already saw the link go down is dropped) notifies nobody — its peer may
+    /// have been reset and reconnected since.
+    closed: Arc<AtomicBool>,
 }
 
 impl InlineLink {
@@ -18,8 +22,20 @@ impl InlineLink {
     pub fn new(peer: Weak<dyn PacketSink>) -> Self {
         InlineLink {
             peer,
-            closed: AtomicBool::new(false),
+            closed: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The two directions of one connection: the first delivers to `a`, the second to `b`.
+    pub fn pair(a: Weak<dyn PacketSink>, b: Weak<dyn PacketSink>) -> (Self, Self) {
+        let closed = Arc::new(AtomicBool::new(false));
+        (
+            InlineLink {
+                peer: a,
+                closed: closed.clone(),
+            },
+            InlineLink { peer: b, closed },
+        )
     }
 }
 

@@ -14,6 +14,7 @@
 
 pub mod inline;
 pub mod queued;
+pub mod tcp;
 pub mod tracing;
 
 use crate::soft::wire::Packet;

@@ -8,7 +8,7 @@ use crate::verbs::{Clock, Timestamp};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
 /// Faults applied to every packet transmitted on the network.
@@ -41,6 +41,8 @@ struct NetState {
     faults: Faults,
     in_flight: Vec<InFlight>,
     killed: HashSet<u64>,
+    /// Both ends of every live connection, so a kill can tell them.
+    ends: HashMap<u64, [Weak<dyn PacketSink>; 2]>,
     /// Sinks to tell about a kill at the next step.
     down: Vec<Weak<dyn PacketSink>>,
     delivered: u64,
@@ -75,6 +77,7 @@ impl QueuedNetwork {
                 faults: Faults::default(),
                 in_flight: Vec::new(),
                 killed: HashSet::new(),
+                ends: HashMap::new(),
                 down: Vec::new(),
                 delivered: 0,
                 dropped: 0,
@@ -96,6 +99,7 @@ impl QueuedNetwork {
         let mut st = self.state.lock();
         let conn = st.next_link;
         st.next_link += 1;
+        st.ends.insert(conn, [a.clone(), b.clone()]);
         (
             QueuedLink {
                 net: self.clone(),
@@ -118,8 +122,10 @@ impl QueuedNetwork {
         for c in conns {
             st.killed.insert(c);
         }
-        let victims: Vec<_> = st.in_flight.drain(..).map(|f| f.to).collect();
-        st.down.extend(victims);
+        st.in_flight.clear();
+        // Both ends of every connection still up learn, whether or not a packet was in flight.
+        let ends: Vec<_> = st.ends.drain().flat_map(|(_, e)| e).collect();
+        st.down.extend(ends);
     }
 
     /// Packets waiting for delivery.
@@ -229,6 +235,7 @@ impl Link for QueuedLink {
         let mut st = self.net.state.lock();
         if st.killed.insert(self.conn) {
             let conn = self.conn;
+            st.ends.remove(&conn);
             st.in_flight.retain(|f| f.link != conn);
             st.down.push(self.peer.clone());
         }

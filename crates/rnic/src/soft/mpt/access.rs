@@ -138,7 +138,8 @@ impl ProtectionTable {
             if !b.access.contains(op.right()) {
                 return Err(AccessError::RightMissing);
             }
-            let in_window = va >= b.addr && va.checked_add(len).is_some_and(|end| end <= b.addr + b.len);
+            let in_window =
+                va >= b.addr && va.checked_add(len).is_some_and(|end| end <= b.addr + b.len);
             if !in_window || !b.mr.covers(va, len) {
                 return Err(AccessError::OutOfBounds);
             }

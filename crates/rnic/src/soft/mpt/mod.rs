@@ -150,11 +150,15 @@ impl ProtectionTable {
 
     /// Deregisters the region named by `key`. Fails while windows are bound over it.
     pub fn remove_mr(&self, key: MemoryKey) -> VerbsResult<()> {
-        let slot = self.mr_slot(key).ok_or(VerbsError::InvalidArgument("unknown MR"))?;
+        let slot = self
+            .mr_slot(key)
+            .ok_or(VerbsError::InvalidArgument("unknown MR"))?;
         let Some(entry) = slot.entry.load_full() else {
             return Err(VerbsError::InvalidArgument("MR already deregistered"));
         };
-        let bound = entry.bound_windows.load(std::sync::atomic::Ordering::SeqCst);
+        let bound = entry
+            .bound_windows
+            .load(std::sync::atomic::Ordering::SeqCst);
         if bound != 0 {
             return Err(VerbsError::MrHasBoundWindows(bound));
         }
@@ -201,7 +205,8 @@ impl ProtectionTable {
             self.initial_key_byte()
         };
         slot.gate.set_closed_key(key);
-        slot.entry.store(Some(Arc::new(MwEntry::unbound(pd, mw_type))));
+        slot.entry
+            .store(Some(Arc::new(MwEntry::unbound(pd, mw_type))));
         Ok(MemoryKey::new(index | MW_INDEX_BIT, key))
     }
 

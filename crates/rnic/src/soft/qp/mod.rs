@@ -25,15 +25,15 @@ use super::{SoftAddress, SoftProvider};
 use crate::soft::mpt::BindRequest;
 use crate::verbs::{
     AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpState,
-    QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult,
-    WcOpcode, WcStatus, WorkCompletion,
+    QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use parking_lot::{Mutex, RwLock};
 use requester::{Payload, PendingSpec, Requester, RequesterAction};
 use responder::{RecvSource, ResponderCtx, ResponderState};
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 /// A queue pair handle. Cloning shares the QP; it is destroyed when the last handle drops.
@@ -413,12 +413,13 @@ impl QpInner {
                 swap,
             } => (
                 spec(WcOpcode::CompareSwap, Some(*local), 8),
-                self.check_atomic_local(local).map(|()| RequestOp::CompareSwap {
-                    addr: *remote_addr,
-                    rkey: *rkey,
-                    compare: *compare,
-                    swap: *swap,
-                }),
+                self.check_atomic_local(local)
+                    .map(|()| RequestOp::CompareSwap {
+                        addr: *remote_addr,
+                        rkey: *rkey,
+                        compare: *compare,
+                        swap: *swap,
+                    }),
             ),
             SendOp::FetchAdd {
                 local,
@@ -427,11 +428,12 @@ impl QpInner {
                 add,
             } => (
                 spec(WcOpcode::FetchAdd, Some(*local), 8),
-                self.check_atomic_local(local).map(|()| RequestOp::FetchAdd {
-                    addr: *remote_addr,
-                    rkey: *rkey,
-                    add: *add,
-                }),
+                self.check_atomic_local(local)
+                    .map(|()| RequestOp::FetchAdd {
+                        addr: *remote_addr,
+                        rkey: *rkey,
+                        add: *add,
+                    }),
             ),
             SendOp::Send { local } => self.send_op(spec, local, None),
             SendOp::SendWithInvalidate { local, invalidate } => {
@@ -494,11 +496,7 @@ impl QpInner {
         self.check_local_write(local)
     }
 
-    fn bind(
-        &self,
-        mw: &SoftMw,
-        bind: &crate::verbs::BindInfo<'_, SoftMr>,
-    ) -> WcStatus {
+    fn bind(&self, mw: &SoftMw, bind: &crate::verbs::BindInfo<'_, SoftMr>) -> WcStatus {
         if !Arc::ptr_eq(&mw.pd().inner.dev, &self.dev) {
             return WcStatus::MwBindError;
         }
@@ -704,10 +702,7 @@ impl QueuePair<SoftProvider> for SoftQp {
         Ok(())
     }
 
-    fn post_send(
-        &self,
-        wrs: &[SendWr<'_, SoftMw, SoftMr>],
-    ) -> Result<(), (usize, VerbsError)> {
+    fn post_send(&self, wrs: &[SendWr<'_, SoftMw, SoftMr>]) -> Result<(), (usize, VerbsError)> {
         let q = &self.inner;
         let _tx = q.tx.lock();
         for (i, wr) in wrs.iter().enumerate() {
@@ -764,7 +759,9 @@ impl QueuePair<SoftProvider> for SoftQp {
     fn post_recv(&self, wrs: &[RecvWr]) -> VerbsResult<()> {
         let q = &self.inner;
         if q.srq.is_some() {
-            return Err(VerbsError::InvalidArgument("QP uses a shared receive queue"));
+            return Err(VerbsError::InvalidArgument(
+                "QP uses a shared receive queue",
+            ));
         }
         match q.state() {
             QpState::Reset => {

@@ -174,7 +174,9 @@ impl Requester {
                 return RequesterAction::None;
             }
             (ResponseKind::Nak(code), _) => nak_status(*code),
-            (ResponseKind::ReadData(d), WcOpcode::Read) if d.as_ref().len() == head.byte_len as usize => {
+            (ResponseKind::ReadData(d), WcOpcode::Read)
+                if d.as_ref().len() == head.byte_len as usize =>
+            {
                 deliver(head, kind)
             }
             (ResponseKind::AtomicAck(_), WcOpcode::CompareSwap | WcOpcode::FetchAdd) => {

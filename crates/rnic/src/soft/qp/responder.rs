@@ -97,7 +97,11 @@ impl ResponderState {
             if self.rnr_pending.is_some() {
                 return Outcome::default(); // dropped; the requester goes back to the NAKed PSN
             }
-            return fatal(req.psn, NakCode::PsnSequenceError, AsyncEvent::QpFatal(ctx.qpn));
+            return fatal(
+                req.psn,
+                NakCode::PsnSequenceError,
+                AsyncEvent::QpFatal(ctx.qpn),
+            );
         }
         self.rnr_pending = None;
         let psn = req.psn;
@@ -172,7 +176,10 @@ fn execute<D: AsRef<[u8]>>(
             if *len == 0 {
                 return ok(ResponseKind::ReadData(Vec::new()));
             }
-            match ctx.mpt.check_remote(*rkey, *addr, *len as u64, RemoteOp::Read, ctx.pd, ctx.qpn) {
+            match ctx
+                .mpt
+                .check_remote(*rkey, *addr, *len as u64, RemoteOp::Read, ctx.pd, ctx.qpn)
+            {
                 Ok(grant) => {
                     let mut data = vec![0u8; *len as usize];
                     grant.region().read(*addr, &mut data);
@@ -183,14 +190,22 @@ fn execute<D: AsRef<[u8]>>(
         }
         RequestOp::Write { addr, rkey, data } => {
             let data = data.as_ref();
-            if !ctx.qp_access.contains(AccessFlags::REMOTE_WRITE) || data.len() > ctx.max_msg as usize
+            if !ctx.qp_access.contains(AccessFlags::REMOTE_WRITE)
+                || data.len() > ctx.max_msg as usize
             {
                 return invalid(ctx);
             }
             if data.is_empty() {
                 return ok(ResponseKind::Ack);
             }
-            match ctx.mpt.check_remote(*rkey, *addr, data.len() as u64, RemoteOp::Write, ctx.pd, ctx.qpn) {
+            match ctx.mpt.check_remote(
+                *rkey,
+                *addr,
+                data.len() as u64,
+                RemoteOp::Write,
+                ctx.pd,
+                ctx.qpn,
+            ) {
                 Ok(grant) => {
                     grant.region().write(*addr, data);
                     ok(ResponseKind::Ack)
@@ -203,7 +218,9 @@ fn execute<D: AsRef<[u8]>>(
             rkey,
             compare,
             swap,
-        } => atomic(ctx, *addr, *rkey, |mr| mr.compare_swap(*addr, *compare, *swap)),
+        } => atomic(ctx, *addr, *rkey, |mr| {
+            mr.compare_swap(*addr, *compare, *swap)
+        }),
         RequestOp::FetchAdd { addr, rkey, add } => {
             atomic(ctx, *addr, *rkey, |mr| mr.fetch_add(*addr, *add))
         }
@@ -220,7 +237,10 @@ fn atomic(
     if !ctx.qp_access.contains(AccessFlags::REMOTE_ATOMIC) || addr % 8 != 0 {
         return invalid(ctx);
     }
-    match ctx.mpt.check_remote(rkey, addr, 8, RemoteOp::Atomic, ctx.pd, ctx.qpn) {
+    match ctx
+        .mpt
+        .check_remote(rkey, addr, 8, RemoteOp::Atomic, ctx.pd, ctx.qpn)
+    {
         Ok(grant) => ok(ResponseKind::AtomicAck(f(grant.region()))),
         Err(e) => access_error(ctx, e),
     }
@@ -272,7 +292,10 @@ fn send(
         let Some(sge) = recv.sge else {
             return invalid(ctx); // capacity check above makes this unreachable
         };
-        match ctx.mpt.check_local(sge.lkey, sge.addr, data.len() as u64, true, ctx.pd) {
+        match ctx
+            .mpt
+            .check_local(sge.lkey, sge.addr, data.len() as u64, true, ctx.pd)
+        {
             Ok(grant) => grant.region().write(sge.addr, data),
             Err(_) => {
                 wc.status = WcStatus::LocalProtectionError;

@@ -1322,6 +1322,18 @@ mod tests {
             })
         );
 
+        // The opcode is judged before the flags it would allow.
+        let mut bytes = encode(&resp(ResponseKind::Ack));
+        *bytes.get_mut(field::OPCODE).unwrap() = 0x7f;
+        *bytes.get_mut(field::FLAGS).unwrap() = 0xff;
+        assert_eq!(
+            decode_frame(&bytes),
+            Err(WireError::UnknownOpcode {
+                frame_type: frame_type::PACKET,
+                opcode: 0x7f
+            })
+        );
+
         let mut bytes = encode(&resp(ResponseKind::Nak(NakCode::InvalidRkey)));
         *bytes.get_mut(field::nak_body::CODE).unwrap() = 0x42;
         assert_eq!(decode_frame(&bytes), Err(WireError::UnknownNakCode(0x42)));

@@ -1,0 +1,487 @@
+//! NIC engine threads: one `mio` poll loop each, non-blocking sockets, spin-then-park.
+//!
+//! An engine owns its listeners and connections (by token). Other threads talk to it only
+//! through its inbox ([`Command`]) and its waker; they may also register sockets with its
+//! registry directly (epoll registration is thread-safe), so an engine must service a
+//! connection or listener as soon as it learns of it: events that arrived before that were
+//! dropped as unknown tokens, and with edge-triggered readiness they will not come again.
+
+use super::conn::{Conn, Phase};
+use crate::soft::SoftProvider;
+use crate::verbs::{AcceptPolicy, QpNumber};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// The accept policy of a listener.
+pub(super) type Policy = Arc<dyn AcceptPolicy<SoftProvider>>;
+
+/// The token of an engine's waker; sockets get tokens from 1 up, never reused.
+const WAKER: Token = Token(0);
+
+/// Bytes an engine reads from one connection before turning to others (it comes back to the
+/// connection in the next loop iteration without waiting for an event).
+pub(super) const ENGINE_READ_BUDGET: usize = 1 << 20;
+
+/// Interest every connection is registered with, once: edge-triggered read and write readiness.
+pub(super) const CONN_INTEREST: Interest = Interest::READABLE.add(Interest::WRITABLE);
+
+thread_local! {
+    static IN_ENGINE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is an engine thread (of any device).
+pub(super) fn in_engine() -> bool {
+    IN_ENGINE.with(Cell::get)
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_time() -> Option<Duration> {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .ok()
+        .map(Duration::from)
+}
+
+/// Limits shared by a device's engines and connections.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// Largest frame accepted once a connection is set up (max message + header).
+    pub(super) max_frame: usize,
+    /// Unsent bytes a connection may hold before a further frame closes it.
+    pub(super) out_limit: usize,
+    /// Empty zero-timeout polls before an engine parks.
+    pub(super) spin_polls: u32,
+    /// Accepted connections per engine still waiting for their `ConnectRequest`.
+    pub(super) max_pending_handshakes: usize,
+}
+
+/// Event counters of a device's TCP transport.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) accepted: AtomicU64,
+    pub(super) connected: AtomicU64,
+    pub(super) established: AtomicU64,
+    pub(super) rejected: AtomicU64,
+    pub(super) protocol_errors: AtomicU64,
+    pub(super) overflow_closes: AtomicU64,
+    pub(super) lost: AtomicU64,
+    pub(super) closed: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A device's engines and what they share.
+pub(super) struct EngineSet {
+    pub(super) engines: Vec<Arc<EngineShared>>,
+    next: AtomicUsize,
+    pub(super) limits: Limits,
+    pub(super) counters: Counters,
+    /// The latest connection of each QP, so a reconnect can wait out a delivery still running
+    /// on the previous connection (see [`EngineSet::replace_connection`]).
+    latest: Mutex<HashMap<QpNumber, Weak<Conn>>>,
+}
+
+impl fmt::Debug for EngineSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineSet")
+            .field("engines", &self.engines.len())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineSet {
+    pub(super) fn new(engines: Vec<Arc<EngineShared>>, limits: Limits) -> Self {
+        EngineSet {
+            engines,
+            next: AtomicUsize::new(0),
+            limits,
+            counters: Counters::default(),
+            latest: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The engine for the next connection or listener (round robin).
+    pub(super) fn pick(&self) -> Option<Arc<EngineShared>> {
+        let n = self.engines.len();
+        if n == 0 {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        self.engines.get(i).cloned()
+    }
+
+    /// Records `next` as the connection of `qpn` and waits until no frame of its previous
+    /// connection is being delivered. The previous connection was closed (a QP is reset before
+    /// it reconnects, and reset closes the link), and a reader checks that flag under its lock
+    /// before each delivery; taking the lock once therefore guarantees that no stale packet or
+    /// `link_down` from the old connection reaches the QP once it is connected again.
+    ///
+    /// Called holding no QP lock.
+    pub(super) fn replace_connection(&self, qpn: QpNumber, next: &Arc<Conn>) {
+        let previous = {
+            let mut latest = self.latest.lock();
+            latest.retain(|_, c| c.strong_count() > 0);
+            latest.insert(qpn, Arc::downgrade(next))
+        };
+        if let Some(old) = previous.and_then(|w| w.upgrade())
+            && !Arc::ptr_eq(&old, next)
+        {
+            old.quiesce();
+        }
+    }
+
+    /// Registers `stream` with `engine` and wraps it in a connection.
+    pub(super) fn adopt(
+        self: &Arc<Self>,
+        engine: &Arc<EngineShared>,
+        mut stream: TcpStream,
+        phase: Phase,
+        leftover: Vec<u8>,
+    ) -> io::Result<Arc<Conn>> {
+        let token = engine.next_token();
+        engine
+            .registry
+            .register(&mut stream, token, CONN_INTEREST)?;
+        Ok(Conn::new(
+            stream,
+            token,
+            engine.clone(),
+            self.clone(),
+            phase,
+            leftover,
+        ))
+    }
+}
+
+/// What other threads hand to an engine.
+pub(super) enum Command {
+    /// Accept connections on `listener` with `policy`.
+    Listen {
+        token: Token,
+        listener: Arc<TcpListener>,
+        policy: Policy,
+    },
+    /// Stop accepting on the listener registered under this token.
+    Unlisten(Token),
+    /// Serve this connection from now on.
+    AddConn(Arc<Conn>),
+    /// Look at this connection now (closed, failed, or left with unread bytes).
+    Kick(Arc<Conn>),
+}
+
+/// The part of an engine other threads can reach.
+pub(super) struct EngineShared {
+    pub(super) registry: Registry,
+    waker: Waker,
+    inbox: Mutex<Vec<Command>>,
+    stop: AtomicBool,
+    cpu_ns: AtomicU64,
+    next_token: AtomicUsize,
+    /// Connections the engine currently serves.
+    live: AtomicUsize,
+}
+
+impl fmt::Debug for EngineShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineShared")
+            .field("cpu_ns", &self.cpu_ns.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl EngineShared {
+    /// A new engine's shared half and the poll instance its thread will own.
+    pub(super) fn new() -> io::Result<(Arc<EngineShared>, Poll)> {
+        let poll = Poll::new()?;
+        let registry = poll.registry().try_clone()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        Ok((
+            Arc::new(EngineShared {
+                registry,
+                waker,
+                inbox: Mutex::new(Vec::new()),
+                stop: AtomicBool::new(false),
+                cpu_ns: AtomicU64::new(0),
+                next_token: AtomicUsize::new(1),
+                live: AtomicUsize::new(0),
+            }),
+            poll,
+        ))
+    }
+
+    pub(super) fn next_token(&self) -> Token {
+        Token(self.next_token.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Queues a command and wakes the engine.
+    pub(super) fn push(&self, cmd: Command) {
+        self.inbox.lock().push(cmd);
+        let _ = self.waker.wake();
+    }
+
+    /// Asks the engine thread to exit.
+    pub(super) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.waker.wake();
+    }
+
+    /// CPU time of the engine thread as last published.
+    pub(super) fn cpu_time(&self) -> Duration {
+        Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed))
+    }
+
+    /// Connections the engine currently serves.
+    pub(super) fn live_connections(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    fn publish_cpu(&self) {
+        if let Some(t) = thread_cpu_time() {
+            let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+            self.cpu_ns.store(ns, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The thread-local half of an engine.
+struct Engine {
+    poll: Poll,
+    me: Arc<EngineShared>,
+    set: Arc<EngineSet>,
+    conns: HashMap<Token, Arc<Conn>>,
+    listeners: HashMap<Token, (Arc<TcpListener>, Policy)>,
+    /// Accepted connections still in their handshake, oldest first.
+    handshakes: VecDeque<Arc<Conn>>,
+    /// Connections that stopped reading at their budget; serviced again without an event.
+    again: Vec<Arc<Conn>>,
+}
+
+/// Body of an engine thread.
+pub(super) fn run(poll: Poll, me: Arc<EngineShared>, set: Arc<EngineSet>) {
+    IN_ENGINE.with(|f| f.set(true));
+    let mut engine = Engine {
+        poll,
+        me,
+        set,
+        conns: HashMap::new(),
+        listeners: HashMap::new(),
+        handshakes: VecDeque::new(),
+        again: Vec::new(),
+    };
+    engine.run_loop();
+    engine.shutdown();
+}
+
+impl Engine {
+    fn run_loop(&mut self) {
+        let mut events = Events::with_capacity(256);
+        let mut idle: u32 = 0;
+        let mut iterations: u32 = 0;
+        loop {
+            if self.me.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            // Spin with zero-timeout polls while there was recent work, then park in a
+            // blocking poll: an idle engine costs no CPU.
+            let park = self.again.is_empty() && idle >= self.set.limits.spin_polls;
+            if park {
+                self.me.publish_cpu();
+            }
+            let timeout = if park {
+                None
+            } else {
+                if idle > 0 {
+                    // Spinning without work: let other runnable threads on this core go first
+                    // (on an idle core this returns at once).
+                    std::thread::yield_now();
+                }
+                Some(Duration::ZERO)
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return; // the poll instance is broken; connections are torn down below
+            }
+            let mut useful = false;
+            for ev in events.iter() {
+                useful |= self.on_event(ev);
+            }
+            for conn in std::mem::take(&mut self.again) {
+                useful |= self.service(&conn, true, true);
+            }
+            idle = if useful { 0 } else { idle.saturating_add(1) };
+            iterations = iterations.wrapping_add(1);
+            if iterations % 64 == 0 {
+                self.me.publish_cpu();
+            }
+        }
+    }
+
+    /// Handles one readiness event; returns whether it led to real work.
+    fn on_event(&mut self, ev: &mio::event::Event) -> bool {
+        let token = ev.token();
+        if token == WAKER {
+            self.drain_inbox();
+            return true;
+        }
+        if self.listeners.contains_key(&token) {
+            self.accept(token);
+            return true;
+        }
+        let Some(conn) = self.conns.get(&token).cloned() else {
+            return false; // a connection already removed (or not yet added: it is serviced then)
+        };
+        let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
+        let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
+        self.service(&conn, readable, writable)
+    }
+
+    fn drain_inbox(&mut self) {
+        let commands = std::mem::take(&mut *self.me.inbox.lock());
+        for cmd in commands {
+            match cmd {
+                Command::Listen {
+                    token,
+                    listener,
+                    policy,
+                } => {
+                    self.listeners.insert(token, (listener, policy));
+                    self.accept(token);
+                }
+                Command::Unlisten(token) => {
+                    self.listeners.remove(&token);
+                }
+                Command::AddConn(conn) => self.add(conn),
+                Command::Kick(conn) => {
+                    self.service(&conn, true, true);
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, conn: Arc<Conn>) {
+        if conn.is_accepting() {
+            self.handshakes.push_back(conn.clone());
+            self.trim_handshakes();
+        }
+        self.conns.insert(conn.token(), conn.clone());
+        self.me.live.store(self.conns.len(), Ordering::Relaxed);
+        self.service(&conn, true, true);
+    }
+
+    /// Bounds the connections waiting for a `ConnectRequest`: past the limit, the oldest are
+    /// closed (a peer that connects and never speaks cannot pin sockets forever).
+    fn trim_handshakes(&mut self) {
+        let max = self.set.limits.max_pending_handshakes.max(1);
+        if self.handshakes.len() <= max {
+            return;
+        }
+        self.handshakes.retain(|c| c.is_accepting() && !c.is_dead());
+        while self.handshakes.len() > max {
+            let Some(old) = self.handshakes.pop_front() else {
+                break;
+            };
+            old.abort_handshake("too many connections waiting for their handshake");
+            self.remove(&old);
+        }
+    }
+
+    fn accept(&mut self, token: Token) {
+        loop {
+            let Some((listener, policy)) = self.listeners.get(&token) else {
+                return;
+            };
+            match listener.accept() {
+                Ok((stream, _peer)) => {
+                    let policy = policy.clone();
+                    self.adopt_accepted(stream, policy);
+                }
+                Err(e) => match e.kind() {
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
+                    // WouldBlock: drained. Anything else (e.g. out of descriptors): stop here;
+                    // the next incoming connection raises a new event.
+                    _ => return,
+                },
+            }
+        }
+    }
+
+    fn adopt_accepted(&mut self, stream: TcpStream, policy: Policy) {
+        let _ = stream.set_nodelay(true);
+        let Some(target) = self.set.pick() else {
+            return;
+        };
+        let Ok(conn) = self
+            .set
+            .adopt(&target, stream, Phase::Accepting(policy), Vec::new())
+        else {
+            return;
+        };
+        Counters::bump(&self.set.counters.accepted);
+        if Arc::ptr_eq(&target, &self.me) {
+            self.add(conn);
+        } else {
+            target.push(Command::AddConn(conn));
+        }
+    }
+
+    /// Flushes and reads a connection; removes it once it is dead. Returns whether frames
+    /// were delivered (or the connection was removed).
+    fn service(&mut self, conn: &Arc<Conn>, readable: bool, writable: bool) -> bool {
+        let mut useful = false;
+        if writable {
+            conn.flush_pending();
+        }
+        if readable && !conn.is_dead() {
+            let report = conn.try_read(ENGINE_READ_BUDGET, true);
+            useful = report.frames > 0;
+            if report.more {
+                self.again.push(conn.clone());
+            }
+        }
+        if conn.is_dead() {
+            self.remove(conn);
+            useful = true;
+        }
+        useful
+    }
+
+    fn remove(&mut self, conn: &Arc<Conn>) {
+        conn.teardown();
+        if self.conns.remove(&conn.token()).is_some() {
+            Counters::bump(&self.set.counters.closed);
+            self.me.live.store(self.conns.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// The device is gone: close everything this engine holds.
+    fn shutdown(&mut self) {
+        self.listeners.clear();
+        self.handshakes.clear();
+        self.again.clear();
+        let commands = std::mem::take(&mut *self.me.inbox.lock());
+        for cmd in commands {
+            if let Command::AddConn(c) | Command::Kick(c) = cmd {
+                c.teardown();
+            }
+        }
+        for (_, conn) in self.conns.drain() {
+            conn.teardown();
+        }
+        self.me.live.store(0, Ordering::Relaxed);
+        self.me.publish_cpu();
+    }
+}

@@ -1,0 +1,463 @@
+//! The TCP transport: soft devices in different processes or hosts, one TCP connection per RC
+//! QP, served by NIC engine threads. Design and rules: `docs/tcp-transport.md`.
+//!
+//! ```no_run
+//! use rnic::soft::{SoftConfig, TcpNode};
+//! # fn main() -> rnic::VerbsResult<()> {
+//! let node = TcpNode::open(SoftConfig::default(), "127.0.0.1:0".parse().unwrap())?;
+//! // node.listen(policy)? on the memory node; qp.connect(&SoftAddress::Tcp(addr), data)? on a client.
+//! # Ok(()) }
+//! ```
+//!
+//! - **Engines** ([`engine`]): `engine_threads` threads per device, each a `mio` poll loop over
+//!   non-blocking sockets. They accept, run the server half of the handshake (the accept
+//!   policy runs there), read frames and deliver them to QPs — so a memory node's responder
+//!   runs on engine threads, never on application threads. They spin on zero-timeout polls
+//!   for `spin_polls` idle rounds after work, then park in a blocking poll.
+//! - **Connections** ([`conn`]): one reader at a time per connection, parsing from one
+//!   per-connection buffer (frames are delivered in order whoever reads); the length prefix is
+//!   checked against the maximum frame before anything is buffered for the frame. Writes from
+//!   application threads (requests) and engines (responses) share the socket under a leaf
+//!   mutex; what the socket does not take waits in a bounded backlog that the engine flushes.
+//! - **Client handshake**: on the connecting thread, blocking with timeouts.
+//! - **Errors**: a malformed or out-of-place frame, a lost connection or an overflowing
+//!   backlog close the connection and move the QP to ERR (`PacketSink::link_down`).
+
+mod conn;
+mod engine;
+
+use super::super::device::{SoftConfig, SoftContext, Transport};
+use super::super::qp::QpInner;
+use super::super::{SoftAddress, SoftListener};
+use crate::soft::wire::codec::{MAX_CM_FRAME_LEN, MAX_PAYLOAD_OVERHEAD};
+use crate::soft::wire::{
+    CmMessage, Frame, MAX_PRIVATE_DATA, WIRE_VERSION, decode_frame, encode_frame, frame_len,
+};
+use crate::verbs::{Clock, Psn, QpNumber, Timestamp, VerbsError, VerbsResult};
+use conn::{Phase, TcpLink};
+use engine::{Command, Counters, EngineSet, EngineShared, Limits, Policy};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Tuning of a TCP device. A plain struct with defaults.
+#[derive(Clone, Debug)]
+pub struct TcpOptions {
+    /// Engine threads of the device (at least one).
+    pub engine_threads: usize,
+    /// Zero-timeout polls an engine makes without work before it parks in a blocking poll
+    /// (it yields the CPU between them). `0` parks at once: lowest CPU use, a wake-up per burst
+    /// of frames — a good choice for a client-only device whose threads busy-poll their CQs.
+    pub spin_polls: u32,
+    /// Unsent bytes a connection may queue: once its backlog exceeds this, the next frame
+    /// closes the connection (the peer is not reading) and the QP goes to ERR. A single frame
+    /// is always accepted onto a backlog below the bound, so large messages still pass.
+    pub out_buffer_limit: usize,
+    /// Bound on connecting and on the whole client handshake (measured with the device clock;
+    /// each blocking socket call is bounded by it as well).
+    pub connect_timeout: Duration,
+    /// Accepted connections per engine that may wait for their `ConnectRequest`; past this the
+    /// oldest waiting one is refused and closed.
+    pub max_pending_handshakes: usize,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        TcpOptions {
+            engine_threads: 1,
+            spin_polls: 1000,
+            out_buffer_limit: 4 << 20,
+            connect_timeout: Duration::from_secs(5),
+            max_pending_handshakes: 256,
+        }
+    }
+}
+
+/// Counters of a TCP device since it was opened (see [`TcpNode::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TcpStats {
+    /// Connections accepted by the device's listeners.
+    pub accepted: u64,
+    /// Connections this device's QPs made (client handshakes completed).
+    pub connected: u64,
+    /// Server handshakes completed (QP connected and `established` called).
+    pub established: u64,
+    /// Handshakes refused (by the policy, or for a malformed request).
+    pub rejected: u64,
+    /// Connections closed for a protocol error (malformed, oversized or out-of-place frame,
+    /// packet for the wrong QP).
+    pub protocol_errors: u64,
+    /// Connections closed because their outgoing backlog exceeded the bound.
+    pub overflow_closes: u64,
+    /// Connections lost (EOF, reset, socket error).
+    pub lost: u64,
+    /// Connections the engines dropped, for any reason.
+    pub closed: u64,
+    /// Connections the engines serve now.
+    pub live: u64,
+}
+
+/// Opens soft devices whose QPs connect over TCP.
+#[derive(Debug)]
+pub struct TcpNode;
+
+impl TcpNode {
+    /// A device whose listeners bind `bind` (port 0 picks a free port per listener) and whose
+    /// QPs connect to `SoftAddress::Tcp` addresses. Starts the engine threads.
+    pub fn open(config: SoftConfig, bind: SocketAddr) -> VerbsResult<SoftContext> {
+        Self::open_with(config, bind, TcpOptions::default())
+    }
+
+    /// As [`TcpNode::open`], with explicit options.
+    pub fn open_with(
+        config: SoftConfig,
+        bind: SocketAddr,
+        options: TcpOptions,
+    ) -> VerbsResult<SoftContext> {
+        let max_msg = usize::try_from(config.attr.max_msg_size).unwrap_or(usize::MAX);
+        let max_frame = max_msg
+            .saturating_add(MAX_PAYLOAD_OVERHEAD)
+            .max(MAX_CM_FRAME_LEN);
+        let limits = Limits {
+            max_frame,
+            out_limit: options.out_buffer_limit,
+            spin_polls: options.spin_polls,
+            max_pending_handshakes: options.max_pending_handshakes,
+        };
+        let mut engines = Vec::new();
+        let mut polls = Vec::new();
+        for _ in 0..options.engine_threads.max(1) {
+            let (shared, poll) = EngineShared::new()?;
+            engines.push(shared);
+            polls.push(poll);
+        }
+        let set = Arc::new(EngineSet::new(engines, limits));
+        let transport = Arc::new(TcpTransport {
+            bind,
+            set: set.clone(),
+            threads: Mutex::new(Vec::new()),
+            connect_timeout: options.connect_timeout,
+        });
+        for (i, (shared, poll)) in set.engines.iter().zip(polls).enumerate() {
+            let (shared, set) = (shared.clone(), set.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("rnic-tcp-eng-{i}"))
+                .spawn(move || engine::run(poll, shared, set))?;
+            transport.threads.lock().push(handle);
+        }
+        Ok(SoftContext::with_transport(config, transport))
+    }
+
+    /// Total CPU time used by the device's engine threads, or `None` if `ctx` is not a TCP
+    /// device. See [`engine_cpu_time`].
+    pub fn engine_cpu_time(ctx: &SoftContext) -> Option<Duration> {
+        engine_cpu_time(ctx)
+    }
+
+    /// CPU time of each engine thread of the device, or `None` if `ctx` is not a TCP device.
+    pub fn engine_cpu_times(ctx: &SoftContext) -> Option<Vec<Duration>> {
+        let t = TcpTransport::of(ctx)?;
+        Some(t.set.engines.iter().map(|e| e.cpu_time()).collect())
+    }
+
+    /// The device's connection counters, or `None` if `ctx` is not a TCP device.
+    pub fn stats(ctx: &SoftContext) -> Option<TcpStats> {
+        let t = TcpTransport::of(ctx)?;
+        let c = &t.set.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        Some(TcpStats {
+            accepted: get(&c.accepted),
+            connected: get(&c.connected),
+            established: get(&c.established),
+            rejected: get(&c.rejected),
+            protocol_errors: get(&c.protocol_errors),
+            overflow_closes: get(&c.overflow_closes),
+            lost: get(&c.lost),
+            closed: get(&c.closed),
+            live: t
+                .set
+                .engines
+                .iter()
+                .map(|e| e.live_connections() as u64)
+                .sum(),
+        })
+    }
+}
+
+/// Total CPU time used so far by the engine threads of a TCP device (`None` for other
+/// devices): the sum of each engine thread's `CLOCK_THREAD_CPUTIME_ID`. Each engine publishes
+/// its clock before it parks and every 64 poll rounds while busy, so the value is exact for an
+/// idle device and at most 64 rounds stale for a busy one. Application threads' time (client
+/// handshakes, `poll_receive` on CQ polls) is not included.
+pub fn engine_cpu_time(ctx: &SoftContext) -> Option<Duration> {
+    TcpNode::engine_cpu_times(ctx).map(|v| v.iter().sum())
+}
+
+/// A device's TCP transport: its engines and the client side of the handshake.
+struct TcpTransport {
+    bind: SocketAddr,
+    set: Arc<EngineSet>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    connect_timeout: Duration,
+}
+
+impl fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpTransport")
+            .field("bind", &self.bind)
+            .field("engines", &self.set.engines.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        for e in &self.set.engines {
+            e.stop();
+        }
+        // The last device reference can be dropped on an engine thread (e.g. with a listener's
+        // policy); that thread, and any other engine, must not wait for itself or its peers.
+        if engine::in_engine() {
+            return;
+        }
+        for h in self.threads.get_mut().drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl TcpTransport {
+    fn of(ctx: &SoftContext) -> Option<&TcpTransport> {
+        let t: &dyn Any = &*ctx.inner.transport;
+        t.downcast_ref::<TcpTransport>()
+    }
+}
+
+/// Stops a listener when the `SoftListener` is dropped.
+struct ListenGuard {
+    engine: Weak<EngineShared>,
+    token: mio::Token,
+    address: SocketAddr,
+    listener: Arc<mio::net::TcpListener>,
+}
+
+impl fmt::Debug for ListenGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TcpListener({})", self.address)
+    }
+}
+
+impl Drop for ListenGuard {
+    fn drop(&mut self) {
+        // Stop accepting now, not when the engine gets to it: shutting a listening socket down
+        // refuses new connections and resets those waiting in its backlog.
+        let _ = socket2::SockRef::from(&*self.listener).shutdown(std::net::Shutdown::Both);
+        if let Some(e) = self.engine.upgrade() {
+            e.push(Command::Unlisten(self.token));
+        }
+    }
+}
+
+fn no_engine() -> VerbsError {
+    VerbsError::Io(io::Error::other("the device has no engine thread"))
+}
+
+impl Transport for TcpTransport {
+    fn listen(&self, _dev: &SoftContext, policy: Policy) -> VerbsResult<SoftListener> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let socket = Socket::new(
+            Domain::for_address(self.bind),
+            Type::STREAM,
+            Some(Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&self.bind.into())?;
+        socket.listen(1024)?;
+        let listener: std::net::TcpListener = socket.into();
+        let address = listener.local_addr()?;
+        let mut listener = mio::net::TcpListener::from_std(listener);
+        let engine = self.set.pick().ok_or_else(no_engine)?;
+        let token = engine.next_token();
+        engine
+            .registry
+            .register(&mut listener, token, mio::Interest::READABLE)?;
+        let listener = Arc::new(listener);
+        engine.push(Command::Listen {
+            token,
+            listener: listener.clone(),
+            policy,
+        });
+        Ok(SoftListener {
+            address: SoftAddress::Tcp(address),
+            _registration: Box::new(ListenGuard {
+                engine: Arc::downgrade(&engine),
+                token,
+                address,
+                listener,
+            }),
+        })
+    }
+
+    fn connect(&self, qp: &Arc<QpInner>, to: &SoftAddress, private_data: &[u8]) -> VerbsResult<()> {
+        let SoftAddress::Tcp(addr) = to else {
+            return Err(VerbsError::InvalidArgument(
+                "a TCP device connects to TCP addresses only",
+            ));
+        };
+        if private_data.len() > MAX_PRIVATE_DATA {
+            return Err(VerbsError::InvalidArgument("private data too long"));
+        }
+        let deadline = Deadline {
+            clock: qp.dev.config.clock.clone(),
+            start: qp.dev.config.clock.now(),
+            limit: self.connect_timeout,
+        };
+        let my_psn = qp.new_psn();
+        let hs = client_handshake(*addr, qp.qpn, my_psn, private_data, &deadline)?;
+        hs.stream.set_read_timeout(None)?;
+        hs.stream.set_write_timeout(None)?;
+        hs.stream.set_nonblocking(true)?;
+        let stream = mio::net::TcpStream::from_std(hs.stream);
+        let engine = self.set.pick().ok_or_else(no_engine)?;
+        let phase = Phase::Established {
+            sink: qp.sink(),
+            qpn: qp.qpn,
+        };
+        let conn = self.set.adopt(&engine, stream, phase, hs.leftover)?;
+        self.set.replace_connection(qp.qpn, &conn);
+        let link = Arc::new(TcpLink::new(conn.clone()));
+        if let Err(e) = qp.establish(hs.peer_qp, my_psn, hs.peer_psn, link) {
+            conn.close_local();
+            return Err(e);
+        }
+        Counters::bump(&self.set.counters.connected);
+        engine.push(Command::AddConn(conn));
+        Ok(())
+    }
+}
+
+/// The handshake's time bound, on the device clock.
+struct Deadline {
+    clock: Arc<dyn Clock>,
+    start: Timestamp,
+    limit: Duration,
+}
+
+impl Deadline {
+    /// Time left, or a timeout error.
+    fn left(&self) -> io::Result<Duration> {
+        let left = self
+            .limit
+            .saturating_sub(self.clock.now().since(self.start));
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        Ok(left)
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "TCP handshake timed out")
+}
+
+struct Handshake {
+    stream: std::net::TcpStream,
+    peer_qp: QpNumber,
+    peer_psn: Psn,
+    /// Bytes the server sent after its reply (early packets), for the connection's reader.
+    leftover: Vec<u8>,
+}
+
+/// The client half of the handshake, blocking (with timeouts) on the connecting thread.
+fn client_handshake(
+    addr: SocketAddr,
+    qpn: QpNumber,
+    psn: Psn,
+    private_data: &[u8],
+    deadline: &Deadline,
+) -> VerbsResult<Handshake> {
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&addr, deadline.left()?).map_err(|e| {
+            if e.kind() == io::ErrorKind::ConnectionRefused {
+                VerbsError::ConnectionRefused(format!("{addr}: {e}"))
+            } else {
+                VerbsError::Io(e)
+            }
+        })?;
+    stream.set_nodelay(true)?;
+    let mut out = Vec::with_capacity(MAX_CM_FRAME_LEN);
+    let request = Frame::<&[u8]>::Cm(CmMessage::ConnectRequest {
+        version: WIRE_VERSION,
+        qp: qpn,
+        start_psn: psn,
+        private_data: private_data.to_vec(),
+    });
+    encode_frame(&request, &mut out);
+    stream.set_write_timeout(Some(deadline.left()?))?;
+    stream.write_all(&out).map_err(handshake_io)?;
+
+    let mut buf = vec![0u8; 2 * MAX_CM_FRAME_LEN];
+    let mut have = 0usize;
+    let len = loop {
+        let got = buf.get(..have).unwrap_or_default();
+        match frame_len(got, MAX_CM_FRAME_LEN) {
+            Err(e) => return Err(VerbsError::Protocol(format!("handshake reply: {e}"))),
+            Ok(Some(len)) if have >= len => break len,
+            Ok(_) => {}
+        }
+        stream.set_read_timeout(Some(deadline.left()?))?;
+        let Some(space) = buf.get_mut(have..).filter(|s| !s.is_empty()) else {
+            return Err(VerbsError::Protocol("handshake reply too long".into()));
+        };
+        match stream.read(space) {
+            Ok(0) => {
+                return Err(VerbsError::ConnectionRefused(format!(
+                    "{addr} closed the connection during the handshake"
+                )));
+            }
+            Ok(n) => have += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(handshake_io(e)),
+        }
+    };
+    let frame = buf
+        .get(..len)
+        .ok_or_else(|| VerbsError::Protocol("handshake reply truncated".into()))?;
+    let (peer_qp, peer_psn) = match decode_frame(frame) {
+        Ok(Frame::Cm(CmMessage::ConnectReply { qp, start_psn })) => (qp, start_psn),
+        Ok(Frame::Cm(CmMessage::ConnectReject { reason })) => {
+            return Err(VerbsError::ConnectionRefused(reason));
+        }
+        Ok(_) => {
+            return Err(VerbsError::Protocol(
+                "expected ConnectReply or ConnectReject".into(),
+            ));
+        }
+        Err(e) => return Err(VerbsError::Protocol(format!("handshake reply: {e}"))),
+    };
+    let leftover = buf.get(len..have).unwrap_or_default().to_vec();
+    Ok(Handshake {
+        stream,
+        peer_qp,
+        peer_psn,
+        leftover,
+    })
+}
+
+fn handshake_io(e: io::Error) -> VerbsError {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => VerbsError::Io(timed_out()),
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+            VerbsError::ConnectionRefused(format!("connection lost during the handshake: {e}"))
+        }
+        _ => VerbsError::Io(e),
+    }
+}

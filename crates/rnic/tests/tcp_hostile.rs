@@ -1,0 +1,402 @@
+//! Hostile peers on raw sockets: garbage, truncated and oversized frames, forged rkeys,
+//! out-of-place frames and a peer that never reads. Each gets an error or a closed connection;
+//! the node keeps serving a legitimate client, and memory outside valid windows is unchanged.
+#![allow(clippy::unwrap_used)] // test helpers panic on unexpected failures
+
+#[path = "tcp_util.rs"]
+mod util;
+
+use rnic::soft::wire::{CmMessage, Frame, NakCode, Packet, Request, RequestOp, ResponseKind};
+use rnic::soft::*;
+use rnic::*;
+use std::sync::Arc;
+use util::*;
+
+/// Fills the server buffer with a known pattern.
+fn fill(s: &Server) -> Vec<u8> {
+    let pattern: Vec<u8> = (0..SERVER_BUF).map(|i| (i % 253) as u8 ^ 0x5a).collect();
+    s.buf.write(0, &pattern).unwrap();
+    pattern
+}
+
+fn snapshot(s: &Server) -> Vec<u8> {
+    let mut b = vec![0u8; SERVER_BUF];
+    s.buf.read(0, &mut b).unwrap();
+    b
+}
+
+/// A legitimate client does a WRITE + READ round trip.
+fn legit_round_trip(s: &Server, c: &Client, offset: u64, tag: u8) {
+    c.buf.write(0, &[tag; 32]).unwrap();
+    let wc = c.run(
+        1,
+        SendOp::Write {
+            local: c.sge(0, 32),
+            remote_addr: s.buf.addr() + offset,
+            rkey: s.mr.rkey(),
+        },
+    );
+    assert_eq!(wc.status, WcStatus::Success);
+    let wc = c.read(64, 32, s.buf.addr() + offset, s.mr.rkey());
+    assert_eq!(wc.status, WcStatus::Success);
+    let mut got = [0u8; 32];
+    c.buf.read(64, &mut got).unwrap();
+    assert_eq!(got, [tag; 32]);
+}
+
+/// A named hostile frame, built from the server QP's number.
+type Case = (&'static str, Box<dyn Fn(QpNumber) -> Vec<u8>>);
+
+fn request(dst: QpNumber, psn: Psn, op: RequestOp<&[u8]>) -> Vec<u8> {
+    encode(&Frame::Packet(Packet::Request(Request {
+        dst_qp: dst,
+        psn,
+        op,
+    })))
+}
+
+#[test]
+fn tcp_garbage_truncated_and_oversized_before_handshake() {
+    let s = Server::new();
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+
+    // Garbage: a frame header with an unknown frame type.
+    let mut raw = Raw::connect(s.sock);
+    raw.send(&[0, 0, 0, 12, 1, 0xee, 0, 0, 1, 2, 3, 4]).unwrap();
+    let frames = raw.read_until_closed();
+    assert!(
+        frames
+            .iter()
+            .all(|f| matches!(f, Frame::Cm(CmMessage::ConnectReject { .. }))),
+        "{frames:?}"
+    );
+    legit_round_trip(&s, &c, 0, 1);
+
+    // Pure noise.
+    let mut raw = Raw::connect(s.sock);
+    raw.send(&[0xff; 300]).unwrap();
+    raw.read_until_closed();
+    legit_round_trip(&s, &c, 0, 2);
+
+    // Oversized length prefix on the first frame (bigger than any handshake frame).
+    let mut raw = Raw::connect(s.sock);
+    raw.send(&[0x7f, 0xff, 0xff, 0xff, 1, 1]).unwrap();
+    raw.read_until_closed();
+    legit_round_trip(&s, &c, 0, 3);
+
+    // Truncated request, then EOF.
+    let req = encode(&Frame::Cm(CmMessage::ConnectRequest {
+        version: rnic::soft::wire::WIRE_VERSION,
+        qp: QpNumber(1),
+        start_psn: Psn::new(1),
+        private_data: vec![1; 20],
+    }));
+    let mut raw = Raw::connect(s.sock);
+    raw.send(&req[..req.len() - 3]).unwrap();
+    raw.s.shutdown(std::net::Shutdown::Write).unwrap();
+    raw.read_until_closed();
+    legit_round_trip(&s, &c, 0, 4);
+
+    // A packet instead of a ConnectRequest.
+    let mut raw = Raw::connect(s.sock);
+    raw.send(&request(
+        QpNumber(1),
+        Psn::new(0),
+        RequestOp::Read {
+            addr: s.buf.addr(),
+            rkey: s.mr.rkey(),
+            len: 8,
+        },
+    ))
+    .unwrap();
+    let frames = raw.read_until_closed();
+    assert!(
+        matches!(
+            frames.first(),
+            Some(Frame::Cm(CmMessage::ConnectReject { .. }))
+        ),
+        "{frames:?}"
+    );
+    legit_round_trip(&s, &c, 0, 5);
+
+    assert_eq!(s.policy.count(), 1, "no QP was created for a hostile peer");
+    let stats = TcpNode::stats(&s.ctx).unwrap();
+    assert!(stats.protocol_errors >= 3, "{stats:?}");
+}
+
+#[test]
+fn tcp_forged_rkeys_get_naks_and_touch_nothing() {
+    let s = Server::new();
+    let pattern = fill(&s);
+    // A type-1 window over [4096, 4096 + 256): the only memory a window rkey may reach.
+    let mw = s.pd.alloc_mw(MwType::Type1).unwrap();
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+    let sqp = s.wait_qps(1);
+    sqp.post_send(&[SendWr {
+        wr_id: 1,
+        signaled: true,
+        op: SendOp::BindMw {
+            mw: &mw,
+            bind: BindInfo {
+                mr: Some(&s.mr),
+                addr: s.buf.addr() + 4096,
+                length: 256,
+                access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            },
+        },
+    }])
+    .unwrap();
+    assert_eq!(wait_wcs(&s.cq, 1)[0].status, WcStatus::Success);
+    let window = mw.rkey();
+    let base = s.buf.addr();
+
+    let forged: [(u64, Rkey); 5] = [
+        (base + 4096, MemoryKey(window.0 ^ 0x01)), // wrong key byte
+        (base + 4096, MemoryKey(window.0 + 0x100)), // neighbouring index
+        (base + 4096 + 200, window),               // runs past the window
+        (base + 4000, window),                     // starts before it
+        (base + 4096, MemoryKey(0xdead_beef)),     // made up
+    ];
+    for (i, (addr, rkey)) in forged.into_iter().enumerate() {
+        let mut raw = Raw::connect(s.sock);
+        let (sqpn, _) = raw.handshake(1000 + i as u32, 50);
+        raw.send(&request(
+            sqpn,
+            Psn::new(50),
+            RequestOp::Write {
+                addr,
+                rkey,
+                data: &[0xAA; 64],
+            },
+        ))
+        .unwrap();
+        match raw.read_frame() {
+            RawRead::Frame(Frame::Packet(Packet::Response(r))) => {
+                assert_eq!(r.kind, ResponseKind::Nak(NakCode::RemoteAccessError), "{i}");
+            }
+            other => panic!(
+                "forged rkey {i}: expected a NAK, got {:?}",
+                matches!(other, RawRead::Closed)
+            ),
+        }
+        // The responder QP is in ERR: later requests, even valid ones, do nothing.
+        raw.send(&request(
+            sqpn,
+            Psn::new(51),
+            RequestOp::Write {
+                addr: base + 4096,
+                rkey: window,
+                data: &[0xBB; 8],
+            },
+        ))
+        .unwrap();
+    }
+    wait_until("all forged-rkey QPs in ERR", || {
+        let got = s.policy.got.lock();
+        got.len() == 6 && got[1..].iter().all(|q| q.state() == QpState::Error)
+    });
+    // The legitimate client was never affected.
+    assert_eq!(c.qp.state(), QpState::ReadyToSend);
+    let wc = c.read(0, 16, base + 4096, window);
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(snapshot(&s), pattern, "memory changed by rejected requests");
+}
+
+#[test]
+fn tcp_protocol_errors_after_handshake_close_the_connection() {
+    let config = SoftConfig {
+        attr: DeviceAttr {
+            max_msg_size: 64 * 1024,
+            ..DeviceAttr::default()
+        },
+        ..SoftConfig::default()
+    };
+    let s = Server::with(config, TcpOptions::default());
+    let pattern = fill(&s);
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+    let mut n = 1;
+
+    let cases: Vec<Case> = vec![
+        (
+            "oversized length prefix",
+            Box::new(|_| vec![0x00, 0x10, 0x00, 0x00, 1, 2, 0x02, 0]),
+        ),
+        ("garbage", Box::new(|_| vec![0xde; 64])),
+        (
+            "CM frame after set-up",
+            Box::new(|_| {
+                encode(&Frame::Cm(CmMessage::ConnectReply {
+                    qp: QpNumber(1),
+                    start_psn: Psn::new(1),
+                }))
+            }),
+        ),
+        (
+            "packet for another QP",
+            Box::new(|sqpn: QpNumber| {
+                request(
+                    QpNumber((sqpn.0 + 1) & 0xff_ffff),
+                    Psn::new(10),
+                    RequestOp::FetchAdd {
+                        addr: 0,
+                        rkey: MemoryKey(0),
+                        add: 1,
+                    },
+                )
+            }),
+        ),
+        (
+            "bad field (PSN over 24 bits)",
+            Box::new(|sqpn: QpNumber| {
+                let mut f = request(
+                    sqpn,
+                    Psn::new(10),
+                    RequestOp::Read {
+                        addr: 0,
+                        rkey: MemoryKey(0),
+                        len: 8,
+                    },
+                );
+                f[12] = 0xff;
+                f
+            }),
+        ),
+    ];
+    for (what, bytes) in &cases {
+        let mut raw = Raw::connect(s.sock);
+        let (sqpn, _) = raw.handshake(42, 10);
+        n += 1;
+        let sqp = s.wait_qps(n);
+        raw.send(&bytes(sqpn)).unwrap();
+        let frames = raw.read_until_closed();
+        assert!(frames.is_empty(), "{what}: {frames:?}");
+        wait_until("server QP in ERR", || sqp.state() == QpState::Error);
+        legit_round_trip(&s, &c, 8192, n as u8);
+    }
+
+    // Truncated frame then EOF: the connection is lost, the QP goes to ERR.
+    let mut raw = Raw::connect(s.sock);
+    let (sqpn, _) = raw.handshake(43, 10);
+    n += 1;
+    let sqp = s.wait_qps(n);
+    let frame = request(
+        sqpn,
+        Psn::new(10),
+        RequestOp::Write {
+            addr: s.buf.addr(),
+            rkey: s.mr.rkey(),
+            data: &[0x11; 100],
+        },
+    );
+    raw.send(&frame[..frame.len() - 10]).unwrap();
+    raw.s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert!(raw.read_until_closed().is_empty());
+    wait_until("server QP in ERR after a truncated frame", || {
+        sqp.state() == QpState::Error
+    });
+
+    let mut expected = pattern;
+    for (i, byte) in expected[8192..8192 + 32].iter_mut().enumerate() {
+        let _ = i;
+        *byte = (n - 1) as u8;
+    }
+    assert_eq!(snapshot(&s), expected, "memory touched by a hostile peer");
+    let stats = TcpNode::stats(&s.ctx).unwrap();
+    assert!(stats.protocol_errors >= cases.len() as u64, "{stats:?}");
+}
+
+#[test]
+fn tcp_peer_that_never_reads_is_cut_off() {
+    let s = Arc::new(Server::with(
+        SoftConfig::default(),
+        TcpOptions {
+            out_buffer_limit: 512 * 1024,
+            ..TcpOptions::default()
+        },
+    ));
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+
+    // The hostile peer: a small receive buffer, never reads, floods 64 KiB READs until its
+    // connection is reset.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&s.sock.into()).unwrap();
+    let stream: std::net::TcpStream = sock.into();
+    stream.set_write_timeout(Some(WAIT)).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let mut raw = Raw {
+        s: stream,
+        buf: Vec::new(),
+    };
+    let (sqpn, _) = raw.handshake(9, 0);
+    let flooded = s.wait_qps(2);
+    let (addr, rkey) = (s.buf.addr(), s.mr.rkey());
+    let flood = std::thread::Builder::new()
+        .name("flood".into())
+        .spawn(move || {
+            let mut sent = 0u32;
+            while sent < 10_000_000 {
+                let frame = request(
+                    sqpn,
+                    Psn::new(sent),
+                    RequestOp::Read {
+                        addr,
+                        rkey,
+                        len: 64 * 1024,
+                    },
+                );
+                if raw.send(&frame).is_err() {
+                    return sent;
+                }
+                sent += 1;
+            }
+            sent
+        })
+        .unwrap();
+
+    // Meanwhile the legitimate client keeps working.
+    for i in 0..50u64 {
+        legit_round_trip(&s, &c, 16384 + (i % 4) * 64, i as u8);
+    }
+    wait_until("the flooding connection closed for overflow", || {
+        TcpNode::stats(&s.ctx).unwrap().overflow_closes >= 1
+    });
+    wait_until("the flooding QP in ERR", || {
+        flooded.state() == QpState::Error
+    });
+    let sent = flood.join().unwrap();
+    assert!(sent < 10_000_000, "the flooder was never cut off");
+    legit_round_trip(&s, &c, 16384, 0xee);
+    assert_eq!(c.qp.state(), QpState::ReadyToSend);
+}
+
+#[test]
+fn tcp_idle_handshakes_are_bounded() {
+    let s = Server::with(
+        SoftConfig::default(),
+        TcpOptions {
+            max_pending_handshakes: 4,
+            ..TcpOptions::default()
+        },
+    );
+    // Ten peers connect and say nothing: the oldest are refused and closed.
+    let mut silent: Vec<Raw> = (0..10).map(|_| Raw::connect(s.sock)).collect();
+    for raw in silent.iter_mut().take(6) {
+        let frames = raw.read_until_closed();
+        assert!(
+            matches!(
+                frames.first(),
+                Some(Frame::Cm(CmMessage::ConnectReject { .. }))
+            ),
+            "{frames:?}"
+        );
+    }
+    // A real client still gets in.
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+    legit_round_trip(&s, &c, 0, 9);
+}

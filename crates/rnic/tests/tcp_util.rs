@@ -1,0 +1,375 @@
+//! Shared helpers of the TCP transport tests (included with `#[path]`; as a test target of its
+//! own it has no tests).
+#![allow(dead_code)] // each test binary uses a different subset
+#![allow(clippy::unwrap_used)] // test helpers panic on unexpected failures
+
+use parking_lot::Mutex;
+use rnic::soft::wire::{CmMessage, Frame, WIRE_VERSION, decode_frame, encode_frame, frame_len};
+use rnic::soft::*;
+use rnic::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Generous wall-clock bound for anything a test waits for.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// QP timing for tests: TCP never loses a response, so retransmission only matters for a dead
+/// peer; a long ack timeout keeps a heavily loaded test machine from exhausting the retries.
+pub fn timing() -> QpTiming {
+    QpTiming {
+        ack_timeout_us: 500_000,
+        ..QpTiming::default()
+    }
+}
+
+pub fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// An accept policy that creates QPs on one PD/CQ and keeps them.
+#[derive(Debug)]
+pub struct Policy {
+    pub pd: SoftPd,
+    pub cq: SoftCq,
+    pub access: AccessFlags,
+    pub refuse: Mutex<Option<String>>,
+    pub got: Mutex<Vec<SoftQp>>,
+    pub private: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Policy {
+    pub fn qp_init(&self) -> QpInit<'_, SoftProvider> {
+        QpInit {
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            srq: None,
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            access: self.access,
+            timing: timing(),
+        }
+    }
+
+    pub fn last(&self) -> Option<SoftQp> {
+        self.got.lock().last().cloned()
+    }
+
+    pub fn count(&self) -> usize {
+        self.got.lock().len()
+    }
+}
+
+impl AcceptPolicy<SoftProvider> for Policy {
+    fn create_qp(&self, _private: &[u8]) -> Result<SoftQp, String> {
+        if let Some(reason) = self.refuse.lock().clone() {
+            return Err(reason);
+        }
+        self.pd.create_qp(self.qp_init()).map_err(|e| e.to_string())
+    }
+    fn established(&self, qp: SoftQp, private: &[u8]) {
+        self.got.lock().push(qp);
+        self.private.lock().push(private.to_vec());
+    }
+}
+
+/// A memory node: a TCP device, a registered buffer, a listener.
+#[derive(Debug)]
+pub struct Server {
+    pub ctx: SoftContext,
+    pub pd: SoftPd,
+    pub cq: SoftCq,
+    pub buf: SoftBuffer,
+    pub mr: SoftMr,
+    pub policy: Arc<Policy>,
+    pub listener: Option<SoftListener>,
+    pub addr: SoftAddress,
+    pub sock: SocketAddr,
+}
+
+pub const SERVER_BUF: usize = 1 << 20;
+
+impl Default for Server {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Server {
+    pub fn new() -> Server {
+        Self::with(SoftConfig::default(), TcpOptions::default())
+    }
+
+    pub fn with(config: SoftConfig, options: TcpOptions) -> Server {
+        let ctx = TcpNode::open_with(config, loopback(), options).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(4096).unwrap();
+        let buf = ctx.alloc_buffer(SERVER_BUF).unwrap();
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL | AccessFlags::MW_BIND;
+        let mr = pd.reg_mr(&buf, 0, SERVER_BUF, all).unwrap();
+        let policy = Arc::new(Policy {
+            pd: pd.clone(),
+            cq: cq.clone(),
+            access: AccessFlags::REMOTE_ALL,
+            refuse: Mutex::new(None),
+            got: Mutex::new(Vec::new()),
+            private: Mutex::new(Vec::new()),
+        });
+        let listener = ctx.listen(policy.clone()).unwrap();
+        let addr = listener.address().clone();
+        let SoftAddress::Tcp(sock) = addr.clone() else {
+            panic!("TCP listener with a non-TCP address: {addr:?}");
+        };
+        Server {
+            ctx,
+            pd,
+            cq,
+            buf,
+            mr,
+            policy,
+            listener: Some(listener),
+            addr,
+            sock,
+        }
+    }
+
+    /// Waits until the policy has handed over `n` QPs.
+    pub fn wait_qps(&self, n: usize) -> SoftQp {
+        wait_until("server QP established", || self.policy.count() >= n);
+        self.policy.got.lock()[n - 1].clone()
+    }
+}
+
+/// A compute node: a TCP device with a registered buffer and one QP.
+#[derive(Debug)]
+pub struct Client {
+    pub ctx: SoftContext,
+    pub pd: SoftPd,
+    pub cq: SoftCq,
+    pub buf: SoftBuffer,
+    pub mr: SoftMr,
+    pub qp: SoftQp,
+}
+
+pub const CLIENT_BUF: usize = 1 << 20;
+
+impl Default for Client {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Client {
+    pub fn new() -> Client {
+        Self::with_access(AccessFlags::empty())
+    }
+
+    pub fn with_access(access: AccessFlags) -> Client {
+        Self::with_options(access, TcpOptions::default())
+    }
+
+    pub fn with_options(access: AccessFlags, options: TcpOptions) -> Client {
+        let ctx = TcpNode::open_with(SoftConfig::default(), loopback(), options).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(4096).unwrap();
+        let buf = ctx.alloc_buffer(CLIENT_BUF).unwrap();
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL;
+        let mr = pd.reg_mr(&buf, 0, CLIENT_BUF, all).unwrap();
+        let qp = pd
+            .create_qp(QpInit {
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                max_send_wr: 256,
+                max_recv_wr: 256,
+                access,
+                timing: timing(),
+            })
+            .unwrap();
+        Client {
+            ctx,
+            pd,
+            cq,
+            buf,
+            mr,
+            qp,
+        }
+    }
+
+    pub fn sge(&self, offset: u64, length: u32) -> Sge {
+        Sge {
+            addr: self.buf.addr() + offset,
+            length,
+            lkey: self.mr.lkey(),
+        }
+    }
+
+    /// Posts one signalled request and waits for its completion.
+    pub fn run(&self, wr_id: u64, op: SendOp<'_, SoftMw, SoftMr>) -> WorkCompletion {
+        self.qp
+            .post_send(&[SendWr {
+                wr_id,
+                signaled: true,
+                op,
+            }])
+            .unwrap();
+        let wc = wait_wcs(&self.cq, 1).remove(0);
+        assert_eq!(wc.wr_id, wr_id, "{wc:?}");
+        wc
+    }
+
+    pub fn read(&self, offset: u64, len: u32, remote_addr: u64, rkey: Rkey) -> WorkCompletion {
+        self.run(
+            1,
+            SendOp::Read {
+                local: self.sge(offset, len),
+                remote_addr,
+                rkey,
+            },
+        )
+    }
+}
+
+pub fn empty_wc() -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        qp_num: QpNumber(0),
+        invalidated_rkey: None,
+    }
+}
+
+/// Spins on `cond` (polling nothing else) up to [`WAIT`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let clock = RealClock::new();
+    let start = clock.now();
+    while !cond() {
+        assert!(
+            clock.now().since(start) < WAIT,
+            "timed out waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Spin-polls `cq` until `n` completions arrived (up to [`WAIT`]).
+pub fn wait_wcs(cq: &SoftCq, n: usize) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wc = [empty_wc(); 16];
+    wait_until("completions", || {
+        let k = cq.poll(&mut wc[..(n - out.len()).min(16)]);
+        out.extend_from_slice(&wc[..k]);
+        out.len() >= n
+    });
+    out
+}
+
+/// Polls `cq` a while to drive progress (flushes) without expecting anything particular.
+pub fn drain_cq(cq: &SoftCq) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wc = [empty_wc(); 16];
+    loop {
+        let k = cq.poll(&mut wc);
+        if k == 0 {
+            return out;
+        }
+        out.extend_from_slice(&wc[..k]);
+    }
+}
+
+// ---- a raw TCP peer speaking the wire format by hand ----
+
+pub fn encode(frame: &Frame<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_frame(frame, &mut out);
+    out
+}
+
+/// A raw socket peer.
+#[derive(Debug)]
+pub struct Raw {
+    pub s: TcpStream,
+    pub buf: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub enum RawRead {
+    Frame(Frame<Vec<u8>>),
+    Closed,
+}
+
+impl Raw {
+    pub fn connect(addr: SocketAddr) -> Raw {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.set_write_timeout(Some(WAIT)).unwrap();
+        Raw { s, buf: Vec::new() }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.s.write_all(bytes)
+    }
+
+    /// Sends a ConnectRequest and returns the server's QP and start PSN.
+    pub fn handshake(&mut self, my_qp: u32, my_psn: u32) -> (QpNumber, Psn) {
+        let req = Frame::Cm(CmMessage::ConnectRequest {
+            version: WIRE_VERSION,
+            qp: QpNumber(my_qp),
+            start_psn: Psn::new(my_psn),
+            private_data: b"raw".to_vec(),
+        });
+        self.send(&encode(&req)).unwrap();
+        match self.read_frame() {
+            RawRead::Frame(Frame::Cm(CmMessage::ConnectReply { qp, start_psn })) => (qp, start_psn),
+            RawRead::Frame(f) => panic!("unexpected frame {f:?}"),
+            RawRead::Closed => panic!("closed during handshake"),
+        }
+    }
+
+    /// Reads one frame; `Closed` on EOF or reset.
+    pub fn read_frame(&mut self) -> RawRead {
+        loop {
+            if let Ok(Some(len)) = frame_len(&self.buf, usize::MAX)
+                && self.buf.len() >= len
+            {
+                let f = decode_frame(&self.buf[..len]).unwrap();
+                let owned = match f {
+                    Frame::Cm(c) => Frame::Cm(c),
+                    Frame::Packet(p) => Frame::Packet(p.to_owned_packet()),
+                };
+                self.buf.drain(..len);
+                return RawRead::Frame(owned);
+            }
+            let mut chunk = [0u8; 4096];
+            match self.s.read(&mut chunk) {
+                Ok(0) => return RawRead::Closed,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+                    ) =>
+                {
+                    return RawRead::Closed;
+                }
+                Err(e) => panic!("raw read: {e}"),
+            }
+        }
+    }
+
+    /// Reads until the server closes; returns the frames seen before.
+    pub fn read_until_closed(&mut self) -> Vec<Frame<Vec<u8>>> {
+        let mut frames = Vec::new();
+        loop {
+            match self.read_frame() {
+                RawRead::Frame(f) => frames.push(f),
+                RawRead::Closed => return frames,
+            }
+        }
+    }
+}
