@@ -4,6 +4,7 @@
 mod demo;
 mod serve;
 mod table4;
+mod table5;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use patronus_core::cluster::Transport;
@@ -55,6 +56,15 @@ enum Command {
         #[arg(long, default_value_t = 4)]
         clients: usize,
     },
+    /// Measure how long a QP fault interrupts a client, with and without spare QPs (Table 5).
+    Table5 {
+        /// Transport.
+        #[arg(long, value_enum, default_value = "inproc")]
+        transport: TransportArg,
+        /// Faults per configuration.
+        #[arg(long, default_value_t = 50)]
+        faults: usize,
+    },
     /// Run a memory node over TCP until stdin closes (for multi-process set-ups).
     Serve {
         /// Address to listen on.
@@ -84,6 +94,7 @@ fn main() -> anyhow::Result<()> {
             perms,
             clients,
         } => table4::run(transport.into(), perms, clients),
+        Command::Table5 { transport, faults } => table5::run(transport.into(), faults),
         Command::Serve {
             listen,
             pool_mib,
