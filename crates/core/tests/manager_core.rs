@@ -1511,3 +1511,46 @@ fn capacity_checked_grants_get_their_windows() {
         );
     }
 }
+
+// ------------------------------------------------------------- revoke completion, free rights
+
+#[test]
+fn revoke_reply_waits_until_a_failed_unbind_was_retried() {
+    let mut sim = Sim::new(test_config(Techniques::NONE));
+    let g = sim.allocate(1, 64, 1000);
+    sim.nic.fail_next_unbinds = 1;
+    let id = sim.submit(
+        1,
+        Request::Revoke {
+            id: g.id,
+            free: false,
+        },
+    );
+    let first = sim.run_once();
+    assert_eq!(
+        reply_to(&first, id),
+        None,
+        "no Revoked while an unbind of the permission failed"
+    );
+    assert!(sim.core.has_pending_work());
+    let second = sim.run_once();
+    assert_eq!(reply_to(&second, id), Some(Reply::Revoked));
+    assert!(!sim.reaches(&g, g.buffer_addr, g.buffer_len));
+    assert!(!sim.core.has_pending_work());
+}
+
+#[test]
+fn only_a_writer_may_free_memory() {
+    // Without delayed unbinding, so the freed memory's windows die at once.
+    let mut sim = Sim::new(test_config(Techniques::NONE));
+    let g = sim.allocate(1, 64, 1000);
+    let r = expect_grant(sim.acquire(2, g.buffer_addr, 64, 1000, Access::Read, Mode::Shared));
+    assert_eq!(
+        sim.revoke(2, r.id, true),
+        Reply::Failed(Status::InvalidArgument),
+        "a read-only holder cannot free"
+    );
+    assert!(sim.can_read(&r), "the refused free changed nothing");
+    assert_eq!(sim.revoke(1, g.id, true), Reply::Revoked);
+    assert!(!sim.reaches(&r, r.buffer_addr, r.buffer_len));
+}

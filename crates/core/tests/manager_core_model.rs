@@ -48,6 +48,9 @@ struct MPerm {
     /// Windows as granted.
     buffer_target: BindTarget,
     lifetime_target: BindTarget,
+    /// Bind epochs of the two windows at the grant (to tell an 8-bit key wrap from the key).
+    buffer_epoch: u64,
+    lifetime_epoch: u64,
     obj_gen: u64,
     hdr_gen: u64,
     end: Option<End>,
@@ -404,6 +407,20 @@ impl Harness {
                     self.perms[i].end = Some(End::Freed);
                 }
             }
+            (Request::Revoke { id, free: true }, Reply::Failed(Status::InvalidArgument)) => {
+                // Only a writer may free memory (freeing ends everyone's permissions).
+                let i = *self
+                    .by_id
+                    .get(&id)
+                    .expect("refused a free for an unknown id");
+                let p = &self.perms[i];
+                assert!(
+                    !p.buffer_target
+                        .access
+                        .contains(rnic::AccessFlags::REMOTE_WRITE),
+                    "a writer's free was refused: {p:?}"
+                );
+            }
             (Request::Revoke { id, .. }, Reply::Failed(Status::NotFound))
             | (Request::Extend { id, .. }, Reply::Failed(Status::NotFound)) => {
                 if let Some(&i) = self.by_id.get(&id) {
@@ -487,6 +504,8 @@ impl Harness {
             hard: g.id.start_us + self.sim.cfg.max_lifetime_us,
             buffer_target: nic.binding(g.buffer_rkey).expect("granted window bound"),
             lifetime_target: nic.binding(g.lifetime_rkey).expect("granted window bound"),
+            buffer_epoch: nic.window(g.buffer_rkey.index()).epoch,
+            lifetime_epoch: nic.window(g.lifetime_rkey.index()).epoch,
             obj_gen: self.objects[&object].generation,
             hdr_gen,
             end: None,
@@ -521,16 +540,20 @@ impl Harness {
     fn check(&mut self, now: u64) {
         self.checks += 1;
         let nic = &self.sim.nic;
-        let mut keys: HashMap<rnic::MemoryKey, usize> = HashMap::new();
+        let mut keys: HashMap<(rnic::MemoryKey, u64), usize> = HashMap::new();
         for (i, p) in self.perms.iter().enumerate() {
-            keys.insert(p.grant.buffer_rkey, i);
-            keys.insert(p.grant.lifetime_rkey, i);
+            keys.insert((p.grant.buffer_rkey, p.buffer_epoch), i);
+            keys.insert((p.grant.lifetime_rkey, p.lifetime_epoch), i);
             let g = &p.grant;
-            for (key, want, lifetime_window) in [
-                (g.buffer_rkey, p.buffer_target, false),
-                (g.lifetime_rkey, p.lifetime_target, true),
+            for (key, want, epoch, lifetime_window) in [
+                (g.buffer_rkey, p.buffer_target, p.buffer_epoch, false),
+                (g.lifetime_rkey, p.lifetime_target, p.lifetime_epoch, true),
             ] {
-                let b = nic.binding(key);
+                // The same key after 256 rebinds of the window is the accepted 8-bit limit
+                // (design.md, "rkey key byte"), not this grant's binding.
+                let b = nic
+                    .binding(key)
+                    .filter(|_| nic.window(key.index()).epoch == epoch);
                 if p.end.is_none() {
                     assert_eq!(
                         b,
@@ -549,7 +572,7 @@ impl Harness {
         // No window is bound that no grant accounts for.
         for (mw, key, t) in nic.bound_windows() {
             assert!(
-                keys.contains_key(&key),
+                keys.contains_key(&(key, nic.window(mw).epoch)),
                 "at {now}: window {mw} is bound to {t:?} but no reply carried its rkey"
             );
         }

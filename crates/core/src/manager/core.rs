@@ -169,6 +169,9 @@ pub struct ManagerCore {
     pub(super) needs: Vec<(PermKey, bool, BindTarget, ClientId)>,
     grants: Vec<PendingGrant>,
     replies: Vec<Outgoing>,
+    /// Revoke replies held back until a failed unbind has been retried successfully (a
+    /// revoke completes only once the old rkey is dead).
+    deferred_revokes: Vec<Outgoing>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,6 +205,7 @@ impl ManagerCore {
             needs: Vec::new(),
             grants: Vec::new(),
             replies: Vec::new(),
+            deferred_revokes: Vec::new(),
             cfg,
         }
     }
@@ -220,6 +224,11 @@ impl ManagerCore {
     /// Operation counters.
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+
+    /// Whether a batch must run even without requests or due deadlines (unbinds to retry).
+    pub fn has_pending_work(&self) -> bool {
+        !self.releasing.is_empty() || !self.deferred_revokes.is_empty()
     }
 
     /// The earliest deadline the driver must wake up for.
@@ -430,10 +439,15 @@ impl ManagerCore {
                     return self.fail(client, req_id, Status::NotFound);
                 };
                 if free {
-                    let object = self.perms.get(key).map(|p| p.object);
-                    if let Some(object) = object {
-                        self.free_object(object, now);
+                    let Some((object, access)) = self.perms.get(key).map(|p| (p.object, p.access))
+                    else {
+                        return self.fail(client, req_id, Status::NotFound);
+                    };
+                    if access != Access::ReadWrite {
+                        // Freeing ends everyone's permissions: only a writer may do it.
+                        return self.fail(client, req_id, Status::InvalidArgument);
                     }
+                    self.free_object(object, now);
                 } else {
                     self.end_permission(key, false, now);
                 }

@@ -25,6 +25,9 @@ pub struct Window {
     pub key: u8,
     /// The client of the last bind (its PD/QP in stronger isolation modes).
     pub client: ClientId,
+    /// Binds so far (unbinds included). The 8-bit key byte repeats after 256 of them (the
+    /// type-1 window limitation the design accepts); tests tell such a wrap from a live key.
+    pub epoch: u64,
 }
 
 /// Operation counts the fake NIC observed (to cross-check the core's own counters).
@@ -141,6 +144,7 @@ impl FakeNic {
                     return NicResult::Failed;
                 };
                 w.key = w.key.wrapping_add(1);
+                w.epoch += 1;
                 w.target = target;
                 w.client = client;
                 if target.is_some() {
@@ -396,12 +400,21 @@ impl Sim {
         let reqs = std::mem::take(&mut self.pending);
         let mut out = self.batch(&reqs);
         for _ in 0..64 {
-            if self.core.next_deadline().is_none_or(|d| d > self.now) {
+            if self.core.next_deadline().is_none_or(|d| d > self.now)
+                && !self.core.has_pending_work()
+            {
                 return out;
             }
             out.extend(self.batch(&[]));
         }
         panic!("deadlines keep coming due at {:?}", self.now);
+    }
+
+    /// Runs exactly one batch with the submitted requests (no follow-up batches).
+    pub fn run_once(&mut self) -> Vec<Outgoing> {
+        self.last_ops.clear();
+        let reqs = std::mem::take(&mut self.pending);
+        self.batch(&reqs)
     }
 
     /// Submits `reqs` and runs them as one batch.

@@ -363,7 +363,17 @@ impl ManagerCore {
                 Cont::Expiry(..) => {}
             }
         }
-        // Unbinds that failed are retried in the next batch (the window stays out of the pool).
+        // Unbinds that failed are retried in the next batch (the window stays out of the pool),
+        // and revokes answered in this batch wait until that retry succeeded.
+        if retry_release.is_empty() {
+            self.replies.append(&mut self.deferred_revokes);
+        } else {
+            let (revokes, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.replies)
+                .into_iter()
+                .partition(|o| o.reply == Reply::Revoked);
+            self.replies = rest;
+            self.deferred_revokes.extend(revokes);
+        }
         for mw in retry_release {
             self.releasing.push((mw, 0));
         }

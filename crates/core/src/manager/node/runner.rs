@@ -39,7 +39,8 @@ impl<P: Provider> Runner<P> {
             }
             self.reap_send_completions();
             let now = clock.now();
-            let due = self.core.next_deadline().is_some_and(|d| d <= now);
+            let due =
+                self.core.next_deadline().is_some_and(|d| d <= now) || self.core.has_pending_work();
             if requests.is_empty() && !due {
                 idle_spins += 1;
                 if idle_spins > 256 {
