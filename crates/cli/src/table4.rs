@@ -198,7 +198,7 @@ fn measure(
         .fresh_stats()
         .busy_cpu
         .saturating_sub(cpu_before);
-    Ok((delta(after, before), cpu))
+    Ok((after.since(&before), cpu))
 }
 
 /// Waits until the published counters stop changing (the manager publishes when idle).
@@ -217,20 +217,4 @@ fn wait_settled(cluster: &EmbeddedCluster, mut last: Counters) -> Result<Counter
         }
     }
     Ok(last)
-}
-
-fn delta(a: Counters, b: Counters) -> Counters {
-    Counters {
-        granted: a.granted - b.granted,
-        ended: a.ended - b.ended,
-        binds: a.binds - b.binds,
-        handovers: a.handovers - b.handovers,
-        unbinds: a.unbinds - b.unbinds,
-        deferred_unbinds: a.deferred_unbinds - b.deferred_unbinds,
-        rpcs: a.rpcs - b.rpcs,
-        lifetime_cas: a.lifetime_cas - b.lifetime_cas,
-        expired: a.expired - b.expired,
-        forced: a.forced - b.forced,
-        extended_by_client: a.extended_by_client - b.extended_by_client,
-    }
 }

@@ -22,7 +22,7 @@
 
 mod support;
 
-use patronus_core::manager::{Counters, ManagerConfig, SlabConfig, Techniques};
+use patronus_core::manager::{ManagerConfig, SlabConfig, Techniques};
 use patronus_core::proto::messages::{Access, Grant, Mode, Reply, Request};
 use support::*;
 
@@ -118,22 +118,6 @@ fn config(techniques: Techniques) -> ManagerConfig {
     }
 }
 
-fn diff(a: Counters, b: Counters) -> Counters {
-    Counters {
-        granted: a.granted - b.granted,
-        ended: a.ended - b.ended,
-        binds: a.binds - b.binds,
-        handovers: a.handovers - b.handovers,
-        unbinds: a.unbinds - b.unbinds,
-        deferred_unbinds: a.deferred_unbinds - b.deferred_unbinds,
-        rpcs: a.rpcs - b.rpcs,
-        lifetime_cas: a.lifetime_cas - b.lifetime_cas,
-        expired: a.expired - b.expired,
-        forced: a.forced - b.forced,
-        extended_by_client: a.extended_by_client - b.extended_by_client,
-    }
-}
-
 fn measure(row: Row, mix: Mix, seed: u64) -> Measured {
     let mut sim = Sim::new(config(row.techniques));
     let mut rng = Rng::new(seed);
@@ -216,7 +200,7 @@ fn measure(row: Row, mix: Mix, seed: u64) -> Measured {
             held.clear();
         }
     }
-    let c = diff(sim.core.counters(), base);
+    let c = sim.core.counters().since(&base);
     assert_eq!(c.granted, N as u64);
     assert_eq!(c.ended, N as u64, "{}: every lifecycle completed", row.name);
     assert_eq!(sim.occupancy().permissions, 0);

@@ -230,6 +230,25 @@ pub struct Counters {
     pub extended_by_client: u64,
 }
 
+impl Counters {
+    /// What was counted since `earlier` (a snapshot of the same counters).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            granted: self.granted - earlier.granted,
+            ended: self.ended - earlier.ended,
+            binds: self.binds - earlier.binds,
+            handovers: self.handovers - earlier.handovers,
+            unbinds: self.unbinds - earlier.unbinds,
+            deferred_unbinds: self.deferred_unbinds - earlier.deferred_unbinds,
+            rpcs: self.rpcs - earlier.rpcs,
+            lifetime_cas: self.lifetime_cas - earlier.lifetime_cas,
+            expired: self.expired - earlier.expired,
+            forced: self.forced - earlier.forced,
+            extended_by_client: self.extended_by_client - earlier.extended_by_client,
+        }
+    }
+}
+
 /// Dense storage of permission records with reusable keys.
 #[derive(Debug, Default)]
 pub struct PermTable {

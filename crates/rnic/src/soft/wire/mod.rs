@@ -159,60 +159,6 @@ pub enum CmMessage {
 /// Largest private-data blob in a connect request (as rdma_cm's 56 bytes, rounded up).
 pub const MAX_PRIVATE_DATA: usize = 64;
 
-impl<D: AsRef<[u8]>> Packet<D> {
-    /// Copies borrowed payloads into an owned packet.
-    pub fn to_owned_packet(&self) -> Packet<Vec<u8>> {
-        match self {
-            Packet::Request(r) => Packet::Request(Request {
-                dst_qp: r.dst_qp,
-                psn: r.psn,
-                op: match &r.op {
-                    RequestOp::Read { addr, rkey, len } => RequestOp::Read {
-                        addr: *addr,
-                        rkey: *rkey,
-                        len: *len,
-                    },
-                    RequestOp::Write { addr, rkey, data } => RequestOp::Write {
-                        addr: *addr,
-                        rkey: *rkey,
-                        data: data.as_ref().to_vec(),
-                    },
-                    RequestOp::CompareSwap {
-                        addr,
-                        rkey,
-                        compare,
-                        swap,
-                    } => RequestOp::CompareSwap {
-                        addr: *addr,
-                        rkey: *rkey,
-                        compare: *compare,
-                        swap: *swap,
-                    },
-                    RequestOp::FetchAdd { addr, rkey, add } => RequestOp::FetchAdd {
-                        addr: *addr,
-                        rkey: *rkey,
-                        add: *add,
-                    },
-                    RequestOp::Send { data, invalidate } => RequestOp::Send {
-                        data: data.as_ref().to_vec(),
-                        invalidate: *invalidate,
-                    },
-                },
-            }),
-            Packet::Response(r) => Packet::Response(Response {
-                dst_qp: r.dst_qp,
-                psn: r.psn,
-                kind: match &r.kind {
-                    ResponseKind::Ack => ResponseKind::Ack,
-                    ResponseKind::ReadData(d) => ResponseKind::ReadData(d.as_ref().to_vec()),
-                    ResponseKind::AtomicAck(v) => ResponseKind::AtomicAck(*v),
-                    ResponseKind::Nak(c) => ResponseKind::Nak(*c),
-                },
-            }),
-        }
-    }
-}
-
 /// Everything that travels on a TCP link: connection management first, then packets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Frame<D = Vec<u8>> {
@@ -222,9 +168,9 @@ pub enum Frame<D = Vec<u8>> {
     Packet(Packet<D>),
 }
 
-impl<D: AsRef<[u8]>> RequestOp<D> {
-    /// A view of this operation whose payload borrows from `self`.
-    pub fn as_borrowed(&self) -> RequestOp<&[u8]> {
+impl<D> RequestOp<D> {
+    /// The same operation with its payload mapped by `f`.
+    pub fn map_data<'a, E>(&'a self, f: impl FnOnce(&'a D) -> E) -> RequestOp<E> {
         match self {
             RequestOp::Read { addr, rkey, len } => RequestOp::Read {
                 addr: *addr,
@@ -234,7 +180,7 @@ impl<D: AsRef<[u8]>> RequestOp<D> {
             RequestOp::Write { addr, rkey, data } => RequestOp::Write {
                 addr: *addr,
                 rkey: *rkey,
-                data: data.as_ref(),
+                data: f(data),
             },
             RequestOp::CompareSwap {
                 addr,
@@ -253,39 +199,64 @@ impl<D: AsRef<[u8]>> RequestOp<D> {
                 add: *add,
             },
             RequestOp::Send { data, invalidate } => RequestOp::Send {
-                data: data.as_ref(),
+                data: f(data),
                 invalidate: *invalidate,
             },
         }
     }
 }
 
-impl<D: AsRef<[u8]>> ResponseKind<D> {
-    /// A view whose payload borrows from `self`.
-    pub fn as_borrowed(&self) -> ResponseKind<&[u8]> {
+impl<D> ResponseKind<D> {
+    /// The same outcome with its payload mapped by `f`.
+    pub fn map_data<'a, E>(&'a self, f: impl FnOnce(&'a D) -> E) -> ResponseKind<E> {
         match self {
             ResponseKind::Ack => ResponseKind::Ack,
-            ResponseKind::ReadData(d) => ResponseKind::ReadData(d.as_ref()),
+            ResponseKind::ReadData(d) => ResponseKind::ReadData(f(d)),
             ResponseKind::AtomicAck(v) => ResponseKind::AtomicAck(*v),
             ResponseKind::Nak(c) => ResponseKind::Nak(*c),
         }
     }
 }
 
-impl<D: AsRef<[u8]>> Packet<D> {
-    /// A view whose payloads borrow from `self`.
-    pub fn as_borrowed(&self) -> Packet<&[u8]> {
+impl<D> Packet<D> {
+    /// The same packet with its payloads mapped by `f`.
+    pub fn map_data<'a, E>(&'a self, f: impl FnOnce(&'a D) -> E) -> Packet<E> {
         match self {
             Packet::Request(r) => Packet::Request(Request {
                 dst_qp: r.dst_qp,
                 psn: r.psn,
-                op: r.op.as_borrowed(),
+                op: r.op.map_data(f),
             }),
             Packet::Response(r) => Packet::Response(Response {
                 dst_qp: r.dst_qp,
                 psn: r.psn,
-                kind: r.kind.as_borrowed(),
+                kind: r.kind.map_data(f),
             }),
         }
+    }
+}
+
+impl<D: AsRef<[u8]>> RequestOp<D> {
+    /// A view whose payload borrows from `self`.
+    pub fn as_borrowed(&self) -> RequestOp<&[u8]> {
+        self.map_data(|d| d.as_ref())
+    }
+}
+
+impl<D: AsRef<[u8]>> ResponseKind<D> {
+    /// A view whose payload borrows from `self`.
+    pub fn as_borrowed(&self) -> ResponseKind<&[u8]> {
+        self.map_data(|d| d.as_ref())
+    }
+}
+
+impl<D: AsRef<[u8]>> Packet<D> {
+    /// A view whose payloads borrow from `self`.
+    pub fn as_borrowed(&self) -> Packet<&[u8]> {
+        self.map_data(|d| d.as_ref())
+    }
+    /// Copies the payloads into an owned packet.
+    pub fn to_owned_packet(&self) -> Packet<Vec<u8>> {
+        self.map_data(|d| d.as_ref().to_vec())
     }
 }

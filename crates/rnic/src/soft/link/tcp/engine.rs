@@ -30,6 +30,11 @@ const WAKER: Token = Token(0);
 /// connection in the next loop iteration without waiting for an event).
 pub(super) const ENGINE_READ_BUDGET: usize = 1 << 20;
 
+/// Empty spin rounds (a few microseconds) before a spinning engine starts yielding its core
+/// between polls: right after work it polls flat out, since the next frame of a busy connection
+/// is about a round trip away.
+const YIELD_AFTER: u32 = 32;
+
 /// Interest every connection is registered with, once: edge-triggered read and write readiness.
 pub(super) const CONN_INTEREST: Interest = Interest::READABLE.add(Interest::WRITABLE);
 
@@ -302,9 +307,9 @@ impl Engine {
             let timeout = if park {
                 None
             } else {
-                if idle > 0 {
-                    // Spinning without work: let other runnable threads on this core go first
-                    // (on an idle core this returns at once).
+                if idle > YIELD_AFTER {
+                    // Spinning without work for a while: let other runnable threads on this
+                    // core go first (on an idle core this returns at once).
                     std::thread::yield_now();
                 }
                 Some(Duration::ZERO)
