@@ -359,9 +359,34 @@ fn foreign_rkey_on_another_clients_qp(t: Transport, iso: Isolation) {
             r.unwrap();
             assert_eq!(&buf, b"secret!!");
         }
-        Isolation::PdPerClient => {
+        Isolation::PdPerClient | Isolation::Type2 => {
             assert!(matches!(r, Err(ClientError::Denied(_))), "{r:?}");
             assert_eq!(buf, [0u8; 8]);
+        }
+    }
+}
+
+/// Type-1 windows survive a QP switch unchanged; type-2 windows are bound to one QP, so after
+/// the switch the permission is rebound (new rkeys, refreshed in place) and a copy of the old
+/// rkey is dead.
+fn windows_after_a_qp_switch(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
+    let a = &mut b.cluster.clients[0];
+    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let before = p.forged_copy();
+    let mut bad = p.forged_copy();
+    bad.corrupt_rkey();
+    assert!(a.write(&bad, 0, b"x").is_err());
+    a.write(&p, 0, b"mine").unwrap();
+    let old = a.write(&before, 0, b"old!");
+    match iso {
+        Isolation::Type2 => {
+            assert_ne!(p.rkey(), before.rkey(), "rkeys refreshed in place");
+            assert!(matches!(old, Err(ClientError::Denied(_))), "{old:?}");
+        }
+        _ => {
+            assert_eq!(p.rkey(), before.rkey());
+            old.unwrap();
         }
     }
 }
@@ -384,6 +409,14 @@ macro_rules! both_transports {
             use super::*;
             $(#[test] fn $name() { $body(Transport::Tcp, Isolation::PdPerClient); })*
         }
+        mod inproc_type2 {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::Type2); })*
+        }
+        mod tcp_type2 {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::Type2); })*
+        }
     };
 }
 
@@ -400,4 +433,5 @@ both_transports! {
     long_lease_renews_past_max_lifetime_shared => |t, iso| super::long_lease_renews_past_max_lifetime(t, iso, Mode::Shared);
     long_lease_renews_past_max_lifetime_exclusive => |t, iso| super::long_lease_renews_past_max_lifetime(t, iso, Mode::Exclusive);
     foreign_rkey_on_another_clients_qp => super::foreign_rkey_on_another_clients_qp;
+    windows_after_a_qp_switch => super::windows_after_a_qp_switch;
 }

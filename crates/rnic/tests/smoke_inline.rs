@@ -181,3 +181,75 @@ fn read_write_atomics_and_windows() {
         Some(AsyncEvent::QpAccessError(sqp.qp_num()))
     );
 }
+
+/// Resetting a QP frees the type-2 windows bound to it (its number may come back on another
+/// connection, which must not inherit them); type-1 windows are untouched.
+#[test]
+fn qp_reset_frees_its_type2_windows() {
+    let fabric = SoftFabric::new();
+    let dev = fabric.open_device(SoftConfig::default());
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(64).unwrap();
+    let policy = Arc::new(Policy {
+        pd: pd.clone(),
+        cq: cq.clone(),
+        got: Mutex::new(None),
+    });
+    let listener = dev.listen(policy.clone()).unwrap();
+    let buf = dev.alloc_buffer(4096).unwrap();
+    let mr = pd
+        .reg_mr(
+            &buf,
+            0,
+            4096,
+            AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+        )
+        .unwrap();
+    let qp = pd
+        .create_qp(QpInit {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            access: AccessFlags::empty(),
+            timing: QpTiming::default(),
+        })
+        .unwrap();
+    qp.connect(listener.address(), b"").unwrap();
+    let mw2 = pd.alloc_mw(MwType::Type2).unwrap();
+    let mw1 = pd.alloc_mw(MwType::Type1).unwrap();
+    fn bind<'a>(mw: &'a SoftMw, mr: &'a SoftMr, addr: u64) -> SendWr<'a, SoftMw, SoftMr> {
+        SendWr {
+            wr_id: 1,
+            signaled: true,
+            op: SendOp::BindMw {
+                mw,
+                bind: BindInfo {
+                    mr: Some(mr),
+                    addr,
+                    length: 64,
+                    access: AccessFlags::REMOTE_READ,
+                },
+            },
+        }
+    }
+    qp.post_send(&[bind(&mw2, &mr, buf.addr()), bind(&mw1, &mr, buf.addr())])
+        .unwrap();
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll(&mut wc), 2);
+    let table = dev.protection_table();
+    assert!(matches!(
+        table.mw_state(mw2.rkey()),
+        Some(mpt::MwState::Bound { .. })
+    ));
+    qp.reset().unwrap();
+    assert!(matches!(
+        table.mw_state(mw2.rkey()),
+        Some(mpt::MwState::Unbound { .. })
+    ));
+    assert!(matches!(
+        table.mw_state(mw1.rkey()),
+        Some(mpt::MwState::Bound { .. })
+    ));
+}

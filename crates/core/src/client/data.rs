@@ -8,7 +8,19 @@ use rnic::{
     CompletionQueue, MemoryBuffer, MemoryKey, MemoryRegion, Provider, QueuePair, SendOp, SendWr,
     Sge, WcStatus, WorkCompletion,
 };
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+impl Op {
+    fn rkey(&self) -> MemoryKey {
+        let both = self.rkeys.load(Ordering::SeqCst);
+        if self.lifetime {
+            MemoryKey(both as u32)
+        } else {
+            MemoryKey((both >> 32) as u32)
+        }
+    }
+}
 
 /// What a successful op produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,7 +44,11 @@ enum Kind {
 #[derive(Debug)]
 struct Op {
     addr: u64,
-    rkey: MemoryKey,
+    /// The permission's current rkeys, read when the op is posted (a QP switch under type-2
+    /// isolation refreshes them between a flush and the retry).
+    rkeys: Arc<AtomicU64>,
+    /// Use the lifetime window's rkey instead of the buffer's.
+    lifetime: bool,
     len: u32,
     kind: Kind,
     payload: Vec<u8>,
@@ -111,7 +127,8 @@ impl<P: Provider> Client<P> {
             let new = current.saturating_add(lease_us);
             let op = Op {
                 addr: perm.grant.lifetime_addr(),
-                rkey: perm.grant.lifetime_rkey,
+                rkeys: perm.rkeys.clone(),
+                lifetime: true,
                 len: 8,
                 kind: Kind::Cas {
                     compare: current,
@@ -167,7 +184,8 @@ impl<P: Provider> Batch<'_, P> {
     pub fn read(&mut self, perm: &Perm, offset: u64, len: u32) -> &mut Self {
         let op = self.checked(perm, offset, len as u64).map(|addr| Op {
             addr,
-            rkey: perm.rkey(),
+            rkeys: perm.rkeys.clone(),
+            lifetime: false,
             len,
             kind: Kind::Read,
             payload: Vec::new(),
@@ -182,7 +200,8 @@ impl<P: Provider> Batch<'_, P> {
     pub fn write(&mut self, perm: &Perm, offset: u64, src: &[u8]) -> &mut Self {
         let op = self.checked(perm, offset, src.len() as u64).map(|addr| Op {
             addr,
-            rkey: perm.rkey(),
+            rkeys: perm.rkeys.clone(),
+            lifetime: false,
             len: src.len() as u32,
             kind: Kind::Write,
             payload: src.to_vec(),
@@ -200,7 +219,8 @@ impl<P: Provider> Batch<'_, P> {
         } else {
             self.checked(perm, offset, 8).map(|addr| Op {
                 addr,
-                rkey: perm.rkey(),
+                rkeys: perm.rkeys.clone(),
+                lifetime: false,
                 len: 8,
                 kind,
                 payload: Vec::new(),
@@ -284,11 +304,19 @@ impl<P: Provider> Batch<'_, P> {
                     }
                 }
             }
-            if broken && let Err(e) = client.vqp.fail_over() {
-                for &i in &retry {
-                    results[i] = Some(Err(ClientError::Verbs(e.clone_lossy())));
+            if broken {
+                let switched = client
+                    .vqp
+                    .fail_over()
+                    .map_err(|e| ClientError::Verbs(e.clone_lossy()))
+                    .and_then(|_| client.rebind_after_switch());
+                if let Err(e) = switched {
+                    let msg = e.to_string();
+                    for &i in &retry {
+                        results[i] = Some(Err(ClientError::Transport(msg.clone())));
+                    }
+                    break;
                 }
-                break;
             }
             todo = retry;
         }
@@ -345,24 +373,24 @@ impl<P: Provider> Client<P> {
                 Kind::Read => SendOp::Read {
                     local,
                     remote_addr: op.addr,
-                    rkey: op.rkey,
+                    rkey: op.rkey(),
                 },
                 Kind::Write => SendOp::Write {
                     local,
                     remote_addr: op.addr,
-                    rkey: op.rkey,
+                    rkey: op.rkey(),
                 },
                 Kind::Cas { compare, swap } => SendOp::CompareSwap {
                     local,
                     remote_addr: op.addr,
-                    rkey: op.rkey,
+                    rkey: op.rkey(),
                     compare,
                     swap,
                 },
                 Kind::Faa { add } => SendOp::FetchAdd {
                     local,
                     remote_addr: op.addr,
-                    rkey: op.rkey,
+                    rkey: op.rkey(),
                     add,
                 },
             };

@@ -97,6 +97,13 @@ pub struct Client<P: Provider> {
     client_id: u32,
     /// Control RPCs issued.
     pub rpcs: u64,
+    /// Windows are type 2, bound to the active QP: a QP switch needs `UseQp` + `Rebind`.
+    type2: bool,
+    /// Permissions that may be alive, for rebinding after a QP switch (type 2).
+    live: Vec<(
+        crate::proto::messages::PermissionId,
+        std::sync::Weak<std::sync::atomic::AtomicU64>,
+    )>,
 }
 
 impl<P: Provider> std::fmt::Debug for Client<P> {
@@ -143,6 +150,7 @@ impl<P: Provider> Client<P> {
             role: Role::Control,
             client_id: 0,
             secret: 0,
+            slot: 0,
         };
         ctrl_qp.connect(address, &control.encode())?;
         for slot in 0..RECV_SLOTS {
@@ -161,12 +169,14 @@ impl<P: Provider> Client<P> {
             staging_mr,
             // Placeholder until the data QPs exist.
             vqp: VirtualQp::new(
-                pd.create_qp(init::<P>(&data_cq, &data_cq, 1, t))?,
+                (0, pd.create_qp(init::<P>(&data_cq, &data_cq, 1, t))?),
                 Vec::new(),
                 address.clone(),
-                Vec::new(),
+                control,
                 false,
             ),
+            type2: false,
+            live: Vec::new(),
             next_req: 1,
             outstanding: 0,
             early: Vec::new(),
@@ -175,23 +185,27 @@ impl<P: Provider> Client<P> {
             rpcs: 0,
             cfg: cfg.clone(),
         };
-        let (client_id, secret) = match client.rpc(Request::Hello)? {
-            Reply::Welcome { client_id, secret } => (client_id, secret),
+        let (client_id, secret, type2) = match client.rpc(Request::Hello)? {
+            Reply::Welcome {
+                client_id,
+                secret,
+                type2,
+            } => (client_id, secret, type2),
             _ => return Err(ClientError::Transport("unexpected reply to Hello".into())),
         };
         client.client_id = client_id;
+        client.type2 = type2;
         let intent = Intent {
             role: Role::Data,
             client_id,
             secret,
-        }
-        .encode()
-        .to_vec();
+            slot: 0,
+        };
         let mut qps = Vec::with_capacity(cfg.spare_qps + 1);
-        for _ in 0..=cfg.spare_qps {
+        for slot in 0..=cfg.spare_qps.min(u8::MAX as usize) as u8 {
             let qp = pd.create_qp(init::<P>(&data_cq, &data_cq, 1, t))?;
-            qp.connect(address, &intent)?;
-            qps.push(qp);
+            qp.connect(address, &Intent { slot, ..intent }.encode())?;
+            qps.push((slot, qp));
         }
         let active = qps.remove(0);
         client.vqp = VirtualQp::new(
@@ -202,6 +216,46 @@ impl<P: Provider> Client<P> {
             cfg.background_recovery && cfg.spare_qps > 0,
         );
         Ok(client)
+    }
+
+    fn track(&mut self, perm: Perm) -> Perm {
+        if self.type2 {
+            self.live.retain(|(_, w)| w.strong_count() > 0);
+            self.live
+                .push((perm.id(), std::sync::Arc::downgrade(&perm.rkeys)));
+        }
+        perm
+    }
+
+    /// After a QP switch under type-2 isolation: tell the memory node which QP is active and
+    /// have every live permission's windows bound to it; the permissions' rkeys are refreshed
+    /// in place, so the application keeps using the same `Perm`s.
+    pub(crate) fn rebind_after_switch(&mut self) -> Result<(), ClientError> {
+        if !self.type2 {
+            return Ok(());
+        }
+        let slot = self.vqp.active_slot();
+        match self.rpc(Request::UseQp { slot })? {
+            Reply::Welcome { .. } => {}
+            other => return Err(unexpected(other)),
+        }
+        self.live.retain(|(_, w)| w.strong_count() > 0);
+        for (id, rkeys) in self.live.clone() {
+            match self.rpc(Request::Rebind { id })? {
+                Reply::Granted(g) => {
+                    if let Some(r) = rkeys.upgrade() {
+                        r.store(
+                            perm::pack(g.buffer_rkey, g.lifetime_rkey),
+                            std::sync::atomic::Ordering::SeqCst,
+                        );
+                    }
+                }
+                // Ended meanwhile (revoked, expired): nothing to refresh.
+                Reply::Failed(Status::NotFound) => {}
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(())
     }
 
     /// This client's id on the memory node.
@@ -232,13 +286,13 @@ impl<P: Provider> Client<P> {
             lease_us,
             mode,
         })? {
-            Reply::Granted(g) => Ok(Perm::new(
+            Reply::Granted(g) => Ok(self.track(Perm::new(
                 g,
                 Access::ReadWrite,
                 mode,
                 sent,
                 self.cfg.lease_margin_us,
-            )),
+            ))),
             other => Err(unexpected(other)),
         }
     }
@@ -261,7 +315,9 @@ impl<P: Provider> Client<P> {
             mode,
             wait_us: self.cfg.acquire_wait_us,
         })? {
-            Reply::Granted(g) => Ok(Perm::new(g, access, mode, sent, self.cfg.lease_margin_us)),
+            Reply::Granted(g) => {
+                Ok(self.track(Perm::new(g, access, mode, sent, self.cfg.lease_margin_us)))
+            }
             other => Err(unexpected(other)),
         }
     }

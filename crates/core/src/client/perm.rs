@@ -2,6 +2,7 @@
 
 use crate::proto::messages::{Access, Grant, Mode, PermissionId};
 use rnic::{MemoryKey, Timestamp};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A granted permission: remote address, rkeys, id (header address + start time) and the
@@ -16,6 +17,13 @@ pub struct Perm {
     /// When the client sent the request that granted this (its own clock).
     pub(crate) sent_at: Timestamp,
     pub(crate) margin_us: u64,
+    /// Current rkeys (buffer << 32 | lifetime), shared with the client so that a rebind after a
+    /// QP switch (type-2 isolation) refreshes them without the application noticing.
+    pub(crate) rkeys: Arc<AtomicU64>,
+}
+
+pub(crate) fn pack(buffer: MemoryKey, lifetime: MemoryKey) -> u64 {
+    ((buffer.0 as u64) << 32) | lifetime.0 as u64
 }
 
 impl Perm {
@@ -28,6 +36,7 @@ impl Perm {
     ) -> Self {
         Perm {
             lifetime_us: AtomicU64::new(grant.lifetime_us),
+            rkeys: Arc::new(AtomicU64::new(pack(grant.buffer_rkey, grant.lifetime_rkey))),
             grant,
             access,
             mode,
@@ -53,7 +62,11 @@ impl Perm {
     }
     /// The rkey of the buffer window.
     pub fn rkey(&self) -> MemoryKey {
-        self.grant.buffer_rkey
+        MemoryKey((self.rkeys.load(Ordering::SeqCst) >> 32) as u32)
+    }
+    /// The rkey of the window over the header's lifetime field.
+    pub fn lifetime_rkey(&self) -> MemoryKey {
+        MemoryKey(self.rkeys.load(Ordering::SeqCst) as u32)
     }
     /// Rights.
     pub fn access(&self) -> Access {
@@ -95,11 +108,14 @@ impl Perm {
             lifetime_us: AtomicU64::new(self.lifetime_us()),
             sent_at: self.sent_at,
             margin_us: self.margin_us,
+            rkeys: Arc::new(AtomicU64::new(self.rkeys.load(Ordering::SeqCst))),
         }
     }
 
     /// Tamper helper: changes the buffer rkey's key byte (a guessed or corrupted key).
     pub fn corrupt_rkey(&mut self) {
-        self.grant.buffer_rkey = self.grant.buffer_rkey.incremented();
+        let bad = self.rkey().incremented();
+        self.rkeys
+            .store(pack(bad, self.lifetime_rkey()), Ordering::SeqCst);
     }
 }

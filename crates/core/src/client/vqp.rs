@@ -3,6 +3,7 @@
 //! and reconnected (a new handshake on both sides) by a background worker, then becomes a spare
 //! again. Type-1 windows belong to the PD, so permissions stay valid across the switch.
 
+use crate::proto::connect::Intent;
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use rnic::{Provider, QueuePair};
 use std::collections::VecDeque;
@@ -10,9 +11,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Reconnects broken QPs off the application's path.
+/// A physical QP and its slot (the index the memory node knows its connection by).
+type Slotted<P> = (u8, <P as Provider>::Qp);
+
 struct RecoveryWorker<P: Provider> {
-    to_worker: Option<Sender<P::Qp>>,
-    from_worker: Receiver<P::Qp>,
+    to_worker: Option<Sender<Slotted<P>>>,
+    from_worker: Receiver<Slotted<P>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -27,11 +31,11 @@ impl<P: Provider> Drop for RecoveryWorker<P> {
 
 /// A virtual QP: one active physical QP plus spares.
 pub(crate) struct VirtualQp<P: Provider> {
-    active: P::Qp,
-    spares: VecDeque<P::Qp>,
+    active: Slotted<P>,
+    spares: VecDeque<Slotted<P>>,
     worker: Option<RecoveryWorker<P>>,
     address: P::Address,
-    intent: Vec<u8>,
+    intent: Intent,
     /// Completed switches.
     pub(crate) switches: u64,
     /// Time spent switching on the application's path (promotion or synchronous recovery).
@@ -49,23 +53,24 @@ pub enum SwitchKind {
 
 impl<P: Provider> VirtualQp<P> {
     pub(crate) fn new(
-        active: P::Qp,
-        spares: Vec<P::Qp>,
+        active: Slotted<P>,
+        spares: Vec<Slotted<P>>,
         address: P::Address,
-        intent: Vec<u8>,
+        intent: Intent,
         background: bool,
     ) -> Self {
         let worker = background.then(|| {
-            let (to_worker, rx) = unbounded::<P::Qp>();
-            let (tx, from_worker) = unbounded::<P::Qp>();
+            let (to_worker, rx) = unbounded::<Slotted<P>>();
+            let (tx, from_worker) = unbounded::<Slotted<P>>();
             let addr = address.clone();
-            let intent = intent.clone();
             #[allow(clippy::disallowed_methods)] // the recovery worker is a driver thread
             let thread = std::thread::Builder::new()
                 .name("patronus-qp-recovery".into())
                 .spawn(move || {
-                    for qp in rx {
-                        if reconnect::<P>(&qp, &addr, &intent).is_ok() && tx.send(qp).is_err() {
+                    for (slot, qp) in rx {
+                        if reconnect::<P>(&qp, &addr, intent, slot).is_ok()
+                            && tx.send((slot, qp)).is_err()
+                        {
                             return;
                         }
                     }
@@ -89,7 +94,12 @@ impl<P: Provider> VirtualQp<P> {
     }
 
     pub(crate) fn active(&self) -> &P::Qp {
-        &self.active
+        &self.active.1
+    }
+
+    /// The slot of the active QP.
+    pub(crate) fn active_slot(&self) -> u8 {
+        self.active.0
     }
 
     /// Spares ready now.
@@ -120,7 +130,7 @@ impl<P: Provider> VirtualQp<P> {
                     }
                     None => {
                         // No worker: recover now, off the critical op but on this thread.
-                        if reconnect::<P>(&broken, &self.address, &self.intent).is_ok() {
+                        if reconnect::<P>(&broken.1, &self.address, self.intent, broken.0).is_ok() {
                             self.spares.push_back(broken);
                         }
                     }
@@ -128,7 +138,7 @@ impl<P: Provider> VirtualQp<P> {
                 SwitchKind::Promoted
             }
             None => {
-                reconnect::<P>(&self.active, &self.address, &self.intent)?;
+                reconnect::<P>(&self.active.1, &self.address, self.intent, self.active.0)?;
                 SwitchKind::Recovered
             }
         };
@@ -141,8 +151,9 @@ impl<P: Provider> VirtualQp<P> {
 fn reconnect<P: Provider>(
     qp: &P::Qp,
     address: &P::Address,
-    intent: &[u8],
+    intent: Intent,
+    slot: u8,
 ) -> Result<(), rnic::VerbsError> {
     qp.reset()?;
-    qp.connect(address, intent)
+    qp.connect(address, &Intent { slot, ..intent }.encode())
 }

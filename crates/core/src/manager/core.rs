@@ -140,6 +140,8 @@ struct PendingGrant {
     failed: bool,
     /// The grant of an `allocate`: if it fails, the new memory is freed again.
     allocated: bool,
+    /// New windows for an existing permission (its header and deadline stay as they are).
+    rebind: bool,
 }
 
 /// The manager's state machine (one shard).
@@ -433,7 +435,10 @@ impl ManagerCore {
             }
             Request::Extend { id, lease_us } => self.rpc_extend(now, client, req_id, id, lease_us),
             // Identity is the driver's business; a Hello reaching the core is answered blandly.
-            Request::Hello => self.fail(client, req_id, Status::InvalidArgument),
+            Request::Hello | Request::UseQp { .. } => {
+                self.fail(client, req_id, Status::InvalidArgument)
+            }
+            Request::Rebind { id } => self.rebind(client, req_id, id),
             Request::Revoke { id, free } => {
                 let Some(key) = self.lookup(client, id) else {
                     return self.fail(client, req_id, Status::NotFound);
@@ -603,44 +608,7 @@ impl ManagerCore {
         if contiguous {
             state.embedded_busy = true;
         }
-        let lifetime_field = header_addr + LIFETIME_OFFSET as u64;
-        let buffer_rights = match access {
-            Access::Read => AccessFlags::REMOTE_READ,
-            Access::ReadWrite => BUFFER_RW,
-        };
-        if contiguous {
-            self.needs.push((
-                key,
-                true,
-                BindTarget {
-                    addr: lifetime_field,
-                    len: obj.class - LIFETIME_OFFSET as u64,
-                    access: BUFFER_RW,
-                },
-                client,
-            ));
-        } else {
-            self.needs.push((
-                key,
-                true,
-                BindTarget {
-                    addr: buf_addr,
-                    len: buf_len,
-                    access: buffer_rights,
-                },
-                client,
-            ));
-            self.needs.push((
-                key,
-                false,
-                BindTarget {
-                    addr: lifetime_field,
-                    len: 8,
-                    access: LIFETIME_RIGHTS,
-                },
-                client,
-            ));
-        }
+        self.push_window_needs(key, client);
         self.grants.push(PendingGrant {
             key,
             client,
@@ -649,6 +617,103 @@ impl ManagerCore {
             lifetime_rkey: None,
             failed: false,
             allocated: false,
+            rebind: false,
+        });
+    }
+
+    /// The windows a permission needs: one over lifetime field + buffer when contiguous, else
+    /// one over the buffer (rights by access) and one over the lifetime field.
+    fn push_window_needs(&mut self, key: PermKey, client: ClientId) {
+        let Some(p) = self.perms.get(key) else { return };
+        let lifetime_field = p.id.header_addr + LIFETIME_OFFSET as u64;
+        let (buf_addr, buf_len) = p.buffer;
+        if p.header == HeaderSlot::Embedded {
+            let end = buf_addr + buf_len;
+            self.needs.push((
+                key,
+                true,
+                BindTarget {
+                    addr: lifetime_field,
+                    len: end - lifetime_field,
+                    access: BUFFER_RW,
+                },
+                client,
+            ));
+            return;
+        }
+        let buffer_rights = match p.access {
+            Access::Read => AccessFlags::REMOTE_READ,
+            Access::ReadWrite => BUFFER_RW,
+        };
+        self.needs.push((
+            key,
+            true,
+            BindTarget {
+                addr: buf_addr,
+                len: buf_len,
+                access: buffer_rights,
+            },
+            client,
+        ));
+        self.needs.push((
+            key,
+            false,
+            BindTarget {
+                addr: lifetime_field,
+                len: 8,
+                access: LIFETIME_RIGHTS,
+            },
+            client,
+        ));
+    }
+
+    /// Binds a permission's windows anew (type-2 isolation after the client switched QPs):
+    /// the old windows are unbound in this chain, new ones bound to the client's current QP,
+    /// and the reply is a grant with the same id and lifetime and the new rkeys.
+    fn rebind(&mut self, client: ClientId, req_id: u64, id: PermissionId) {
+        let Some(key) = self.lookup(client, id) else {
+            return self.fail(client, req_id, Status::NotFound);
+        };
+        let domain = self.mws.domain_of_client(client);
+        let (free, stale, _) = self.mws.counts_in(domain);
+        let queued = self
+            .needs
+            .iter()
+            .filter(|n| self.mws.domain_of_client(n.3) == domain)
+            .count();
+        let Some(p) = self.perms.get_mut(key) else {
+            return;
+        };
+        let wanted = if p.header == HeaderSlot::Embedded {
+            1
+        } else {
+            2
+        };
+        let old: Vec<MwId> = p
+            .buffer_mw
+            .take()
+            .into_iter()
+            .chain(p.header_mw.take())
+            .collect();
+        if free + stale + old.len() < queued + wanted {
+            p.buffer_mw = old.first().copied();
+            p.header_mw = old.get(1).copied();
+            return self.fail(client, req_id, Status::PoolExhausted);
+        }
+        for mw in old {
+            self.releasing.push((mw, client));
+        }
+        self.push_window_needs(key, client);
+        self.counters.rebinds_for_qp_switch += 1;
+        self.grants.push(PendingGrant {
+            key,
+            client,
+            req_id,
+            buffer_rkey: None,
+            lifetime_rkey: None,
+            failed: false,
+            allocated: false,
+            rebind: true,
         });
     }
 

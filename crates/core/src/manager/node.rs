@@ -67,6 +67,11 @@ pub enum Isolation {
     /// A PD (with its own registration of the pool and its own windows) per client: a window
     /// of client A fails on client B's QPs even with the right rkey (PD mismatch at the NIC).
     PdPerClient,
+    /// A PD per client and type-2 windows bound to the client's current QP: a window fails on
+    /// any other QP, even the same client's. When the client switches to a spare QP it tells
+    /// the manager (`UseQp`) and has its permissions' windows bound again (`Rebind`). MW
+    /// handover is off in this mode (a type-2 window must be invalidated before a rebind).
+    Type2,
 }
 
 impl Default for NodeConfig {
@@ -248,6 +253,13 @@ struct Runner<P: Provider> {
     cas_qp: P::Qp,
     isolation: Isolation,
     windows_per_client: u32,
+    /// Completions of work posted on clients' data QPs (type-2 binds and invalidations).
+    data_cq: P::Cq,
+    /// Clients' data QPs by (client, slot), and each client's current slot (type 2).
+    data_qps: HashMap<(ClientId, u8), P::Qp>,
+    active_slot: HashMap<ClientId, u8>,
+    /// The QP each type-2 window is bound to.
+    mw_qp: HashMap<super::pool::MwId, P::Qp>,
     op_cq: P::Cq,
     ctrl_send_cq: P::Cq,
     ctrl_recv_cq: P::Cq,
@@ -322,7 +334,7 @@ impl<P: Provider> MemoryNode<P> {
             srq: srq.clone(),
             ctrl_send_cq: ctrl_send_cq.clone(),
             ctrl_recv_cq: ctrl_recv_cq.clone(),
-            data_cq,
+            data_cq: data_cq.clone(),
             timing: cfg.qp_timing,
         });
         let listener = ctx.listen(policy)?;
@@ -333,13 +345,18 @@ impl<P: Provider> MemoryNode<P> {
             role: Role::Loopback,
             client_id: 0,
             secret: shared.loop_secret,
+            slot: 0,
         }
         .encode();
         bind_qp.connect(&address, &loop_intent)?;
         cas_qp.connect(&address, &loop_intent)?;
         let pool_addr = pool.addr();
+        let mut techniques = cfg.techniques;
+        if cfg.isolation == Isolation::Type2 {
+            techniques.handover = false;
+        }
         let core = ManagerCore::new(ManagerConfig {
-            techniques: cfg.techniques,
+            techniques,
             max_lifetime_us: cfg.max_lifetime_us,
             header_base: pool_addr,
             header_count: cfg.header_count,
@@ -369,6 +386,10 @@ impl<P: Provider> MemoryNode<P> {
             cas_qp,
             isolation: cfg.isolation,
             windows_per_client: cfg.windows_per_client.max(2),
+            data_cq,
+            data_qps: HashMap::new(),
+            active_slot: HashMap::new(),
+            mw_qp: HashMap::new(),
             op_cq,
             ctrl_send_cq,
             ctrl_recv_cq,

@@ -228,6 +228,8 @@ pub struct Counters {
     pub forced: u64,
     /// Expiry checks that found the lease extended by the client.
     pub extended_by_client: u64,
+    /// Permissions whose windows were bound again after their client switched QPs (type 2).
+    pub rebinds_for_qp_switch: u64,
 }
 
 impl Counters {
@@ -245,6 +247,7 @@ impl Counters {
             expired: self.expired - earlier.expired,
             forced: self.forced - earlier.forced,
             extended_by_client: self.extended_by_client - earlier.extended_by_client,
+            rebinds_for_qp_switch: self.rebinds_for_qp_switch - earlier.rebinds_for_qp_switch,
         }
     }
 }

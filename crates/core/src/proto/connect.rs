@@ -5,7 +5,7 @@
 //! with a secret (a client's comes in the `Welcome` reply to its control connection's `Hello`).
 //!
 //! ```text
-//! 0..2 "PT" | 2 u8 role | 3 u8 rsvd | 4 u32 client id | 8 u64 secret
+//! 0..2 "PT" | 2 u8 role | 3 u8 slot | 4 u32 client id | 8 u64 secret
 //! ```
 
 /// What a connection is for.
@@ -28,6 +28,8 @@ pub struct Intent {
     pub client_id: u32,
     /// Secret (data, loopback), 0 otherwise.
     pub secret: u64,
+    /// Index of a client's data connection (its virtual QP's slot), 0 otherwise.
+    pub slot: u8,
 }
 
 /// Encoded length.
@@ -43,6 +45,7 @@ impl Intent {
             Role::Data => 1,
             Role::Loopback => 2,
         };
+        b[3] = self.slot;
         b[4..8].copy_from_slice(&self.client_id.to_le_bytes());
         b[8..16].copy_from_slice(&self.secret.to_le_bytes());
         b
@@ -50,7 +53,7 @@ impl Intent {
 
     /// Parses; `None` for anything malformed.
     pub fn decode(b: &[u8]) -> Option<Intent> {
-        if b.len() != INTENT_LEN || &b[0..2] != b"PT" || b[3] != 0 {
+        if b.len() != INTENT_LEN || &b[0..2] != b"PT" {
             return None;
         }
         let role = match b[2] {
@@ -67,6 +70,7 @@ impl Intent {
             role,
             client_id: u32::from_le_bytes(id),
             secret: u64::from_le_bytes(secret),
+            slot: b[3],
         })
     }
 }
@@ -81,6 +85,7 @@ mod tests {
             role: Role::Data,
             client_id: 7,
             secret: 0xdead_beef,
+            slot: 2,
         };
         assert_eq!(Intent::decode(&i.encode()), Some(i));
         assert_eq!(Intent::decode(b"garbage"), None);

@@ -82,6 +82,18 @@ pub enum Request {
     /// First message on a control connection: asks for the client's identity, which its data
     /// connections then present (so nobody can attach a QP to another client's domain).
     Hello,
+    /// Type-2 isolation: the client now uses its data connection `slot`; windows of its new
+    /// grants are bound to that connection's QP.
+    UseQp {
+        /// Index of the data connection (as in its connection intent).
+        slot: u8,
+    },
+    /// Type-2 isolation: bind the permission's windows again, to the client's current QP (its
+    /// earlier QP broke). The reply is a `Granted` with the same id and new rkeys.
+    Rebind {
+        /// The permission.
+        id: PermissionId,
+    },
     /// `revoke(perm)`; with `free`, the memory is deallocated as well.
     Revoke {
         /// The permission.
@@ -159,6 +171,9 @@ pub enum Reply {
         client_id: u32,
         /// Secret the client's data connections present with the id.
         secret: u64,
+        /// Windows are type 2, bound to one of the client's QPs: after a QP switch the client
+        /// must `UseQp` and `Rebind` its permissions.
+        type2: bool,
     },
     /// Failed.
     Failed(Status),
@@ -183,6 +198,8 @@ const K_ACQUIRE: u8 = 2;
 const K_EXTEND: u8 = 3;
 const K_REVOKE: u8 = 4;
 const K_HELLO: u8 = 5;
+const K_REBIND: u8 = 6;
+const K_USE_QP: u8 = 7;
 const K_GRANTED: u8 = 0x81;
 const K_EXTENDED: u8 = 0x82;
 const K_REVOKED: u8 = 0x83;
@@ -286,6 +303,15 @@ pub fn encode_request(req_id: u64, req: &Request) -> [u8; SLOT_SIZE] {
             put(&mut b, 32, lease_us);
         }
         Request::Hello => b[8] = K_HELLO,
+        Request::UseQp { slot } => {
+            b[8] = K_USE_QP;
+            b[11] = slot;
+        }
+        Request::Rebind { id } => {
+            b[8] = K_REBIND;
+            put(&mut b, 16, id.header_addr);
+            put(&mut b, 24, id.start_us);
+        }
         Request::Revoke { id, free } => {
             b[8] = K_REVOKE;
             b[11] = free as u8;
@@ -325,6 +351,8 @@ pub fn decode_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
             lease_us: get(buf, 32),
         },
         K_HELLO => Request::Hello,
+        K_USE_QP => Request::UseQp { slot: buf[11] },
+        K_REBIND => Request::Rebind { id },
         K_REVOKE => Request::Revoke {
             id,
             free: match buf[11] {
@@ -360,8 +388,13 @@ pub fn encode_reply(req_id: u64, reply: &Reply) -> [u8; SLOT_SIZE] {
             put(&mut b, 56, lifetime_us);
         }
         Reply::Revoked => b[8] = K_REVOKED,
-        Reply::Welcome { client_id, secret } => {
+        Reply::Welcome {
+            client_id,
+            secret,
+            type2,
+        } => {
             b[8] = K_WELCOME;
+            b[10] = type2 as u8;
             put32(&mut b, 12, client_id);
             put(&mut b, 24, secret);
         }
@@ -404,6 +437,11 @@ pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
         K_WELCOME => Reply::Welcome {
             client_id: get32(buf, 12),
             secret: get(buf, 24),
+            type2: match buf[10] {
+                0 => false,
+                1 => true,
+                _ => return Err(ProtoError::Field("type2")),
+            },
         },
         K_FAILED => Reply::Failed(
             *STATUSES
@@ -443,6 +481,8 @@ mod tests {
             Request::Extend { id, lease_us: 3 },
             Request::Revoke { id, free: true },
             Request::Hello,
+            Request::UseQp { slot: 2 },
+            Request::Rebind { id },
         ];
         for (i, r) in reqs.iter().enumerate() {
             assert_eq!(
@@ -466,6 +506,7 @@ mod tests {
             Reply::Welcome {
                 client_id: 3,
                 secret: 99,
+                type2: true,
             },
             Reply::Failed(Status::ConflictTimeout),
         ];

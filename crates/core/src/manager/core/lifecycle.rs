@@ -401,6 +401,15 @@ impl ManagerCore {
             else {
                 let object = p.object;
                 self.end_permission(g.key, false, now);
+                if g.rebind {
+                    // A granted permission that lost its windows: it ended.
+                    self.replies.push(Outgoing {
+                        client: g.client,
+                        req_id: g.req_id,
+                        reply: Reply::Failed(Status::BindFailed),
+                    });
+                    continue;
+                }
                 self.counters.ended -= 1; // never granted
                 if g.allocated {
                     // Nobody learned the address of the new memory: it goes back.
@@ -424,7 +433,11 @@ impl ManagerCore {
                 start_us: p.id.start_us,
                 lifetime_us: p.lifetime_us,
             };
-            if let Ok(words) = header.encode(self.cfg.len_scale) {
+            // A rebind leaves the header alone: its lifetime word may hold the client's
+            // one-sided extensions, which the manager has not seen yet.
+            if !g.rebind
+                && let Ok(words) = header.encode(self.cfg.len_scale)
+            {
                 header_writes.push((p.id.header_addr, words));
             }
             let grant = Grant {
@@ -439,6 +452,14 @@ impl ManagerCore {
             };
             let deadline = p.deadline;
             let grant_object = p.object;
+            if g.rebind {
+                self.replies.push(Outgoing {
+                    client: g.client,
+                    req_id: g.req_id,
+                    reply: Reply::Granted(grant),
+                });
+                continue;
+            }
             if let Some(p) = self.perms.get_mut(g.key) {
                 p.phase = Phase::Active;
             }

@@ -31,9 +31,11 @@ impl<P: Provider> Runner<P> {
                 self.publish_stats();
                 self.shared.publish.store(false, Ordering::SeqCst);
             }
-            self.adopt_incoming();
             requests.clear();
             let n = self.ctrl_recv_cq.poll(&mut wcs[..self.max_batch.min(64)]);
+            // After polling: a connection is registered before its client learns it is
+            // connected, so every QP a polled request came from (or names) is adopted by now.
+            self.adopt_incoming();
             for wc in &wcs[..n] {
                 self.on_receive(wc, &mut requests);
             }
@@ -102,8 +104,7 @@ impl<P: Provider> Runner<P> {
                 Role::Control => {
                     let id = self.next_client;
                     self.next_client += 1;
-                    if self.isolation == Isolation::PdPerClient
-                        && self.add_client_domain(id).is_err()
+                    if self.isolation != Isolation::SharedPd && self.add_client_domain(id).is_err()
                     {
                         // No isolated domain, no service: drop the connection rather than
                         // fall back to a weaker isolation silently.
@@ -112,7 +113,12 @@ impl<P: Provider> Runner<P> {
                     }
                     self.control.insert(qp.qp_num(), (id, qp));
                 }
-                _ => self.others.push(qp),
+                Role::Data => {
+                    self.data_qps
+                        .insert((intent.client_id, intent.slot), qp.clone());
+                    self.others.push(qp);
+                }
+                Role::Loopback => self.others.push(qp),
             }
         }
         // Forget server-side QPs that broke; their clients reconnect with new ones.
@@ -130,14 +136,20 @@ impl<P: Provider> Runner<P> {
             AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
         )?;
         let mut windows = Vec::with_capacity(self.windows_per_client as usize);
+        let mw_type = if self.isolation == Isolation::Type2 {
+            MwType::Type2
+        } else {
+            MwType::Type1
+        };
         for _ in 0..self.windows_per_client {
-            windows.push(pd.alloc_mw(MwType::Type1)?);
+            windows.push(pd.alloc_mw(mw_type)?);
         }
         let bind_qp = loopback_qp::<P>(&pd, &self.op_cq, self.timing)?;
         let intent = Intent {
             role: Role::Loopback,
             client_id: 0,
             secret: self.shared.loop_secret,
+            slot: 0,
         }
         .encode();
         bind_qp.connect(&self.address, &intent)?;
@@ -175,6 +187,21 @@ impl<P: Provider> Runner<P> {
                         &Reply::Welcome {
                             client_id: client,
                             secret,
+                            type2: self.isolation == Isolation::Type2,
+                        },
+                    );
+                }
+                (Ok(()), Some(client), Ok((req_id, Request::UseQp { slot }))) => {
+                    // Applied before the batch this arrived with, so its rebinds use the slot.
+                    self.active_slot.insert(client, slot);
+                    let secret = self.shared.secrets.lock().get(&client).copied();
+                    self.send_reply(
+                        client,
+                        req_id,
+                        &Reply::Welcome {
+                            client_id: client,
+                            secret: secret.unwrap_or(0),
+                            type2: self.isolation == Isolation::Type2,
                         },
                     );
                 }
@@ -245,9 +272,23 @@ impl<P: Provider> Runner<P> {
         let mut binds: Vec<Vec<SendWr<'_, P::Mw, P::Mr>>> =
             (0..self.domains.len()).map(|_| Vec::new()).collect();
         let mut cases = Vec::new();
+        let mut expected = 0;
+        let mut mw_qp_updates = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             let wr_id = (base + i) as u64;
             match *op {
+                NicOp::Bind { mw, target, client }
+                    if self.isolation == Isolation::Type2
+                        && self.mw_domain.get(mw as usize).is_some_and(|&d| d > 0) =>
+                {
+                    let (outcome, update) = self.post_type2(wr_id, mw, target, client);
+                    mw_qp_updates.push((mw, update));
+                    match outcome {
+                        Type2Post::Posted => expected += 1,
+                        Type2Post::Done => results[i] = self.bound(mw),
+                        Type2Post::Failed => {}
+                    }
+                }
                 NicOp::Bind { mw, target, .. } => {
                     let Some(window) = self.mws.get(mw as usize) else {
                         continue;
@@ -299,7 +340,6 @@ impl<P: Provider> Runner<P> {
                 }),
             }
         }
-        let mut expected = 0;
         for (d, chain) in binds.iter().enumerate() {
             if !chain.is_empty() && self.domains[d].bind_qp.post_send(chain).is_ok() {
                 expected += chain.len();
@@ -308,11 +348,15 @@ impl<P: Provider> Runner<P> {
         if !cases.is_empty() && self.cas_qp.post_send(&cases).is_ok() {
             expected += cases.len();
         }
+        self.apply_mw_qp(mw_qp_updates);
         let mut wcs = [WorkCompletion::default(); 64];
         let mut got = 0;
         let mut idle = 0u64;
         while got < expected && idle < 2_000_000 {
-            let n = self.op_cq.poll(&mut wcs);
+            let mut n = self.op_cq.poll(&mut wcs);
+            if n == 0 {
+                n = self.data_cq.poll(&mut wcs);
+            }
             if n == 0 {
                 idle += 1;
                 std::hint::spin_loop();
@@ -328,15 +372,95 @@ impl<P: Provider> Runner<P> {
                     continue;
                 }
                 results[i] = match ops[i] {
-                    NicOp::Bind { mw, .. } => match self.mws.get(mw as usize) {
-                        Some(w) => NicResult::Bound(w.rkey()),
-                        None => NicResult::Failed,
-                    },
+                    NicOp::Bind { mw, .. } => self.bound(mw),
                     NicOp::LifetimeCas { .. } => match self.scratch.load_u64(8 * i) {
                         Ok(v) => NicResult::CasOld(v),
                         Err(_) => NicResult::Failed,
                     },
                 };
+            }
+        }
+    }
+
+    fn apply_mw_qp(&mut self, updates: Vec<(super::super::pool::MwId, Option<P::Qp>)>) {
+        for (mw, qp) in updates {
+            match qp {
+                Some(qp) => self.mw_qp.insert(mw, qp),
+                None => self.mw_qp.remove(&mw),
+            };
+        }
+    }
+
+    fn bound(&self, mw: super::super::pool::MwId) -> NicResult {
+        match self.mws.get(mw as usize) {
+            Some(w) => NicResult::Bound(w.rkey()),
+            None => NicResult::Failed,
+        }
+    }
+
+    /// Type 2: a bind goes on the client's current data QP; an unbind is a LOCAL_INV on the QP
+    /// the window is bound to — or, if that QP broke, a reset of it, which frees its windows.
+    /// Returns what happened and the window's QP afterwards (`None`: not bound to any).
+    fn post_type2(
+        &self,
+        wr_id: u64,
+        mw: super::super::pool::MwId,
+        target: Option<super::super::core::BindTarget>,
+        client: ClientId,
+    ) -> (Type2Post, Option<P::Qp>) {
+        let current = self.mw_qp.get(&mw).cloned();
+        let Some(window) = self.mws.get(mw as usize) else {
+            return (Type2Post::Failed, current);
+        };
+        let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
+        let Some(domain) = self.domains.get(d) else {
+            return (Type2Post::Failed, current);
+        };
+        match target {
+            None => {
+                let Some(qp) = current else {
+                    return (Type2Post::Done, None); // never bound, or freed with its QP
+                };
+                if qp.state() != QpState::ReadyToSend {
+                    return match qp.reset() {
+                        Ok(()) => (Type2Post::Done, None),
+                        Err(_) => (Type2Post::Failed, Some(qp)),
+                    };
+                }
+                let wr = SendWr {
+                    wr_id,
+                    signaled: true,
+                    op: SendOp::LocalInvalidate {
+                        rkey: window.rkey(),
+                    },
+                };
+                match qp.post_send(std::slice::from_ref(&wr)) {
+                    Ok(()) => (Type2Post::Posted, None),
+                    Err(_) => (Type2Post::Failed, Some(qp)),
+                }
+            }
+            Some(t) => {
+                let slot = self.active_slot.get(&client).copied().unwrap_or(0);
+                let Some(qp) = self.data_qps.get(&(client, slot)).cloned() else {
+                    return (Type2Post::Failed, current);
+                };
+                let wr = SendWr {
+                    wr_id,
+                    signaled: true,
+                    op: SendOp::BindMw {
+                        mw: window,
+                        bind: BindInfo {
+                            mr: Some(&domain.mr),
+                            addr: t.addr,
+                            length: t.len,
+                            access: t.access,
+                        },
+                    },
+                };
+                match qp.post_send(std::slice::from_ref(&wr)) {
+                    Ok(()) => (Type2Post::Posted, Some(qp)),
+                    Err(_) => (Type2Post::Failed, current),
+                }
             }
         }
     }
@@ -347,6 +471,7 @@ impl<P: Provider> Runner<P> {
             role: Role::Loopback,
             client_id: 0,
             secret: self.shared.loop_secret,
+            slot: 0,
         }
         .encode();
         for d in 0..self.domains.len() {
@@ -367,4 +492,14 @@ impl<P: Provider> Runner<P> {
             self.cas_qp = fresh;
         }
     }
+}
+
+/// What posting a type-2 bind or unbind did.
+enum Type2Post {
+    /// A work request was posted; its completion carries the result.
+    Posted,
+    /// Done without a work request (the window was already free).
+    Done,
+    /// Could not be done now.
+    Failed,
 }

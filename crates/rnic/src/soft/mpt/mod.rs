@@ -66,6 +66,8 @@ pub struct ProtectionTable {
     free_mws: Mutex<VecDeque<u32>>,
     policy: KeyPolicy,
     rng: Mutex<StdRng>,
+    /// Set once a type-2 window was bound (enables the scan on QP reset/destroy).
+    pub(crate) type2_used: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ProtectionTable {
@@ -105,6 +107,7 @@ impl ProtectionTable {
             free_mws: Mutex::new((0..max_mw).collect()),
             policy,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            type2_used: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -208,6 +211,43 @@ impl ProtectionTable {
         slot.entry
             .store(Some(Arc::new(MwEntry::unbound(pd, mw_type))));
         Ok(MemoryKey::new(index | MW_INDEX_BIT, key))
+    }
+
+    /// Returns to FREE every type-2 window bound to `qp` (the QP is being reset or destroyed:
+    /// its number may come back on another connection, which must not inherit the windows).
+    /// Scans the window table, but only on devices that ever bound a type-2 window.
+    pub fn invalidate_type2_of_qp(&self, qp: crate::verbs::QpNumber) {
+        if !self.type2_used.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        for slot in self.mws.iter() {
+            let bound_here = slot
+                .entry
+                .load()
+                .as_ref()
+                .and_then(|e| e.binding.as_ref())
+                .is_some_and(|b| b.qp == Some(qp));
+            if !bound_here {
+                continue;
+            }
+            let _bind = slot.bind_lock.lock();
+            let Some(entry) = slot.entry.load_full() else {
+                continue;
+            };
+            if entry.binding.as_ref().is_none_or(|b| b.qp != Some(qp)) {
+                continue;
+            }
+            let (key, _) = slot.gate.snapshot();
+            slot.gate.close();
+            slot.gate.drain();
+            if let Some(old) = slot
+                .entry
+                .swap(Some(Arc::new(MwEntry::unbound(entry.pd, entry.mw_type))))
+            {
+                old.release_mr();
+            }
+            slot.gate.set_closed_key(key);
+        }
     }
 
     /// Deallocates a window (`ibv_dealloc_mw`), invalidating any binding first.

@@ -207,6 +207,9 @@ impl ProtectionTable {
                 qp: (entry.mw_type == MwType::Type2).then_some(req.qp),
             })
         };
+        if entry.mw_type == MwType::Type2 {
+            self.type2_used.store(true, Ordering::SeqCst);
+        }
         let (old_key, _) = slot.gate.snapshot();
         let key = self.next_key_byte(old_key);
         slot.gate.close();

@@ -93,6 +93,7 @@ impl Drop for QpInner {
             link.close();
         }
         self.dev.qps.write().remove(&self.qpn);
+        self.dev.mpt.invalidate_type2_of_qp(self.qpn);
     }
 }
 
@@ -689,6 +690,8 @@ impl QueuePair<SoftProvider> for SoftQp {
             rx.responder = ResponderState::new(Psn::default());
         }
         q.set_state(QpState::Reset);
+        // Type-2 windows bound to this QP die with its connection.
+        q.dev.mpt.invalidate_type2_of_qp(q.qpn);
         Ok(())
     }
 

@@ -444,9 +444,11 @@ impl Conn {
             qp: qp.qpn,
             start_psn: psn,
         });
-        self.send(&reply).map_err(|LinkDown| Stop::Lost)?;
+        // The application learns of the QP before the client does (as in-process), so a
+        // client that uses the connection right after `connect` returns finds it registered.
         Counters::bump(&self.set.counters.established);
         policy.established(server, &private_data);
+        self.send(&reply).map_err(|LinkDown| Stop::Lost)?;
         Ok(())
     }
 
