@@ -52,8 +52,8 @@ enum Command {
         /// Permissions per configuration.
         #[arg(long, default_value_t = 4000)]
         perms: usize,
-        /// Concurrent clients (threads).
-        #[arg(long, default_value_t = 4)]
+        /// Concurrent clients (threads, each with several requests in flight).
+        #[arg(long, default_value_t = 8)]
         clients: usize,
     },
     /// Measure how long a QP fault interrupts a client, with and without spare QPs (Table 5).
