@@ -27,7 +27,9 @@ pub struct ResponderState {
     expected_psn: Psn,
     /// Set after an RNR NAK: later PSNs are dropped until this one is retried.
     rnr_pending: Option<Psn>,
-    replay: VecDeque<(Psn, ResponseKind<Vec<u8>>)>,
+    /// Responses of recent requests; `None` for READs, which are executed again on a duplicate
+    /// (as the IB responder does) instead of keeping a copy of their data.
+    replay: VecDeque<(Psn, Option<ResponseKind<Vec<u8>>>)>,
 }
 
 /// Everything the responder needs to know about its QP and device.
@@ -86,11 +88,17 @@ impl ResponderState {
     ) -> Outcome {
         let dist = req.psn.distance(self.expected_psn);
         if dist < 0 {
-            // A retransmission of something already executed: replay, never re-execute.
-            let cached = self.replay.iter().find(|(p, _)| *p == req.psn);
-            return Outcome {
-                response: cached.map(|(p, r)| (*p, r.clone())),
-                ..Outcome::default()
+            // A retransmission of something already executed: replay writes, atomics and
+            // sends (never execute them twice); execute READs again.
+            return match self.replay.iter().find(|(p, _)| *p == req.psn) {
+                Some((_, Some(kind))) => Outcome {
+                    response: Some((req.psn, kind.clone())),
+                    ..Outcome::default()
+                },
+                Some((_, None)) if matches!(req.op, RequestOp::Read { .. }) => {
+                    execute(ctx, &req.op, recvs).with_psn(req.psn)
+                }
+                _ => Outcome::default(),
             };
         }
         if dist > 0 {
@@ -116,7 +124,11 @@ impl ResponderState {
                 if self.replay.len() == REPLAY_DEPTH {
                     self.replay.pop_front();
                 }
-                self.replay.push_back((psn, kind.clone()));
+                let cached = match kind {
+                    ResponseKind::ReadData(_) => None,
+                    other => Some(other.clone()),
+                };
+                self.replay.push_back((psn, cached));
             }
         }
         out.with_psn(psn)
