@@ -34,7 +34,8 @@ fn tcp_dropping_devices_stops_engine_threads() {
         },
     );
     let c = Client::new();
-    assert_eq!(engine_threads(), 4);
+    // A thread names itself once it runs: wait for all four names to appear.
+    wait_until("engines named", || engine_threads() == 4);
     c.qp.connect(&s.addr, b"").unwrap();
     assert_eq!(
         c.read(0, 64, s.buf.addr(), s.mr.rkey()).status,

@@ -1,0 +1,368 @@
+//! Requests: allocate, acquire (with conflicts), RPC extend, revoke and free, rebind; the
+//! windows each grant needs.
+
+use super::*;
+
+impl ManagerCore {
+    pub(super) fn handle_request(
+        &mut self,
+        now: Timestamp,
+        client: ClientId,
+        req_id: u64,
+        req: Request,
+    ) {
+        match req {
+            Request::Allocate {
+                size,
+                lease_us,
+                mode,
+            } => self.allocate(now, client, req_id, size, lease_us, mode),
+            Request::Acquire {
+                addr,
+                size,
+                lease_us,
+                access,
+                mode,
+                wait_us,
+            } => {
+                let Some(obj) = self.buffers.object_with_buffer(addr) else {
+                    return self.fail(client, req_id, Status::InvalidArgument);
+                };
+                if size == 0 || size > obj.buffer().1 || lease_us == 0 {
+                    return self.fail(client, req_id, Status::InvalidArgument);
+                }
+                let state = self.objects.entry(obj.addr).or_default();
+                if !state.admits(mode) {
+                    if wait_us == 0 {
+                        return self.fail(client, req_id, Status::ConflictTimeout);
+                    }
+                    let deadline = now.plus_us(wait_us);
+                    state.waiters.push_back(Waiter {
+                        client,
+                        req_id,
+                        request: req,
+                        deadline,
+                    });
+                    self.deadlines.insert(deadline, Timer::Waiter(obj.addr));
+                    self.refuse_holders(obj.addr);
+                    return;
+                }
+                self.grant(now, client, req_id, obj, lease_us, access, mode);
+            }
+            Request::Extend { id, lease_us } => self.rpc_extend(now, client, req_id, id, lease_us),
+            // Identity is the driver's business; a Hello reaching the core is answered blandly.
+            Request::Hello | Request::UseQp { .. } => {
+                self.fail(client, req_id, Status::InvalidArgument)
+            }
+            Request::Rebind { id } => self.rebind(client, req_id, id),
+            Request::Revoke { id, free } => {
+                let Some(key) = self.lookup(client, id) else {
+                    return self.fail(client, req_id, Status::NotFound);
+                };
+                if free {
+                    let Some((object, access)) = self.perms.get(key).map(|p| (p.object, p.access))
+                    else {
+                        return self.fail(client, req_id, Status::NotFound);
+                    };
+                    if access != Access::ReadWrite {
+                        // Freeing ends everyone's permissions: only a writer may do it.
+                        return self.fail(client, req_id, Status::InvalidArgument);
+                    }
+                    self.free_object(object, now);
+                } else {
+                    self.end_permission(key, false, now);
+                }
+                self.replies.push(Outgoing {
+                    client,
+                    req_id,
+                    reply: Reply::Revoked,
+                });
+            }
+        }
+    }
+
+    pub(super) fn lookup(&self, client: ClientId, id: PermissionId) -> Option<PermKey> {
+        let key = *self.perms.by_header.get(&id.header_addr)?;
+        let p = self.perms.get(key)?;
+        // The ABA filter: a reused header has a later start time.
+        (p.id == id && p.client == client && p.phase == Phase::Active).then_some(key)
+    }
+
+    pub(super) fn fail(&mut self, client: ClientId, req_id: u64, status: Status) {
+        self.replies.push(Outgoing {
+            client,
+            req_id,
+            reply: Reply::Failed(status),
+        });
+    }
+
+    pub(super) fn allocate(
+        &mut self,
+        now: Timestamp,
+        client: ClientId,
+        req_id: u64,
+        size: u64,
+        lease_us: u64,
+        mode: Mode,
+    ) {
+        if size == 0 || lease_us == 0 {
+            return self.fail(client, req_id, Status::InvalidArgument);
+        }
+        let Some(obj) = self.buffers.alloc(size) else {
+            return self.fail(client, req_id, Status::NoMemory);
+        };
+        // Reused memory: windows of earlier owners still bound over it die in this chain.
+        let state = self.objects.entry(obj.addr).or_default();
+        for mw in std::mem::take(&mut state.stale_mws) {
+            self.stale_owner.remove(&mw);
+            self.mws.remove_stale(mw);
+            self.releasing.push((mw, client));
+        }
+        let pending = self.grants.len();
+        self.grant(now, client, req_id, obj, lease_us, Access::ReadWrite, mode);
+        let granted = self.grants.len() > pending;
+        match self.grants.last_mut() {
+            Some(g) if granted => g.allocated = true,
+            _ => {
+                // Not granted (pools exhausted): the memory goes back instead of leaking.
+                self.buffers.free(obj.addr);
+                if self
+                    .objects
+                    .get(&obj.addr)
+                    .is_some_and(ObjectState::is_idle)
+                {
+                    self.objects.remove(&obj.addr);
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn grant(
+        &mut self,
+        now: Timestamp,
+        client: ClientId,
+        req_id: u64,
+        obj: Object,
+        lease_us: u64,
+        access: Access,
+        mode: Mode,
+    ) {
+        let contiguous = self.cfg.techniques.contiguity
+            && access == Access::ReadWrite
+            && !self.objects.get(&obj.addr).is_some_and(|o| o.embedded_busy);
+        let header_addr = if contiguous {
+            obj.addr
+        } else {
+            match self.headers.take() {
+                Some(h) => {
+                    if let Some(mw) = self.stale_headers.remove(&h) {
+                        self.stale_owner.remove(&mw);
+                        self.mws.remove_stale(mw);
+                        self.releasing.push((mw, client));
+                    }
+                    h
+                }
+                None => return self.fail(client, req_id, Status::PoolExhausted),
+            }
+        };
+        let windows_needed = if contiguous { 1 } else { 2 };
+        let domain = self.mws.domain_of_client(client);
+        let (free, stale, _) = self.mws.counts_in(domain);
+        // Windows released in this batch serve grants too: rebound by handover, or (without
+        // it) unbound and then bound. Counting them keeps the check a true reservation when a
+        // stale window moves to `releasing` (its header or memory is reused) after the check.
+        let handover_supply = self
+            .releasing
+            .iter()
+            .filter(|(mw, _)| self.mws.domain_of(*mw) == domain)
+            .count();
+        let queued = self
+            .needs
+            .iter()
+            .filter(|n| self.mws.domain_of_client(n.3) == domain)
+            .count();
+        if free + stale + handover_supply < queued + windows_needed {
+            if !contiguous {
+                self.headers.give(header_addr);
+            }
+            return self.fail(client, req_id, Status::PoolExhausted);
+        }
+        let last = self.last_start.get(&header_addr).copied().unwrap_or(0);
+        let start = now.0.max(last + 1);
+        self.last_start.insert(header_addr, start);
+        let lifetime = lease_us.min(self.cfg.max_lifetime_us);
+        let (buf_addr, buf_len) = obj.buffer();
+        let p = Permission {
+            id: PermissionId {
+                header_addr,
+                start_us: start,
+            },
+            client,
+            object: obj.addr,
+            buffer: (buf_addr, buf_len),
+            access,
+            mode,
+            header: if contiguous {
+                HeaderSlot::Embedded
+            } else {
+                HeaderSlot::Pooled
+            },
+            buffer_mw: None,
+            header_mw: None,
+            lifetime_us: lifetime,
+            deadline: Timestamp(start).plus_us(lifetime),
+            hard_deadline: Timestamp(start).plus_us(self.cfg.max_lifetime_us),
+            refused: false,
+            refuse_pending: false,
+            phase: Phase::Granting,
+        };
+        let key = self.perms.insert(p);
+        let state = self.objects.entry(obj.addr).or_default();
+        state.perms.push(key);
+        state.hold(mode);
+        if contiguous {
+            state.embedded_busy = true;
+        }
+        self.push_window_needs(key, client);
+        self.grants.push(PendingGrant {
+            key,
+            client,
+            req_id,
+            buffer_rkey: None,
+            lifetime_rkey: None,
+            failed: false,
+            allocated: false,
+            rebind: false,
+        });
+    }
+
+    /// The windows a permission needs: one over lifetime field + buffer when contiguous, else
+    /// one over the buffer (rights by access) and one over the lifetime field.
+    pub(super) fn push_window_needs(&mut self, key: PermKey, client: ClientId) {
+        let Some(p) = self.perms.get(key) else { return };
+        let lifetime_field = p.id.header_addr + LIFETIME_OFFSET as u64;
+        let (buf_addr, buf_len) = p.buffer;
+        if p.header == HeaderSlot::Embedded {
+            let end = buf_addr + buf_len;
+            self.needs.push((
+                key,
+                true,
+                BindTarget {
+                    addr: lifetime_field,
+                    len: end - lifetime_field,
+                    access: BUFFER_RW,
+                },
+                client,
+            ));
+            return;
+        }
+        let buffer_rights = match p.access {
+            Access::Read => AccessFlags::REMOTE_READ,
+            Access::ReadWrite => BUFFER_RW,
+        };
+        self.needs.push((
+            key,
+            true,
+            BindTarget {
+                addr: buf_addr,
+                len: buf_len,
+                access: buffer_rights,
+            },
+            client,
+        ));
+        self.needs.push((
+            key,
+            false,
+            BindTarget {
+                addr: lifetime_field,
+                len: 8,
+                access: LIFETIME_RIGHTS,
+            },
+            client,
+        ));
+    }
+
+    /// Binds a permission's windows anew (type-2 isolation after the client switched QPs):
+    /// the old windows are unbound in this chain, new ones bound to the client's current QP,
+    /// and the reply is a grant with the same id and lifetime and the new rkeys.
+    pub(super) fn rebind(&mut self, client: ClientId, req_id: u64, id: PermissionId) {
+        let Some(key) = self.lookup(client, id) else {
+            return self.fail(client, req_id, Status::NotFound);
+        };
+        let domain = self.mws.domain_of_client(client);
+        let (free, stale, _) = self.mws.counts_in(domain);
+        let queued = self
+            .needs
+            .iter()
+            .filter(|n| self.mws.domain_of_client(n.3) == domain)
+            .count();
+        let Some(p) = self.perms.get_mut(key) else {
+            return;
+        };
+        let wanted = if p.header == HeaderSlot::Embedded {
+            1
+        } else {
+            2
+        };
+        let old: Vec<MwId> = p
+            .buffer_mw
+            .take()
+            .into_iter()
+            .chain(p.header_mw.take())
+            .collect();
+        if free + stale + old.len() < queued + wanted {
+            p.buffer_mw = old.first().copied();
+            p.header_mw = old.get(1).copied();
+            return self.fail(client, req_id, Status::PoolExhausted);
+        }
+        for mw in old {
+            self.releasing.push((mw, client));
+        }
+        self.push_window_needs(key, client);
+        self.counters.rebinds_for_qp_switch += 1;
+        self.grants.push(PendingGrant {
+            key,
+            client,
+            req_id,
+            buffer_rkey: None,
+            lifetime_rkey: None,
+            failed: false,
+            allocated: false,
+            rebind: true,
+        });
+    }
+
+    pub(super) fn rpc_extend(
+        &mut self,
+        now: Timestamp,
+        client: ClientId,
+        req_id: u64,
+        id: PermissionId,
+        lease_us: u64,
+    ) {
+        let Some(key) = self.lookup(client, id) else {
+            return self.fail(client, req_id, Status::NotFound);
+        };
+        let Some(p) = self.perms.get(key) else { return };
+        let max = self.cfg.max_lifetime_us;
+        // A lease already over (its expiry is pending: the check of this batch found a
+        // one-sided extension that is itself past) is not revived.
+        if p.refused || p.refuse_pending || p.lifetime_us >= max || p.deadline <= now {
+            return self.fail(client, req_id, Status::ExtensionRefused);
+        }
+        let new = p.lifetime_us.saturating_add(lease_us).min(max);
+        let expected = p.lifetime_us;
+        let addr = p.id.header_addr + LIFETIME_OFFSET as u64;
+        let pid = p.id;
+        self.counters.lifetime_cas += 1;
+        self.ops.push((
+            NicOp::LifetimeCas {
+                addr,
+                compare: expected,
+                swap: new,
+            },
+            Cont::Extend(key, pid, expected, new, client, req_id),
+        ));
+    }
+}

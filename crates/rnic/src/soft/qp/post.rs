@@ -1,0 +1,219 @@
+//! The send queue's posting path: local checks of every work request, local operations
+//! (bind, invalidate) executed at once, remote ones handed to the requester core and the link.
+
+use super::*;
+
+impl QpInner {
+    pub(super) fn local_error(&self, spec: PendingSpec, status: WcStatus) {
+        if let Some(r) = self.req.lock().as_mut() {
+            r.push_local(spec, status);
+            r.flush();
+        }
+        self.enter_error(None);
+    }
+
+    pub(super) fn read_local(&self, sge: &Sge) -> Result<Payload, WcStatus> {
+        let grant = self
+            .dev
+            .mpt
+            .check_local(sge.lkey, sge.addr, sge.length as u64, false, self.pd_id())
+            .map_err(|_| WcStatus::LocalProtectionError)?;
+        let mut buf = vec![0u8; sge.length as usize];
+        grant.region().read(sge.addr, &mut buf);
+        Ok(buf.into())
+    }
+
+    pub(super) fn check_local_write(&self, sge: &Sge) -> Result<(), WcStatus> {
+        self.dev
+            .mpt
+            .check_local(sge.lkey, sge.addr, sge.length as u64, true, self.pd_id())
+            .map(|_| ())
+            .map_err(|_| WcStatus::LocalProtectionError)
+    }
+
+    /// Executes one posted request: a local op now, or a remote one handed to the link.
+    pub(super) fn post_one(&self, wr: &SendWr<'_, SoftMw, SoftMr>) -> VerbsResult<()> {
+        let max_msg = self.dev.config.attr.max_msg_size;
+        let spec = |opcode, local, byte_len| PendingSpec {
+            wr_id: wr.wr_id,
+            signaled: wr.signaled,
+            opcode,
+            local,
+            byte_len,
+        };
+        let (spec, op): (PendingSpec, Result<RequestOp<Payload>, WcStatus>) = match &wr.op {
+            SendOp::Read {
+                local,
+                remote_addr,
+                rkey,
+            } => (
+                spec(WcOpcode::Read, Some(*local), local.length),
+                self.check_local_write(local).and_then(|()| {
+                    if local.length > max_msg {
+                        return Err(WcStatus::LocalLengthError);
+                    }
+                    Ok(RequestOp::Read {
+                        addr: *remote_addr,
+                        rkey: *rkey,
+                        len: local.length,
+                    })
+                }),
+            ),
+            SendOp::Write {
+                local,
+                remote_addr,
+                rkey,
+            } => (
+                spec(WcOpcode::Write, None, local.length),
+                if local.length > max_msg {
+                    Err(WcStatus::LocalLengthError)
+                } else {
+                    self.read_local(local).map(|data| RequestOp::Write {
+                        addr: *remote_addr,
+                        rkey: *rkey,
+                        data,
+                    })
+                },
+            ),
+            SendOp::CompareSwap {
+                local,
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => (
+                spec(WcOpcode::CompareSwap, Some(*local), 8),
+                self.check_atomic_local(local)
+                    .map(|()| RequestOp::CompareSwap {
+                        addr: *remote_addr,
+                        rkey: *rkey,
+                        compare: *compare,
+                        swap: *swap,
+                    }),
+            ),
+            SendOp::FetchAdd {
+                local,
+                remote_addr,
+                rkey,
+                add,
+            } => (
+                spec(WcOpcode::FetchAdd, Some(*local), 8),
+                self.check_atomic_local(local)
+                    .map(|()| RequestOp::FetchAdd {
+                        addr: *remote_addr,
+                        rkey: *rkey,
+                        add: *add,
+                    }),
+            ),
+            SendOp::Send { local } => self.send_op(spec, local, None),
+            SendOp::SendWithInvalidate { local, invalidate } => {
+                self.send_op(spec, local, Some(*invalidate))
+            }
+            SendOp::BindMw { mw, bind } => {
+                let s = spec(WcOpcode::BindMw, None, 0);
+                let status = self.bind(mw, bind);
+                return self.finish_local(s, status);
+            }
+            SendOp::LocalInvalidate { rkey } => {
+                let s = spec(WcOpcode::LocalInvalidate, None, 0);
+                let status = match self.dev.mpt.invalidate_mw(*rkey, self.pd_id(), None) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::LocalQpOperationError,
+                };
+                return self.finish_local(s, status);
+            }
+        };
+        let op = match op {
+            Ok(op) => op,
+            Err(status) => {
+                self.local_error(spec, status);
+                return Ok(());
+            }
+        };
+        let now = self.dev.config.clock.now();
+        let request = match self.req.lock().as_mut() {
+            Some(r) => r.push_remote(spec, op, now),
+            None => return Ok(()),
+        };
+        if self.transmit_request(&request).is_err() {
+            self.link_lost();
+        }
+        Ok(())
+    }
+
+    pub(super) fn send_op(
+        &self,
+        spec: impl Fn(WcOpcode, Option<Sge>, u32) -> PendingSpec,
+        local: &Option<Sge>,
+        invalidate: Option<MemoryKey>,
+    ) -> (PendingSpec, Result<RequestOp<Payload>, WcStatus>) {
+        let len = local.map_or(0, |s| s.length);
+        let data = match local {
+            Some(sge) if len > self.dev.config.attr.max_msg_size => Err(WcStatus::LocalLengthError),
+            Some(sge) => self.read_local(sge),
+            None => Ok(Payload::from(Vec::new())),
+        };
+        (
+            spec(WcOpcode::Send, None, len),
+            data.map(|data| RequestOp::Send { data, invalidate }),
+        )
+    }
+
+    pub(super) fn check_atomic_local(&self, local: &Sge) -> Result<(), WcStatus> {
+        if local.length != 8 {
+            return Err(WcStatus::LocalLengthError);
+        }
+        self.check_local_write(local)
+    }
+
+    pub(super) fn bind(&self, mw: &SoftMw, bind: &crate::verbs::BindInfo<'_, SoftMr>) -> WcStatus {
+        if !Arc::ptr_eq(&mw.pd().inner.dev, &self.dev) {
+            return WcStatus::MwBindError;
+        }
+        let mr = match bind.mr {
+            Some(mr) => match mr.entry() {
+                Some(e) => Some(e),
+                None => return WcStatus::MwBindError,
+            },
+            None => None,
+        };
+        let req = BindRequest {
+            mw: mw.rkey(),
+            qp: self.qpn,
+            qp_pd: self.pd_id(),
+            mr,
+            addr: bind.addr,
+            len: bind.length,
+            access: bind.access,
+        };
+        match self.dev.mpt.bind_mw(req) {
+            Ok(key) => {
+                mw.set_rkey(key);
+                WcStatus::Success
+            }
+            Err(_) => WcStatus::MwBindError,
+        }
+    }
+
+    pub(super) fn finish_local(&self, spec: PendingSpec, status: WcStatus) -> VerbsResult<()> {
+        if status == WcStatus::Success {
+            if let Some(r) = self.req.lock().as_mut() {
+                r.push_local(spec, status);
+            }
+        } else {
+            self.local_error(spec, status);
+        }
+        Ok(())
+    }
+
+    pub(super) fn flushed_completion(&self, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status: WcStatus::WrFlushError,
+            opcode,
+            byte_len: 0,
+            qp_num: self.qpn,
+            invalidated_rkey: None,
+        }
+    }
+}
