@@ -57,3 +57,59 @@ fn inproc_lifecycle() {
 fn tcp_lifecycle() {
     lifecycle(Transport::Tcp);
 }
+
+/// Request ids make retries idempotent: a retried (or replayed) request gets the reply the
+/// original got, and changes nothing more.
+fn retries_are_idempotent(t: Transport) {
+    use patronus_core::proto::messages::{Reply, Request};
+    let node = NodeConfig {
+        max_lifetime_us: 60_000_000,
+        ..NodeConfig::default()
+    };
+    let mut c =
+        EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 1).unwrap();
+    let a = &mut c.clients[0];
+    let alloc = Request::Allocate {
+        size: 64,
+        lease_us: 1_000_000,
+        mode: Mode::Exclusive,
+    };
+    let id = a.submit(alloc).unwrap();
+    let first = loop {
+        if let Some((rid, r)) = a.poll_reply().unwrap() {
+            assert_eq!(rid, id);
+            break r;
+        }
+    };
+    let Reply::Granted(g) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!(
+        a.replay(id, alloc).unwrap(),
+        first,
+        "same grant, no second allocation"
+    );
+    assert_eq!(c.node.fresh_stats().counters.granted, 1);
+    let a = &mut c.clients[0];
+    let revoke = Request::Revoke {
+        id: g.id,
+        free: true,
+    };
+    let rid = a.submit(revoke).unwrap();
+    while a.poll_reply().unwrap().is_none() {}
+    assert_eq!(
+        a.replay(rid, revoke).unwrap(),
+        Reply::Revoked,
+        "not NotFound"
+    );
+}
+
+#[test]
+fn inproc_retries_are_idempotent() {
+    retries_are_idempotent(Transport::InProc);
+}
+
+#[test]
+fn tcp_retries_are_idempotent() {
+    retries_are_idempotent(Transport::Tcp);
+}

@@ -361,17 +361,27 @@ impl<P: Provider> Client<P> {
     #[allow(clippy::disallowed_methods)] // the RPC timeout is wall time by definition
     pub(crate) fn rpc(&mut self, req: Request) -> Result<Reply, ClientError> {
         let req_id = self.submit(req)?;
-        let deadline = std::time::Instant::now() + self.cfg.rpc_timeout;
+        let started = std::time::Instant::now();
+        let deadline = started + self.cfg.rpc_timeout;
+        // Halfway to the deadline the request is sent once more with the same id: the memory
+        // node answers a retry with the reply it gave (or gives) the original.
+        let mut retry_at = Some(started + self.cfg.rpc_timeout / 2);
         loop {
             if let Some(i) = self.early.iter().position(|(id, _)| *id == req_id) {
                 return Ok(self.early.swap_remove(i).1);
             }
             match self.poll_reply()? {
                 Some((id, reply)) if id == req_id => return Ok(reply),
-                Some(other) => self.early.push(other),
+                Some(other) => self.stash(other),
                 None => {
-                    if std::time::Instant::now() >= deadline {
+                    let now = std::time::Instant::now();
+                    if now >= deadline {
                         return Err(ClientError::RpcTimeout);
+                    }
+                    if retry_at.is_some_and(|t| now >= t) {
+                        retry_at = None;
+                        self.send_request(req_id, &req)?;
+                        self.outstanding += 1; // both copies will be answered
                     }
                     std::hint::spin_loop();
                 }
@@ -390,6 +400,47 @@ impl<P: Provider> Client<P> {
         self.rpcs += 1;
         let req_id = self.next_req;
         self.next_req += 1;
+        self.send_request(req_id, &req)?;
+        self.outstanding += 1;
+        Ok(req_id)
+    }
+
+    /// Tamper helper / retry path: sends `req` again under an earlier id, as a retry (or a
+    /// replayed message) would. The memory node answers with the reply the id already got.
+    pub fn replay(&mut self, req_id: u64, req: Request) -> Result<Reply, ClientError> {
+        self.send_request(req_id, &req)?;
+        self.outstanding += 1;
+        self.wait_reply(req_id)
+    }
+
+    #[allow(clippy::disallowed_methods)] // the RPC timeout is wall time by definition
+    fn wait_reply(&mut self, req_id: u64) -> Result<Reply, ClientError> {
+        let deadline = std::time::Instant::now() + self.cfg.rpc_timeout;
+        loop {
+            if let Some(i) = self.early.iter().position(|(id, _)| *id == req_id) {
+                return Ok(self.early.swap_remove(i).1);
+            }
+            match self.poll_reply()? {
+                Some((id, reply)) if id == req_id => return Ok(reply),
+                Some(other) => self.stash(other),
+                None if std::time::Instant::now() >= deadline => {
+                    return Err(ClientError::RpcTimeout);
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// Keeps a reply that arrived while waiting for another (bounded: duplicates of retried
+    /// requests nobody waits for are dropped oldest first).
+    fn stash(&mut self, reply: (u64, Reply)) {
+        if self.early.len() >= 64 {
+            self.early.remove(0);
+        }
+        self.early.push(reply);
+    }
+
+    fn send_request(&mut self, req_id: u64, req: &Request) -> Result<(), ClientError> {
         let slot = RECV_SLOTS + (req_id % RECV_SLOTS as u64) as u32;
         let send_off = slot as usize * SLOT_SIZE;
         self.ctrl_buf
@@ -408,8 +459,7 @@ impl<P: Provider> Client<P> {
         self.ctrl_qp
             .post_send(std::slice::from_ref(&wr))
             .map_err(|(_, e)| ClientError::Verbs(e))?;
-        self.outstanding += 1;
-        Ok(req_id)
+        Ok(())
     }
 
     /// Takes one arrived reply, if any, as (request id, reply).

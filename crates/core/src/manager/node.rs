@@ -234,6 +234,8 @@ struct Domain<P: Provider> {
 }
 
 const REPLY_TAG: u64 = 1 << 63;
+/// Replies remembered per client for retried requests.
+const REPLY_CACHE: usize = 128;
 const CAS_SLOTS: usize = 512;
 
 struct Runner<P: Provider> {
@@ -260,6 +262,8 @@ struct Runner<P: Provider> {
     active_slot: HashMap<ClientId, u8>,
     /// The QP each type-2 window is bound to.
     mw_qp: HashMap<super::pool::MwId, P::Qp>,
+    /// Recent replies per client, by request id (retries get the same reply).
+    reply_cache: HashMap<ClientId, std::collections::VecDeque<(u64, Reply)>>,
     op_cq: P::Cq,
     ctrl_send_cq: P::Cq,
     ctrl_recv_cq: P::Cq,
@@ -390,6 +394,7 @@ impl<P: Provider> MemoryNode<P> {
             data_qps: HashMap::new(),
             active_slot: HashMap::new(),
             mw_qp: HashMap::new(),
+            reply_cache: HashMap::new(),
             op_cq,
             ctrl_send_cq,
             ctrl_recv_cq,

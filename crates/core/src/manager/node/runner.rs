@@ -205,7 +205,23 @@ impl<P: Provider> Runner<P> {
                         },
                     );
                 }
-                (Ok(()), Some(client), Ok((req_id, req))) => requests.push((client, req_id, req)),
+                (Ok(()), Some(client), Ok((req_id, req))) => {
+                    // Request ids make retries idempotent: a request seen before gets the
+                    // same reply again (or, if it is still in this batch, one reply).
+                    let cached = self
+                        .reply_cache
+                        .get(&client)
+                        .and_then(|c| c.iter().find(|(id, _)| *id == req_id))
+                        .map(|(_, r)| *r);
+                    if let Some(reply) = cached {
+                        self.send_reply(client, req_id, &reply);
+                    } else if !requests
+                        .iter()
+                        .any(|(c, id, _)| *c == client && *id == req_id)
+                    {
+                        requests.push((client, req_id, req));
+                    }
+                }
                 // Malformed or from an unknown QP: dropped (the sender's RPC times out).
                 _ => {}
             }
@@ -214,6 +230,13 @@ impl<P: Provider> Runner<P> {
     }
 
     fn send_reply(&mut self, client: ClientId, req_id: u64, reply: &Reply) {
+        let cache = self.reply_cache.entry(client).or_default();
+        if !cache.iter().any(|(id, _)| *id == req_id) {
+            if cache.len() == REPLY_CACHE {
+                cache.pop_front();
+            }
+            cache.push_back((req_id, *reply));
+        }
         let Some(qp) = self
             .control
             .values()
