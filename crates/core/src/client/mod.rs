@@ -444,7 +444,7 @@ impl<P: Provider> Client<P> {
         let slot = RECV_SLOTS + (req_id % RECV_SLOTS as u64) as u32;
         let send_off = slot as usize * SLOT_SIZE;
         self.ctrl_buf
-            .write(send_off, &encode_request(req_id, &req))?;
+            .write(send_off, &encode_request(req_id, req))?;
         let wr = SendWr {
             wr_id: u64::MAX,
             signaled: false,
