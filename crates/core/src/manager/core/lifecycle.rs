@@ -151,19 +151,41 @@ impl ManagerCore {
                 continue;
             }
             p.refuse_pending = true;
-            let expected = p.lifetime_us;
-            let addr = p.id.header_addr + LIFETIME_OFFSET as u64;
-            let pid = p.id;
-            self.counters.lifetime_cas += 1;
-            self.ops.push((
-                NicOp::LifetimeCas {
-                    addr,
-                    compare: expected,
-                    swap: 0,
-                },
-                Cont::Refuse(key, pid, expected),
-            ));
+            let (id, expected) = (p.id, p.lifetime_us);
+            self.push_lifetime_cas(id, expected, 0, Cont::Refuse(key, id, expected));
         }
+    }
+
+    /// Queues a CAS of a permission's lifetime word through the NIC.
+    pub(super) fn push_lifetime_cas(
+        &mut self,
+        id: PermissionId,
+        compare: u64,
+        swap: u64,
+        cont: Cont,
+    ) {
+        self.counters.lifetime_cas += 1;
+        self.ops.push((
+            NicOp::LifetimeCas {
+                addr: id.header_addr + LIFETIME_OFFSET as u64,
+                compare,
+                swap,
+            },
+            cont,
+        ));
+    }
+
+    /// Queues an unbind of `mw` that the next op (a bind of the same window) depends on.
+    fn push_unbind_before_rebind(&mut self, mw: MwId, client: ClientId) {
+        self.counters.unbinds += 1;
+        self.ops.push((
+            NicOp::Bind {
+                mw,
+                client,
+                target: None,
+            },
+            Cont::Unbind(u32::MAX),
+        ));
     }
 
     /// Pairs the windows the grants need with windows: with handover, first those that must
@@ -190,29 +212,13 @@ impl ManagerCore {
                 (Some(mw), false)
             } else if let Some(mw) = self.take_stale_window(domain) {
                 // No free window and no handover: unbind a stale one first (two operations).
-                self.counters.unbinds += 1;
                 self.counters.deferred_unbinds += 1;
-                self.ops.push((
-                    NicOp::Bind {
-                        mw,
-                        client,
-                        target: None,
-                    },
-                    Cont::Unbind(u32::MAX),
-                ));
+                self.push_unbind_before_rebind(mw, client);
                 (Some(mw), false)
             } else if let Some(i) = releasing_here {
                 // Likewise a window released in this batch: unbind it, then bind it.
                 let mw = self.releasing.swap_remove(i).0;
-                self.counters.unbinds += 1;
-                self.ops.push((
-                    NicOp::Bind {
-                        mw,
-                        client,
-                        target: None,
-                    },
-                    Cont::Unbind(u32::MAX),
-                ));
+                self.push_unbind_before_rebind(mw, client);
                 (Some(mw), false)
             } else {
                 (None, false)

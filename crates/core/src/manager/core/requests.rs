@@ -352,17 +352,12 @@ impl ManagerCore {
             return self.fail(client, req_id, Status::ExtensionRefused);
         }
         let new = p.lifetime_us.saturating_add(lease_us).min(max);
-        let expected = p.lifetime_us;
-        let addr = p.id.header_addr + LIFETIME_OFFSET as u64;
-        let pid = p.id;
-        self.counters.lifetime_cas += 1;
-        self.ops.push((
-            NicOp::LifetimeCas {
-                addr,
-                compare: expected,
-                swap: new,
-            },
+        let (pid, expected) = (p.id, p.lifetime_us);
+        self.push_lifetime_cas(
+            pid,
+            expected,
+            new,
             Cont::Extend(key, pid, expected, new, client, req_id),
-        ));
+        );
     }
 }
