@@ -1,0 +1,33 @@
+//! The one harness every experiment uses: latencies in HDR histograms, results as
+//! [`Experiment`] values, written as `<name>.json`, drawn as `<name>.svg` and appended to
+//! `report.md`; progress bars for long runs; per-thread CPU clocks.
+
+mod result;
+
+pub use result::{
+    Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
+};
+
+use patronus_core::cluster::Transport;
+use std::path::PathBuf;
+
+/// Options every experiment takes.
+#[derive(Clone, Debug)]
+pub struct BenchOpts {
+    /// Seconds, not minutes: CI smoke runs and the README's main job.
+    pub quick: bool,
+    /// Transport between clients and the memory node.
+    pub transport: Transport,
+    /// Output folder for JSON, SVG and `report.md`.
+    pub out: PathBuf,
+}
+
+impl BenchOpts {
+    /// "inproc" or "tcp".
+    pub fn transport_name(&self) -> &'static str {
+        match self.transport {
+            Transport::InProc => "inproc",
+            Transport::Tcp => "tcp",
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! The evaluation suite (§7 of the paper): the compared mechanisms side by side on the same
+//! software RNIC, one runner per experiment, and one harness (HDR histograms → JSON → SVG →
+//! `report.md`) that serves them all.
+
+pub mod baseline;
+pub mod harness;
