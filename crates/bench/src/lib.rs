@@ -3,4 +3,6 @@
 //! `report.md`) that serves them all.
 
 pub mod baseline;
+pub mod experiments;
 pub mod harness;
+pub mod suite;

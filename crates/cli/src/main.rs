@@ -1,10 +1,8 @@
-//! `patronus`: the embedded demo (the README's main job), a memory-node server, and the
-//! Table-4 accounting run.
+//! `patronus`: the evaluation suite (the README's main job: `bench all --quick`), the
+//! lifecycle demo, and a memory-node server with a probe client for multi-process set-ups.
 
 mod demo;
 mod serve;
-mod table4;
-mod table5;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use patronus_core::cluster::Transport;
@@ -44,26 +42,21 @@ enum Command {
         #[arg(long, value_enum, default_value = "inproc")]
         transport: TransportArg,
     },
-    /// Print MW operations and RPCs per permission for the Table-4 configurations.
-    Table4 {
-        /// Transport.
+    /// Run experiments of the paper's §7 on the software RNIC: every mechanism side by side,
+    /// JSON + SVG per experiment and a report.md with the paper's numbers beside ours.
+    Bench {
+        /// fig1, fig5, fig6 (with Table 4), fig7, fig8b, table5, or all.
+        #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "all"])]
+        experiments: Vec<String>,
+        /// Seconds per experiment instead of minutes (smoke-level sample counts).
+        #[arg(long)]
+        quick: bool,
+        /// Transport between clients and the memory node.
         #[arg(long, value_enum, default_value = "inproc")]
         transport: TransportArg,
-        /// Permissions per configuration.
-        #[arg(long, default_value_t = 4000)]
-        perms: usize,
-        /// Concurrent clients (threads, each with several requests in flight).
-        #[arg(long, default_value_t = 8)]
-        clients: usize,
-    },
-    /// Measure how long a QP fault interrupts a client, with and without spare QPs (Table 5).
-    Table5 {
-        /// Transport.
-        #[arg(long, value_enum, default_value = "inproc")]
-        transport: TransportArg,
-        /// Faults per configuration.
-        #[arg(long, default_value_t = 50)]
-        faults: usize,
+        /// Output folder for the JSON, SVG figures and report.md.
+        #[arg(long, default_value = "target/patronus-eval")]
+        out: std::path::PathBuf,
     },
     /// Run a memory node over TCP until stdin closes (for multi-process set-ups).
     Serve {
@@ -89,12 +82,19 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo { transport } => demo::run(transport.into()),
-        Command::Table4 {
+        Command::Bench {
+            experiments,
+            quick,
             transport,
-            perms,
-            clients,
-        } => table4::run(transport.into(), perms, clients),
-        Command::Table5 { transport, faults } => table5::run(transport.into(), faults),
+            out,
+        } => {
+            let opts = patronus_bench::harness::BenchOpts {
+                quick,
+                transport: transport.into(),
+                out,
+            };
+            patronus_bench::suite::run(&experiments, &opts).map(|_| ())
+        }
         Command::Serve {
             listen,
             pool_mib,

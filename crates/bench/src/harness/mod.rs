@@ -2,8 +2,19 @@
 //! [`Experiment`] values, written as `<name>.json`, drawn as `<name>.svg` and appended to
 //! `report.md`; progress bars for long runs; per-thread CPU clocks.
 
+mod cpu;
+mod font;
+mod latency;
+mod plot;
+mod progress;
+mod report;
 mod result;
 
+pub use cpu::{process_cpu, thread_cpu};
+pub use latency::Latency;
+pub use plot::render_svg;
+pub use progress::bar;
+pub use report::{append_report, markdown_table, start_report, write_all, write_json};
 pub use result::{
     Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };

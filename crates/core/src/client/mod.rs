@@ -24,12 +24,12 @@ pub use vqp::SwitchKind;
 
 use crate::proto::connect::{Intent, Role};
 use crate::proto::messages::{
-    Access, Mode, Reply, Request, SLOT_SIZE, Status, decode_reply, encode_request,
+    Access, Grant, Mode, Reply, Request, SLOT_SIZE, Status, decode_reply, encode_request,
 };
 use rnic::{
     AccessFlags, Clock, CompletionQueue, Context, MemoryBuffer, MemoryRegion, ProtectionDomain,
-    Provider, QpInit, QpTiming, QueuePair, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
+    Provider, QpInit, QpTiming, QueuePair, RecvWr, SendOp, SendWr, Sge, Timestamp, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -320,6 +320,20 @@ impl<P: Provider> Client<P> {
             }
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Turns the `Granted` reply of a pipelined `Allocate`/`Acquire` (sent with
+    /// [`Client::submit`] at `sent`, the client clock's time before sending) into a
+    /// permission, as [`Client::acquire`] does for a blocking one. The local expiry counts
+    /// from `sent`, so a late adoption never overestimates the lease.
+    pub fn adopt(&mut self, grant: Grant, access: Access, mode: Mode, sent: Timestamp) -> Perm {
+        self.track(Perm::new(
+            grant,
+            access,
+            mode,
+            sent,
+            self.cfg.lease_margin_us,
+        ))
     }
 
     /// RPC-based extension (the baseline CN-collaborated extension is compared against).

@@ -84,6 +84,13 @@ impl Perm {
     pub fn lifetime_us(&self) -> u64 {
         self.lifetime_us.load(Ordering::SeqCst)
     }
+    /// Records the lifetime the manager's `Extended` reply reported for a pipelined RPC
+    /// extension (sent with `Client::submit`), as `Client::extend_rpc` does itself. It only
+    /// moves the local expiry: the manager, not this value, decides when the windows close.
+    pub fn note_extended(&self, lifetime_us: u64) {
+        self.lifetime_us.fetch_max(lifetime_us, Ordering::SeqCst);
+    }
+
     /// The manager's maximum lifetime for this permission, µs.
     pub fn max_lifetime_us(&self) -> u64 {
         self.grant.max_lifetime_us as u64

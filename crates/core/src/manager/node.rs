@@ -47,6 +47,11 @@ pub struct NodeConfig {
     pub srq_depth: u32,
     /// Most requests handled in one batch.
     pub max_batch: usize,
+    /// How late, µs, the manager may collect an expired lease when no request arrives to batch
+    /// it with (the paper's manager polls for expired permissions periodically, §4.2). A lease
+    /// is never collected early; a later collection lets expiries share a batch with grants
+    /// (so their windows are handed over) instead of waking the manager once per expiry.
+    pub expiry_slack_us: u64,
     /// Timing of the node's QPs.
     pub qp_timing: QpTiming,
     /// Slab classes.
@@ -85,6 +90,7 @@ impl Default for NodeConfig {
             buffer_watermark: 8 << 20,
             srq_depth: 1024,
             max_batch: 64,
+            expiry_slack_us: 50,
             qp_timing: QpTiming::default(),
             slab: SlabConfig::default(),
             isolation: Isolation::SharedPd,
@@ -275,9 +281,14 @@ struct Runner<P: Provider> {
     srq_depth: u32,
     next_send_slot: u32,
     control: HashMap<QpNumber, (ClientId, P::Qp)>,
+    /// Each client's control QP, for replies (the same QPs as `control`, by client).
+    reply_qp: HashMap<ClientId, P::Qp>,
+    /// A control send failed: sweep `control` for broken QPs.
+    sweep: bool,
     others: Vec<P::Qp>,
     next_client: u32,
     max_batch: usize,
+    expiry_slack_us: u64,
     timing: QpTiming,
     batches: u64,
     busy_cpu: Duration,
@@ -406,9 +417,12 @@ impl<P: Provider> MemoryNode<P> {
             srq_depth: depth,
             next_send_slot: 0,
             control: HashMap::new(),
+            reply_qp: HashMap::new(),
+            sweep: false,
             others: Vec::new(),
             next_client: 1,
             max_batch: cfg.max_batch.max(1),
+            expiry_slack_us: cfg.expiry_slack_us,
             timing: cfg.qp_timing,
             batches: 0,
             busy_cpu: Duration::ZERO,

@@ -26,6 +26,9 @@ impl<P: Provider> Runner<P> {
         let mut requests: Vec<(ClientId, u64, Request)> = Vec::with_capacity(self.max_batch);
         let mut idle_spins = 0u32;
         let mut published = u64::MAX;
+        // The thread's CPU clock is a system call: read it when a busy streak starts and
+        // when it ends, not around every batch.
+        let mut streak_cpu: Option<Duration> = None;
         while !self.shared.stop.load(Ordering::SeqCst) {
             if self.shared.publish.load(Ordering::SeqCst) {
                 self.publish_stats();
@@ -41,20 +44,33 @@ impl<P: Provider> Runner<P> {
             }
             self.reap_send_completions();
             let now = clock.now();
-            let due =
-                self.core.next_deadline().is_some_and(|d| d <= now) || self.core.has_pending_work();
+            // Requests take every due expiry with them (`begin` collects all of them);
+            // without requests, an expiry waits until it is `expiry_slack_us` late.
+            let due = self
+                .core
+                .next_deadline()
+                .is_some_and(|d| d.plus_us(self.expiry_slack_us) <= now)
+                || self.core.has_pending_work();
             if requests.is_empty() && !due {
+                if let Some(start) = streak_cpu.take() {
+                    self.busy_cpu += thread_cpu().saturating_sub(start);
+                }
                 idle_spins += 1;
                 if idle_spins > 256 {
                     if published != self.batches {
                         published = self.batches;
                         self.publish_stats();
+                        // Idle: a good time to forget QPs that broke without a failed reply.
+                        self.sweep = true;
+                        self.reap_send_completions();
                     }
                     let wait = self
                         .core
                         .next_deadline()
                         .map_or(Duration::from_micros(500), |d| {
-                            d.since(now).min(Duration::from_micros(500))
+                            d.plus_us(self.expiry_slack_us)
+                                .since(now)
+                                .min(Duration::from_micros(500))
                         });
                     self.ctrl_recv_cq.wait(wait.max(Duration::from_micros(20)));
                 } else {
@@ -63,7 +79,9 @@ impl<P: Provider> Runner<P> {
                 continue;
             }
             idle_spins = 0;
-            let cpu_start = thread_cpu();
+            if streak_cpu.is_none() {
+                streak_cpu = Some(thread_cpu());
+            }
             let checks = self.core.begin(now);
             let cas_results = self.execute(&checks);
             let ops = self.core.plan(now, &cas_results, &requests);
@@ -79,10 +97,15 @@ impl<P: Provider> Runner<P> {
                 self.send_reply(out.client, out.req_id, &out.reply);
             }
             self.batches += 1;
-            self.busy_cpu += thread_cpu().saturating_sub(cpu_start);
             if self.batches % 64 == 0 {
+                if let Some(start) = streak_cpu.replace(thread_cpu()) {
+                    self.busy_cpu += thread_cpu().saturating_sub(start);
+                }
                 self.publish_stats();
             }
+        }
+        if let Some(start) = streak_cpu.take() {
+            self.busy_cpu += thread_cpu().saturating_sub(start);
         }
         self.publish_stats();
     }
@@ -98,7 +121,13 @@ impl<P: Provider> Runner<P> {
     }
 
     fn adopt_incoming(&mut self) {
-        let incoming = std::mem::take(&mut *self.shared.incoming.lock());
+        let incoming = {
+            let mut pending = self.shared.incoming.lock();
+            if pending.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *pending)
+        };
         for (intent, qp) in incoming {
             match intent.role {
                 Role::Control => {
@@ -111,6 +140,7 @@ impl<P: Provider> Runner<P> {
                         let _ = qp.reset();
                         continue;
                     }
+                    self.reply_qp.insert(id, qp.clone());
                     self.control.insert(qp.qp_num(), (id, qp));
                 }
                 Role::Data => {
@@ -237,12 +267,7 @@ impl<P: Provider> Runner<P> {
             }
             cache.push_back((req_id, *reply));
         }
-        let Some(qp) = self
-            .control
-            .values()
-            .find(|(id, _)| *id == client)
-            .map(|(_, qp)| qp.clone())
-        else {
+        let Some(qp) = self.reply_qp.get(&client).cloned() else {
             return;
         };
         let slot = self.srq_depth + self.next_send_slot;
@@ -264,14 +289,29 @@ impl<P: Provider> Runner<P> {
             },
         };
         // A client whose control QP broke gets no reply; its permissions end by lease.
-        let _ = qp.post_send(&[wr]);
+        if qp.post_send(&[wr]).is_err() {
+            self.sweep = true;
+        }
     }
 
     fn reap_send_completions(&mut self) {
         let mut wcs = [WorkCompletion::default(); 32];
-        while self.ctrl_send_cq.poll(&mut wcs) > 0 {}
-        self.control
-            .retain(|_, (_, qp)| qp.state() != QpState::Error);
+        loop {
+            let n = self.ctrl_send_cq.poll(&mut wcs);
+            if n == 0 {
+                break;
+            }
+            self.sweep |= wcs[..n].iter().any(|wc| wc.status != WcStatus::Success);
+        }
+        if std::mem::take(&mut self.sweep) {
+            // A reply failed: its client's control QP broke. Forget broken QPs.
+            self.control
+                .retain(|_, (_, qp)| qp.state() != QpState::Error);
+            let live: std::collections::HashSet<ClientId> =
+                self.control.values().map(|(id, _)| *id).collect();
+            self.reply_qp.retain(|id, _| live.contains(id));
+            self.others.retain(|qp| qp.state() != QpState::Error);
+        }
     }
 
     /// Posts `ops` as chains (binds on the bind QP, CASes on the loopback QP) and collects

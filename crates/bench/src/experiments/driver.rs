@@ -1,0 +1,224 @@
+//! What every multi-client experiment shares: the devices of a run (one memory-node device,
+//! one device per client thread, on the chosen transport), the memory node's CPU clocks, and
+//! the driver that multiplexes many logical clients on a few threads.
+//!
+//! The driver's contract: a logical client is a state machine whose [`Logical::step`] never
+//! waits for the memory node's CPU. Permission operations (acquire, revoke, register, flip QP
+//! flags) are submitted and polled, so they are pipelined across the logical clients of a
+//! thread, as the paper's coroutines are (§7 setup). A data access is synchronous for its own
+//! round trip in every mechanism (the RPC mechanism's accesses included), so no mechanism gets
+//! pipelining the others lack. Throughput is a fixed op count over the wall time to reach it.
+
+use crate::harness::{Latency, bar};
+use anyhow::{Context as _, Result, anyhow};
+use patronus_core::cluster::Transport;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rnic::soft::{SoftConfig, SoftContext, SoftFabric, TcpNode};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Client threads: the machine has 2 cores, one of which the memory node's thread shares.
+pub const CLIENT_THREADS: usize = 1;
+
+/// The devices of one run.
+#[derive(Debug)]
+pub struct Rig {
+    transport: Transport,
+    fabric: Option<SoftFabric>,
+}
+
+impl Rig {
+    /// A rig on `transport` (in-process: one fabric for every device).
+    pub fn new(transport: Transport) -> Self {
+        Rig {
+            transport,
+            fabric: matches!(transport, Transport::InProc).then(SoftFabric::new),
+        }
+    }
+
+    /// A new device: a memory node's or a compute node's.
+    pub fn device(&self) -> Result<SoftContext> {
+        match &self.fabric {
+            Some(f) => Ok(f.open_device(SoftConfig::default())),
+            None => {
+                let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+                TcpNode::open(SoftConfig::default(), loopback).context("opening a TCP device")
+            }
+        }
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+}
+
+/// CPU time of a memory node's NIC engine threads (zero in-process: there, the requester's
+/// thread runs the responder, so one-sided ops cost the node's CPU nothing by construction).
+pub fn engine_cpu(node: &SoftContext) -> Duration {
+    TcpNode::engine_cpu_time(node).unwrap_or_default()
+}
+
+/// What a logical client reports from one step.
+#[derive(Debug)]
+pub struct StepCtx<'a> {
+    /// The thread's seeded generator.
+    pub rng: &'a mut StdRng,
+    /// Latency samples of the measured operation.
+    pub latency: &'a mut Latency,
+    /// Measured operations completed in this step (the caller adds them up).
+    pub done: u64,
+}
+
+/// A logical client: a state machine advanced by its thread.
+pub trait Logical: Send {
+    /// Advances the client: polls what it waits for, or issues its next operation.
+    fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()>;
+}
+
+/// What a driven run measured.
+#[derive(Debug)]
+pub struct Driven {
+    /// Measured operations completed when the clock stopped.
+    pub ops: u64,
+    /// Wall time from the start to the target op count.
+    pub wall: Duration,
+    /// Latency of every measured operation.
+    pub latency: Latency,
+}
+
+impl Driven {
+    /// Operations per second.
+    pub fn throughput(&self) -> f64 {
+        self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Runs `groups` (one group of logical clients per thread) until `target` measured operations
+/// completed, or `budget` wall time passed. Every thread is seeded from `seed`.
+#[allow(clippy::disallowed_methods)] // an experiment driver: threads and wall time
+pub fn drive(
+    groups: Vec<Vec<Box<dyn Logical>>>,
+    target: u64,
+    budget: Duration,
+    seed: u64,
+    what: &str,
+) -> Result<Driven> {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = bar(target, what);
+    let start_line = Arc::new(std::sync::Barrier::new(groups.len()));
+    // The first thread to see the target (or the budget) reached stops the clock; the
+    // calling thread only joins, so it takes no core from the clients or the memory node.
+    let finished: Arc<parking_lot::Mutex<Option<Duration>>> = Arc::default();
+    let t0 = Arc::new(parking_lot::Mutex::new(None::<Instant>));
+    let results = std::thread::scope(|s| -> Result<Vec<Latency>> {
+        let mut handles = Vec::new();
+        for (t, mut group) in groups.into_iter().enumerate() {
+            let (done, stop, start_line) = (done.clone(), stop.clone(), start_line.clone());
+            let (finished, t0, progress) = (finished.clone(), t0.clone(), progress.clone());
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("bench-client-{t}"))
+                    .spawn_scoped(s, move || -> Result<Latency> {
+                        let mut rng = StdRng::seed_from_u64(seed ^ (t as u64).wrapping_mul(0x9e37));
+                        let mut latency = Latency::new();
+                        if start_line.wait().is_leader() {
+                            *t0.lock() = Some(Instant::now());
+                        }
+                        start_line.wait();
+                        let started = t0.lock().unwrap_or_else(Instant::now);
+                        let mut rounds = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            let mut local = 0u64;
+                            for client in group.iter_mut() {
+                                let mut ctx = StepCtx {
+                                    rng: &mut rng,
+                                    latency: &mut latency,
+                                    done: 0,
+                                };
+                                if let Err(e) = client.step(&mut ctx) {
+                                    stop.store(true, Ordering::Relaxed);
+                                    return Err(e);
+                                }
+                                local += ctx.done;
+                            }
+                            rounds += 1;
+                            if local > 0 {
+                                let n = done.fetch_add(local, Ordering::Relaxed) + local;
+                                if t == 0 && rounds % 64 == 0 {
+                                    progress.set_position(n.min(target));
+                                }
+                                if n >= target {
+                                    let mut f = finished.lock();
+                                    if f.is_none() {
+                                        *f = Some(started.elapsed());
+                                    }
+                                    stop.store(true, Ordering::Relaxed);
+                                }
+                            } else {
+                                // Nothing completed in a whole round: give the core to the
+                                // memory node's threads (2 cores, oversubscribed), which a
+                                // spinning client would otherwise starve for a time slice.
+                                std::thread::yield_now();
+                            }
+                            if rounds % 256 == 0 && started.elapsed() >= budget {
+                                let mut f = finished.lock();
+                                if f.is_none() {
+                                    *f = Some(started.elapsed());
+                                }
+                                stop.store(true, Ordering::Relaxed);
+                            }
+                        }
+                        Ok(latency)
+                    })
+                    .context("spawning a client thread")?,
+            );
+        }
+        let mut lats = Vec::new();
+        for h in handles {
+            lats.push(
+                h.join()
+                    .map_err(|_| anyhow!("a client thread panicked"))??,
+            );
+        }
+        Ok(lats)
+    });
+    progress.finish_and_clear();
+    let lats = results?;
+    let wall = finished.lock().unwrap_or(budget);
+    let mut latency = Latency::new();
+    for l in &lats {
+        latency.merge(l);
+    }
+    Ok(Driven {
+        ops: done.load(Ordering::Relaxed),
+        wall,
+        latency,
+    })
+}
+
+/// Splits `items` round-robin into `threads` groups.
+pub fn spread<T>(items: Vec<T>, threads: usize) -> Vec<Vec<T>> {
+    let mut groups: Vec<Vec<T>> = (0..threads.max(1)).map(|_| Vec::new()).collect();
+    let n = groups.len();
+    for (i, item) in items.into_iter().enumerate() {
+        groups[i % n].push(item);
+    }
+    groups.retain(|g| !g.is_empty());
+    groups
+}
+
+/// Microseconds of `d` per operation.
+pub fn us_per_op(d: Duration, ops: u64) -> f64 {
+    d.as_secs_f64() * 1e6 / ops.max(1) as f64
+}
+
+/// Wall-clock now, for latency samples (experiment drivers only).
+#[allow(clippy::disallowed_methods)] // latency samples are wall time by definition
+pub fn now() -> Instant {
+    Instant::now()
+}

@@ -1,0 +1,179 @@
+//! The protection operations of Figure 1, timed one at a time on the soft NIC: MR
+//! registration + deregistration, a type-1 MW rebind, a QP access-flag change, and a QP
+//! recovery (reset + reconnect, i.e. a new handshake).
+
+use super::endpoints::{MemoryNode, Requester};
+use crate::harness::Latency;
+use anyhow::{Result, anyhow, bail};
+use patronus_core::cluster::Transport;
+use rnic::soft::{SoftConfig, SoftContext, SoftFabric, TcpNode};
+use rnic::{
+    AccessFlags, BindInfo, Context, MemoryBuffer, MemoryRegion, MwType, ProtectionDomain, QpState,
+    QueuePair, SendOp, SendWr,
+};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// MR and MW costs at one region size.
+pub(super) struct SizeCosts {
+    pub(super) size: usize,
+    /// reg_mr + dereg of a buffer already faulted in by earlier registrations.
+    pub(super) mr: Latency,
+    pub(super) reg: Latency,
+    pub(super) dereg: Latency,
+    /// The first reg_mr + dereg of a freshly mapped buffer (its pages faulted in from scratch).
+    pub(super) mr_cold_us: f64,
+    /// Whether every registration was mlocked (the memlock limit may refuse large ones).
+    pub(super) pinned: bool,
+    pub(super) mw: Latency,
+}
+
+/// Measures `mr_reps` warm registrations and `mw_iters` window binds over a `size`-byte
+/// buffer of `mn`; `manager` is the memory node's own loopback QP, which posts the binds
+/// (as Patronus' manager does).
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+pub(super) fn mr_and_mw(
+    mn: &MemoryNode,
+    manager: &Requester,
+    size: usize,
+    mr_reps: usize,
+    mw_iters: u64,
+) -> Result<SizeCosts> {
+    let buf = mn.ctx.alloc_buffer(size)?;
+    let flags = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL | AccessFlags::MW_BIND;
+    let (mut mr_lat, mut reg_lat, mut dereg_lat) = (Latency::new(), Latency::new(), Latency::new());
+    let (mut cold, mut pinned) = (0.0, true);
+    for rep in 0..=mr_reps {
+        let t0 = Instant::now();
+        let mr = mn.pd.reg_mr(&buf, 0, size, flags)?;
+        let reg = t0.elapsed();
+        pinned &= mn
+            .ctx
+            .protection_table()
+            .mr(mr.lkey())
+            .is_some_and(|e| e.pinned);
+        let t1 = Instant::now();
+        mr.deregister().map_err(|(_, e)| anyhow!("dereg_mr: {e}"))?;
+        let dereg = t1.elapsed();
+        if rep == 0 {
+            cold = (reg + dereg).as_secs_f64() * 1e6;
+        } else {
+            mr_lat.record(reg + dereg);
+            reg_lat.record(reg);
+            dereg_lat.record(dereg);
+        }
+    }
+
+    // One type-1 window rebound over the whole region, alternating its rights so that every
+    // bind changes the binding; a sample is post(BIND_MW) + poll of its completion.
+    let mr = mn.pd.reg_mr(&buf, 0, size, flags)?;
+    let mw = mn.pd.alloc_mw(MwType::Type1)?;
+    let rights = [
+        AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+        AccessFlags::REMOTE_READ,
+    ];
+    let mut mw_lat = Latency::new();
+    let warmup = mw_iters / 10;
+    for i in 0..warmup + mw_iters {
+        let wr = SendWr {
+            wr_id: i,
+            signaled: true,
+            op: SendOp::BindMw {
+                mw: &mw,
+                bind: BindInfo {
+                    mr: Some(&mr),
+                    addr: buf.addr(),
+                    length: size as u64,
+                    access: rights[(i % 2) as usize],
+                },
+            },
+        };
+        let t0 = Instant::now();
+        manager.execute(wr)?;
+        if i >= warmup {
+            mw_lat.record(t0.elapsed());
+        }
+    }
+    drop(mw); // unbinds before its region goes
+    drop(mr);
+    Ok(SizeCosts {
+        size,
+        mr: mr_lat,
+        reg: reg_lat,
+        dereg: dereg_lat,
+        mr_cold_us: cold,
+        pinned,
+        mw: mw_lat,
+    })
+}
+
+/// `modify_access` on the responder QP of a connected RC pair (in-process device), alternating
+/// between full remote rights and read-only, as the QP-based protection flips a client's QP.
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+pub(super) fn qp_flag_change(iters: u64) -> Result<Latency> {
+    let fabric = SoftFabric::new();
+    let mn = MemoryNode::new(fabric.open_device(SoftConfig::default()))?;
+    let client = Requester::connect(&fabric.open_device(SoftConfig::default()), mn.address())?;
+    let responder = mn.last_accepted()?;
+    let flags = [AccessFlags::REMOTE_READ, AccessFlags::REMOTE_ALL];
+    let mut lat = Latency::new();
+    let warmup = iters / 10;
+    for i in 0..warmup + iters {
+        let t0 = Instant::now();
+        responder.modify_access(flags[(i % 2) as usize])?;
+        if i >= warmup {
+            lat.record(t0.elapsed());
+        }
+    }
+    drop(client);
+    Ok(lat)
+}
+
+/// Two devices on `transport`: (memory node, client).
+pub(super) fn device_pair(
+    transport: Transport,
+) -> Result<(SoftContext, SoftContext, Option<SoftFabric>)> {
+    match transport {
+        Transport::InProc => {
+            let f = SoftFabric::new();
+            let mn = f.open_device(SoftConfig::default());
+            let cn = f.open_device(SoftConfig::default());
+            Ok((mn, cn, Some(f)))
+        }
+        Transport::Tcp => {
+            let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+            let mn = TcpNode::open(SoftConfig::default(), loopback)?;
+            let cn = TcpNode::open(SoftConfig::default(), loopback)?;
+            Ok((mn, cn, None))
+        }
+    }
+}
+
+/// Reset + reconnect of a client's RC QP (a new connection handshake with the memory node),
+/// `iters` times, on `transport`; `tick` runs after each sample (a progress bar).
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+pub(super) fn qp_recovery(
+    transport: Transport,
+    iters: u64,
+    mut tick: impl FnMut(),
+) -> Result<Latency> {
+    let (mn_ctx, cn_ctx, _fabric) = device_pair(transport)?;
+    let mn = MemoryNode::new(mn_ctx)?;
+    let client = Requester::connect(&cn_ctx, mn.address())?;
+    let mut lat = Latency::new();
+    let warmup = (iters / 10).min(20);
+    for i in 0..warmup + iters {
+        let t0 = Instant::now();
+        client.qp.reset()?;
+        client.qp.connect(mn.address(), b"fig1")?;
+        let dt = t0.elapsed();
+        if client.qp.state() != QpState::ReadyToSend {
+            bail!("reconnected QP is in {}", client.qp.state().name());
+        }
+        if i >= warmup {
+            lat.record(dt);
+            tick();
+        }
+    }
+    Ok(lat)
+}

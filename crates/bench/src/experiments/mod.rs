@@ -1,0 +1,30 @@
+//! One runner per experiment of the paper's §7. Each returns an [`crate::harness::Experiment`]
+//! and prints a short table as it goes; the caller writes the JSON, SVG and report.
+
+pub mod driver;
+pub mod fig1;
+pub mod fig5;
+pub mod fig6;
+pub mod fig7;
+pub mod fig8b;
+pub mod patronus_rig;
+pub mod table5;
+
+use crate::harness::{BenchOpts, Experiment};
+use anyhow::{Result, bail};
+
+/// Every experiment, in the order `all` runs them.
+pub const ALL: [&str; 6] = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5"];
+
+/// Runs the experiment called `name`.
+pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
+    match name {
+        "fig1" => fig1::run(opts),
+        "fig5" => fig5::run(opts),
+        "fig6" => fig6::run(opts),
+        "fig7" => fig7::run(opts),
+        "fig8b" => fig8b::run(opts),
+        "table5" => table5::run(opts),
+        other => bail!("no experiment called {other:?} (have: {})", ALL.join(", ")),
+    }
+}

@@ -1,0 +1,121 @@
+//! Setting up Patronus for an experiment: a memory node on the rig's memory-node device,
+//! clients on the per-thread compute-node devices, and objects allocated up front.
+
+use super::driver::Rig;
+use anyhow::{Context as _, Result, bail};
+use patronus_core::client::{Client, ClientConfig};
+use patronus_core::manager::{MemoryNode, NodeConfig};
+use patronus_core::proto::messages::{Mode, Reply, Request};
+use rnic::soft::{SoftContext, SoftProvider};
+use std::time::Duration;
+
+/// A running Patronus memory node and the devices its clients connect from.
+#[derive(Debug)]
+pub struct PatronusRig {
+    /// The node.
+    pub node: MemoryNode<SoftProvider>,
+    /// Its device (for engine CPU).
+    pub node_dev: SoftContext,
+    /// One compute-node device per client thread.
+    pub client_devs: Vec<SoftContext>,
+}
+
+/// Client settings for throughput runs: no spare QPs (no fault is injected), no recovery
+/// thread, and no acquire wait unless the experiment asks for one.
+pub fn lean_client() -> ClientConfig {
+    ClientConfig {
+        spare_qps: 0,
+        background_recovery: false,
+        staging_bytes: 64 << 10,
+        rpc_timeout: Duration::from_secs(20),
+        ..ClientConfig::default()
+    }
+}
+
+impl PatronusRig {
+    /// Starts a node with `cfg` and opens `threads` client devices.
+    pub fn start(rig: &Rig, cfg: NodeConfig, threads: usize) -> Result<Self> {
+        let node_dev = rig.device()?;
+        let node = MemoryNode::start(node_dev.clone(), cfg).context("starting the memory node")?;
+        let client_devs = (0..threads.max(1))
+            .map(|_| rig.device())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PatronusRig {
+            node,
+            node_dev,
+            client_devs,
+        })
+    }
+
+    /// Connects `n` clients, spread round-robin over the client devices (client `i` on
+    /// device `i % threads`, which is also the thread that will drive it).
+    pub fn clients(&self, n: usize, cfg: &ClientConfig) -> Result<Vec<Client<SoftProvider>>> {
+        (0..n)
+            .map(|i| {
+                let dev = &self.client_devs[i % self.client_devs.len()];
+                Client::connect(dev, self.node.address(), cfg.clone())
+                    .with_context(|| format!("connecting client {i}"))
+            })
+            .collect()
+    }
+
+    /// Allocates `count` objects of `size` bytes and revokes the allocation permissions, so
+    /// later `acquire`s find them; returns their addresses. Pipelined, 16 requests in flight.
+    pub fn objects(&self, count: usize, size: u64) -> Result<Vec<u64>> {
+        let mut c = Client::<SoftProvider>::connect(
+            &self.client_devs[0],
+            self.node.address(),
+            lean_client(),
+        )?;
+        let mut addrs = Vec::with_capacity(count);
+        let mut in_flight = 0usize;
+        let mut issued = 0usize;
+        let deadline = super::driver::now() + Duration::from_secs(30);
+        let waiting = || -> Result<()> {
+            if super::driver::now() > deadline {
+                bail!("allocating objects: the memory node stopped answering");
+            }
+            std::hint::spin_loop();
+            Ok(())
+        };
+        while addrs.len() < count {
+            while in_flight < 16 && issued < count {
+                c.submit(Request::Allocate {
+                    size,
+                    lease_us: 10_000_000,
+                    mode: Mode::Shared,
+                })?;
+                issued += 1;
+                in_flight += 1;
+            }
+            match c.poll_reply()? {
+                Some((_, Reply::Granted(g))) => {
+                    addrs.push(g.buffer_addr);
+                    c.submit(Request::Revoke {
+                        id: g.id,
+                        free: false,
+                    })?;
+                }
+                Some((_, Reply::Revoked)) => in_flight -= 1,
+                Some((_, other)) => bail!("allocating objects: unexpected {other:?}"),
+                None => waiting()?,
+            }
+        }
+        while in_flight > 0 {
+            match c.poll_reply()? {
+                Some((_, Reply::Revoked)) => in_flight -= 1,
+                Some((_, other)) => bail!("allocating objects: unexpected {other:?}"),
+                None => waiting()?,
+            }
+        }
+        Ok(addrs)
+    }
+
+    /// Manager busy CPU and NIC engine CPU of the node so far.
+    pub fn cpu(&self) -> (Duration, Duration) {
+        (
+            self.node.fresh_stats().busy_cpu,
+            super::driver::engine_cpu(&self.node_dev),
+        )
+    }
+}

@@ -1,0 +1,138 @@
+//! Structure checks of each experiment's quick run: rows, a figure and checks are present.
+//! Performance verdicts are never asserted here (they depend on the machine); the reports
+//! show them.
+
+use patronus_bench::experiments::{fig1, table5};
+use patronus_bench::harness::{BenchOpts, Experiment};
+use patronus_core::cluster::Transport;
+use std::path::PathBuf;
+
+fn opts(name: &str, transport: Transport) -> BenchOpts {
+    let out: PathBuf = std::env::temp_dir().join(format!(
+        "patronus-bench-smoke-{name}-{}",
+        std::process::id()
+    ));
+    BenchOpts {
+        quick: true,
+        transport,
+        out,
+    }
+}
+
+fn assert_structure(exp: &Experiment, name: &str, mechanisms: &[&str]) {
+    assert_eq!(exp.experiment, name);
+    assert!(exp.quick);
+    for m in mechanisms {
+        assert!(
+            exp.rows.iter().any(|r| r.mechanism == *m),
+            "{name}: no row for {m:?}"
+        );
+    }
+    assert!(!exp.figure.panels.is_empty(), "{name}: no figure panels");
+    for panel in &exp.figure.panels {
+        assert!(
+            !panel.series.is_empty(),
+            "{name}: empty panel {:?}",
+            panel.title
+        );
+        for s in &panel.series {
+            assert!(!s.points.is_empty(), "{name}: empty series {:?}", s.name);
+            assert!(
+                s.points.iter().all(|p| p.y.is_finite()),
+                "{name}: {:?}",
+                s.name
+            );
+        }
+    }
+    assert!(!exp.checks.is_empty(), "{name}: no checks");
+    assert!(!exp.paper.is_empty(), "{name}: no paper references");
+    assert!(
+        exp.rows
+            .iter()
+            .all(|r| r.p50_us.is_finite() && r.p99_us.is_finite())
+    );
+    assert!(exp.wall_s > 0.0);
+}
+
+#[test]
+fn fig1_structure() {
+    let exp = fig1::run(&opts("fig1", Transport::InProc)).expect("fig1 runs");
+    assert_structure(
+        &exp,
+        "fig1",
+        &[
+            "MR reg+dereg",
+            "MW bind",
+            "QP flag change",
+            "QP recovery",
+            "TCP ping-pong 64 B",
+            "soft READ 64 B (tcp)",
+        ],
+    );
+    let sizes = exp.rows.iter().filter(|r| r.mechanism == "MW bind").count();
+    assert!(sizes >= 2, "MW bind measured at {sizes} sizes");
+    assert!(
+        exp.rows
+            .iter()
+            .all(|r| r.mechanism != "MW bind" || r.get_f64("size_bytes").is_some())
+    );
+    assert_eq!(exp.figure.panels.len(), 2);
+    assert!(!exp.ratios.is_empty());
+    // Either UCX ran or a note says why not.
+    assert!(
+        exp.rows.iter().any(|r| r.mechanism.starts_with("UCX"))
+            || exp.notes.iter().any(|n| n.contains("ucx_perftest"))
+    );
+}
+
+#[test]
+fn table5_structure() {
+    let exp = table5::run(&opts("table5", Transport::InProc)).expect("table5 runs");
+    assert_structure(&exp, "table5", &["w/o spare QPs", "w/ spare QPs"]);
+    for r in &exp.rows {
+        assert!(r.get_f64("switch_p50_us").is_some());
+        assert_eq!(r.get_f64("faults"), Some(20.0));
+    }
+}
+
+/// Prints the numbers of full or quick runs on both transports (release builds):
+/// `cargo test --release -p patronus-bench --test experiments_smoke -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints numbers; run by hand in release"]
+fn print_numbers() {
+    let quick = std::env::var_os("BENCH_FULL").is_none();
+    for transport in [Transport::InProc, Transport::Tcp] {
+        for (name, run) in [
+            (
+                "fig1",
+                fig1::run as fn(&BenchOpts) -> anyhow::Result<Experiment>,
+            ),
+            ("table5", table5::run),
+        ] {
+            let mut o = opts(name, transport);
+            o.quick = quick;
+            let exp = run(&o).expect("runs");
+            println!("--- {name} over {transport:?}: {:.1} s", exp.wall_s);
+            for r in &exp.ratios {
+                println!("ratio  {}: {:.2}", r.name, r.value);
+            }
+            for p in &exp.paper {
+                println!(
+                    "paper  {}: ours {:?} vs paper {:?} {}",
+                    p.metric, p.ours, p.paper, p.unit
+                );
+            }
+            for c in &exp.checks {
+                println!(
+                    "check  [{}] {}: {}",
+                    if c.holds { "holds" } else { "FAILS" },
+                    c.claim,
+                    c.detail
+                );
+            }
+            for n in &exp.notes {
+                println!("note   {n}");
+            }
+        }
+    }
+}
