@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, anyhow};
 use patronus_core::cluster::Transport;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rnic::soft::{SoftConfig, SoftContext, SoftFabric, TcpNode};
+use rnic::soft::{SoftConfig, SoftContext, SoftFabric, TcpNode, TcpOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,7 +45,15 @@ impl Rig {
             Some(f) => Ok(f.open_device(SoftConfig::default())),
             None => {
                 let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-                TcpNode::open(SoftConfig::default(), loopback).context("opening a TCP device")
+                // Engines park as soon as they run out of work: a run has several devices,
+                // and on 2 cores engines that spin before parking hold cores for whole
+                // scheduler time slices (4 ms here) while the thread they wait for cannot run.
+                let options = TcpOptions {
+                    spin_polls: 0,
+                    ..TcpOptions::default()
+                };
+                TcpNode::open_with(SoftConfig::default(), loopback, options)
+                    .context("opening a TCP device")
             }
         }
     }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 /// Lease and heartbeat period (§7.2.4: "the same value of lease time (100 μs)").
 const LEASE_US: u64 = 100;
 const LOGICAL_CLIENTS: usize = 8;
-const HOT_OBJECTS: usize = 32;
+const HOT_OBJECTS: usize = 256;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Scheme {

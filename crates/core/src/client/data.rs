@@ -432,7 +432,8 @@ impl<P: Provider> Client<P> {
                     }
                     break;
                 }
-                std::hint::spin_loop();
+                // The NIC may need this core (a TCP engine thread on a small machine).
+                std::thread::yield_now();
             }
         }
         out

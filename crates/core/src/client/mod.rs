@@ -397,7 +397,8 @@ impl<P: Provider> Client<P> {
                         self.send_request(req_id, &req)?;
                         self.outstanding += 1; // both copies will be answered
                     }
-                    std::hint::spin_loop();
+                    // The manager (or a TCP engine) may need this core.
+                    std::thread::yield_now();
                 }
             }
         }
@@ -440,7 +441,7 @@ impl<P: Provider> Client<P> {
                 None if std::time::Instant::now() >= deadline => {
                     return Err(ClientError::RpcTimeout);
                 }
-                None => std::hint::spin_loop(),
+                None => std::thread::yield_now(),
             }
         }
     }

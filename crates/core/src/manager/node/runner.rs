@@ -422,7 +422,13 @@ impl<P: Provider> Runner<P> {
             }
             if n == 0 {
                 idle += 1;
-                std::hint::spin_loop();
+                if idle % 64 == 0 {
+                    // Over TCP the loopback work needs the device's engine thread, which may
+                    // be waiting for this core.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             idle = 0;
