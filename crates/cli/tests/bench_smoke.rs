@@ -1,0 +1,79 @@
+//! CI's smoke run of the evaluation: `patronus bench all --quick` on both transports must
+//! produce every experiment's JSON and figure and a report with every section. Structure
+//! only: performance verdicts are the report's business, never a test's.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const EXPERIMENTS: [&str; 6] = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5"];
+
+fn out_dir(transport: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "patronus-bench-smoke-{transport}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn smoke(transport: &str) {
+    let out = out_dir(transport);
+    let run = Command::new(env!("CARGO_BIN_EXE_patronus"))
+        .args(["bench", "all", "--quick", "--transport", transport, "--out"])
+        .arg(&out)
+        .env("PATRONUS_NO_PROGRESS", "1")
+        .output()
+        .expect("run patronus bench");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("== Summary"), "no summary:\n{stdout}");
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    for name in EXPERIMENTS {
+        let json = std::fs::read_to_string(out.join(format!("{name}.json")))
+            .unwrap_or_else(|e| panic!("{name}.json: {e}"));
+        let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+        assert_eq!(v["experiment"], name);
+        assert_eq!(v["transport"], transport);
+        let rows = v["rows"].as_array().expect("rows");
+        assert!(!rows.is_empty(), "{name}: no rows");
+        for key in [
+            "mechanism",
+            "clients",
+            "throughput_ops",
+            "p50_us",
+            "p99_us",
+            "mn_cpu_us_per_op",
+        ] {
+            assert!(
+                rows.iter().all(|r| r.get(key).is_some()),
+                "{name}: rows without {key}"
+            );
+        }
+        let svg = std::fs::read_to_string(out.join(format!("{name}.svg")))
+            .unwrap_or_else(|e| panic!("{name}.svg: {e}"));
+        assert!(svg.contains("<svg"), "{name}.svg is not an SVG");
+        assert!(
+            report.contains(&format!("({name}.svg)")),
+            "report does not show {name}.svg"
+        );
+        assert!(
+            !v["checks"].as_array().expect("checks").is_empty(),
+            "{name}: no checks"
+        );
+    }
+    assert!(report.contains("## Summary"), "report without a summary");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bench_all_quick_in_process() {
+    smoke("inproc");
+}
+
+#[test]
+fn bench_all_quick_over_tcp() {
+    smoke("tcp");
+}
