@@ -146,7 +146,7 @@ impl Logical for Acquirer {
 /// Runs Figure 6 / Table 4 on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let (clients, ops, budget) = if opts.quick {
-        (32u32, 20_000u64, Duration::from_millis(1500))
+        (32u32, 100_000u64, Duration::from_millis(1_500))
     } else {
         (64, 300_000, Duration::from_secs(10))
     };

@@ -140,7 +140,7 @@ impl Logical for Extender {
 /// Runs Figure 7 on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let (clients, ops, budget) = if opts.quick {
-        (32u32, 30_000u64, Duration::from_millis(1500))
+        (32u32, 150_000u64, Duration::from_millis(1_500))
     } else {
         (64, 400_000, Duration::from_secs(10))
     };

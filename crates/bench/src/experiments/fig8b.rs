@@ -131,7 +131,7 @@ impl Logical for Contender {
 /// Runs Figure 8(b) on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let (slow_us, ops, budget): (Vec<u64>, u64, Duration) = if opts.quick {
-        (vec![0, 1_000], 4_000, Duration::from_millis(1200))
+        (vec![0, 1_000], 30_000, Duration::from_millis(1_500))
     } else {
         (
             vec![0, 250, 500, 1_000, 2_000, 4_000],

@@ -37,8 +37,8 @@ fn plan(opts: &BenchOpts) -> Plan {
     if opts.quick {
         Plan {
             clients: vec![1, 8, 32, 64],
-            ops: 12_000,
-            budget: Duration::from_millis(700),
+            ops: 60_000,
+            budget: Duration::from_millis(1_000),
             objects: 4096,
         }
     } else {
