@@ -52,7 +52,7 @@ pub fn run(names: &[String], opts: &BenchOpts) -> Result<Vec<Experiment>> {
 }
 
 fn preamble(opts: &BenchOpts, names: &[String]) -> Vec<String> {
-    vec![
+    let mut out = vec![
         format!(
             "Experiments: {}. Transport: {}. Mode: {}. Machine: {} logical CPUs.",
             names.join(", "),
@@ -62,7 +62,11 @@ fn preamble(opts: &BenchOpts, names: &[String]) -> Vec<String> {
         ),
         "Every mechanism runs on the same software RNIC with the same workload code. Latencies come from HDR histograms; throughput is a fixed operation count over wall time; every ratio compares numbers taken in this run. Paper numbers are quoted only where the paper's text or tables state them (section cited); where the paper has only a figure, the paper column says n/a.".into(),
         "Where our numbers disagree with the paper, the section's checks and notes say why: the soft NIC's cost structure differs from a ConnectX-5 (no RNIC firmware, MR registration is page faulting and pinning in software, in-process one-sided operations run on the requester's thread, and the memory node shares 2 cores with the clients).".into(),
-    ]
+    ];
+    if opts.transport == patronus_core::cluster::Transport::Tcp {
+        out.push("Over TCP every device has a NIC engine thread; with several devices, the client thread and the manager on a small machine, busy threads hold cores for whole scheduler time slices, which shows as millisecond-scale control RPCs. Read this report as a check that everything runs over the TCP transport; compare mechanisms with the in-process report, or with the memory node in its own process on a larger machine (docs/evaluation.md).".into());
+    }
+    out
 }
 
 /// One line per experiment: its verdicts and headline ratios.
