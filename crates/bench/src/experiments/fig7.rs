@@ -124,7 +124,11 @@ impl Logical for Extender {
                     }
                     // The lease ran out before the client got to extend it (its thread was
                     // busy with other logical clients): start a new cycle, uncounted.
-                    Err(ClientError::ExtensionRefused | ClientError::LeaseExpired) => {
+                    Err(
+                        ClientError::ExtensionRefused
+                        | ClientError::LeaseExpired
+                        | ClientError::Denied(_),
+                    ) => {
                         self.step_no = 0;
                         self.perm = None;
                     }

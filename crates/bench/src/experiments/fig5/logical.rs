@@ -97,9 +97,14 @@ impl Logical for PatronusLogical {
                     self.wait = Wait::Idle;
                     match accesses(ctx, t0, |buf| Ok(client.read(&perm, 0, buf)?)) {
                         Ok(()) => {}
-                        // The grant arrived after its lease (a descheduled thread on an
-                        // oversubscribed machine): nothing was accessed; start over.
-                        Err(e) if matches!(e.downcast_ref(), Some(ClientError::LeaseExpired)) => {}
+                        // The lease ran out before an access was posted (a descheduled thread
+                        // on an oversubscribed machine), or while it was in flight (the NIC
+                        // rejects it, as it must): start over with a new permission.
+                        Err(e)
+                            if matches!(
+                                e.downcast_ref(),
+                                Some(ClientError::LeaseExpired | ClientError::Denied(_))
+                            ) => {}
                         Err(e) => return Err(e),
                     }
                 }
