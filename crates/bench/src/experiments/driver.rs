@@ -9,7 +9,7 @@
 //! round trip in every mechanism (the RPC mechanism's accesses included), so no mechanism gets
 //! pipelining the others lack. Throughput is a fixed op count over the wall time to reach it.
 
-use crate::harness::{Latency, bar};
+use crate::harness::{Latency, Row, bar};
 use anyhow::{Context as _, Result, anyhow};
 use patronus_core::cluster::Transport;
 use rand::SeedableRng;
@@ -99,6 +99,21 @@ pub struct Driven {
 }
 
 impl Driven {
+    /// A result row: throughput, HDR percentiles, and the memory node's CPU per operation
+    /// (`manager`: its manager/server thread's busy time; `engine`: its NIC engine threads),
+    /// in total and per kind.
+    pub fn row(&self, mechanism: &str, clients: u32, manager: Duration, engine: Duration) -> Row {
+        let mut r = Row::new(mechanism, clients)
+            .with("ops", self.ops)
+            .with("mn_manager_cpu_us_per_op", us_per_op(manager, self.ops))
+            .with("mn_engine_cpu_us_per_op", us_per_op(engine, self.ops));
+        r.throughput_ops = self.throughput();
+        r.p50_us = self.latency.p50_us();
+        r.p99_us = self.latency.p99_us();
+        r.mn_cpu_us_per_op = us_per_op(manager + engine, self.ops);
+        r
+    }
+
     /// Operations per second.
     pub fn throughput(&self) -> f64 {
         self.ops as f64 / self.wall.as_secs_f64().max(1e-9)

@@ -3,9 +3,7 @@
 //! memory node. Clients acquire (and revoke, or let expire) permissions over random 64 B
 //! objects; enough logical clients to saturate the manager.
 
-use crate::experiments::driver::{
-    CLIENT_THREADS, Logical, Rig, StepCtx, drive, now, spread, us_per_op,
-};
+use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, drive, now, spread};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
@@ -236,16 +234,7 @@ fn measure(
     let c = settle(&p, p.node.fresh_stats().counters).since(&before);
     p.node.shutdown();
     let grants = c.granted.max(1) as f64;
-    let mut r = Row::new(name, clients)
-        .with("ops", d.ops)
-        .with(
-            "mn_manager_cpu_us_per_op",
-            us_per_op(m1.saturating_sub(m0), d.ops),
-        )
-        .with(
-            "mn_engine_cpu_us_per_op",
-            us_per_op(e1.saturating_sub(e0), d.ops),
-        );
+    let mut r = d.row(name, clients, m1.saturating_sub(m0), e1.saturating_sub(e0));
     if !bare {
         r = r
             .with("binds_per_perm", c.binds as f64 / grants)
@@ -255,10 +244,6 @@ fn measure(
             .with("paper_mw_per_perm", cfg.paper_mw)
             .with("paper_rpcs_per_perm", cfg.paper_rpc);
     }
-    r.throughput_ops = d.throughput();
-    r.p50_us = d.latency.p50_us();
-    r.p99_us = d.latency.p99_us();
-    r.mn_cpu_us_per_op = us_per_op(m1.saturating_sub(m0) + e1.saturating_sub(e0), d.ops);
     Ok(r)
 }
 

@@ -192,18 +192,10 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         let (m1, e1) = p.cpu();
         p.node.shutdown();
         let (mgr, eng) = (m1.saturating_sub(m0), e1.saturating_sub(e0));
-        let mut r = Row::new(*name, clients)
-            .with("ops", d.ops)
-            .with(
-                "lease_cycles_per_s",
-                d.throughput() / (EXTENSIONS + 1) as f64,
-            )
-            .with("mn_manager_cpu_us_per_op", us_per_op(mgr, d.ops))
-            .with("mn_engine_cpu_us_per_op", us_per_op(eng, d.ops));
-        r.throughput_ops = d.throughput();
-        r.p50_us = d.latency.p50_us();
-        r.p99_us = d.latency.p99_us();
-        r.mn_cpu_us_per_op = us_per_op(mgr + eng, d.ops);
+        let r = d.row(name, clients, mgr, eng).with(
+            "lease_cycles_per_s",
+            d.throughput() / (EXTENSIONS + 1) as f64,
+        );
         println!(
             "{:<11} {:>12.1} {:>12.1} {:>8.2} {:>8.2} {:>10.3}",
             name,

@@ -246,17 +246,12 @@ fn measure(rig: &Rig, scheme: Scheme, slow_us: u64, ops: u64, budget: Duration) 
     };
     p.node.shutdown();
     let (mgr, eng) = (m1.saturating_sub(m0), e1.saturating_sub(e0));
-    let mut r = Row::new(name, LOGICAL_CLIENTS as u32)
+    let mut r = d
+        .row(name, LOGICAL_CLIENTS as u32, mgr, eng)
         .with("slow_us", slow_us)
-        .with("ops", d.ops)
         .with("heartbeat_reads", reads)
         .with("suspected", suspected)
-        .with("mn_manager_cpu_us_per_op", us_per_op(mgr, d.ops))
-        .with("mn_poller_cpu_us_per_op", us_per_op(poll_cpu, d.ops))
-        .with("mn_engine_cpu_us_per_op", us_per_op(eng, d.ops));
-    r.throughput_ops = d.throughput();
-    r.p50_us = d.latency.p50_us();
-    r.p99_us = d.latency.p99_us();
+        .with("mn_poller_cpu_us_per_op", us_per_op(poll_cpu, d.ops));
     r.mn_cpu_us_per_op = us_per_op(mgr + eng + poll_cpu, d.ops);
     Ok(r)
 }

@@ -5,9 +5,7 @@
 mod logical;
 
 use crate::baseline::{BaselineClient, BaselineConfig, BaselineNode};
-use crate::experiments::driver::{
-    CLIENT_THREADS, Driven, Logical, Rig, drive, engine_cpu, spread, us_per_op,
-};
+use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, drive, engine_cpu, spread};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
@@ -149,7 +147,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                 let (m1, e1) = (node.stats().busy_cpu, engine_cpu(node_dev));
                 (d, m1.saturating_sub(m0), e1.saturating_sub(e0))
             };
-            let row = row(mech, n, &driven, mgr, engine);
+            let row = driven.row(mech, n, mgr, engine);
             println!(
                 "{:<9} {:>7} {:>12.1} {:>9.2} {:>9.2} {:>13.3}",
                 mech,
@@ -167,18 +165,6 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     patronus.node.shutdown();
     summarize(&mut exp, &plan);
     Ok(exp)
-}
-
-fn row(mech: &str, clients: u32, d: &Driven, mgr: Duration, engine: Duration) -> Row {
-    let mut r = Row::new(mech, clients)
-        .with("ops", d.ops)
-        .with("mn_manager_cpu_us_per_op", us_per_op(mgr, d.ops))
-        .with("mn_engine_cpu_us_per_op", us_per_op(engine, d.ops));
-    r.throughput_ops = d.throughput();
-    r.p50_us = d.latency.p50_us();
-    r.p99_us = d.latency.p99_us();
-    r.mn_cpu_us_per_op = us_per_op(mgr + engine, d.ops);
-    r
 }
 
 impl Flavor {
