@@ -3,14 +3,14 @@
 //! memory node. Clients acquire (and revoke, or let expire) permissions over random 64 B
 //! objects; enough logical clients to saturate the manager.
 
-use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, drive, now, spread};
+use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };
 use anyhow::{Result, bail};
 use patronus_core::client::Client;
-use patronus_core::manager::{Counters, NodeConfig, Techniques};
+use patronus_core::manager::{Counters, Techniques};
 use patronus_core::proto::messages::{Access, Mode, Reply, Request};
 use rand::Rng;
 use rnic::soft::SoftProvider;
@@ -195,13 +195,7 @@ fn measure(
     seed: u64,
     bare: bool,
 ) -> Result<Row> {
-    let node_cfg = NodeConfig {
-        techniques: cfg.techniques,
-        max_lifetime_us: 2_000_000,
-        header_count: 1 << 17,
-        mw_count: 1 << 16,
-        ..NodeConfig::default()
-    };
+    let node_cfg = PatronusRig::throughput_config(cfg.techniques, 2_000_000);
     let p = PatronusRig::start(rig, node_cfg, CLIENT_THREADS)?;
     let objects = Arc::new(p.objects(1024, 64)?);
     let logicals: Vec<Box<dyn Logical>> = p
@@ -219,22 +213,14 @@ fn measure(
         })
         .collect();
     let before = settle(&p, p.node.fresh_stats().counters);
-    let (m0, e0) = p.cpu();
     let name = if bare { "RPC (bare)" } else { cfg.name };
-    let d = drive(
-        spread(logicals, CLIENT_THREADS),
-        ops,
-        budget,
-        seed,
-        &format!("fig6 {name}"),
-    )?;
-    let (m1, e1) = p.cpu();
+    let (d, mgr, eng) = p.drive(logicals, ops, budget, seed, &format!("fig6 {name}"))?;
     // Leases that end by expiry finish after the run: count their unbinds too.
     wait_ended(&p);
     let c = settle(&p, p.node.fresh_stats().counters).since(&before);
     p.node.shutdown();
     let grants = c.granted.max(1) as f64;
-    let mut r = d.row(name, clients, m1.saturating_sub(m0), e1.saturating_sub(e0));
+    let mut r = d.row(name, clients, mgr, eng);
     if !bare {
         r = r
             .with("binds_per_perm", c.binds as f64 / grants)

@@ -3,16 +3,14 @@
 //! the lifetime word in the header, one-sided). A lease cycle is one acquire plus eight
 //! extensions (or nine acquires); throughput counts lease operations (acquire or extension).
 
-use crate::experiments::driver::{
-    CLIENT_THREADS, Logical, Rig, StepCtx, drive, now, spread, us_per_op,
-};
+use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now, us_per_op};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };
 use anyhow::{Result, bail};
 use patronus_core::client::{Client, ClientError, Perm};
-use patronus_core::manager::{NodeConfig, Techniques};
+use patronus_core::manager::Techniques;
 use patronus_core::proto::messages::{Access, Mode, Reply, Request, Status};
 use rand::Rng;
 use rnic::soft::SoftProvider;
@@ -157,13 +155,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let rig = Rig::new(opts.transport);
     for (i, name) in SCHEMES.iter().enumerate() {
         let scheme = [Scheme::Reacquire, Scheme::RpcExtend, Scheme::CnExtend][i];
-        let node_cfg = NodeConfig {
-            techniques: Techniques::ALL,
-            max_lifetime_us: 1_000_000,
-            header_count: 1 << 17,
-            mw_count: 1 << 16,
-            ..NodeConfig::default()
-        };
+        let node_cfg = PatronusRig::throughput_config(Techniques::ALL, 1_000_000);
         let p = PatronusRig::start(&rig, node_cfg, CLIENT_THREADS)?;
         let objects = Arc::new(p.objects(1024, 64)?);
         let logicals: Vec<Box<dyn Logical>> = p
@@ -181,17 +173,14 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                 }) as Box<dyn Logical>
             })
             .collect();
-        let (m0, e0) = p.cpu();
-        let d = drive(
-            spread(logicals, CLIENT_THREADS),
+        let (d, mgr, eng) = p.drive(
+            logicals,
             ops,
             budget,
             70 + i as u64,
             &format!("fig7 {name}"),
         )?;
-        let (m1, e1) = p.cpu();
         p.node.shutdown();
-        let (mgr, eng) = (m1.saturating_sub(m0), e1.saturating_sub(e0));
         let r = d.row(name, clients, mgr, eng).with(
             "lease_cycles_per_s",
             d.throughput() / (EXTENSIONS + 1) as f64,

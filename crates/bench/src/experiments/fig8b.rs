@@ -10,9 +10,7 @@
 //!   answering, so the heartbeats never fail and the hung holder blocks until it wakes.
 
 use crate::baseline::{HeartbeatPoller, HeartbeatTarget};
-use crate::experiments::driver::{
-    CLIENT_THREADS, Logical, Rig, StepCtx, drive, now, spread, us_per_op,
-};
+use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now, us_per_op};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
@@ -223,19 +221,12 @@ fn measure(rig: &Rig, scheme: Scheme, slow_us: u64, ops: u64, budget: Duration) 
         })
         .collect();
     let poll_cpu0 = poller.as_ref().map(|h| h.stats().cpu).unwrap_or_default();
-    let (m0, e0) = p.cpu();
     let name = match scheme {
         Scheme::Lease => "lease",
         Scheme::Polling => "polling",
     };
-    let d = drive(
-        spread(logicals, CLIENT_THREADS),
-        ops,
-        budget,
-        80 + slow_us,
-        &format!("fig8b {name} slow {slow_us} us"),
-    )?;
-    let (m1, e1) = p.cpu();
+    let what = format!("fig8b {name} slow {slow_us} us");
+    let (d, mgr, eng) = p.drive(logicals, ops, budget, 80 + slow_us, &what)?;
     let (reads, suspected, poll_cpu) = match poller {
         Some(h) => {
             let s = h.stats();
@@ -245,7 +236,6 @@ fn measure(rig: &Rig, scheme: Scheme, slow_us: u64, ops: u64, budget: Duration) 
         None => (0, 0, Duration::ZERO),
     };
     p.node.shutdown();
-    let (mgr, eng) = (m1.saturating_sub(m0), e1.saturating_sub(e0));
     let mut r = d
         .row(name, LOGICAL_CLIENTS as u32, mgr, eng)
         .with("slow_us", slow_us)

@@ -1,10 +1,10 @@
 //! Setting up Patronus for an experiment: a memory node on the rig's memory-node device,
 //! clients on the per-thread compute-node devices, and objects allocated up front.
 
-use super::driver::Rig;
+use super::driver::{Driven, Logical, Rig, drive, spread};
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::manager::{MemoryNode, NodeConfig};
+use patronus_core::manager::{MemoryNode, NodeConfig, Techniques};
 use patronus_core::proto::messages::{Mode, Reply, Request};
 use rnic::soft::{SoftContext, SoftProvider};
 use std::time::Duration;
@@ -109,6 +109,40 @@ impl PatronusRig {
             }
         }
         Ok(addrs)
+    }
+
+    /// A node configuration for throughput runs: `techniques`, the given maximum lifetime,
+    /// and header and window pools large enough for every permission alive during a run.
+    pub fn throughput_config(techniques: Techniques, max_lifetime_us: u64) -> NodeConfig {
+        NodeConfig {
+            techniques,
+            max_lifetime_us,
+            header_count: 1 << 17,
+            mw_count: 1 << 16,
+            ..NodeConfig::default()
+        }
+    }
+
+    /// Drives `logicals` (spread over the client threads) and returns the run with the
+    /// node's manager and engine CPU spent during it.
+    pub fn drive(
+        &self,
+        logicals: Vec<Box<dyn Logical>>,
+        ops: u64,
+        budget: Duration,
+        seed: u64,
+        what: &str,
+    ) -> Result<(Driven, Duration, Duration)> {
+        let (m0, e0) = self.cpu();
+        let d = drive(
+            spread(logicals, self.client_devs.len()),
+            ops,
+            budget,
+            seed,
+            what,
+        )?;
+        let (m1, e1) = self.cpu();
+        Ok((d, m1.saturating_sub(m0), e1.saturating_sub(e0)))
     }
 
     /// Manager busy CPU and NIC engine CPU of the node so far.

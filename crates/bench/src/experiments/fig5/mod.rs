@@ -12,7 +12,7 @@ use crate::harness::{
 };
 use anyhow::{Context as _, Result};
 use logical::{BaselineLogical, Flavor, PatronusLogical};
-use patronus_core::manager::{NodeConfig, Techniques};
+use patronus_core::manager::Techniques;
 use rnic::soft::SoftProvider;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,13 +65,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     );
 
     // Patronus: every technique on, leases end by expiry.
-    let node_cfg = NodeConfig {
-        techniques: Techniques::ALL,
-        max_lifetime_us: 1_000_000,
-        header_count: 1 << 17,
-        mw_count: 1 << 16,
-        ..NodeConfig::default()
-    };
+    let node_cfg = PatronusRig::throughput_config(Techniques::ALL, 1_000_000);
     let patronus = PatronusRig::start(&rig, node_cfg, CLIENT_THREADS)?;
     let objects = Arc::new(patronus.objects(plan.objects, logical::ACCESS as u64)?);
     // The baselines run on nodes of their own (the same soft NIC, their own devices): one for
@@ -107,16 +101,13 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                             as Box<dyn Logical>
                     })
                     .collect();
-                let (m0, e0) = patronus.cpu();
-                let d = drive(
-                    spread(logicals, CLIENT_THREADS),
+                patronus.drive(
+                    logicals,
                     plan.ops,
                     plan.budget,
                     5,
                     &format!("fig5 {mech} x{n}"),
-                )?;
-                let (m1, e1) = patronus.cpu();
-                (d, m1.saturating_sub(m0), e1.saturating_sub(e0))
+                )?
             } else {
                 let flavor = match mech {
                     "Unprot" => Flavor::Unprot,
