@@ -48,6 +48,7 @@ mod conformance {
                     // access checks
                     window_read_write_atomics,
                     access_wrong_key_byte,
+                    bind_with_chosen_key_byte,
                     access_stale_rkey_after_rebind,
                     access_window_of_other_pd,
                     access_type2_from_other_qp,

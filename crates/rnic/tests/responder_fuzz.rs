@@ -58,6 +58,7 @@ fn bed() -> Bed {
             addr: block.addr() + WIN_OFF,
             len: WIN_LEN,
             access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            key: None,
         })
         .unwrap();
     // A recognizable pattern everywhere.

@@ -112,6 +112,7 @@ fn read_write_atomics_and_windows() {
                 access: AccessFlags::REMOTE_READ
                     | AccessFlags::REMOTE_WRITE
                     | AccessFlags::REMOTE_ATOMIC,
+                key: None,
             },
         },
     }])
@@ -230,6 +231,7 @@ fn qp_reset_frees_its_type2_windows() {
                     addr,
                     length: 64,
                     access: AccessFlags::REMOTE_READ,
+                    key: None,
                 },
             },
         }

@@ -144,6 +144,7 @@ fn tcp_forged_rkeys_get_naks_and_touch_nothing() {
                 addr: s.buf.addr() + 4096,
                 length: 256,
                 access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+                key: None,
             },
         },
     }])

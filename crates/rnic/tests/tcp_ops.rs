@@ -225,6 +225,7 @@ fn tcp_reset_and_reconnect_keeps_type1_window() {
                 addr: s.buf.addr() + 8192,
                 length: 128,
                 access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+                key: None,
             },
         },
     }])

@@ -118,6 +118,7 @@ pub(crate) fn fig1(opts: &Opts) -> Result<(Vec<Fig1Row>, Value)> {
                         addr: buf.addr(),
                         length: size as u64,
                         access: rights[i % 2],
+                        key: None,
                     },
                 },
             };

@@ -29,6 +29,11 @@ pub struct BindInfo<'a, Mr> {
     pub length: u64,
     /// Remote rights granted through the window.
     pub access: AccessFlags,
+    /// Key byte of the window's new rkey (the low 8 bits of rdma-core's
+    /// `ibv_send_wr.bind_mw.rkey`, which the consumer chooses); `None` takes the device's own
+    /// choice (`ibv_inc_rkey` of the current rkey). A consumer that draws key bytes at random
+    /// makes the next rkey of a window unpredictable to its previous holder.
+    pub key: Option<u8>,
 }
 
 /// The operation of a send-queue work request.

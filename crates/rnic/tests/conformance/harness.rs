@@ -309,6 +309,7 @@ pub fn op_bind<'a, P: Provider>(
             addr,
             length,
             access,
+            key: None,
         },
     }
 }

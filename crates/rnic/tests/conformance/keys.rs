@@ -4,7 +4,7 @@
 
 use super::harness::*;
 use rnic::{
-    AccessFlags, MemoryBuffer, MemoryKey, MemoryWindow, MwType, ProtectionDomain, Provider, SendOp,
+    AccessFlags, MemoryBuffer, MemoryKey, MemoryWindow, MwType, ProtectionDomain, Provider, QueuePair, SendOp,
     WcStatus,
 };
 
@@ -159,4 +159,42 @@ pub fn rkey_guessing_finds_only_current_key<P: Provider, B: TestBed<P>>() {
 /// Exhaustive guessing with seeded random keys.
 pub fn rkey_guessing_finds_only_current_key_random<P: Provider, B: TestBed<P>>() {
     guess_all_keys::<P, B>(Keys::Random(42));
+}
+
+/// A bind work request may name the new rkey's key byte (rdma-core's `bind_mw.rkey`): the
+/// window then answers to exactly that byte, and the previous rkey is dead.
+pub fn bind_with_chosen_key_byte<P: Provider, B: TestBed<P>>() {
+    let w = World::<P, B>::new();
+    let conn = w.connect();
+    let (mw, old) = w.window1(OFF, 64, R);
+    for chosen in [0x5a_u8, 0x00, 0xff, 0x5b] {
+        let op = SendOp::BindMw {
+            mw: &mw,
+            bind: rnic::BindInfo {
+                mr: Some(&w.mmr),
+                addr: w.maddr(OFF),
+                length: 64,
+                access: R,
+                key: Some(chosen),
+            },
+        };
+        if let Err((_, e)) = w.admin.cqp.post_send(&[wr::<P>(0xb1d, op)]) {
+            panic!("bind post refused: {e}");
+        }
+        let wc = wait_completions::<P, B>(&w.bed, &w.admin.ccq, 1)[0];
+        assert_eq!(wc.status, WcStatus::Success);
+        let now = mw.rkey();
+        assert_eq!(now.key_byte(), chosen);
+        assert_eq!(now.index(), old.index());
+    }
+    assert_eq!(
+        w.read(&conn, 0, OFF, 8, mw.rkey()).status,
+        WcStatus::Success
+    );
+    let conn = w.connect();
+    assert_eq!(
+        w.read(&conn, 0, OFF, 8, old).status,
+        WcStatus::RemoteAccessError,
+        "the rkey before the chosen one is dead"
+    );
 }

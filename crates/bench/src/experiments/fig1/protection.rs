@@ -85,6 +85,7 @@ pub(super) fn mr_and_mw(
                     addr: buf.addr(),
                     length: size as u64,
                     access: rights[(i % 2) as usize],
+                    key: None,
                 },
             },
         };

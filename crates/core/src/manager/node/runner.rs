@@ -371,12 +371,14 @@ impl<P: Provider> Runner<P> {
                                     addr: t.addr,
                                     length: t.len,
                                     access: t.access,
+                                    key: None,
                                 },
                                 None => BindInfo {
                                     mr: None,
                                     addr: 0,
                                     length: 0,
                                     access: AccessFlags::empty(),
+                                    key: None,
                                 },
                             },
                         },
@@ -523,6 +525,7 @@ impl<P: Provider> Runner<P> {
                             addr: t.addr,
                             length: t.len,
                             access: t.access,
+                            key: None,
                         },
                     },
                 };

@@ -102,6 +102,8 @@ pub struct BindRequest {
     pub len: u64,
     /// Requested rights.
     pub access: AccessFlags,
+    /// Key byte of the new rkey, chosen by the consumer; `None`: the table's key policy.
+    pub key: Option<u8>,
 }
 
 /// Why a bind or invalidation failed (completes with `MwBindError` / a local error).
@@ -211,7 +213,7 @@ impl ProtectionTable {
             self.type2_used.store(true, Ordering::SeqCst);
         }
         let (old_key, _) = slot.gate.snapshot();
-        let key = self.next_key_byte(old_key);
+        let key = req.key.unwrap_or_else(|| self.next_key_byte(old_key));
         slot.gate.close();
         slot.gate.drain();
         if let Some(b) = &binding {

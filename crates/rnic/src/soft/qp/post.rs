@@ -185,6 +185,7 @@ impl QpInner {
             addr: bind.addr,
             len: bind.length,
             access: bind.access,
+            key: bind.key,
         };
         match self.dev.mpt.bind_mw(req) {
             Ok(key) => {
