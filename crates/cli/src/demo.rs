@@ -20,6 +20,7 @@ pub fn run(transport: Transport) -> Result<()> {
     };
     let client_cfg = ClientConfig {
         check_local_expiry: false, // so the demo can show the NIC refusing a late access
+        acquire_wait_us: 20_000,   // a conflicting acquire waits 20 ms for the holder
         ..ClientConfig::default()
     };
     let started = Instant::now();
@@ -65,7 +66,9 @@ pub fn run(transport: Transport) -> Result<()> {
         "bob asks for a shared read permission while alice holds it exclusively",
     );
     match bob.acquire(p.addr(), 19, 10_000, Access::Read, Mode::Shared) {
-        Err(ClientError::ConflictTimeout) => println!("    refused: conflict (no wait requested)"),
+        Err(ClientError::ConflictTimeout) => {
+            println!("    refused after waiting 20 ms: alice still holds it (conflict timeout)")
+        }
         other => println!("    unexpected: {other:?}"),
     }
 

@@ -33,6 +33,27 @@ impl From<TransportArg> for Transport {
     }
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum IsolationArg {
+    /// One PD for every client, type-1 windows (the paper's mode; a key byte is guessable).
+    SharedPd,
+    /// A PD per client: another client's rkey fails on this client's QPs.
+    PdPerClient,
+    /// A PD per client and type-2 windows bound to the client's current QP.
+    Type2,
+}
+
+impl From<IsolationArg> for patronus_core::manager::Isolation {
+    fn from(i: IsolationArg) -> Self {
+        use patronus_core::manager::Isolation;
+        match i {
+            IsolationArg::SharedPd => Isolation::SharedPd,
+            IsolationArg::PdPerClient => Isolation::PdPerClient,
+            IsolationArg::Type2 => Isolation::Type2,
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Start an embedded memory node and clients, walk through a permission's lifecycle
@@ -69,12 +90,22 @@ enum Command {
         /// Maximum lifetime of a permission, ms.
         #[arg(long, default_value_t = 1000)]
         max_lifetime_ms: u64,
+        /// How clients are isolated from each other.
+        #[arg(long, value_enum, default_value = "pd-per-client")]
+        isolation: IsolationArg,
+        /// A tenant the node serves, as ID:SECRET (repeatable; SECRET is a 64-bit number,
+        /// decimal or 0x-hex). Without any, every client is tenant 0 (one application).
+        #[arg(long = "tenant", value_parser = serve::parse_tenant)]
+        tenants: Vec<serve::TenantArg>,
     },
     /// Connect to a memory node over TCP, run a short lifecycle, print the result.
     Probe {
         /// The memory node's address.
         #[arg(long)]
         connect: std::net::SocketAddr,
+        /// Authenticate as this tenant, ID:SECRET (default: tenant 0).
+        #[arg(long, value_parser = serve::parse_tenant)]
+        tenant: Option<serve::TenantArg>,
     },
 }
 
@@ -99,7 +130,15 @@ fn main() -> anyhow::Result<()> {
             listen,
             pool_mib,
             max_lifetime_ms,
-        } => serve::serve(listen, pool_mib, max_lifetime_ms),
-        Command::Probe { connect } => serve::probe(connect),
+            isolation,
+            tenants,
+        } => serve::serve(&serve::ServeOpts {
+            listen,
+            pool_mib,
+            max_lifetime_ms,
+            isolation: isolation.into(),
+            tenants,
+        }),
+        Command::Probe { connect, tenant } => serve::probe(connect, tenant),
     }
 }

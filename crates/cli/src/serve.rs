@@ -2,20 +2,57 @@
 
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::manager::{MemoryNode, NodeConfig};
+use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, TenantSecret};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode};
 use std::io::Read;
 use std::net::SocketAddr;
 
+/// A tenant given on the command line.
+pub type TenantArg = TenantSecret;
+
+/// Parses `ID:SECRET` (SECRET decimal or 0x-hex).
+pub fn parse_tenant(s: &str) -> std::result::Result<TenantArg, String> {
+    let (id, secret) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{s}`: expected ID:SECRET"))?;
+    let tenant = id
+        .parse::<u32>()
+        .map_err(|e| format!("tenant id `{id}`: {e}"))?;
+    let secret = match secret.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => secret.parse::<u64>(),
+    }
+    .map_err(|e| format!("secret of tenant {tenant}: {e}"))?;
+    Ok(TenantSecret { tenant, secret })
+}
+
+/// What `serve` runs.
+#[derive(Debug)]
+pub struct ServeOpts {
+    /// Listening address.
+    pub listen: SocketAddr,
+    /// Buffer pool, MiB.
+    pub pool_mib: u64,
+    /// Maximum lifetime, ms.
+    pub max_lifetime_ms: u64,
+    /// Isolation mode.
+    pub isolation: Isolation,
+    /// Tenants (empty: one default tenant).
+    pub tenants: Vec<TenantArg>,
+}
+
 /// Serves until stdin reaches end of file; prints `listening <addr>` first.
-pub fn serve(listen: SocketAddr, pool_mib: u64, max_lifetime_ms: u64) -> Result<()> {
-    let ctx = TcpNode::open(SoftConfig::default(), listen).context("opening the TCP device")?;
+pub fn serve(opts: &ServeOpts) -> Result<()> {
+    let ctx =
+        TcpNode::open(SoftConfig::default(), opts.listen).context("opening the TCP device")?;
     let node = MemoryNode::<SoftProvider>::start(
         ctx,
         NodeConfig {
-            pool_bytes: pool_mib << 20,
-            max_lifetime_us: max_lifetime_ms * 1000,
+            pool_bytes: opts.pool_mib << 20,
+            max_lifetime_us: opts.max_lifetime_ms * 1000,
+            isolation: opts.isolation,
+            tenants: opts.tenants.clone(),
             ..NodeConfig::default()
         },
     )?;
@@ -33,11 +70,16 @@ pub fn serve(listen: SocketAddr, pool_mib: u64, max_lifetime_ms: u64) -> Result<
     Ok(())
 }
 
-/// Connects, allocates, writes, reads, revokes.
-pub fn probe(connect: SocketAddr) -> Result<()> {
+/// Connects (as `tenant`, if given), allocates, writes, reads, revokes.
+pub fn probe(connect: SocketAddr, tenant: Option<TenantArg>) -> Result<()> {
     let ctx = TcpNode::open(SoftConfig::default(), SocketAddr::from(([127, 0, 0, 1], 0)))?;
-    let mut c =
-        Client::<SoftProvider>::connect(&ctx, &SoftAddress::Tcp(connect), ClientConfig::default())?;
+    let mut cfg = ClientConfig::default();
+    if let Some(t) = tenant {
+        cfg.tenant = t.tenant;
+        cfg.tenant_secret = t.secret;
+    }
+    let mut c = Client::<SoftProvider>::connect(&ctx, &SoftAddress::Tcp(connect), cfg)
+        .context("connecting to the memory node")?;
     let p = c.allocate(256, 1_000_000, Mode::Exclusive)?;
     c.write(&p, 0, b"across processes")?;
     let addr = p.addr();

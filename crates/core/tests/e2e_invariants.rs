@@ -42,6 +42,14 @@ fn node_cfg() -> NodeConfig {
     }
 }
 
+/// Conflicting acquires fail at once (the tests' virtual clock stands still while they wait).
+fn no_wait() -> ClientConfig {
+    ClientConfig {
+        acquire_wait_us: 0,
+        ..ClientConfig::default()
+    }
+}
+
 fn late_client() -> ClientConfig {
     // Issue ops even after the local expiry, to see what the NIC does with them.
     ClientConfig {
@@ -99,7 +107,7 @@ fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
 }
 
 fn access_after_revoke_is_rejected(t: Transport, iso: Isolation) {
-    let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
+    let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
     let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
     let addr = p.addr();
@@ -158,7 +166,11 @@ fn extension_refused_when_others_wait_then_waiter_granted(t: Transport, iso: Iso
         acquire_wait_us: 5_000_000,
         ..ClientConfig::default()
     };
-    let mut b = bed(t, iso, 2, node_cfg(), client);
+    let node = NodeConfig {
+        max_wait_us: 10_000_000,
+        ..node_cfg()
+    };
+    let mut b = bed(t, iso, 2, node, client);
     let clock = b.clock.clone();
     let (a, w) = two(&mut b);
     let p = a.allocate(64, 10_000, Mode::Exclusive).unwrap();
@@ -227,7 +239,7 @@ fn stale_revoke_after_header_reuse_changes_nothing(t: Transport, iso: Isolation)
 fn qp_fault_hidden_by_spare(t: Transport, iso: Isolation, spares: usize) {
     let client = ClientConfig {
         spare_qps: spares,
-        ..ClientConfig::default()
+        ..no_wait()
     };
     let mut b = bed(t, iso, 1, node_cfg(), client);
     let a = &mut b.cluster.clients[0];

@@ -10,8 +10,12 @@ fn lifecycle(t: Transport) {
         max_lifetime_us: 60_000_000,
         ..NodeConfig::default()
     };
-    let mut c =
-        EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 2).unwrap();
+    // A conflicting acquire waits 10 ms (real time) for the holder, then gives up.
+    let client = ClientConfig {
+        acquire_wait_us: 10_000,
+        ..ClientConfig::default()
+    };
+    let mut c = EmbeddedCluster::start(t, SoftConfig::default(), node, client, 2).unwrap();
     let (a, rest) = c.clients.split_at_mut(1);
     let a = &mut a[0];
     let b = &mut rest[0];

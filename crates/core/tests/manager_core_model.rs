@@ -477,7 +477,9 @@ impl Harness {
                 }
             }
             (Request::Allocate { size, lease_us, .. }, Reply::Failed(s)) => match s {
-                Status::InvalidArgument => assert!(size == 0 || lease_us == 0),
+                Status::InvalidArgument => {
+                    assert!(size == 0 || lease_us == 0 || size > self.sim.cfg.slab.max_class)
+                }
                 Status::NoMemory | Status::PoolExhausted => {}
                 other => panic!("unexpected {other:?} for {req:?}"),
             },

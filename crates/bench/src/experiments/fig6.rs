@@ -94,7 +94,10 @@ impl Logical for Acquirer {
     fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()> {
         if self.acquiring.is_none() && !self.revoking {
             let req = if self.bare {
-                Request::Hello
+                Request::Hello {
+                    tenant: 0,
+                    secret: 0,
+                }
             } else {
                 Request::Acquire {
                     addr: self.objects[ctx.rng.random_range(0..self.objects.len())],

@@ -17,7 +17,7 @@ use crate::harness::{
 };
 use anyhow::{Result, bail};
 use patronus_core::client::{Client, ClientError};
-use patronus_core::manager::{NodeConfig, Techniques};
+use patronus_core::manager::{Isolation, NodeConfig, Techniques};
 use patronus_core::proto::messages::{Access, Mode, PermissionId, Reply, Request, Status};
 use rand::Rng;
 use rnic::soft::SoftProvider;
@@ -171,6 +171,7 @@ fn measure(rig: &Rig, scheme: Scheme, slow_us: u64, ops: u64, budget: Duration) 
     let node_cfg = NodeConfig {
         techniques: Techniques::ALL,
         max_lifetime_us: 60_000_000,
+        isolation: Isolation::SharedPd, // the paper's mode
         ..NodeConfig::default()
     };
     let p = PatronusRig::start(rig, node_cfg, CLIENT_THREADS)?;

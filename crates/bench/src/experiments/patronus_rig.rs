@@ -4,7 +4,7 @@
 use super::driver::{Driven, Logical, Rig, drive, spread};
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::manager::{MemoryNode, NodeConfig, Techniques};
+use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, Techniques};
 use patronus_core::proto::messages::{Mode, Reply, Request};
 use rnic::soft::{SoftContext, SoftProvider};
 use std::time::Duration;
@@ -25,6 +25,7 @@ pub struct PatronusRig {
 pub fn lean_client() -> ClientConfig {
     ClientConfig {
         spare_qps: 0,
+        acquire_wait_us: 0,
         background_recovery: false,
         staging_bytes: 64 << 10,
         rpc_timeout: Duration::from_secs(20),
@@ -112,11 +113,13 @@ impl PatronusRig {
     }
 
     /// A node configuration for throughput runs: `techniques`, the given maximum lifetime,
-    /// and header and window pools large enough for every permission alive during a run.
+    /// header and window pools large enough for every permission alive during a run, and the
+    /// paper's isolation (one PD for every client, type-1 windows).
     pub fn throughput_config(techniques: Techniques, max_lifetime_us: u64) -> NodeConfig {
         NodeConfig {
             techniques,
             max_lifetime_us,
+            isolation: Isolation::SharedPd,
             header_count: 1 << 17,
             mw_count: 1 << 16,
             ..NodeConfig::default()

@@ -14,7 +14,7 @@ use crate::harness::{
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{ClientConfig, ClientError};
 use patronus_core::cluster::EmbeddedCluster;
-use patronus_core::manager::NodeConfig;
+use patronus_core::manager::{Isolation, NodeConfig};
 use patronus_core::proto::messages::Mode;
 use rnic::soft::SoftConfig;
 use std::time::{Duration, Instant};
@@ -77,6 +77,7 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
     };
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
+        isolation: Isolation::SharedPd, // the paper's mode
         ..NodeConfig::default()
     };
     let mut cluster = EmbeddedCluster::start(opts.transport, SoftConfig::default(), node, cfg, 1)

@@ -1,6 +1,13 @@
 //! The data path: one-sided READ/WRITE/CAS/FAA through a permission's window, posted with one
-//! doorbell per batch. An op the NIC rejects reports its own error; ops flushed by that fault
-//! are retried once on the promoted spare QP, so the application sees only the faulting op fail.
+//! doorbell per batch. An op the NIC rejects reports its own error; the ops flushed behind it
+//! never executed (the responder stops at the violation), so they are retried once on the
+//! promoted spare QP and the application sees only the faulting op fail.
+//!
+//! Exactly once: when the QP breaks for a reason that does not say what ran (retry exceeded,
+//! a lost link, a local error), a flushed or failed WRITE, CAS or FAA may already have executed
+//! at the memory node. Those are never run again: they report
+//! [`ClientError::OutcomeUnknown`]. READs are idempotent and retried; ops that were never
+//! posted are retried.
 
 use super::{Client, ClientError, Perm};
 use crate::proto::messages::Access;
@@ -277,40 +284,49 @@ impl<P: Provider> Batch<'_, P> {
             if todo.is_empty() {
                 break;
             }
+            if client.vqp.active().state() != rnic::QpState::ReadyToSend {
+                // Broke since the last batch (a lost link): switch before posting anything.
+                if let Err(e) = client.switch_qp() {
+                    for &i in &todo {
+                        results[i] = Some(Err(ClientError::Transport(e.to_string())));
+                    }
+                    break;
+                }
+            }
             let outcome = client.run(&ops_ok, &todo);
+            let fault = Fault::of(outcome.iter().map(|&(_, s)| s));
             let mut retry = Vec::new();
             let mut broken = false;
             for (i, status) in outcome {
-                match status {
-                    WcStatus::Success => {
+                let is_read = ops_ok[i]
+                    .as_ref()
+                    .is_some_and(|op| matches!(op.kind, Kind::Read));
+                match (status, next_step(status, fault, is_read)) {
+                    (WcStatus::Success, _) => {
                         results[i] = ops_ok[i].as_ref().map(|op| Ok(client.output(op)));
                     }
-                    WcStatus::WrFlushError if attempt == 0 => {
-                        broken = true;
+                    (_, Next::Retry) if attempt == 0 => {
+                        broken |= status != NOT_POSTED;
                         retry.push(i);
                     }
-                    WcStatus::WrFlushError => {
-                        results[i] = Some(Err(ClientError::Transport(
-                            "flushed again after a QP switch".into(),
-                        )));
+                    (s, Next::Retry) => {
+                        broken = true;
+                        results[i] = Some(Err(ClientError::Transport(format!(
+                            "{s} again after a QP switch"
+                        ))));
                     }
-                    s @ (WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError) => {
+                    (s, Next::Denied) => {
                         broken = true;
                         results[i] = Some(Err(ClientError::Denied(s)));
                     }
-                    s => {
+                    (s, Next::Unknown) => {
                         broken = true;
-                        results[i] = Some(Err(ClientError::Transport(s.to_string())));
+                        results[i] = Some(Err(ClientError::OutcomeUnknown(s)));
                     }
                 }
             }
             if broken {
-                let switched = client
-                    .vqp
-                    .fail_over()
-                    .map_err(|e| ClientError::Verbs(e.clone_lossy()))
-                    .and_then(|_| client.rebind_after_switch());
-                if let Err(e) = switched {
+                if let Err(e) = client.switch_qp() {
                     let msg = e.to_string();
                     for &i in &retry {
                         results[i] = Some(Err(ClientError::Transport(msg.clone())));
@@ -327,16 +343,67 @@ impl<P: Provider> Batch<'_, P> {
     }
 }
 
-trait CloneLossy {
-    fn clone_lossy(&self) -> rnic::VerbsError;
+/// Stands for "never handed to the QP" in `run`'s outcome (post refused part of the list).
+const NOT_POSTED: WcStatus = WcStatus::LocalQpOperationError;
+
+/// What broke the QP in one batch, as far as the completions tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// The NIC refused an access (remote access or invalid request): the responder stopped
+    /// there, so everything flushed behind it never executed.
+    Refused,
+    /// Anything else (retry exceeded, lost link, a local error), or no error seen at all:
+    /// flushed ops may or may not have executed.
+    Unknown,
 }
-impl CloneLossy for rnic::VerbsError {
-    fn clone_lossy(&self) -> rnic::VerbsError {
-        rnic::VerbsError::ConnectionRefused(self.to_string())
+
+impl Fault {
+    fn of(statuses: impl Iterator<Item = WcStatus>) -> Fault {
+        let mut fault = Fault::Unknown;
+        for s in statuses {
+            match s {
+                WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError => {
+                    fault = Fault::Refused;
+                }
+                WcStatus::Success | WcStatus::WrFlushError => {}
+                s if s == NOT_POSTED => {}
+                _ => return Fault::Unknown,
+            }
+        }
+        fault
+    }
+}
+
+/// What happens to an op after its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// Run it again on the next QP: it did not execute, or it is a READ.
+    Retry,
+    /// The NIC refused it.
+    Denied,
+    /// It may have executed: report, never repeat.
+    Unknown,
+}
+
+/// The exactly-once rule for one op (`status` is not `Success`).
+fn next_step(status: WcStatus, fault: Fault, is_read: bool) -> Next {
+    match status {
+        WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError => Next::Denied,
+        s if s == NOT_POSTED => Next::Retry,
+        WcStatus::WrFlushError if fault == Fault::Refused => Next::Retry,
+        _ if is_read => Next::Retry,
+        _ => Next::Unknown,
     }
 }
 
 impl<P: Provider> Client<P> {
+    /// Replaces the broken active QP (promoting a spare) and, under type-2 isolation, has the
+    /// permissions' windows bound to the new one.
+    fn switch_qp(&mut self) -> Result<(), ClientError> {
+        self.vqp.fail_over()?;
+        self.rebind_after_switch()
+    }
+
     fn output(&self, op: &Op) -> OpResult {
         match op.kind {
             Kind::Read => {
@@ -409,7 +476,7 @@ impl<P: Provider> Client<P> {
         let mut out: Vec<(usize, WcStatus)> = indexes
             .iter()
             .skip(posted)
-            .map(|&i| (i, WcStatus::WrFlushError))
+            .map(|&i| (i, NOT_POSTED))
             .collect();
         let mut wcs = [WorkCompletion::default(); 32];
         let mut got = 0;
@@ -437,5 +504,41 @@ impl<P: Provider> Client<P> {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flushed_behind_a_refusal_is_retried() {
+        let f = Fault::of(
+            [
+                WcStatus::Success,
+                WcStatus::RemoteAccessError,
+                WcStatus::WrFlushError,
+            ]
+            .into_iter(),
+        );
+        assert_eq!(f, Fault::Refused);
+        assert_eq!(next_step(WcStatus::WrFlushError, f, false), Next::Retry);
+        assert_eq!(
+            next_step(WcStatus::RemoteAccessError, f, false),
+            Next::Denied
+        );
+    }
+
+    #[test]
+    fn unknown_fault_retries_only_reads_and_unposted_ops() {
+        for cause in [WcStatus::RetryExceeded, WcStatus::WrFlushError] {
+            let f = Fault::of([cause, WcStatus::WrFlushError].into_iter());
+            assert_eq!(f, Fault::Unknown, "{cause}");
+            for s in [cause, WcStatus::WrFlushError] {
+                assert_eq!(next_step(s, f, false), Next::Unknown, "{s} write/atomic");
+                assert_eq!(next_step(s, f, true), Next::Retry, "{s} read");
+            }
+            assert_eq!(next_step(NOT_POSTED, f, false), Next::Retry);
+        }
     }
 }

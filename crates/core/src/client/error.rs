@@ -26,6 +26,13 @@ pub enum ClientError {
     /// The memory node could not bind a window.
     #[error("memory node failed to bind a window")]
     BindFailed,
+    /// The memory node does not know this client's tenant or secret (or the client has not
+    /// authenticated).
+    #[error("not authenticated as a tenant of the memory node")]
+    Unauthorized,
+    /// The object belongs to another tenant: only its owner may free or share it.
+    #[error("the object belongs to another tenant")]
+    NotOwner,
     // ---- local checks ----
     /// The lease has expired by the client's conservative clock; the op was not issued.
     #[error("lease expired locally")]
@@ -38,6 +45,11 @@ pub enum ClientError {
     #[error("access denied by the NIC ({0})")]
     Denied(WcStatus),
     // ---- transport ----
+    /// The QP broke in a way that does not tell whether this WRITE, CAS or FAA executed
+    /// (retry exceeded, lost link): it was not run again. The caller must find out (e.g. read
+    /// the word) before repeating it. READs, and ops known not to have run, are retried.
+    #[error("outcome unknown: the QP failed ({0}) and the op may or may not have executed")]
+    OutcomeUnknown(WcStatus),
     /// The control RPC got no reply in time.
     #[error("control RPC timed out")]
     RpcTimeout,
@@ -61,6 +73,8 @@ impl ClientError {
             Status::ExtensionRefused => ClientError::ExtensionRefused,
             Status::InvalidArgument => ClientError::InvalidArgument("rejected by the memory node"),
             Status::BindFailed => ClientError::BindFailed,
+            Status::Unauthorized => ClientError::Unauthorized,
+            Status::NotOwner => ClientError::NotOwner,
         }
     }
 }

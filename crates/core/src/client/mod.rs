@@ -46,8 +46,15 @@ pub struct ClientConfig {
     pub lease_margin_us: u64,
     /// How long a control RPC may take (wall time).
     pub rpc_timeout: Duration,
-    /// How long to wait for a conflicting holder in `acquire`, µs.
+    /// How long `acquire` waits for conflicting holders to leave, µs (then it fails with
+    /// `ConflictTimeout`). Capped at three quarters of `rpc_timeout`, so the memory node
+    /// answers before the client gives up; 0 fails a conflicting acquire at once.
     pub acquire_wait_us: u64,
+    /// The tenant this client acts for, and the tenant's secret (a memory node with no
+    /// tenants configured serves everyone as tenant 0).
+    pub tenant: crate::manager::TenantId,
+    /// The tenant's secret.
+    pub tenant_secret: u64,
     /// Bytes of registered staging memory for the data path.
     pub staging_bytes: usize,
     /// QP timing.
@@ -64,7 +71,9 @@ impl Default for ClientConfig {
             background_recovery: true,
             lease_margin_us: 5,
             rpc_timeout: Duration::from_secs(5),
-            acquire_wait_us: 0,
+            acquire_wait_us: 1_000_000,
+            tenant: crate::manager::DEFAULT_TENANT,
+            tenant_secret: 0,
             staging_bytes: 1 << 20,
             qp_timing: QpTiming::default(),
             check_local_expiry: true,
@@ -93,6 +102,8 @@ pub struct Client<P: Provider> {
     outstanding: u32,
     /// Replies that arrived while waiting for another one.
     early: Vec<(u64, Reply)>,
+    /// Requests sent twice (a retry) whose first reply was taken: the second copy is dropped.
+    answered_twice: Vec<u64>,
     epoch: u64,
     client_id: u32,
     /// Control RPCs issued.
@@ -180,18 +191,23 @@ impl<P: Provider> Client<P> {
             next_req: 1,
             outstanding: 0,
             early: Vec::new(),
+            answered_twice: Vec::new(),
             epoch: 0,
             client_id: 0,
             rpcs: 0,
             cfg: cfg.clone(),
         };
-        let (client_id, secret, type2) = match client.rpc(Request::Hello)? {
+        let hello = Request::Hello {
+            tenant: cfg.tenant,
+            secret: cfg.tenant_secret,
+        };
+        let (client_id, secret, type2) = match client.rpc(hello)? {
             Reply::Welcome {
                 client_id,
                 secret,
                 type2,
             } => (client_id, secret, type2),
-            _ => return Err(ClientError::Transport("unexpected reply to Hello".into())),
+            other => return Err(unexpected(other)),
         };
         client.client_id = client_id;
         client.type2 = type2;
@@ -307,13 +323,17 @@ impl<P: Provider> Client<P> {
         mode: Mode,
     ) -> Result<Perm, ClientError> {
         let sent = self.clock.now();
+        let wait_cap = (self.cfg.rpc_timeout * 3 / 4).as_micros();
         match self.rpc(Request::Acquire {
             addr,
             size,
             lease_us,
             access,
             mode,
-            wait_us: self.cfg.acquire_wait_us,
+            wait_us: self
+                .cfg
+                .acquire_wait_us
+                .min(u64::try_from(wait_cap).unwrap_or(u64::MAX)),
         })? {
             Reply::Granted(g) => {
                 Ok(self.track(Perm::new(g, access, mode, sent, self.cfg.lease_margin_us)))
@@ -351,6 +371,25 @@ impl<P: Provider> Client<P> {
         }
     }
 
+    /// Lets clients of `tenant` acquire the object whose buffer starts at `addr` with at most
+    /// `access` (`None` withdraws; permissions already granted end by their leases). Only a
+    /// client of the owner tenant may share; to anyone else the object does not exist.
+    pub fn share(
+        &mut self,
+        addr: u64,
+        tenant: crate::manager::TenantId,
+        access: Option<Access>,
+    ) -> Result<(), ClientError> {
+        match self.rpc(Request::Share {
+            addr,
+            tenant,
+            access,
+        })? {
+            Reply::Shared => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// `revoke(perm)`: ends the permission; its rkeys fail once this returns.
     pub fn revoke(&mut self, perm: Perm) -> Result<(), ClientError> {
         self.end(perm, false)
@@ -382,10 +421,18 @@ impl<P: Provider> Client<P> {
         let mut retry_at = Some(started + self.cfg.rpc_timeout / 2);
         loop {
             if let Some(i) = self.early.iter().position(|(id, _)| *id == req_id) {
+                if retry_at.is_none() {
+                    self.expect_copy(req_id);
+                }
                 return Ok(self.early.swap_remove(i).1);
             }
-            match self.poll_reply()? {
-                Some((id, reply)) if id == req_id => return Ok(reply),
+            match self.poll_cq()? {
+                Some((id, reply)) if id == req_id => {
+                    if retry_at.is_none() {
+                        self.expect_copy(req_id);
+                    }
+                    return Ok(reply);
+                }
                 Some(other) => self.stash(other),
                 None => {
                     let now = std::time::Instant::now();
@@ -420,14 +467,16 @@ impl<P: Provider> Client<P> {
         Ok(req_id)
     }
 
-    /// Tamper helper / retry path: sends `req` again under an earlier id, as a retry (or a
-    /// replayed message) would. The memory node answers with the reply the id already got.
+    /// Tamper helper: sends `req` again under an earlier id, as a retry (or a replayed
+    /// message) would. The memory node answers with the reply the id already got.
+    #[cfg(feature = "testing")]
     pub fn replay(&mut self, req_id: u64, req: Request) -> Result<Reply, ClientError> {
         self.send_request(req_id, &req)?;
         self.outstanding += 1;
         self.wait_reply(req_id)
     }
 
+    #[cfg(feature = "testing")]
     #[allow(clippy::disallowed_methods)] // the RPC timeout is wall time by definition
     fn wait_reply(&mut self, req_id: u64) -> Result<Reply, ClientError> {
         let deadline = std::time::Instant::now() + self.cfg.rpc_timeout;
@@ -435,7 +484,7 @@ impl<P: Provider> Client<P> {
             if let Some(i) = self.early.iter().position(|(id, _)| *id == req_id) {
                 return Ok(self.early.swap_remove(i).1);
             }
-            match self.poll_reply()? {
+            match self.poll_cq()? {
                 Some((id, reply)) if id == req_id => return Ok(reply),
                 Some(other) => self.stash(other),
                 None if std::time::Instant::now() >= deadline => {
@@ -448,6 +497,14 @@ impl<P: Provider> Client<P> {
 
     /// Keeps a reply that arrived while waiting for another (bounded: duplicates of retried
     /// requests nobody waits for are dropped oldest first).
+    /// The memory node answers each copy of a retried request: drop the second answer.
+    fn expect_copy(&mut self, req_id: u64) {
+        if self.answered_twice.len() >= MAX_OUTSTANDING_RPCS as usize {
+            self.answered_twice.remove(0);
+        }
+        self.answered_twice.push(req_id);
+    }
+
     fn stash(&mut self, reply: (u64, Reply)) {
         if self.early.len() >= 64 {
             self.early.remove(0);
@@ -482,6 +539,12 @@ impl<P: Provider> Client<P> {
         if let Some(r) = self.early.pop() {
             return Ok(Some(r));
         }
+        self.poll_cq()
+    }
+
+    /// Takes one reply from the control CQ (not from the stash), dropping second answers to
+    /// retried requests.
+    fn poll_cq(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
         let mut wcs = [WorkCompletion::default(); 1];
         loop {
             if self.ctrl_cq.poll(&mut wcs) == 0 {
@@ -502,6 +565,10 @@ impl<P: Provider> Client<P> {
             read?;
             if let Ok(reply) = decode_reply(&buf) {
                 self.outstanding = self.outstanding.saturating_sub(1);
+                if let Some(i) = self.answered_twice.iter().position(|&id| id == reply.0) {
+                    self.answered_twice.swap_remove(i);
+                    continue;
+                }
                 return Ok(Some(reply));
             }
         }
@@ -522,6 +589,6 @@ fn recv_wr<P: Provider>(buf: &P::Buffer, mr: &P::Mr, slot: u32) -> RecvWr {
 fn unexpected(reply: Reply) -> ClientError {
     match reply {
         Reply::Failed(s) => ClientError::from_status(s),
-        _ => ClientError::from_status(Status::Ok),
+        _ => ClientError::Transport(format!("unexpected reply {reply:?}")),
     }
 }

@@ -95,6 +95,25 @@ impl Perm {
     pub fn max_lifetime_us(&self) -> u64 {
         self.grant.max_lifetime_us as u64
     }
+    /// Tamper helper: a copy whose buffer rkey is `rkey` (a guess at another window's key).
+    #[cfg(feature = "testing")]
+    pub fn with_rkey(&self, rkey: MemoryKey) -> Perm {
+        let p = self.copy();
+        p.rkeys
+            .store(pack(rkey, self.lifetime_rkey()), Ordering::SeqCst);
+        p
+    }
+
+    /// Tamper helper: a permission for `[addr, addr + len)` through `rkey` that nobody granted
+    /// (an adversary's guess at another tenant's memory), built on this one's identity.
+    #[cfg(feature = "testing")]
+    pub fn forged(&self, addr: u64, len: u64, rkey: MemoryKey) -> Perm {
+        let mut p = self.with_rkey(rkey);
+        p.grant.buffer_addr = addr;
+        p.grant.buffer_len = len;
+        p
+    }
+
     /// Conservative local expiry: send time + min(lifetime, maximum lifetime) − margin.
     pub fn expiry(&self) -> Timestamp {
         Timestamp(
@@ -107,7 +126,14 @@ impl Perm {
 
     /// Tamper helper: a copy carrying the same id, address and rkeys, as a stale message or
     /// an adversary would hold after the permission ended. For tests of the protection.
+    #[cfg(feature = "testing")]
     pub fn forged_copy(&self) -> Perm {
+        self.copy()
+    }
+
+    /// A second handle on the same grant (its rkeys are a snapshot: not refreshed in place).
+    #[cfg(feature = "testing")]
+    fn copy(&self) -> Perm {
         Perm {
             grant: self.grant,
             access: self.access,
@@ -120,6 +146,7 @@ impl Perm {
     }
 
     /// Tamper helper: changes the buffer rkey's key byte (a guessed or corrupted key).
+    #[cfg(feature = "testing")]
     pub fn corrupt_rkey(&mut self) {
         let bad = self.rkey().incremented();
         self.rkeys

@@ -1,12 +1,14 @@
 //! Transparent renewal for long-running users (a question the paper leaves open: what if a
 //! user needs memory longer than the maximum lifetime?). A [`LongLease`] keeps a permission
 //! alive across the maximum lifetime: while the manager allows, it extends one-sidedly; once
-//! extension is refused, it re-acquires before the current permission expires (shared: the new
-//! permission is granted before the old one is revoked, so access never lapses; exclusive: the
-//! old one is revoked first, then the new one is acquired, waiting for conflicts).
+//! extension is refused, it asks the manager to renew: a new permission over the same object
+//! replaces the current one in one step, so access never lapses and an exclusive holder keeps
+//! the object without a gap. While others wait for the object the manager refuses both
+//! extension and renewal (`ExtensionRefused`): the holder keeps its current permission until
+//! that permission's own deadline, and must then acquire again like everyone else.
 
 use super::{Client, ClientError, Perm};
-use crate::proto::messages::{Access, Mode};
+use crate::proto::messages::{Access, Mode, Reply, Request, Status};
 use rnic::Provider;
 
 /// A permission that [`Client::renew`] keeps valid.
@@ -79,35 +81,43 @@ impl<P: Provider> Client<P> {
                 _ => false,
             };
             if !extended {
-                self.reacquire(lease)?;
+                self.renew_now(lease)?;
             }
         }
         lease.perm()
     }
 
-    fn reacquire(&mut self, lease: &mut LongLease) -> Result<(), ClientError> {
-        let old = lease.perm.take();
-        let shared = lease.mode == Mode::Shared;
-        if !shared && let Some(old) = old.as_ref().map(Perm::forged_copy) {
-            // Exclusive: make room first. A NotFound means it already ended.
-            match self.revoke(old) {
-                Ok(()) | Err(ClientError::NotFound) => {}
-                Err(e) => return Err(e),
+    fn renew_now(&mut self, lease: &mut LongLease) -> Result<(), ClientError> {
+        let fresh = match &lease.perm {
+            Some(old) => {
+                let sent = self.clock().now();
+                match self.rpc(Request::Renew {
+                    id: old.id(),
+                    lease_us: lease.lease_us,
+                })? {
+                    Reply::Granted(g) => self.adopt(g, lease.access, lease.mode, sent),
+                    Reply::Failed(Status::NotFound) => {
+                        // The permission ended meanwhile (expired): acquire like anyone.
+                        lease.perm = None;
+                        self.acquire(
+                            lease.addr,
+                            lease.size,
+                            lease.lease_us,
+                            lease.access,
+                            lease.mode,
+                        )?
+                    }
+                    other => return Err(super::unexpected(other)),
+                }
             }
-        }
-        let fresh = self.acquire(
-            lease.addr,
-            lease.size,
-            lease.lease_us,
-            lease.access,
-            lease.mode,
-        )?;
-        if shared && let Some(old) = old {
-            match self.revoke(old) {
-                Ok(()) | Err(ClientError::NotFound) => {}
-                Err(e) => return Err(e),
-            }
-        }
+            None => self.acquire(
+                lease.addr,
+                lease.size,
+                lease.lease_us,
+                lease.access,
+                lease.mode,
+            )?,
+        };
         lease.perm = Some(fresh);
         lease.reacquired += 1;
         Ok(())

@@ -14,10 +14,18 @@
 //!
 //! Invariants (design.md): a buffer is never reached by a new owner while an earlier owner's
 //! window is still bound over it (stale windows of reused memory are killed in the same chain,
-//! before the reply leaves); every grant ends by its deadline; stale ids change nothing.
+//! before the reply leaves); memory handed out by `allocate` never holds an earlier tenant's
+//! bytes (a dirty object is scrubbed after that chain and before the reply, or in the
+//! background while no window covers it); every grant ends by its deadline; stale ids change
+//! nothing; an object is acquired only by its owner tenant or a tenant it was shared with, and
+//! "no object" and "not yours" get the same answer; a retried request (same client and id)
+//! that is still waiting is the same request; a failed bind fails only the grants of the
+//! protection domain it happened in.
 
+use super::keys::KeyBytes;
 use super::pool::{BufferPool, HeaderPool, MwId, Object, SlabConfig, WindowPools};
 use super::state::*;
+use super::tenants::{TenantId, Tenants};
 use crate::proto::header::{Header, LIFETIME_OFFSET};
 use crate::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
 use rnic::{AccessFlags, MemoryKey, Timestamp};
@@ -44,8 +52,28 @@ pub struct ManagerConfig {
     pub mw_count: u32,
     /// Delay unbinding freed buffers only while at least this many bytes are free.
     pub buffer_watermark: u64,
-    /// Length scale of the header encoding.
-    pub len_scale: u64,
+    /// When freed memory is zeroed.
+    pub scrub: Scrub,
+    /// Longest a conflicting acquire may wait, µs (a request asking for more waits this long).
+    pub max_wait_us: u64,
+    /// Draw each bind's key byte at random from this seed (never one of the window's recent
+    /// ones); `None` leaves key bytes to the NIC (+1 per bind, `ibv_inc_rkey`).
+    pub key_seed: Option<u64>,
+}
+
+/// When the manager zeroes freed memory (hole 1 of issue 8: a new tenant must never see an
+/// earlier tenant's bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Scrub {
+    /// In the background while idle, for freed objects no window covers any more; whatever is
+    /// still dirty when it is allocated again is zeroed on the grant path, after the chain
+    /// that unbinds its earlier owners' windows and before the reply.
+    #[default]
+    Idle,
+    /// Only on the grant path.
+    OnGrant,
+    /// Never. Breaks tenant isolation: for measuring what scrubbing costs, nothing else.
+    Off,
 }
 
 /// Target of a bind.
@@ -71,6 +99,8 @@ pub enum NicOp {
         client: ClientId,
         /// New binding.
         target: Option<BindTarget>,
+        /// Key byte of the new rkey (`None`: the NIC's choice).
+        key: Option<u8>,
     },
     /// RDMA CAS on a lifetime word through the NIC (loopback QP).
     LifetimeCas {
@@ -103,14 +133,32 @@ pub struct Outgoing {
     pub req_id: u64,
     /// The reply.
     pub reply: Reply,
+    /// Copies of the request that reached the core (a retry of a waiting request is the same
+    /// request): each copy gets the reply once, so the client's receive accounting holds.
+    pub copies: u32,
 }
 
-/// What the driver must do after a batch's chain completed: write the new headers (no
-/// foreign window reaches them any more, and their owners have no rkey yet), then reply.
+impl Outgoing {
+    /// A reply to one copy of a request.
+    pub fn new(client: ClientId, req_id: u64, reply: Reply) -> Self {
+        Outgoing {
+            client,
+            req_id,
+            reply,
+            copies: 1,
+        }
+    }
+}
+
+/// What the driver must do after a batch's chain completed: write the new headers and zero the
+/// dirty buffers of new allocations (no foreign window reaches them any more, and their owners
+/// have no rkey yet), then reply.
 #[derive(Debug, Default)]
 pub struct Finished {
     /// Header words to write.
     pub header_writes: Vec<(u64, [u64; 4])>,
+    /// Buffers to zero, as (address, length).
+    pub scrubs: Vec<(u64, u64)>,
     /// Replies to send.
     pub replies: Vec<Outgoing>,
 }
@@ -142,6 +190,27 @@ struct PendingGrant {
     allocated: bool,
     /// New windows for an existing permission (its header and deadline stay as they are).
     rebind: bool,
+    /// The buffer must be zeroed before the reply (reused memory, dirty).
+    scrub: Option<(u64, u64)>,
+    /// Copies of the request (see [`Outgoing::copies`]).
+    copies: u32,
+}
+
+impl PendingGrant {
+    fn new(key: PermKey, client: ClientId, req_id: u64) -> Self {
+        PendingGrant {
+            key,
+            client,
+            req_id,
+            buffer_rkey: None,
+            lifetime_rkey: None,
+            failed: false,
+            allocated: false,
+            rebind: false,
+            scrub: None,
+            copies: 1,
+        }
+    }
 }
 
 /// The manager's state machine (one shard).
@@ -160,6 +229,12 @@ pub struct ManagerCore {
     deadlines: Deadlines,
     last_start: HashMap<u64, u64>,
     counters: Counters,
+    /// Owners of objects, shares, and each client's tenant.
+    pub(super) tenants: Tenants,
+    /// Key bytes of windows' next binds (random, none of the recent ones).
+    keys: Option<KeyBytes>,
+    /// Waiting acquires by (client, request id) → object, so a retry joins its original.
+    pub(super) waiting: HashMap<(ClientId, u64), u64>,
     // ---- per-batch scratch ----
     /// Continuations of `begin`'s CASes.
     conts: Vec<Cont>,
@@ -191,7 +266,12 @@ impl ManagerCore {
     /// A manager over the configured pools.
     pub fn new(cfg: ManagerConfig) -> Self {
         ManagerCore {
-            buffers: BufferPool::new(cfg.buffer_base, cfg.buffer_len, cfg.slab.clone()),
+            buffers: BufferPool::new(
+                cfg.buffer_base,
+                cfg.buffer_len,
+                cfg.slab.clone(),
+                cfg.techniques.contiguity,
+            ),
             headers: HeaderPool::new(cfg.header_base, cfg.header_count),
             mws: WindowPools::new(cfg.mw_count),
             perms: PermTable::default(),
@@ -201,6 +281,9 @@ impl ManagerCore {
             deadlines: Deadlines::default(),
             last_start: HashMap::new(),
             counters: Counters::default(),
+            tenants: Tenants::default(),
+            keys: cfg.key_seed.map(|seed| KeyBytes::new(seed, cfg.mw_count)),
+            waiting: HashMap::new(),
             conts: Vec::new(),
             ops: Vec::new(),
             releasing: Vec::new(),
@@ -221,6 +304,58 @@ impl ManagerCore {
     /// The domain whose PD binds `client`'s windows (0: the shared PD).
     pub fn domain_of_client(&self, client: ClientId) -> u32 {
         self.mws.domain_of_client(client)
+    }
+
+    /// Records that `client` authenticated as `tenant` (unregistered clients act for
+    /// [`DEFAULT_TENANT`](super::tenants::DEFAULT_TENANT)).
+    pub fn set_tenant(&mut self, client: ClientId, tenant: TenantId) {
+        self.tenants.set_client(client, tenant);
+    }
+
+    /// Idle work: takes up to `max` freed objects that no window covers any more and returns
+    /// their buffers, now counted clean; the driver zeroes them before anything else runs.
+    /// Nothing while unbinds are pending (a window whose unbind failed may still cover one).
+    pub fn scrub_idle(&mut self, max: usize) -> Vec<(u64, u64)> {
+        if self.cfg.scrub != Scrub::Idle || self.has_pending_work() {
+            return Vec::new();
+        }
+        let objects = &self.objects;
+        self.buffers
+            .take_dirty(max, |addr| {
+                objects.get(&addr).is_none_or(|o| o.stale_mws.is_empty())
+            })
+            .iter()
+            .map(Object::buffer)
+            .collect()
+    }
+
+    /// Estimated bytes of the manager's own metadata (tables and pools, by capacity).
+    pub fn metadata_bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let map = |cap: usize, entry: usize| (cap * (entry + 1)) as u64;
+        self.perms.metadata_bytes()
+            + map(self.objects.capacity(), size_of::<(u64, ObjectState)>())
+            + self
+                .objects
+                .values()
+                .map(|o| (o.perms.capacity() * 4 + o.stale_mws.capacity() * 4) as u64)
+                .sum::<u64>()
+            + map(self.stale_headers.capacity(), 12)
+            + map(self.stale_owner.capacity(), 4 + size_of::<StaleOwner>())
+            + (self.deadlines.len() * (size_of::<(Timestamp, Timer)>() + 8)) as u64
+            + map(self.last_start.capacity(), 16)
+            + self.buffers.metadata_bytes()
+            + self.headers.metadata_bytes()
+            + self.mws.metadata_bytes()
+            + self.tenants.metadata_bytes()
+            + self.keys.as_ref().map_or(0, KeyBytes::metadata_bytes)
+    }
+
+    /// Pool bytes held by live objects plus the header pool's bytes in use.
+    pub fn pool_bytes_in_use(&self) -> u64 {
+        self.buffers.live_bytes()
+            + ((self.headers.capacity() - self.headers.available())
+                * crate::proto::header::HEADER_SIZE) as u64
     }
 
     /// Operation counters.
@@ -257,6 +392,7 @@ impl ManagerCore {
             mw_capacity,
             tracked_objects: self.objects.values().filter(|o| !o.is_idle()).count(),
             waiters: self.objects.values().map(|o| o.waiters.len()).sum(),
+            dirty_objects: self.buffers.dirty_objects(),
         }
     }
 
@@ -317,10 +453,10 @@ impl ManagerCore {
         let mut kept = std::collections::VecDeque::new();
         while let Some(w) = obj.waiters.pop_front() {
             if w.deadline <= now {
+                self.waiting.remove(&(w.client, w.req_id));
                 self.replies.push(Outgoing {
-                    client: w.client,
-                    req_id: w.req_id,
-                    reply: Reply::Failed(Status::ConflictTimeout),
+                    copies: w.copies,
+                    ..Outgoing::new(w.client, w.req_id, Reply::Failed(Status::ConflictTimeout))
                 });
             } else {
                 kept.push_back(w);
@@ -416,7 +552,10 @@ pub struct Occupancy {
     pub tracked_objects: usize,
     /// Queued conflicting requests.
     pub waiters: usize,
+    /// Freed objects not scrubbed yet.
+    pub dirty_objects: usize,
 }
 
+mod finish;
 mod lifecycle;
 mod requests;

@@ -8,12 +8,13 @@
 //! thread (a memory node's weak core) runs batches: `begin` → CASes → `plan` → binds →
 //! `finish` → header writes → replies. Its CPU time is measured with a per-thread CPU clock.
 
-use super::core::{ManagerConfig, ManagerCore, NicOp, NicResult, Occupancy};
+use super::core::{ManagerConfig, ManagerCore, NicOp, NicResult, Occupancy, Scrub};
 use super::pool::SlabConfig;
 use super::state::{ClientId, Counters, Techniques};
+use super::tenants::{DEFAULT_TENANT, TenantId};
 use crate::proto::connect::{Intent, Role};
 use crate::proto::header::HEADER_SIZE;
-use crate::proto::messages::{Reply, Request, SLOT_SIZE, decode_request, encode_reply};
+use crate::proto::messages::{Reply, Request, SLOT_SIZE, Status, decode_request, encode_reply};
 use parking_lot::Mutex;
 use rand::Rng;
 use rnic::{
@@ -60,17 +61,46 @@ pub struct NodeConfig {
     pub isolation: Isolation,
     /// Windows pre-allocated per client when each client has its own PD.
     pub windows_per_client: u32,
+    /// When freed memory is zeroed ([`Scrub::Off`] only to measure what scrubbing costs).
+    pub scrub: Scrub,
+    /// Longest a conflicting acquire may wait for the holders to leave, µs.
+    pub max_wait_us: u64,
+    /// Tenants and their secrets. Empty: every client acts for the one default tenant (a
+    /// single application); otherwise a client must present one of these to be served.
+    pub tenants: Vec<TenantSecret>,
+    /// The manager draws each bind's key byte at random (none of the window's recent ones)
+    /// instead of leaving the NIC to step it by one; see `manager::keys`.
+    pub random_key_bytes: bool,
+}
+
+/// A tenant the memory node serves, and the secret its clients authenticate with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TenantSecret {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its secret.
+    pub secret: u64,
+}
+
+impl std::fmt::Debug for TenantSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantSecret")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive() // the secret stays out of logs
+    }
 }
 
 /// How clients are isolated from each other on the memory node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Isolation {
     /// One PD for every client, type-1 windows (the paper's design). Any client holding a
-    /// window's rkey can use it from any of its QPs; a guessed key byte is the only barrier.
-    #[default]
+    /// window's rkey can use it from any of its QPs; a guessed key byte is the only barrier
+    /// (a sweep of the 256 values finds it, at the cost of a QP fault per wrong guess).
     SharedPd,
     /// A PD (with its own registration of the pool and its own windows) per client: a window
     /// of client A fails on client B's QPs even with the right rkey (PD mismatch at the NIC).
+    /// The default.
+    #[default]
     PdPerClient,
     /// A PD per client and type-2 windows bound to the client's current QP: a window fails on
     /// any other QP, even the same client's. When the client switches to a spare QP it tells
@@ -93,8 +123,12 @@ impl Default for NodeConfig {
             expiry_slack_us: 50,
             qp_timing: QpTiming::default(),
             slab: SlabConfig::default(),
-            isolation: Isolation::SharedPd,
+            isolation: Isolation::PdPerClient,
             windows_per_client: 1024,
+            scrub: Scrub::Idle,
+            max_wait_us: 1_000_000,
+            tenants: Vec::new(),
+            random_key_bytes: true,
         }
     }
 }
@@ -125,6 +159,10 @@ pub struct NodeStats {
     pub batches: u64,
     /// Connected clients.
     pub clients: usize,
+    /// Pool bytes held by live objects and headers in use.
+    pub pool_bytes_in_use: u64,
+    /// Estimated bytes of the manager's tables (see [`ManagerCore::metadata_bytes`]).
+    pub metadata_bytes: u64,
 }
 
 struct Shared<P: Provider> {
@@ -243,6 +281,8 @@ const REPLY_TAG: u64 = 1 << 63;
 /// Replies remembered per client for retried requests.
 const REPLY_CACHE: usize = 128;
 const CAS_SLOTS: usize = 512;
+/// Freed objects zeroed per idle turn of the manager loop (it checks for requests between).
+const IDLE_SCRUB_OBJECTS: usize = 16;
 
 struct Runner<P: Provider> {
     ctx: P::Context,
@@ -270,6 +310,12 @@ struct Runner<P: Provider> {
     mw_qp: HashMap<super::pool::MwId, P::Qp>,
     /// Recent replies per client, by request id (retries get the same reply).
     reply_cache: HashMap<ClientId, std::collections::VecDeque<(u64, Reply)>>,
+    /// Tenants and secrets (empty: everyone is the default tenant).
+    tenants: HashMap<TenantId, u64>,
+    /// Clients that authenticated (their `Hello` was accepted), with their tenant.
+    authenticated: HashMap<ClientId, TenantId>,
+    /// Extra copies of requests of the current batch (a retry arriving with its original).
+    batch_copies: HashMap<(ClientId, u64), u32>,
     op_cq: P::Cq,
     ctrl_send_cq: P::Cq,
     ctrl_recv_cq: P::Cq,
@@ -380,7 +426,9 @@ impl<P: Provider> MemoryNode<P> {
             slab: cfg.slab.clone(),
             mw_count: cfg.mw_count,
             buffer_watermark: cfg.buffer_watermark,
-            len_scale: HEADER_SIZE as u64,
+            scrub: cfg.scrub,
+            max_wait_us: cfg.max_wait_us,
+            key_seed: cfg.random_key_bytes.then(|| rand::rng().random()),
         });
         let mw_domain = vec![0; mws.len()];
         let mut runner = Runner::<P> {
@@ -406,6 +454,9 @@ impl<P: Provider> MemoryNode<P> {
             active_slot: HashMap::new(),
             mw_qp: HashMap::new(),
             reply_cache: HashMap::new(),
+            tenants: cfg.tenants.iter().map(|t| (t.tenant, t.secret)).collect(),
+            authenticated: HashMap::new(),
+            batch_copies: HashMap::new(),
             op_cq,
             ctrl_send_cq,
             ctrl_recv_cq,

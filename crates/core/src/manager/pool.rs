@@ -2,28 +2,32 @@
 //! windows. Plain data structures over addresses and indexes; no verbs, no memory access.
 //!
 //! Invariants:
-//! - Every object the buffer pool hands out is `[32-byte header slot][buffer]`; the slot in
-//!   front is the contiguity header (§5.4 #3) and returns with the object ("the hole in front of
-//!   a freed buffer becomes a header again").
+//! - Size classes are buffer sizes (powers of two from `min_class` to `max_class`). With a
+//!   header slot configured, every object is `[32-byte header slot][buffer]`, so a 4 KiB buffer
+//!   costs 4 KiB + 32 B of pool; the slot is the contiguity header (§5.4 #3) and returns with
+//!   the object ("the hole in front of a freed buffer becomes a header again"). Without
+//!   contiguity there is no slot.
 //! - Free headers, objects and windows are reused first-in first-out, so memory that was just
 //!   freed (and may still be covered by a delayed-unbound window) is reused as late as possible.
+//! - A freed object is *dirty* (it may hold its last tenant's bytes) until the manager scrubs
+//!   it; memory carved from the pool for the first time is clean (the pool is zeroed).
 //! - A window in the stale list still covers freed memory (delayed unbinding, §5.4 #2); it must
 //!   be unbound or handed over before that memory is reused.
 
 use crate::proto::header::HEADER_SIZE;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// Identifies a pre-allocated memory window.
 pub type MwId = u32;
 
-/// Size classes: powers of two from 64 B up to `max_class`.
+/// Size classes: buffer sizes, powers of two from `min_class` up to `max_class`.
 #[derive(Clone, Debug)]
 pub struct SlabConfig {
-    /// Smallest object.
+    /// Smallest buffer.
     pub min_class: u64,
-    /// Largest object.
+    /// Largest buffer.
     pub max_class: u64,
-    /// Bytes carved for one slab.
+    /// Bytes carved for one slab (at least one object).
     pub slab_bytes: u64,
 }
 
@@ -46,19 +50,22 @@ struct Slab {
 /// An allocated object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Object {
-    /// First byte (the header slot).
+    /// First byte (the header slot, if the pool has one; else the buffer).
     pub addr: u64,
-    /// Size class in bytes (header slot included).
+    /// Bytes of the header slot in front of the buffer (0 or 32).
+    pub slot: u64,
+    /// Size class: bytes of the buffer.
     pub class: u64,
 }
 
 impl Object {
-    /// The buffer that follows the header slot.
+    /// The buffer (after the header slot) as (address, length).
     pub fn buffer(&self) -> (u64, u64) {
-        (
-            self.addr + HEADER_SIZE as u64,
-            self.class - HEADER_SIZE as u64,
-        )
+        (self.addr + self.slot, self.class)
+    }
+    /// Pool bytes the object occupies.
+    pub fn footprint(&self) -> u64 {
+        self.slot + self.class
     }
 }
 
@@ -66,6 +73,7 @@ impl Object {
 #[derive(Debug)]
 pub struct BufferPool {
     cfg: SlabConfig,
+    slot: u64,
     next_slab: u64,
     end: u64,
     slabs: Vec<Slab>,
@@ -73,34 +81,39 @@ pub struct BufferPool {
     free: HashMap<u64, VecDeque<u64>>,
     /// Live objects by address → class.
     live: HashMap<u64, u64>,
+    /// Free objects that may hold a former tenant's bytes, and the order they were freed in.
+    dirty: HashSet<u64>,
+    dirty_order: VecDeque<u64>,
     free_bytes: u64,
 }
 
 impl BufferPool {
-    /// A pool over `[base, base + len)`.
-    pub fn new(base: u64, len: u64, cfg: SlabConfig) -> Self {
+    /// A pool over `[base, base + len)`; `header_slot` puts a 32-byte slot in front of every
+    /// buffer (contiguity).
+    pub fn new(base: u64, len: u64, cfg: SlabConfig, header_slot: bool) -> Self {
         BufferPool {
+            slot: if header_slot { HEADER_SIZE as u64 } else { 0 },
             next_slab: base,
             end: base + len,
             slabs: Vec::new(),
             free: HashMap::new(),
             live: HashMap::new(),
+            dirty: HashSet::new(),
+            dirty_order: VecDeque::new(),
             free_bytes: len,
             cfg,
         }
     }
 
-    /// The class that holds `size` buffer bytes behind a header slot.
+    /// The class (buffer bytes) that holds `size` bytes.
     pub fn class_for(&self, size: u64) -> Option<u64> {
-        let need = size
-            .checked_add(HEADER_SIZE as u64)?
-            .max(self.cfg.min_class);
-        let class = need.checked_next_power_of_two()?;
+        let class = size.max(self.cfg.min_class).checked_next_power_of_two()?;
         (class <= self.cfg.max_class).then_some(class)
     }
 
-    /// Allocates an object for `size` buffer bytes.
-    pub fn alloc(&mut self, size: u64) -> Option<Object> {
+    /// Allocates an object for `size` buffer bytes; the flag says whether it is dirty (must be
+    /// scrubbed before its new owner sees it).
+    pub fn alloc(&mut self, size: u64) -> Option<(Object, bool)> {
         let class = self.class_for(size)?;
         let addr = match self.free.get_mut(&class).and_then(VecDeque::pop_front) {
             Some(a) => a,
@@ -110,13 +123,19 @@ impl BufferPool {
             }
         };
         self.live.insert(addr, class);
-        self.free_bytes -= class;
-        Some(Object { addr, class })
+        let obj = Object {
+            addr,
+            slot: self.slot,
+            class,
+        };
+        self.free_bytes -= obj.footprint();
+        Some((obj, self.dirty.remove(&addr)))
     }
 
     fn carve(&mut self, class: u64) -> Option<()> {
-        let bytes = self.cfg.slab_bytes.max(class);
-        if self.next_slab + bytes > self.end {
+        let stride = class + self.slot;
+        let bytes = self.cfg.slab_bytes.max(stride);
+        if self.next_slab.checked_add(bytes)? > self.end {
             return None;
         }
         let base = self.next_slab;
@@ -124,35 +143,87 @@ impl BufferPool {
         self.slabs.push(Slab { base, class });
         let q = self.free.entry(class).or_default();
         let mut a = base;
-        while a + class <= base + bytes {
+        while a + stride <= base + bytes {
             q.push_back(a);
-            a += class;
+            a += stride;
         }
         // Bytes of the slab not divisible into objects stay accounted as used.
-        self.free_bytes -= bytes - (bytes / class) * class;
+        self.free_bytes -= bytes - (bytes / stride) * stride;
         Some(())
     }
 
-    /// Frees a live object; returns false if `addr` is not one.
+    /// Frees a live object (it becomes dirty); returns false if `addr` is not one.
     pub fn free(&mut self, addr: u64) -> bool {
         match self.live.remove(&addr) {
             Some(class) => {
                 self.free.entry(class).or_default().push_back(addr);
-                self.free_bytes += class;
+                self.free_bytes += class + self.slot;
+                if self.dirty.insert(addr) {
+                    self.dirty_order.push_back(addr);
+                }
                 true
             }
             None => false,
         }
     }
 
+    /// Takes up to `max` dirty free objects (oldest first) that `eligible` accepts, marking them
+    /// clean; returns their buffers for the caller to zero before anything else happens.
+    pub fn take_dirty(&mut self, max: usize, eligible: impl Fn(u64) -> bool) -> Vec<Object> {
+        let mut out = Vec::new();
+        let mut looked = 0;
+        let budget = self.dirty_order.len();
+        while out.len() < max && looked < budget {
+            let Some(addr) = self.dirty_order.pop_front() else {
+                break;
+            };
+            looked += 1;
+            if !self.dirty.contains(&addr) {
+                continue; // reallocated (and scrubbed then) since it was freed
+            }
+            if !eligible(addr) {
+                self.dirty_order.push_back(addr);
+                continue;
+            }
+            self.dirty.remove(&addr);
+            if let Some(class) = self.class_of_free(addr) {
+                out.push(Object {
+                    addr,
+                    slot: self.slot,
+                    class,
+                });
+            }
+        }
+        out
+    }
+
+    fn class_of_free(&self, addr: u64) -> Option<u64> {
+        // Slabs are carved at increasing addresses.
+        let i = self
+            .slabs
+            .partition_point(|s| s.base <= addr)
+            .checked_sub(1)?;
+        let slab = &self.slabs[i];
+        (addr < slab.base + self.cfg.slab_bytes.max(slab.class + self.slot)).then_some(slab.class)
+    }
+
+    /// Free objects still waiting to be scrubbed.
+    pub fn dirty_objects(&self) -> usize {
+        self.dirty.len()
+    }
+
     /// The live object starting at `addr`.
     pub fn object_at(&self, addr: u64) -> Option<Object> {
-        self.live.get(&addr).map(|&class| Object { addr, class })
+        self.live.get(&addr).map(|&class| Object {
+            addr,
+            slot: self.slot,
+            class,
+        })
     }
 
     /// The live object whose buffer starts at `addr`.
     pub fn object_with_buffer(&self, buffer_addr: u64) -> Option<Object> {
-        self.object_at(buffer_addr.checked_sub(HEADER_SIZE as u64)?)
+        self.object_at(buffer_addr.checked_sub(self.slot)?)
     }
 
     /// Bytes not held by live objects (carved-but-free and never-carved).
@@ -163,6 +234,21 @@ impl BufferPool {
     /// Number of live objects.
     pub fn live_objects(&self) -> usize {
         self.live.len()
+    }
+
+    /// Pool bytes held by live objects (slots included).
+    pub fn live_bytes(&self) -> u64 {
+        self.live.values().map(|c| c + self.slot).sum()
+    }
+
+    /// Bytes of the allocator's own tables (by capacity).
+    pub fn metadata_bytes(&self) -> u64 {
+        let free: usize = self.free.values().map(VecDeque::capacity).sum();
+        (self.live.capacity() * 17
+            + free * 8
+            + self.dirty.capacity() * 9
+            + self.dirty_order.capacity() * 8
+            + self.slabs.capacity() * std::mem::size_of::<Slab>()) as u64
     }
 
     /// Slabs carved so far, as (base, class).
@@ -203,6 +289,10 @@ impl HeaderPool {
     /// All headers.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+    /// Bytes of the free list.
+    pub fn metadata_bytes(&self) -> u64 {
+        (self.free.capacity() * 8) as u64
     }
 }
 
@@ -262,17 +352,20 @@ mod tests {
 
     #[test]
     fn slab_classes_and_reuse_order() {
-        let mut p = BufferPool::new(1 << 20, 4 << 20, SlabConfig::default());
+        let mut p = BufferPool::new(1 << 20, 4 << 20, SlabConfig::default(), true);
         assert_eq!(p.class_for(32), Some(64));
-        assert_eq!(p.class_for(33), Some(128));
-        assert_eq!(p.class_for(1 << 20), None);
-        let a = p.alloc(32).unwrap();
-        let b = p.alloc(32).unwrap();
-        assert_eq!(b.addr, a.addr + 64);
-        assert_eq!(a.buffer(), (a.addr + 32, 32));
+        assert_eq!(p.class_for(65), Some(128));
+        assert_eq!(p.class_for(4096), Some(4096));
+        assert_eq!(p.class_for((1 << 20) + 1), None);
+        let (a, dirty) = p.alloc(32).unwrap();
+        assert!(!dirty, "fresh memory is clean");
+        let (b, _) = p.alloc(32).unwrap();
+        assert_eq!(b.addr, a.addr + 96, "64-byte buffers behind 32-byte slots");
+        assert_eq!(a.buffer(), (a.addr + 32, 64));
         assert!(p.free(a.addr));
         assert!(!p.free(a.addr), "double free refused");
-        let c = p.alloc(32).unwrap();
+        let (c, dirty) = p.alloc(32).unwrap();
+        assert!(!dirty);
         assert_ne!(
             c.addr, a.addr,
             "FIFO: the just-freed object is not reused first"
@@ -281,8 +374,44 @@ mod tests {
     }
 
     #[test]
+    fn four_kib_costs_four_kib_plus_its_slot() {
+        let mut p = BufferPool::new(0, 1 << 20, SlabConfig::default(), true);
+        let (a, _) = p.alloc(4096).unwrap();
+        let (b, _) = p.alloc(4096).unwrap();
+        assert_eq!(b.addr - a.addr, 4096 + 32);
+        let mut q = BufferPool::new(0, 1 << 20, SlabConfig::default(), false);
+        let (a, _) = q.alloc(4096).unwrap();
+        let (b, _) = q.alloc(4096).unwrap();
+        assert_eq!((b.addr - a.addr, a.buffer().0), (4096, a.addr));
+    }
+
+    #[test]
+    fn freed_objects_are_dirty_until_taken_for_scrubbing() {
+        let cfg = SlabConfig {
+            min_class: 64,
+            max_class: 64,
+            slab_bytes: 96 * 2,
+        };
+        let mut p = BufferPool::new(0, 96 * 2, cfg, true);
+        let (a, _) = p.alloc(64).unwrap();
+        let (b, _) = p.alloc(64).unwrap();
+        p.free(a.addr);
+        p.free(b.addr);
+        assert_eq!(p.dirty_objects(), 2);
+        let taken = p.take_dirty(8, |addr| addr != b.addr);
+        assert_eq!(taken, vec![a]);
+        assert_eq!(p.alloc(64), Some((a, false)), "scrubbed in the background");
+        assert_eq!(
+            p.alloc(64),
+            Some((b, true)),
+            "still dirty: scrub on the grant path"
+        );
+        assert_eq!(p.dirty_objects(), 0);
+    }
+
+    #[test]
     fn pool_exhaustion_is_reported() {
-        let mut p = BufferPool::new(0, 1 << 20, SlabConfig::default());
+        let mut p = BufferPool::new(0, 1 << 20, SlabConfig::default(), false);
         let mut n = 0;
         while p.alloc(4000).is_some() {
             n += 1;
@@ -376,6 +505,15 @@ impl WindowPools {
         self.pools
             .get(domain as usize)
             .map_or((0, 0, 0), MwPool::counts)
+    }
+    /// Bytes of the pools' lists and maps.
+    pub fn metadata_bytes(&self) -> u64 {
+        let lists: usize = self
+            .pools
+            .iter()
+            .map(|p| (p.free.capacity() + p.stale.capacity()) * 4)
+            .sum();
+        (lists + self.owner.capacity() * 4 + self.clients.capacity() * 9) as u64
     }
     /// (free, stale, capacity) over all domains.
     pub fn counts(&self) -> (usize, usize, usize) {

@@ -107,6 +107,8 @@ pub struct Waiter {
     pub request: Request,
     /// When it fails with `ConflictTimeout`.
     pub deadline: Timestamp,
+    /// Copies of the request received (retries join the original).
+    pub copies: u32,
 }
 
 /// Per-object state (the per-slab table of active permissions, keyed by object address).
@@ -300,5 +302,11 @@ impl PermTable {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.by_header.is_empty()
+    }
+    /// Bytes of the table (by capacity).
+    pub fn metadata_bytes(&self) -> u64 {
+        (self.slots.capacity() * std::mem::size_of::<Option<Permission>>()
+            + self.free.capacity() * 4
+            + self.by_header.capacity() * 13) as u64
     }
 }

@@ -4,6 +4,8 @@
 //! ```text
 //! request:  0 u64 req_id | 8 u8 kind | 9 u8 access | 10 u8 mode | 11 u8 flags | 12 u32 rsvd
 //!           16 u64 a | 24 u64 b | 32 u64 c | 40 u64 d
+//!           (Hello: a = tenant, b = secret; Share: a = addr, b = tenant, access 2 = withdraw;
+//!            Extend / Renew / Rebind / Revoke: a, b = permission id, c = lease)
 //! reply:    0 u64 req_id | 8 u8 kind | 9 u8 status | 10 u8 flags | 11 u8 rsvd | 12 u32 buffer_rkey
 //!           16 u32 lifetime_rkey | 20 u32 max_lifetime_us | 24 u64 header_addr | 32 u64 start_us
 //!           40 u64 buffer_addr | 48 u64 buffer_len | 56 u64 lifetime_us
@@ -79,9 +81,34 @@ pub enum Request {
         /// Added lifetime, µs.
         lease_us: u64,
     },
-    /// First message on a control connection: asks for the client's identity, which its data
-    /// connections then present (so nobody can attach a QP to another client's domain).
-    Hello,
+    /// First message on a control connection: authenticates the client as `tenant` with the
+    /// tenant's secret, and asks for the client's identity, which its data connections then
+    /// present (so nobody can attach a QP to another client's domain).
+    Hello {
+        /// The tenant the client acts for.
+        tenant: u32,
+        /// The tenant's secret, as configured on the memory node.
+        secret: u64,
+    },
+    /// Renewal of a permission past its maximum lifetime: a new permission over the same
+    /// object, with the same rights and ownership, replaces the old one in one step (an
+    /// exclusive holder keeps the object without a gap). Refused while others wait for it.
+    Renew {
+        /// The permission being replaced.
+        id: PermissionId,
+        /// Lease of the new permission, µs.
+        lease_us: u64,
+    },
+    /// Lets another tenant acquire an object of the caller's tenant with at most `access`
+    /// (`None` withdraws the grant; permissions already granted end by their leases).
+    Share {
+        /// Start of the object's buffer.
+        addr: u64,
+        /// The tenant granted access.
+        tenant: u32,
+        /// Most it may acquire.
+        access: Option<Access>,
+    },
     /// Type-2 isolation: the client now uses its data connection `slot`; windows of its new
     /// grants are bound to that connection's QP.
     UseQp {
@@ -122,6 +149,10 @@ pub enum Status {
     InvalidArgument,
     /// A window bind failed at the NIC.
     BindFailed,
+    /// The client has not authenticated as a tenant, or its tenant or secret is unknown.
+    Unauthorized,
+    /// The object belongs to another tenant (freeing or sharing it is the owner's right).
+    NotOwner,
 }
 
 /// A granted permission, as sent to the client.
@@ -165,6 +196,8 @@ pub enum Reply {
     },
     /// Revoke done.
     Revoked,
+    /// Share done.
+    Shared,
     /// Answer to `Hello`.
     Welcome {
         /// The client's id on this memory node.
@@ -200,11 +233,14 @@ const K_REVOKE: u8 = 4;
 const K_HELLO: u8 = 5;
 const K_REBIND: u8 = 6;
 const K_USE_QP: u8 = 7;
+const K_RENEW: u8 = 8;
+const K_SHARE: u8 = 9;
 const K_GRANTED: u8 = 0x81;
 const K_EXTENDED: u8 = 0x82;
 const K_REVOKED: u8 = 0x83;
 const K_FAILED: u8 = 0x84;
 const K_WELCOME: u8 = 0x85;
+const K_SHARED: u8 = 0x86;
 
 fn put(buf: &mut [u8; SLOT_SIZE], at: usize, v: u64) {
     buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
@@ -250,7 +286,7 @@ fn mode_of(b: u8) -> Result<Mode, ProtoError> {
     }
 }
 
-const STATUSES: [Status; 8] = [
+const STATUSES: [Status; 10] = [
     Status::Ok,
     Status::NoMemory,
     Status::PoolExhausted,
@@ -259,6 +295,8 @@ const STATUSES: [Status; 8] = [
     Status::ExtensionRefused,
     Status::InvalidArgument,
     Status::BindFailed,
+    Status::Unauthorized,
+    Status::NotOwner,
 ];
 
 fn status_code(s: Status) -> u8 {
@@ -302,7 +340,27 @@ pub fn encode_request(req_id: u64, req: &Request) -> [u8; SLOT_SIZE] {
             put(&mut b, 24, id.start_us);
             put(&mut b, 32, lease_us);
         }
-        Request::Hello => b[8] = K_HELLO,
+        Request::Hello { tenant, secret } => {
+            b[8] = K_HELLO;
+            put(&mut b, 16, tenant as u64);
+            put(&mut b, 24, secret);
+        }
+        Request::Renew { id, lease_us } => {
+            b[8] = K_RENEW;
+            put(&mut b, 16, id.header_addr);
+            put(&mut b, 24, id.start_us);
+            put(&mut b, 32, lease_us);
+        }
+        Request::Share {
+            addr,
+            tenant,
+            access,
+        } => {
+            b[8] = K_SHARE;
+            b[9] = access.map_or(2, access_code);
+            put(&mut b, 16, addr);
+            put(&mut b, 24, tenant as u64);
+        }
         Request::UseQp { slot } => {
             b[8] = K_USE_QP;
             b[11] = slot;
@@ -350,7 +408,22 @@ pub fn decode_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
             id,
             lease_us: get(buf, 32),
         },
-        K_HELLO => Request::Hello,
+        K_HELLO => Request::Hello {
+            tenant: u32::try_from(get(buf, 16)).map_err(|_| ProtoError::Field("tenant"))?,
+            secret: get(buf, 24),
+        },
+        K_RENEW => Request::Renew {
+            id,
+            lease_us: get(buf, 32),
+        },
+        K_SHARE => Request::Share {
+            addr: get(buf, 16),
+            tenant: u32::try_from(get(buf, 24)).map_err(|_| ProtoError::Field("tenant"))?,
+            access: match buf[9] {
+                2 => None,
+                b => Some(access_of(b)?),
+            },
+        },
         K_USE_QP => Request::UseQp { slot: buf[11] },
         K_REBIND => Request::Rebind { id },
         K_REVOKE => Request::Revoke {
@@ -388,6 +461,7 @@ pub fn encode_reply(req_id: u64, reply: &Reply) -> [u8; SLOT_SIZE] {
             put(&mut b, 56, lifetime_us);
         }
         Reply::Revoked => b[8] = K_REVOKED,
+        Reply::Shared => b[8] = K_SHARED,
         Reply::Welcome {
             client_id,
             secret,
@@ -434,6 +508,7 @@ pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
             lifetime_us: get(buf, 56),
         },
         K_REVOKED => Reply::Revoked,
+        K_SHARED => Reply::Shared,
         K_WELCOME => Reply::Welcome {
             client_id: get32(buf, 12),
             secret: get(buf, 24),
@@ -480,7 +555,21 @@ mod tests {
             },
             Request::Extend { id, lease_us: 3 },
             Request::Revoke { id, free: true },
-            Request::Hello,
+            Request::Hello {
+                tenant: 4,
+                secret: 0xfeed,
+            },
+            Request::Renew { id, lease_us: 8 },
+            Request::Share {
+                addr: 0x40,
+                tenant: 2,
+                access: Some(Access::Read),
+            },
+            Request::Share {
+                addr: 0x40,
+                tenant: 2,
+                access: None,
+            },
             Request::UseQp { slot: 2 },
             Request::Rebind { id },
         ];
@@ -503,6 +592,8 @@ mod tests {
             }),
             Reply::Extended { lifetime_us: 9 },
             Reply::Revoked,
+            Reply::Shared,
+            Reply::Failed(Status::NotOwner),
             Reply::Welcome {
                 client_id: 3,
                 secret: 99,

@@ -9,7 +9,7 @@
 
 use patronus_core::manager::{
     BindTarget, ClientId, ManagerConfig, ManagerCore, MwId, NicOp, NicResult, Occupancy, Outgoing,
-    SlabConfig, Techniques,
+    Scrub, SlabConfig, Techniques,
 };
 use patronus_core::proto::header::{HEADER_SIZE, LIFETIME_OFFSET};
 use patronus_core::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
@@ -99,6 +99,12 @@ impl FakeNic {
         self.regions.iter().any(|&(s, e)| addr >= s && end <= e)
     }
 
+    /// Adds `n` unbound windows (a new client's protection domain).
+    pub fn add_windows(&mut self, n: u32) {
+        self.windows
+            .extend(std::iter::repeat_n(Window::default(), n as usize));
+    }
+
     /// Executes one chain, in order.
     pub fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
         self.flushing = false;
@@ -115,7 +121,12 @@ impl FakeNic {
 
     fn execute_one(&mut self, op: &NicOp) -> NicResult {
         match *op {
-            NicOp::Bind { mw, client, target } => {
+            NicOp::Bind {
+                mw,
+                client,
+                target,
+                key,
+            } => {
                 let target = target.filter(|t| t.len > 0);
                 let injected = if target.is_some() {
                     if self.skip_binds > 0 && self.fail_next_binds > 0 && !self.flushing {
@@ -143,7 +154,7 @@ impl FakeNic {
                     self.stats.failed += 1;
                     return NicResult::Failed;
                 };
-                w.key = w.key.wrapping_add(1);
+                w.key = key.unwrap_or(w.key.wrapping_add(1));
                 w.epoch += 1;
                 w.target = target;
                 w.client = client;
@@ -312,7 +323,9 @@ pub fn test_config(techniques: Techniques) -> ManagerConfig {
         },
         mw_count: 512,
         buffer_watermark: 0,
-        len_scale: HEADER_SIZE as u64,
+        scrub: Scrub::OnGrant,
+        max_wait_us: u64::MAX,
+        key_seed: None,
     }
 }
 
@@ -334,6 +347,8 @@ pub struct Issued {
     pub request: Request,
     /// The grant.
     pub grant: Grant,
+    /// Its rights.
+    pub access: Access,
     /// Virtual time of the reply.
     pub at: Timestamp,
 }
@@ -359,6 +374,8 @@ pub struct Sim {
     last_start: HashMap<u64, u64>,
     /// Batches run.
     pub batches: u64,
+    /// Buffers the driver zeroed, over the whole run, in order.
+    pub scrubbed: Vec<(u64, u64)>,
 }
 
 impl Sim {
@@ -376,7 +393,19 @@ impl Sim {
             issued: Vec::new(),
             last_start: HashMap::new(),
             batches: 0,
+            scrubbed: Vec::new(),
         }
+    }
+
+    /// Gives `client` its own protection domain with `windows` windows (PD per client).
+    pub fn add_client_domain(&mut self, client: ClientId, windows: u32) {
+        self.core.add_client_domain(client, windows);
+        self.nic.add_windows(windows);
+    }
+
+    /// Queues another copy of request `id` (a client's retry), without a new id.
+    pub fn resubmit(&mut self, client: ClientId, id: u64, request: Request) {
+        self.pending.push((client, id, request));
     }
 
     /// Moves the virtual clock forward.
@@ -444,6 +473,7 @@ impl Sim {
         for (addr, words) in &fin.header_writes {
             self.nic.write_header(*addr, *words);
         }
+        self.scrubbed.extend_from_slice(&fin.scrubs);
         // Grants of this batch may legitimately share an object (shared holders of memory
         // allocated in the same batch); earlier owners' windows may not.
         let batch_keys: Vec<MemoryKey> = fin
@@ -455,6 +485,16 @@ impl Sim {
             })
             .flatten()
             .collect();
+        // A scrub runs after the chain: no window but this batch's grants reaches the buffer,
+        // so no late write of an earlier owner can land after it.
+        for &(addr, len) in &fin.scrubs {
+            for (mw, key, t) in self.nic.windows_over(addr, len) {
+                assert!(
+                    batch_keys.contains(&key),
+                    "window {mw} ({t:?}) still covers scrubbed {addr:#x}+{len}"
+                );
+            }
+        }
         for o in &fin.replies {
             self.check_reply(o, &batch_keys);
         }
@@ -466,11 +506,17 @@ impl Sim {
         let Some(req) = self.in_flight.remove(&o.req_id) else {
             panic!("reply to an unknown or already answered request: {o:?}");
         };
+        assert!(o.copies >= 1, "a reply for no copy: {o:?}");
         assert_eq!(req.client, o.client, "reply went to the wrong client");
         let Reply::Granted(g) = o.reply else { return };
         let (access, allocate) = match req.request {
             Request::Allocate { .. } => (Access::ReadWrite, true),
             Request::Acquire { access, .. } => (access, false),
+            // A renewal keeps the rights of the permission it replaces.
+            Request::Renew { id, .. } => {
+                let old = self.issued.iter().rev().find(|i| i.grant.id == id);
+                (old.map_or(Access::Read, |i| i.access), false)
+            }
             other => panic!("{other:?} answered with a grant"),
         };
         // ABA filter: start times strictly increase per header.
@@ -525,11 +571,14 @@ impl Sim {
         }
         // A new owner of memory: no earlier owner's window may still be bound over the object.
         if allocate {
-            let object = g.buffer_addr - HEADER_SIZE as u64;
-            for (mw, key, t) in self
-                .nic
-                .windows_over(object, g.buffer_len + HEADER_SIZE as u64)
-            {
+            // The header slot in front of the buffer exists only with contiguity.
+            let slot = if self.cfg.techniques.contiguity {
+                HEADER_SIZE as u64
+            } else {
+                0
+            };
+            let object = g.buffer_addr - slot;
+            for (mw, key, t) in self.nic.windows_over(object, g.buffer_len + slot) {
                 assert!(
                     own.contains(&key) || batch_keys.contains(&key),
                     "window {mw} ({t:?}) is still bound over freshly allocated {g:?}"
@@ -540,8 +589,20 @@ impl Sim {
             client: o.client,
             request: req.request,
             grant: g,
+            access,
             at: self.now,
         });
+    }
+
+    /// The object behind a grant's buffer, as (first byte, length): the header slot in front
+    /// of the buffer exists only with contiguity.
+    pub fn object_range(&self, grant: &Grant) -> (u64, u64) {
+        let slot = if self.cfg.techniques.contiguity {
+            HEADER_SIZE as u64
+        } else {
+            0
+        };
+        (grant.buffer_addr - slot, grant.buffer_len + slot)
     }
 
     /// Requests with no reply yet (queued waiters).

@@ -178,6 +178,22 @@ impl MemoryBlock {
         Ok(())
     }
 
+    /// Zeroes `len` bytes at `offset`: whole words with atomic stores, the edges with `write`.
+    pub fn zero(&self, offset: usize, len: usize) -> VerbsResult<()> {
+        self.check(offset, len)?;
+        let end = offset + len;
+        let first_word = offset.next_multiple_of(WORD).min(end);
+        let last_word = (end / WORD * WORD).max(first_word);
+        write_words(self.words(), offset, &[0u8; WORD][..first_word - offset]);
+        for w in &self.words()[first_word / WORD..last_word / WORD] {
+            w.store(0, Ordering::Relaxed);
+        }
+        write_words(self.words(), last_word, &[0u8; WORD][..end - last_word]);
+        // Stores above are ordered before whatever the caller publishes next.
+        std::sync::atomic::fence(Ordering::Release);
+        Ok(())
+    }
+
     /// The aligned word at `offset`.
     pub fn word(&self, offset: usize) -> VerbsResult<&AtomicU64> {
         self.check(offset, WORD)?;
@@ -352,6 +368,22 @@ mod tests {
             b.read(off, &mut dst).unwrap();
             assert_eq!(dst, src, "offset {off}");
         }
+    }
+
+    #[test]
+    fn zero_clears_exactly_its_range() {
+        for (off, len) in [(0, 64), (3, 2), (3, 17), (8, 8), (5, 40), (0, 0), (61, 3)] {
+            let b = MemoryBlock::new(64).unwrap();
+            b.write(0, &[0xff; 64]).unwrap();
+            b.zero(off, len).unwrap();
+            let mut dst = [0u8; 64];
+            b.read(0, &mut dst).unwrap();
+            for (i, &x) in dst.iter().enumerate() {
+                let inside = i >= off && i < off + len;
+                assert_eq!(x, if inside { 0 } else { 0xff }, "({off}, {len}) byte {i}");
+            }
+        }
+        assert!(MemoryBlock::new(64).unwrap().zero(60, 8).is_err());
     }
 
     #[test]

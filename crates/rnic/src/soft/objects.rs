@@ -162,6 +162,9 @@ impl MemoryBuffer for SoftBuffer {
         self.block.word(offset)?.store(value, Ordering::SeqCst);
         Ok(())
     }
+    fn fill_zero(&self, offset: usize, len: usize) -> VerbsResult<()> {
+        self.block.zero(offset, len)
+    }
 }
 
 /// A registered memory region. Not `Clone`: deregistration consumes it.

@@ -182,6 +182,17 @@ pub trait MemoryBuffer: Clone + Send + Sync + Debug {
     fn load_u64(&self, offset: usize) -> VerbsResult<u64>;
     /// Stores the aligned 8-byte word at `offset`.
     fn store_u64(&self, offset: usize, value: u64) -> VerbsResult<()>;
+    /// Zeroes `len` bytes at `offset` (a memory node scrubbing freed memory before reuse).
+    fn fill_zero(&self, offset: usize, len: usize) -> VerbsResult<()> {
+        const CHUNK: [u8; 4096] = [0; 4096];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(CHUNK.len());
+            self.write(offset + done, &CHUNK[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
 }
 
 /// A memory region (`ibv_mr`).

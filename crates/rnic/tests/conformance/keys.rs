@@ -4,8 +4,8 @@
 
 use super::harness::*;
 use rnic::{
-    AccessFlags, MemoryBuffer, MemoryKey, MemoryWindow, MwType, ProtectionDomain, Provider, QueuePair, SendOp,
-    WcStatus,
+    AccessFlags, MemoryBuffer, MemoryKey, MemoryWindow, MwType, ProtectionDomain, Provider,
+    QueuePair, SendOp, WcStatus,
 };
 
 const R: AccessFlags = AccessFlags::REMOTE_READ;

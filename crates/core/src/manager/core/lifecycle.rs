@@ -1,5 +1,5 @@
-//! Ending permissions, waking waiters, refusing extensions, pairing windows with binds (MW
-//! handover), and finishing a batch once its chain completed.
+//! Ending permissions, waking waiters, refusing extensions, and pairing windows with binds
+//! (MW handover).
 
 use super::*;
 
@@ -60,10 +60,10 @@ impl ManagerCore {
         // permissions below wakes waiters, which must not be granted memory being freed.
         if let Some(obj) = self.objects.get_mut(&object) {
             for w in std::mem::take(&mut obj.waiters) {
+                self.waiting.remove(&(w.client, w.req_id));
                 self.replies.push(Outgoing {
-                    client: w.client,
-                    req_id: w.req_id,
-                    reply: Reply::Failed(Status::NotFound),
+                    copies: w.copies,
+                    ..Outgoing::new(w.client, w.req_id, Reply::Failed(Status::NotFound))
                 });
             }
         }
@@ -92,6 +92,7 @@ impl ManagerCore {
             }
         }
         self.buffers.free(object);
+        self.tenants.disown(object);
         if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
             self.objects.remove(&object);
         }
@@ -124,11 +125,28 @@ impl ManagerCore {
             let Some(w) = obj.waiters.pop_front() else {
                 break;
             };
+            self.waiting.remove(&(w.client, w.req_id));
             let Some(o) = self.buffers.object_at(object) else {
-                self.fail(w.client, w.req_id, Status::NotFound);
+                self.replies.push(Outgoing {
+                    copies: w.copies,
+                    ..Outgoing::new(w.client, w.req_id, Reply::Failed(Status::NotFound))
+                });
                 continue;
             };
+            let pending = self.grants.len();
             self.grant(now, w.client, w.req_id, o, lease_us, access, mode);
+            match self.grants.get_mut(pending) {
+                Some(g) => g.copies = w.copies,
+                None => {
+                    // Refused (pools exhausted): every copy gets the refusal.
+                    if let Some(r) = self.replies.last_mut()
+                        && r.client == w.client
+                        && r.req_id == w.req_id
+                    {
+                        r.copies = w.copies;
+                    }
+                }
+            }
         }
         if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
             self.objects.remove(&object);
@@ -183,6 +201,7 @@ impl ManagerCore {
                 mw,
                 client,
                 target: None,
+                key: None,
             },
             Cont::Unbind(u32::MAX),
         ));
@@ -241,11 +260,13 @@ impl ManagerCore {
                     p.header_mw = Some(mw);
                 }
             }
+            let key_byte = self.keys.as_mut().map(|k| k.next(mw));
             self.ops.push((
                 NicOp::Bind {
                     mw,
                     client,
                     target: Some(target),
+                    key: key_byte,
                 },
                 Cont::GrantBind(key, is_buffer),
             ));
@@ -257,6 +278,7 @@ impl ManagerCore {
                     mw,
                     client,
                     target: None,
+                    key: None,
                 },
                 Cont::Unbind(mw),
             ));
@@ -280,215 +302,5 @@ impl ManagerCore {
             None => {}
         }
         Some(mw)
-    }
-
-    // ------------------------------------------------------------------ phase 3
-
-    /// Completes the batch with the results of the chain [`plan`](Self::plan) returned.
-    pub fn finish(&mut self, now: Timestamp, results: &[NicResult]) -> Finished {
-        let ops = std::mem::take(&mut self.ops);
-        let mut retry_release = Vec::new();
-        for (i, (_, cont)) in ops.iter().enumerate() {
-            let result = results.get(i).copied().unwrap_or(NicResult::Failed);
-            match *cont {
-                Cont::GrantBind(key, is_buffer) => {
-                    let Some(g) = self.grants.iter_mut().find(|g| g.key == key) else {
-                        continue;
-                    };
-                    match result {
-                        NicResult::Bound(rkey) if is_buffer => g.buffer_rkey = Some(rkey),
-                        NicResult::Bound(rkey) => g.lifetime_rkey = Some(rkey),
-                        _ => g.failed = true,
-                    }
-                }
-                Cont::Unbind(mw) => {
-                    if mw == u32::MAX {
-                        continue; // the stale window is rebound by the next op
-                    }
-                    match result {
-                        NicResult::Failed => retry_release.push(mw),
-                        _ => self.mws.give_free(mw),
-                    }
-                }
-                Cont::Extend(key, pid, expected, new, client, req_id) => {
-                    let max = self.cfg.max_lifetime_us;
-                    let perm = self.perms.get_mut(key).filter(|p| p.id == pid);
-                    let reply = match (result, perm) {
-                        (NicResult::CasOld(old), Some(p)) if old == expected => {
-                            p.lifetime_us = new;
-                            p.deadline = Timestamp(p.id.start_us).plus_us(new).min(p.hard_deadline);
-                            let at = p.deadline;
-                            self.deadlines.insert(at, Timer::Lease(key));
-                            Reply::Extended { lifetime_us: new }
-                        }
-                        (NicResult::CasOld(old), Some(p)) => {
-                            // The client extended one-sidedly meanwhile; that value stands,
-                            // and so does the deadline it implies (0: the client gave it up).
-                            p.lifetime_us = old;
-                            p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
-                            let at = p.deadline;
-                            self.deadlines.insert(at, Timer::Lease(key));
-                            if old == 0 {
-                                Reply::Failed(Status::ExtensionRefused)
-                            } else {
-                                Reply::Extended {
-                                    lifetime_us: old.min(max),
-                                }
-                            }
-                        }
-                        _ => Reply::Failed(Status::ExtensionRefused),
-                    };
-                    self.replies.push(Outgoing {
-                        client,
-                        req_id,
-                        reply,
-                    });
-                }
-                Cont::Refuse(key, pid, expected) => {
-                    let Some(p) = self.perms.get_mut(key).filter(|p| p.id == pid) else {
-                        continue;
-                    };
-                    match result {
-                        NicResult::CasOld(old) if old == expected => {
-                            p.refused = true;
-                            p.refuse_pending = false;
-                        }
-                        NicResult::CasOld(old) => {
-                            // Extended concurrently: adopt it (capped) and refuse again later.
-                            p.lifetime_us = old;
-                            p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
-                            p.refuse_pending = false;
-                            let at = p.deadline;
-                            self.deadlines.insert(at, Timer::Lease(key));
-                            // Retry in the next batch (its waiter check re-refuses holders).
-                            self.deadlines.insert(now, Timer::Waiter(p.object));
-                        }
-                        _ => p.refuse_pending = false,
-                    }
-                }
-                Cont::Expiry(..) => {}
-            }
-        }
-        // Unbinds that failed are retried in the next batch (the window stays out of the pool),
-        // and revokes answered in this batch wait until that retry succeeded.
-        if retry_release.is_empty() {
-            self.replies.append(&mut self.deferred_revokes);
-        } else {
-            let (revokes, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.replies)
-                .into_iter()
-                .partition(|o| o.reply == Reply::Revoked);
-            self.replies = rest;
-            self.deferred_revokes.extend(revokes);
-        }
-        for mw in retry_release {
-            self.releasing.push((mw, 0));
-        }
-        let mut header_writes = Vec::new();
-        // A window whose bind or unbind failed may still be bound where it was (a handover
-        // source, a stale window over reused memory), so no grant of this chain may go out: an
-        // earlier owner's rkey could reach the new owner's buffer. (On a verbs QP a failure
-        // flushes the rest of the chain anyway.) The grants fail; their clients may retry.
-        let chain_failed = ops.iter().enumerate().any(|(i, (op, _))| {
-            matches!(op, NicOp::Bind { .. })
-                && results.get(i).is_none_or(|r| *r == NicResult::Failed)
-        });
-        for g in std::mem::take(&mut self.grants) {
-            let Some(p) = self.perms.get(g.key) else {
-                continue;
-            };
-            let contiguous = p.header == HeaderSlot::Embedded;
-            let lifetime_rkey = if contiguous {
-                g.buffer_rkey
-            } else {
-                g.lifetime_rkey
-            };
-            let (Some(buffer_rkey), Some(lifetime_rkey), false) =
-                (g.buffer_rkey, lifetime_rkey, g.failed || chain_failed)
-            else {
-                let object = p.object;
-                self.end_permission(g.key, false, now);
-                if g.rebind {
-                    // A granted permission that lost its windows: it ended.
-                    self.replies.push(Outgoing {
-                        client: g.client,
-                        req_id: g.req_id,
-                        reply: Reply::Failed(Status::BindFailed),
-                    });
-                    continue;
-                }
-                self.counters.ended -= 1; // never granted
-                if g.allocated {
-                    // Nobody learned the address of the new memory: it goes back.
-                    self.buffers.free(object);
-                    if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
-                        self.objects.remove(&object);
-                    }
-                }
-                self.replies.push(Outgoing {
-                    client: g.client,
-                    req_id: g.req_id,
-                    reply: Reply::Failed(Status::BindFailed),
-                });
-                continue;
-            };
-            let header = Header {
-                buffer_addr: p.buffer.0,
-                buffer_len: p.buffer.1,
-                buffer_mw: p.buffer_mw.unwrap_or(u32::MAX),
-                header_mw: p.header_mw.unwrap_or(u32::MAX),
-                start_us: p.id.start_us,
-                lifetime_us: p.lifetime_us,
-            };
-            // A rebind leaves the header alone: its lifetime word may hold the client's
-            // one-sided extensions, which the manager has not seen yet.
-            if !g.rebind
-                && let Ok(words) = header.encode(self.cfg.len_scale)
-            {
-                header_writes.push((p.id.header_addr, words));
-            }
-            let grant = Grant {
-                id: p.id,
-                buffer_addr: p.buffer.0,
-                buffer_len: p.buffer.1,
-                buffer_rkey,
-                lifetime_rkey,
-                lifetime_us: p.lifetime_us,
-                contiguous,
-                max_lifetime_us: self.cfg.max_lifetime_us.min(u32::MAX as u64) as u32,
-            };
-            let deadline = p.deadline;
-            let grant_object = p.object;
-            if g.rebind {
-                self.replies.push(Outgoing {
-                    client: g.client,
-                    req_id: g.req_id,
-                    reply: Reply::Granted(grant),
-                });
-                continue;
-            }
-            if let Some(p) = self.perms.get_mut(g.key) {
-                p.phase = Phase::Active;
-            }
-            // Granted while others wait (they queued in this batch, before it was active):
-            // refuse its extensions in the next batch, as for the holders they found.
-            if self
-                .objects
-                .get(&grant_object)
-                .is_some_and(|o| !o.waiters.is_empty())
-            {
-                self.deadlines.insert(now, Timer::Waiter(grant_object));
-            }
-            self.deadlines.insert(deadline, Timer::Lease(g.key));
-            self.counters.granted += 1;
-            self.replies.push(Outgoing {
-                client: g.client,
-                req_id: g.req_id,
-                reply: Reply::Granted(grant),
-            });
-        }
-        Finished {
-            header_writes,
-            replies: std::mem::take(&mut self.replies),
-        }
     }
 }

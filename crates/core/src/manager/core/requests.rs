@@ -17,41 +17,27 @@ impl ManagerCore {
                 lease_us,
                 mode,
             } => self.allocate(now, client, req_id, size, lease_us, mode),
-            Request::Acquire {
-                addr,
-                size,
-                lease_us,
-                access,
-                mode,
-                wait_us,
-            } => {
-                let Some(obj) = self.buffers.object_with_buffer(addr) else {
-                    return self.fail(client, req_id, Status::InvalidArgument);
-                };
-                if size == 0 || size > obj.buffer().1 || lease_us == 0 {
-                    return self.fail(client, req_id, Status::InvalidArgument);
-                }
-                let state = self.objects.entry(obj.addr).or_default();
-                if !state.admits(mode) {
-                    if wait_us == 0 {
-                        return self.fail(client, req_id, Status::ConflictTimeout);
-                    }
-                    let deadline = now.plus_us(wait_us);
-                    state.waiters.push_back(Waiter {
-                        client,
-                        req_id,
-                        request: req,
-                        deadline,
-                    });
-                    self.deadlines.insert(deadline, Timer::Waiter(obj.addr));
-                    self.refuse_holders(obj.addr);
-                    return;
-                }
-                self.grant(now, client, req_id, obj, lease_us, access, mode);
-            }
+            Request::Acquire { .. } => self.acquire(now, client, req_id, req),
             Request::Extend { id, lease_us } => self.rpc_extend(now, client, req_id, id, lease_us),
+            Request::Renew { id, lease_us } => self.renew(now, client, req_id, id, lease_us),
+            Request::Share {
+                addr,
+                tenant,
+                access,
+            } => {
+                let status = match self.buffers.object_with_buffer(addr) {
+                    Some(obj) if self.tenants.owns(client, obj.addr) => {
+                        self.tenants.share(obj.addr, tenant, access);
+                        None
+                    }
+                    // Not the owner: the same answer as for no object at all.
+                    _ => Some(Status::NotFound),
+                };
+                let reply = status.map_or(Reply::Shared, Reply::Failed);
+                self.replies.push(Outgoing::new(client, req_id, reply));
+            }
             // Identity is the driver's business; a Hello reaching the core is answered blandly.
-            Request::Hello | Request::UseQp { .. } => {
+            Request::Hello { .. } | Request::UseQp { .. } => {
                 self.fail(client, req_id, Status::InvalidArgument)
             }
             Request::Rebind { id } => self.rebind(client, req_id, id),
@@ -64,6 +50,10 @@ impl ManagerCore {
                     else {
                         return self.fail(client, req_id, Status::NotFound);
                     };
+                    if !self.tenants.owns(client, object) {
+                        // Shared with this tenant, not owned by it: freeing is the owner's.
+                        return self.fail(client, req_id, Status::NotOwner);
+                    }
                     if access != Access::ReadWrite {
                         // Freeing ends everyone's permissions: only a writer may do it.
                         return self.fail(client, req_id, Status::InvalidArgument);
@@ -72,12 +62,108 @@ impl ManagerCore {
                 } else {
                     self.end_permission(key, false, now);
                 }
-                self.replies.push(Outgoing {
-                    client,
-                    req_id,
-                    reply: Reply::Revoked,
-                });
+                self.replies
+                    .push(Outgoing::new(client, req_id, Reply::Revoked));
             }
+        }
+    }
+
+    /// `acquire`: granted now, queued behind conflicting holders (bounded wait), or refused.
+    /// A copy of a request that is already waiting (the client's retry) joins it.
+    fn acquire(&mut self, now: Timestamp, client: ClientId, req_id: u64, req: Request) {
+        let Request::Acquire {
+            addr,
+            size,
+            lease_us,
+            access,
+            mode,
+            wait_us,
+        } = req
+        else {
+            return;
+        };
+        if let Some(&object) = self.waiting.get(&(client, req_id)) {
+            let waiter = self.objects.get_mut(&object).and_then(|o| {
+                o.waiters
+                    .iter_mut()
+                    .find(|w| w.client == client && w.req_id == req_id)
+            });
+            if let Some(w) = waiter {
+                w.copies += 1;
+                return;
+            }
+            self.waiting.remove(&(client, req_id));
+        }
+        // No object and another tenant's object (not shared with this one) look the same.
+        let Some(obj) = self
+            .buffers
+            .object_with_buffer(addr)
+            .filter(|o| self.tenants.may_acquire(client, o.addr, access))
+        else {
+            return self.fail(client, req_id, Status::NotFound);
+        };
+        if size == 0 || size > obj.buffer().1 || lease_us == 0 {
+            return self.fail(client, req_id, Status::InvalidArgument);
+        }
+        let state = self.objects.entry(obj.addr).or_default();
+        if !state.admits(mode) {
+            let wait_us = wait_us.min(self.cfg.max_wait_us);
+            if wait_us == 0 {
+                return self.fail(client, req_id, Status::ConflictTimeout);
+            }
+            let deadline = now.plus_us(wait_us);
+            state.waiters.push_back(Waiter {
+                client,
+                req_id,
+                request: req,
+                deadline,
+                copies: 1,
+            });
+            self.waiting.insert((client, req_id), obj.addr);
+            self.deadlines.insert(deadline, Timer::Waiter(obj.addr));
+            self.refuse_holders(obj.addr);
+            return;
+        }
+        self.grant(now, client, req_id, obj, lease_us, access, mode);
+    }
+
+    /// Replaces a permission by a new one over the same object in one step: the new grant
+    /// holds the object before the old permission ends, so nobody gets in between (the old
+    /// windows are handed over to the new grant). Refused while others wait: renewal must not
+    /// keep an object from them past the maximum lifetime.
+    fn renew(
+        &mut self,
+        now: Timestamp,
+        client: ClientId,
+        req_id: u64,
+        id: PermissionId,
+        lease_us: u64,
+    ) {
+        let Some(key) = self.lookup(client, id) else {
+            return self.fail(client, req_id, Status::NotFound);
+        };
+        let Some((object, access, mode)) =
+            self.perms.get(key).map(|p| (p.object, p.access, p.mode))
+        else {
+            return self.fail(client, req_id, Status::NotFound);
+        };
+        if lease_us == 0 {
+            return self.fail(client, req_id, Status::InvalidArgument);
+        }
+        if self
+            .objects
+            .get(&object)
+            .is_some_and(|o| !o.waiters.is_empty())
+        {
+            return self.fail(client, req_id, Status::ExtensionRefused);
+        }
+        let Some(obj) = self.buffers.object_at(object) else {
+            return self.fail(client, req_id, Status::NotFound);
+        };
+        let pending = self.grants.len();
+        self.grant(now, client, req_id, obj, lease_us, access, mode);
+        if self.grants.len() > pending {
+            self.end_permission(key, false, now);
         }
     }
 
@@ -89,11 +175,8 @@ impl ManagerCore {
     }
 
     pub(super) fn fail(&mut self, client: ClientId, req_id: u64, status: Status) {
-        self.replies.push(Outgoing {
-            client,
-            req_id,
-            reply: Reply::Failed(status),
-        });
+        self.replies
+            .push(Outgoing::new(client, req_id, Reply::Failed(status)));
     }
 
     pub(super) fn allocate(
@@ -108,7 +191,16 @@ impl ManagerCore {
         if size == 0 || lease_us == 0 {
             return self.fail(client, req_id, Status::InvalidArgument);
         }
-        let Some(obj) = self.buffers.alloc(size) else {
+        if !self
+            .buffers
+            .class_for(size)
+            .is_some_and(crate::proto::header::encodable_len)
+        {
+            // Larger than the largest class (or, with a custom slab configuration, a length
+            // the header cannot describe): refused, never granted without a lifetime word.
+            return self.fail(client, req_id, Status::InvalidArgument);
+        }
+        let Some((obj, dirty)) = self.buffers.alloc(size) else {
             return self.fail(client, req_id, Status::NoMemory);
         };
         // Reused memory: windows of earlier owners still bound over it die in this chain.
@@ -121,8 +213,13 @@ impl ManagerCore {
         let pending = self.grants.len();
         self.grant(now, client, req_id, obj, lease_us, Access::ReadWrite, mode);
         let granted = self.grants.len() > pending;
+        let scrub = (dirty && self.cfg.scrub != Scrub::Off).then(|| obj.buffer());
         match self.grants.last_mut() {
-            Some(g) if granted => g.allocated = true,
+            Some(g) if granted => {
+                g.allocated = true;
+                g.scrub = scrub;
+                self.tenants.own(obj.addr, client);
+            }
             _ => {
                 // Not granted (pools exhausted): the memory goes back instead of leaking.
                 self.buffers.free(obj.addr);
@@ -225,16 +322,7 @@ impl ManagerCore {
             state.embedded_busy = true;
         }
         self.push_window_needs(key, client);
-        self.grants.push(PendingGrant {
-            key,
-            client,
-            req_id,
-            buffer_rkey: None,
-            lifetime_rkey: None,
-            failed: false,
-            allocated: false,
-            rebind: false,
-        });
+        self.grants.push(PendingGrant::new(key, client, req_id));
     }
 
     /// The windows a permission needs: one over lifetime field + buffer when contiguous, else
@@ -322,14 +410,8 @@ impl ManagerCore {
         self.push_window_needs(key, client);
         self.counters.rebinds_for_qp_switch += 1;
         self.grants.push(PendingGrant {
-            key,
-            client,
-            req_id,
-            buffer_rkey: None,
-            lifetime_rkey: None,
-            failed: false,
-            allocated: false,
             rebind: true,
+            ..PendingGrant::new(key, client, req_id)
         });
     }
 

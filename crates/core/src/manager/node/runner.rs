@@ -55,6 +55,12 @@ impl<P: Provider> Runner<P> {
                 if let Some(start) = streak_cpu.take() {
                     self.busy_cpu += thread_cpu().saturating_sub(start);
                 }
+                // Idle: zero freed memory no window covers any more, off the grant path.
+                let scrubs = self.core.scrub_idle(IDLE_SCRUB_OBJECTS);
+                if !scrubs.is_empty() {
+                    self.scrub(&scrubs);
+                    continue;
+                }
                 idle_spins += 1;
                 if idle_spins > 256 {
                     if published != self.batches {
@@ -93,8 +99,17 @@ impl<P: Provider> Runner<P> {
                     let _ = self.pool.store_u64(off + 8 * i, *w);
                 }
             }
+            // After the chain (earlier owners' windows are unbound and drained), before the
+            // replies (the new owners have no rkey yet).
+            self.scrub(&finished.scrubs);
             for out in finished.replies {
-                self.send_reply(out.client, out.req_id, &out.reply);
+                let extra = self
+                    .batch_copies
+                    .remove(&(out.client, out.req_id))
+                    .unwrap_or(0);
+                for _ in 0..out.copies + extra {
+                    self.send_reply(out.client, out.req_id, &out.reply);
+                }
             }
             self.batches += 1;
             if self.batches % 64 == 0 {
@@ -110,6 +125,16 @@ impl<P: Provider> Runner<P> {
         self.publish_stats();
     }
 
+    /// Zeroes buffers given as (address, length) in the pool.
+    fn scrub(&self, ranges: &[(u64, u64)]) {
+        for &(addr, len) in ranges {
+            let off = (addr - self.pool.addr()) as usize;
+            // In range by construction (the pool's own objects); an error would be a bug, and
+            // the memory stays counted dirty nowhere — so it is worth no panic here.
+            let _ = self.pool.fill_zero(off, len as usize);
+        }
+    }
+
     fn publish_stats(&self) {
         let mut s = self.shared.stats.lock();
         s.counters = self.core.counters();
@@ -118,6 +143,8 @@ impl<P: Provider> Runner<P> {
         s.busy_cpu = self.busy_cpu;
         s.batches = self.batches;
         s.clients = self.control.len();
+        s.pool_bytes_in_use = self.core.pool_bytes_in_use();
+        s.metadata_bytes = self.core.metadata_bytes();
     }
 
     fn adopt_incoming(&mut self) {
@@ -203,7 +230,12 @@ impl<P: Provider> Runner<P> {
             let ok = self.slots.read(off, &mut buf[..len]);
             let client = self.control.get(&wc.qp_num).map(|(id, _)| *id);
             match (ok, client, decode_request(&buf[..len])) {
-                (Ok(()), Some(client), Ok((req_id, Request::Hello))) => {
+                (Ok(()), Some(client), Ok((req_id, Request::Hello { tenant, secret }))) => {
+                    if !self.authenticate(client, tenant, secret) {
+                        self.send_reply(client, req_id, &Reply::Failed(Status::Unauthorized));
+                        let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
+                        return;
+                    }
                     let secret = self
                         .shared
                         .secrets
@@ -220,6 +252,12 @@ impl<P: Provider> Runner<P> {
                             type2: self.isolation == Isolation::Type2,
                         },
                     );
+                }
+                (Ok(()), Some(client), Ok((req_id, _)))
+                    if !self.authenticated.contains_key(&client) =>
+                {
+                    // Nothing is served before the client authenticated as a tenant.
+                    self.send_reply(client, req_id, &Reply::Failed(Status::Unauthorized));
                 }
                 (Ok(()), Some(client), Ok((req_id, Request::UseQp { slot }))) => {
                     // Applied before the batch this arrived with, so its rebinds use the slot.
@@ -245,10 +283,13 @@ impl<P: Provider> Runner<P> {
                         .map(|(_, r)| *r);
                     if let Some(reply) = cached {
                         self.send_reply(client, req_id, &reply);
-                    } else if !requests
+                    } else if requests
                         .iter()
                         .any(|(c, id, _)| *c == client && *id == req_id)
                     {
+                        // The same request twice in one batch: handled once, answered twice.
+                        *self.batch_copies.entry((client, req_id)).or_default() += 1;
+                    } else {
                         requests.push((client, req_id, req));
                     }
                 }
@@ -257,6 +298,22 @@ impl<P: Provider> Runner<P> {
             }
         }
         let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
+    }
+
+    /// Accepts a client's `Hello` as `tenant` if the secret is right (with no tenants
+    /// configured, only the default tenant exists). A client stays with its first tenant.
+    fn authenticate(&mut self, client: ClientId, tenant: TenantId, secret: u64) -> bool {
+        let known = if self.tenants.is_empty() {
+            tenant == DEFAULT_TENANT
+        } else {
+            self.tenants.get(&tenant) == Some(&secret)
+        };
+        let consistent = self.authenticated.get(&client).is_none_or(|&t| t == tenant);
+        if known && consistent {
+            self.authenticated.insert(client, tenant);
+            self.core.set_tenant(client, tenant);
+        }
+        known && consistent
     }
 
     fn send_reply(&mut self, client: ClientId, req_id: u64, reply: &Reply) {
@@ -310,6 +367,7 @@ impl<P: Provider> Runner<P> {
             let live: std::collections::HashSet<ClientId> =
                 self.control.values().map(|(id, _)| *id).collect();
             self.reply_qp.retain(|id, _| live.contains(id));
+            self.batch_copies.retain(|(id, _), _| live.contains(id));
             self.others.retain(|qp| qp.state() != QpState::Error);
         }
     }
@@ -340,11 +398,15 @@ impl<P: Provider> Runner<P> {
         for (i, op) in ops.iter().enumerate() {
             let wr_id = (base + i) as u64;
             match *op {
-                NicOp::Bind { mw, target, client }
-                    if self.isolation == Isolation::Type2
-                        && self.mw_domain.get(mw as usize).is_some_and(|&d| d > 0) =>
+                NicOp::Bind {
+                    mw,
+                    target,
+                    client,
+                    key,
+                } if self.isolation == Isolation::Type2
+                    && self.mw_domain.get(mw as usize).is_some_and(|&d| d > 0) =>
                 {
-                    let (outcome, update) = self.post_type2(wr_id, mw, target, client);
+                    let (outcome, update) = self.post_type2(wr_id, mw, target, client, key);
                     mw_qp_updates.push((mw, update));
                     match outcome {
                         Type2Post::Posted => expected += 1,
@@ -352,7 +414,9 @@ impl<P: Provider> Runner<P> {
                         Type2Post::Failed => {}
                     }
                 }
-                NicOp::Bind { mw, target, .. } => {
+                NicOp::Bind {
+                    mw, target, key, ..
+                } => {
                     let Some(window) = self.mws.get(mw as usize) else {
                         continue;
                     };
@@ -371,7 +435,7 @@ impl<P: Provider> Runner<P> {
                                     addr: t.addr,
                                     length: t.len,
                                     access: t.access,
-                                    key: None,
+                                    key,
                                 },
                                 None => BindInfo {
                                     mr: None,
@@ -478,6 +542,7 @@ impl<P: Provider> Runner<P> {
         mw: super::super::pool::MwId,
         target: Option<super::super::core::BindTarget>,
         client: ClientId,
+        key: Option<u8>,
     ) -> (Type2Post, Option<P::Qp>) {
         let current = self.mw_qp.get(&mw).cloned();
         let Some(window) = self.mws.get(mw as usize) else {
@@ -525,7 +590,7 @@ impl<P: Provider> Runner<P> {
                             addr: t.addr,
                             length: t.len,
                             access: t.access,
-                            key: None,
+                            key,
                         },
                     },
                 };

@@ -1,0 +1,223 @@
+//! Phase 3 of a batch: with the chain's results, replies (rkeys go out only after their bind
+//! completed), header writes and scrubs for the driver, and the bookkeeping of failures.
+
+use super::*;
+use std::collections::HashSet;
+
+impl ManagerCore {
+    /// Completes the batch with the results of the chain [`plan`](Self::plan) returned.
+    pub fn finish(&mut self, now: Timestamp, results: &[NicResult]) -> Finished {
+        let ops = std::mem::take(&mut self.ops);
+        let mut retry_release = Vec::new();
+        for (i, (_, cont)) in ops.iter().enumerate() {
+            let result = results.get(i).copied().unwrap_or(NicResult::Failed);
+            match *cont {
+                Cont::GrantBind(key, is_buffer) => {
+                    let Some(g) = self.grants.iter_mut().find(|g| g.key == key) else {
+                        continue;
+                    };
+                    match result {
+                        NicResult::Bound(rkey) if is_buffer => g.buffer_rkey = Some(rkey),
+                        NicResult::Bound(rkey) => g.lifetime_rkey = Some(rkey),
+                        _ => g.failed = true,
+                    }
+                }
+                Cont::Unbind(mw) => {
+                    if mw == u32::MAX {
+                        continue; // the stale window is rebound by the next op
+                    }
+                    match result {
+                        NicResult::Failed => retry_release.push(mw),
+                        _ => self.mws.give_free(mw),
+                    }
+                }
+                Cont::Extend(key, pid, expected, new, client, req_id) => {
+                    let max = self.cfg.max_lifetime_us;
+                    let perm = self.perms.get_mut(key).filter(|p| p.id == pid);
+                    let reply = match (result, perm) {
+                        (NicResult::CasOld(old), Some(p)) if old == expected => {
+                            p.lifetime_us = new;
+                            p.deadline = Timestamp(p.id.start_us).plus_us(new).min(p.hard_deadline);
+                            let at = p.deadline;
+                            self.deadlines.insert(at, Timer::Lease(key));
+                            Reply::Extended { lifetime_us: new }
+                        }
+                        (NicResult::CasOld(old), Some(p)) => {
+                            // The client extended one-sidedly meanwhile; that value stands,
+                            // and so does the deadline it implies (0: the client gave it up).
+                            p.lifetime_us = old;
+                            p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
+                            let at = p.deadline;
+                            self.deadlines.insert(at, Timer::Lease(key));
+                            if old == 0 {
+                                Reply::Failed(Status::ExtensionRefused)
+                            } else {
+                                Reply::Extended {
+                                    lifetime_us: old.min(max),
+                                }
+                            }
+                        }
+                        _ => Reply::Failed(Status::ExtensionRefused),
+                    };
+                    self.replies.push(Outgoing::new(client, req_id, reply));
+                }
+                Cont::Refuse(key, pid, expected) => {
+                    let Some(p) = self.perms.get_mut(key).filter(|p| p.id == pid) else {
+                        continue;
+                    };
+                    match result {
+                        NicResult::CasOld(old) if old == expected => {
+                            p.refused = true;
+                            p.refuse_pending = false;
+                        }
+                        NicResult::CasOld(old) => {
+                            // Extended concurrently: adopt it (capped) and refuse again later.
+                            p.lifetime_us = old;
+                            p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
+                            p.refuse_pending = false;
+                            let at = p.deadline;
+                            self.deadlines.insert(at, Timer::Lease(key));
+                            // Retry in the next batch (its waiter check re-refuses holders).
+                            self.deadlines.insert(now, Timer::Waiter(p.object));
+                        }
+                        _ => p.refuse_pending = false,
+                    }
+                }
+                Cont::Expiry(..) => {}
+            }
+        }
+        // Unbinds that failed are retried in the next batch (the window stays out of the pool),
+        // and revokes answered in this batch wait until that retry succeeded.
+        if retry_release.is_empty() {
+            self.replies.append(&mut self.deferred_revokes);
+        } else {
+            let (revokes, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.replies)
+                .into_iter()
+                .partition(|o| o.reply == Reply::Revoked);
+            self.replies = rest;
+            self.deferred_revokes.extend(revokes);
+        }
+        for mw in retry_release {
+            self.releasing.push((mw, 0));
+        }
+        let mut header_writes = Vec::new();
+        let mut scrubs = Vec::new();
+        // A window whose bind or unbind failed may still be bound where it was (a handover
+        // source, a stale window over reused memory), so no grant whose windows come from the
+        // same protection domain may go out: an earlier owner's rkey could reach the new
+        // owner's buffer. (On a verbs QP a failure flushes the rest of its chain anyway.)
+        // Windows never leave their domain, so grants of other domains (other clients, with a
+        // PD per client) are unaffected: a failure stays with the client that caused it.
+        let failed_domains: HashSet<u32> = ops
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (op, _))| match op {
+                NicOp::Bind { mw, .. }
+                    if results.get(i).is_none_or(|r| *r == NicResult::Failed) =>
+                {
+                    Some(self.mws.domain_of(*mw))
+                }
+                _ => None,
+            })
+            .collect();
+        for g in std::mem::take(&mut self.grants) {
+            let Some(p) = self.perms.get(g.key) else {
+                continue;
+            };
+            let domain_failed = failed_domains.contains(&self.mws.domain_of_client(g.client));
+            let header = Header {
+                buffer_addr: p.buffer.0,
+                buffer_len: p.buffer.1,
+                buffer_mw: p.buffer_mw.unwrap_or(u32::MAX),
+                header_mw: p.header_mw.unwrap_or(u32::MAX),
+                start_us: p.id.start_us,
+                lifetime_us: p.lifetime_us,
+            };
+            // A header that cannot be encoded would leave the lease without a lifetime word:
+            // such a grant fails (the allocator refuses these lengths before this point).
+            let words = header.encode();
+            let contiguous = p.header == HeaderSlot::Embedded;
+            let lifetime_rkey = if contiguous {
+                g.buffer_rkey
+            } else {
+                g.lifetime_rkey
+            };
+            let (Some(buffer_rkey), Some(lifetime_rkey), false, Ok(words)) = (
+                g.buffer_rkey,
+                lifetime_rkey,
+                g.failed || domain_failed,
+                words,
+            ) else {
+                let object = p.object;
+                self.end_permission(g.key, false, now);
+                let failed = Outgoing {
+                    copies: g.copies,
+                    ..Outgoing::new(g.client, g.req_id, Reply::Failed(Status::BindFailed))
+                };
+                if g.rebind {
+                    // A granted permission that lost its windows: it ended.
+                    self.replies.push(failed);
+                    continue;
+                }
+                self.counters.ended -= 1; // never granted
+                if g.allocated {
+                    // Nobody learned the address of the new memory: it goes back.
+                    self.buffers.free(object);
+                    self.tenants.disown(object);
+                    if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
+                        self.objects.remove(&object);
+                    }
+                }
+                self.replies.push(failed);
+                continue;
+            };
+            // A rebind leaves the header alone: its lifetime word may hold the client's
+            // one-sided extensions, which the manager has not seen yet.
+            if !g.rebind {
+                header_writes.push((p.id.header_addr, words));
+            }
+            // Every window of earlier owners over this memory was unbound in this chain.
+            scrubs.extend(g.scrub);
+            let grant = Grant {
+                id: p.id,
+                buffer_addr: p.buffer.0,
+                buffer_len: p.buffer.1,
+                buffer_rkey,
+                lifetime_rkey,
+                lifetime_us: p.lifetime_us,
+                contiguous,
+                max_lifetime_us: self.cfg.max_lifetime_us.min(u32::MAX as u64) as u32,
+            };
+            let deadline = p.deadline;
+            let grant_object = p.object;
+            let reply = Outgoing {
+                copies: g.copies,
+                ..Outgoing::new(g.client, g.req_id, Reply::Granted(grant))
+            };
+            if g.rebind {
+                self.replies.push(reply);
+                continue;
+            }
+            if let Some(p) = self.perms.get_mut(g.key) {
+                p.phase = Phase::Active;
+            }
+            // Granted while others wait (they queued in this batch, before it was active):
+            // refuse its extensions in the next batch, as for the holders they found.
+            if self
+                .objects
+                .get(&grant_object)
+                .is_some_and(|o| !o.waiters.is_empty())
+            {
+                self.deadlines.insert(now, Timer::Waiter(grant_object));
+            }
+            self.deadlines.insert(deadline, Timer::Lease(g.key));
+            self.counters.granted += 1;
+            self.replies.push(reply);
+        }
+        Finished {
+            header_writes,
+            scrubs,
+            replies: std::mem::take(&mut self.replies),
+        }
+    }
+}

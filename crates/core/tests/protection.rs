@@ -1,0 +1,318 @@
+//! Regression tests for protection under reuse, retries and hostile clients (issue 8). Each
+//! test is named after the guarantee it checks and runs on both transports, in every isolation
+//! mode where the guarantee applies.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
+
+mod support;
+
+use patronus_core::client::{ClientConfig, ClientError};
+use patronus_core::cluster::Transport;
+use patronus_core::manager::keys::RECENT;
+use patronus_core::manager::{Isolation, NodeConfig, SlabConfig};
+use patronus_core::proto::messages::{Access, Mode};
+use rnic::MemoryKey;
+use std::collections::HashMap;
+use std::time::Duration;
+use support::bed::{bed, two, wait_for, wait_node};
+
+fn node_cfg() -> NodeConfig {
+    NodeConfig {
+        max_lifetime_us: 1_000_000,
+        ..NodeConfig::default()
+    }
+}
+
+/// Small slabs: a freed object comes back after a few allocations of its class.
+fn small_slabs() -> NodeConfig {
+    NodeConfig {
+        slab: SlabConfig {
+            slab_bytes: 4096,
+            ..SlabConfig::default()
+        },
+        ..node_cfg()
+    }
+}
+
+fn no_wait() -> ClientConfig {
+    ClientConfig {
+        acquire_wait_us: 0,
+        ..ClientConfig::default()
+    }
+}
+
+/// Hole 1: whatever `allocate` returns holds no byte of an earlier tenant.
+fn allocated_memory_never_holds_earlier_bytes(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 2, small_slabs(), no_wait());
+    let (a, c) = two(&mut b);
+    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let addr = p.addr();
+    let len = p.len() as usize;
+    a.write(&p, 0, &vec![0xA5; len]).unwrap();
+    a.free(p).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        let q = c.allocate(64, 100_000, Mode::Exclusive).unwrap();
+        let mut buf = vec![0u8; q.len() as usize];
+        c.read(&q, 0, &mut buf).unwrap();
+        assert!(
+            buf.iter().all(|&x| x == 0),
+            "allocation at {:#x} holds earlier bytes",
+            q.addr()
+        );
+        let reused = q.addr() == addr;
+        held.push(q);
+        if reused {
+            return;
+        }
+    }
+    panic!("the freed object was never reused");
+}
+
+/// Hole 2: an automatic retry of an acquire that is still waiting is the same request, not a
+/// second waiter that outlives both holders.
+fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
+    let waiting = ClientConfig {
+        rpc_timeout: Duration::from_millis(600),
+        acquire_wait_us: 10_000_000,
+        ..ClientConfig::default()
+    };
+    let mut b = bed(t, iso, 3, node_cfg(), waiting);
+    let p = b.cluster.clients[0]
+        .allocate(64, 10_000_000, Mode::Exclusive)
+        .unwrap();
+    let addr = p.addr();
+    let rpcs = b.cluster.node.fresh_stats().counters.rpcs;
+    let node = &b.cluster.node;
+    let (a, rest) = b.cluster.clients.split_at_mut(1);
+    let (a, w) = (&mut a[0], &mut rest[0]);
+    std::thread::scope(|s| {
+        let h = s.spawn(move || {
+            let q = w.acquire(addr, 8, 10_000_000, Access::ReadWrite, Mode::Exclusive)?;
+            w.revoke(q)
+        });
+        // The original and its retry (sent halfway to the RPC deadline) both reached the core.
+        wait_node(node, "the retry", |s| s.counters.rpcs >= rpcs + 2);
+        a.revoke(p).unwrap();
+        h.join().unwrap().unwrap();
+    });
+    let s = wait_for(&b, "all ended", |s| {
+        s.occupancy
+            .is_some_and(|o| o.permissions == 0 && o.waiters == 0)
+    });
+    assert_eq!(s.counters.granted, s.counters.ended);
+    let late = b.cluster.clients[2].acquire(addr, 8, 1_000, Access::ReadWrite, Mode::Exclusive);
+    assert!(
+        late.is_ok(),
+        "an orphaned permission blocks the object: {late:?}"
+    );
+}
+
+/// Hole 4: a 4 KiB allocation costs at most 4 KiB + 64 B of pool.
+fn four_kib_allocation_costs_at_most_64_bytes_more(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 1, node_cfg(), no_wait());
+    let a = &mut b.cluster.clients[0];
+    let p = a.allocate(4096, 100_000, Mode::Exclusive).unwrap();
+    let q = a.allocate(4096, 100_000, Mode::Exclusive).unwrap();
+    assert!(p.len() >= 4096);
+    let stride = q.addr().abs_diff(p.addr());
+    assert!(stride <= 4096 + 64, "a 4 KiB object takes {stride} bytes");
+}
+
+/// Hole 5: objects of 2 MiB and more have a header like any other: one-sided extension works.
+fn large_objects_have_a_lifetime_word(t: Transport, iso: Isolation) {
+    let node = NodeConfig {
+        pool_bytes: 16 << 20,
+        slab: SlabConfig {
+            max_class: 4 << 20,
+            slab_bytes: 4 << 20,
+            ..SlabConfig::default()
+        },
+        ..node_cfg()
+    };
+    let mut b = bed(t, iso, 1, node, no_wait());
+    let a = &mut b.cluster.clients[0];
+    let p = a.allocate(2 << 20, 10_000, Mode::Exclusive).unwrap();
+    a.extend(&p, 10_000).unwrap();
+    assert_eq!(p.lifetime_us(), 20_000);
+    a.write(&p, (2 << 20) - 8, &7u64.to_le_bytes()).unwrap();
+}
+
+/// Hole 6: renewing an exclusive long lease never hands the object to a waiter in between; if
+/// it cannot renew (others wait), it says so and the current permission stays valid.
+fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
+    let node = NodeConfig {
+        max_lifetime_us: 2_000,
+        ..NodeConfig::default()
+    };
+    let waiting = ClientConfig {
+        acquire_wait_us: 1_000_000,
+        ..ClientConfig::default()
+    };
+    let mut b = bed(t, iso, 2, node, waiting);
+    let clock = b.clock.clone();
+    let addr = {
+        let a = &mut b.cluster.clients[0];
+        let p = a.allocate(64, 1_000, Mode::Shared).unwrap();
+        let addr = p.addr();
+        a.revoke(p).unwrap();
+        addr
+    };
+    let node = &b.cluster.node;
+    let (a, rest) = b.cluster.clients.split_at_mut(1);
+    let (a, w) = (&mut a[0], &mut rest[0]);
+    let mut l = a
+        .acquire_long(addr, 8, 600, Access::ReadWrite, Mode::Exclusive, 300)
+        .unwrap();
+    // Renewals past the maximum lifetime, with nobody waiting: always the same holder.
+    for i in 0u64..12 {
+        clock.advance(Duration::from_micros(200));
+        let p = a.renew(&mut l).unwrap();
+        a.write(p, 0, &i.to_le_bytes()).unwrap();
+    }
+    assert!(l.reacquired >= 1, "{l:?}");
+    std::thread::scope(|s| {
+        let h = s.spawn(move || w.acquire(addr, 8, 1_000, Access::ReadWrite, Mode::Exclusive));
+        wait_node(node, "the waiter", |s| {
+            s.occupancy.is_some_and(|o| o.waiters == 1)
+        });
+        // Push the lease to where it must be renewed; with a waiter queued it is refused.
+        let mut refused = false;
+        for _ in 0..12 {
+            clock.advance(Duration::from_micros(100));
+            match a.renew(&mut l) {
+                Ok(_) => {}
+                Err(e) => {
+                    assert!(matches!(e, ClientError::ExtensionRefused), "{e:?}");
+                    refused = true;
+                    break;
+                }
+            }
+        }
+        assert!(refused, "renewal with a waiter queued must be refused");
+        // The holder still holds: its permission works until its own deadline.
+        let p = l.perm().unwrap();
+        let mut buf = [0u8; 8];
+        a.read(p, 0, &mut buf).unwrap();
+        clock.advance(Duration::from_micros(3_000));
+        h.join().unwrap().unwrap();
+    });
+}
+
+/// Hole 8: a conflicting acquire waits by default (bounded), then gets the object.
+fn conflicting_acquire_waits_by_default(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
+    let clock = b.clock.clone();
+    let p = b.cluster.clients[0]
+        .allocate(64, 5_000, Mode::Exclusive)
+        .unwrap();
+    let addr = p.addr();
+    let node = &b.cluster.node;
+    let w = &mut b.cluster.clients[1];
+    std::thread::scope(|s| {
+        let h = s.spawn(move || w.acquire(addr, 8, 1_000, Access::Read, Mode::Shared));
+        wait_node(node, "the waiter", |s| {
+            s.occupancy.is_some_and(|o| o.waiters == 1)
+        });
+        clock.advance(Duration::from_micros(6_000));
+        let q = h.join().unwrap().unwrap();
+        assert_eq!(q.addr(), addr);
+    });
+}
+
+/// Hole 9: in the shared-PD mode the key byte of a window's next binding cannot be predicted
+/// from its previous one (no +1 steps), and never repeats one of its last [`RECENT`].
+fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
+    // Few windows, so each is rebound many times.
+    let node = NodeConfig {
+        mw_count: 4,
+        ..node_cfg()
+    };
+    let mut b = bed(t, Isolation::SharedPd, 1, node, no_wait());
+    let a = &mut b.cluster.clients[0];
+    let mut by_window: HashMap<u32, Vec<u8>> = HashMap::new();
+    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let addr = p.addr();
+    a.revoke(p).unwrap();
+    for _ in 0..200 {
+        let q = a
+            .acquire(addr, 8, 100_000, Access::ReadWrite, Mode::Exclusive)
+            .unwrap();
+        let k: MemoryKey = q.rkey();
+        by_window.entry(k.index()).or_default().push(k.key_byte());
+        a.revoke(q).unwrap();
+    }
+    let mut steps = 0;
+    let mut plus_one = 0;
+    for keys in by_window.values() {
+        for w in keys.windows(2) {
+            steps += 1;
+            plus_one += usize::from(w[1] == w[0].wrapping_add(1));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let recent = &keys[i.saturating_sub(RECENT)..i];
+            assert!(
+                !recent.contains(k),
+                "key byte {k} repeats within {RECENT} binds"
+            );
+        }
+    }
+    assert!(steps >= 100, "windows were rebound ({steps} steps)");
+    assert!(
+        plus_one * 20 < steps,
+        "{plus_one} of {steps} binds stepped by +1"
+    );
+}
+
+/// Hole 9: a served or embedded node isolates clients by PD unless told otherwise.
+#[test]
+fn default_isolation_is_pd_per_client() {
+    assert_eq!(NodeConfig::default().isolation, Isolation::PdPerClient);
+}
+
+macro_rules! every_mode {
+    ($($name:ident => $body:expr;)*) => {
+        mod inproc {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::SharedPd); })*
+        }
+        mod tcp {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::SharedPd); })*
+        }
+        mod inproc_pd_per_client {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::PdPerClient); })*
+        }
+        mod tcp_pd_per_client {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::PdPerClient); })*
+        }
+        mod inproc_type2 {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::Type2); })*
+        }
+        mod tcp_type2 {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::Type2); })*
+        }
+    };
+}
+
+every_mode! {
+    allocated_memory_never_holds_earlier_bytes => super::allocated_memory_never_holds_earlier_bytes;
+    retried_waiting_acquire_leaves_no_orphan => super::retried_waiting_acquire_leaves_no_orphan;
+    four_kib_allocation_costs_at_most_64_bytes_more => super::four_kib_allocation_costs_at_most_64_bytes_more;
+    large_objects_have_a_lifetime_word => super::large_objects_have_a_lifetime_word;
+    exclusive_renewal_never_hands_the_object_away => super::exclusive_renewal_never_hands_the_object_away;
+    conflicting_acquire_waits_by_default => super::conflicting_acquire_waits_by_default;
+}
+
+#[test]
+fn inproc_shared_pd_key_bytes_are_unpredictable() {
+    shared_pd_key_bytes_are_unpredictable(Transport::InProc);
+}
+
+#[test]
+fn tcp_shared_pd_key_bytes_are_unpredictable() {
+    shared_pd_key_bytes_are_unpredictable(Transport::Tcp);
+}
