@@ -263,6 +263,93 @@ fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
     );
 }
 
+/// Hole 3: the ops flushed behind an access the NIC refused never executed, so they are run
+/// again on the promoted QP — once: an FAA after the fault adds exactly once.
+fn flushed_ops_behind_a_refused_access_run_exactly_once(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 1, node_cfg(), no_wait());
+    let a = &mut b.cluster.clients[0];
+    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let mut bad = p.forged_copy();
+    bad.corrupt_rkey();
+    let results = {
+        let mut batch = a.batch();
+        batch.write(&bad, 0, b"x").faa(&p, 8, 1).faa(&p, 8, 1).read(&p, 8, 8);
+        batch.execute()
+    };
+    assert!(matches!(results[0], Err(ClientError::Denied(_))), "{results:?}");
+    for r in &results[1..] {
+        assert!(r.is_ok(), "{results:?}");
+    }
+    let mut word = [0u8; 8];
+    a.read(&p, 8, &mut word).unwrap();
+    assert_eq!(u64::from_le_bytes(word), 2, "each FAA ran exactly once");
+}
+
+/// Hole 10: an object belongs to its tenant. Another tenant gets the answer it would get for
+/// no object at all, may acquire only what the owner shared, never frees it; a disconnect frees
+/// nothing.
+fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
+    use patronus_core::client::Client;
+    use patronus_core::manager::TenantSecret;
+    let node = NodeConfig {
+        tenants: vec![
+            TenantSecret {
+                tenant: 1,
+                secret: 0x1111,
+            },
+            TenantSecret {
+                tenant: 2,
+                secret: 0x2222,
+            },
+        ],
+        ..node_cfg()
+    };
+    let as_tenant = |tenant, tenant_secret| ClientConfig {
+        tenant,
+        tenant_secret,
+        ..no_wait()
+    };
+    let b = bed(t, iso, 0, node, no_wait());
+    let ctx = b.cluster.node_ctx.clone();
+    let addr = b.cluster.node.address().clone();
+    // Clients on the node's own device (the cluster's tenant-0 clients would be refused).
+    let connect = |cfg| Client::<rnic::soft::SoftProvider>::connect(&ctx, &addr, cfg);
+    assert!(matches!(
+        connect(as_tenant(1, 0x2222)),
+        Err(ClientError::Unauthorized)
+    ));
+    assert!(matches!(connect(no_wait()), Err(ClientError::Unauthorized)));
+    let mut owner = connect(as_tenant(1, 0x1111)).unwrap();
+    let mut stranger = connect(as_tenant(2, 0x2222)).unwrap();
+    let p = owner.allocate(64, 100_000, Mode::Shared).unwrap();
+    owner.write(&p, 0, b"tenant 1").unwrap();
+    let foreign = stranger.acquire(p.addr(), 8, 100_000, Access::Read, Mode::Shared);
+    let nothing = stranger.acquire(p.addr() + (1 << 20), 8, 100_000, Access::Read, Mode::Shared);
+    assert!(matches!(foreign, Err(ClientError::NotFound)), "{foreign:?}");
+    assert!(matches!(nothing, Err(ClientError::NotFound)), "{nothing:?}");
+    owner.share(p.addr(), 2, Some(Access::Read)).unwrap();
+    let q = stranger
+        .acquire(p.addr(), 8, 100_000, Access::Read, Mode::Shared)
+        .unwrap();
+    let mut buf = [0u8; 8];
+    stranger.read(&q, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"tenant 1");
+    let rw = stranger.acquire(p.addr(), 8, 100_000, Access::ReadWrite, Mode::Shared);
+    assert!(matches!(rw, Err(ClientError::NotFound)), "only up to the share");
+    stranger.revoke(q).unwrap();
+    // A client of the same tenant shares freely; the owner's disconnect frees nothing.
+    let addr_p = p.addr();
+    drop(p);
+    drop(owner);
+    let mut colleague = connect(as_tenant(1, 0x1111)).unwrap();
+    let r = colleague
+        .acquire(addr_p, 8, 100_000, Access::ReadWrite, Mode::Shared)
+        .unwrap();
+    colleague.read(&r, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"tenant 1", "still tenant 1's after its client left");
+    colleague.free(r).unwrap();
+}
+
 /// Hole 9: a served or embedded node isolates clients by PD unless told otherwise.
 #[test]
 fn default_isolation_is_pd_per_client() {
@@ -305,6 +392,8 @@ every_mode! {
     large_objects_have_a_lifetime_word => super::large_objects_have_a_lifetime_word;
     exclusive_renewal_never_hands_the_object_away => super::exclusive_renewal_never_hands_the_object_away;
     conflicting_acquire_waits_by_default => super::conflicting_acquire_waits_by_default;
+    flushed_ops_behind_a_refused_access_run_exactly_once => super::flushed_ops_behind_a_refused_access_run_exactly_once;
+    objects_belong_to_their_tenant => super::objects_belong_to_their_tenant;
 }
 
 #[test]
