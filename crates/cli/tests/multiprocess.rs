@@ -7,7 +7,15 @@ use std::process::{Command, Stdio};
 fn memory_node_and_client_in_separate_processes() {
     let exe = env!("CARGO_BIN_EXE_patronus");
     let mut server = Command::new(exe)
-        .args(["serve", "--listen", "127.0.0.1:0", "--pool-mib", "8"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool-mib",
+            "8",
+            "--tenant",
+            "7:0x5ec2e7",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -21,8 +29,17 @@ fn memory_node_and_client_in_separate_processes() {
         .expect("`listening <addr>`")
         .to_string();
 
+    // A client without the tenant's secret is refused and changes nothing.
+    let intruder = Command::new(exe)
+        .args(["probe", "--connect", &addr, "--tenant", "7:0x1"])
+        .output()
+        .expect("run probe");
+    assert!(!intruder.status.success(), "a wrong secret must be refused");
+    let err = String::from_utf8_lossy(&intruder.stderr);
+    assert!(err.contains("not authenticated"), "{err}");
+
     let probe = Command::new(exe)
-        .args(["probe", "--connect", &addr])
+        .args(["probe", "--connect", &addr, "--tenant", "7:0x5ec2e7"])
         .output()
         .expect("run probe");
     let stdout = String::from_utf8_lossy(&probe.stdout);
