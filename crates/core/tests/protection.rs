@@ -107,6 +107,35 @@ fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
     );
 }
 
+/// Hole 2, the client's side: a grant that arrives after the client gave up on its request
+/// (RPC timeout) is handed back at once, so it does not block the object until its lease ends.
+fn grant_after_a_client_timeout_is_handed_back(t: Transport, iso: Isolation) {
+    let impatient = ClientConfig {
+        rpc_timeout: Duration::from_millis(300),
+        acquire_wait_us: 10_000_000,
+        ..ClientConfig::default()
+    };
+    let mut b = bed(t, iso, 2, node_cfg(), impatient);
+    let (a, w) = two(&mut b);
+    let p = a.allocate(64, 10_000_000, Mode::Exclusive).unwrap();
+    let addr = p.addr();
+    let r = w.acquire(addr, 8, 10_000_000, Access::ReadWrite, Mode::Exclusive);
+    assert!(matches!(r, Err(ClientError::RpcTimeout)), "{r:?}");
+    // The waiter is still queued at the node; the holder leaves and it is granted.
+    a.revoke(p).unwrap();
+    // The client's next call sees the late grant and hands it back.
+    let q = w.allocate(64, 10_000_000, Mode::Shared).unwrap();
+    let s = wait_for(&b, "the late grant handed back", |s| {
+        s.occupancy
+            .is_some_and(|o| o.permissions == 1 && o.waiters == 0)
+    });
+    assert_eq!(s.counters.granted, s.counters.ended + 1);
+    let (a, w) = two(&mut b);
+    let again = a.acquire(addr, 8, 1_000, Access::ReadWrite, Mode::Exclusive);
+    assert!(again.is_ok(), "the object is free again: {again:?}");
+    w.revoke(q).unwrap();
+}
+
 /// Hole 4: a 4 KiB allocation costs at most 4 KiB + 64 B of pool.
 fn four_kib_allocation_costs_at_most_64_bytes_more(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
@@ -273,10 +302,17 @@ fn flushed_ops_behind_a_refused_access_run_exactly_once(t: Transport, iso: Isola
     bad.corrupt_rkey();
     let results = {
         let mut batch = a.batch();
-        batch.write(&bad, 0, b"x").faa(&p, 8, 1).faa(&p, 8, 1).read(&p, 8, 8);
+        batch
+            .write(&bad, 0, b"x")
+            .faa(&p, 8, 1)
+            .faa(&p, 8, 1)
+            .read(&p, 8, 8);
         batch.execute()
     };
-    assert!(matches!(results[0], Err(ClientError::Denied(_))), "{results:?}");
+    assert!(
+        matches!(results[0], Err(ClientError::Denied(_))),
+        "{results:?}"
+    );
     for r in &results[1..] {
         assert!(r.is_ok(), "{results:?}");
     }
@@ -335,7 +371,10 @@ fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
     stranger.read(&q, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"tenant 1");
     let rw = stranger.acquire(p.addr(), 8, 100_000, Access::ReadWrite, Mode::Shared);
-    assert!(matches!(rw, Err(ClientError::NotFound)), "only up to the share");
+    assert!(
+        matches!(rw, Err(ClientError::NotFound)),
+        "only up to the share"
+    );
     stranger.revoke(q).unwrap();
     // A client of the same tenant shares freely; the owner's disconnect frees nothing.
     let addr_p = p.addr();
@@ -388,6 +427,7 @@ macro_rules! every_mode {
 every_mode! {
     allocated_memory_never_holds_earlier_bytes => super::allocated_memory_never_holds_earlier_bytes;
     retried_waiting_acquire_leaves_no_orphan => super::retried_waiting_acquire_leaves_no_orphan;
+    grant_after_a_client_timeout_is_handed_back => super::grant_after_a_client_timeout_is_handed_back;
     four_kib_allocation_costs_at_most_64_bytes_more => super::four_kib_allocation_costs_at_most_64_bytes_more;
     large_objects_have_a_lifetime_word => super::large_objects_have_a_lifetime_word;
     exclusive_renewal_never_hands_the_object_away => super::exclusive_renewal_never_hands_the_object_away;

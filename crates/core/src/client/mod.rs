@@ -104,6 +104,9 @@ pub struct Client<P: Provider> {
     early: Vec<(u64, Reply)>,
     /// Requests sent twice (a retry) whose first reply was taken: the second copy is dropped.
     answered_twice: Vec<u64>,
+    /// Requests given up on (RPC timeout), and whether each allocated memory: a grant that
+    /// arrives after all is handed back at once, so no permission (or memory) is orphaned.
+    abandoned: Vec<(u64, bool)>,
     epoch: u64,
     client_id: u32,
     /// Control RPCs issued.
@@ -192,6 +195,7 @@ impl<P: Provider> Client<P> {
             outstanding: 0,
             early: Vec::new(),
             answered_twice: Vec::new(),
+            abandoned: Vec::new(),
             epoch: 0,
             client_id: 0,
             rpcs: 0,
@@ -437,6 +441,14 @@ impl<P: Provider> Client<P> {
                 None => {
                     let now = std::time::Instant::now();
                     if now >= deadline {
+                        if self.abandoned.len() >= MAX_OUTSTANDING_RPCS as usize {
+                            self.abandoned.remove(0);
+                        }
+                        let allocating = matches!(req, Request::Allocate { .. });
+                        self.abandoned.push((req_id, allocating));
+                        if retry_at.is_none() {
+                            self.abandoned.push((req_id, allocating)); // the retry's answer
+                        }
                         return Err(ClientError::RpcTimeout);
                     }
                     if retry_at.is_some_and(|t| now >= t) {
@@ -567,6 +579,21 @@ impl<P: Provider> Client<P> {
                 self.outstanding = self.outstanding.saturating_sub(1);
                 if let Some(i) = self.answered_twice.iter().position(|&id| id == reply.0) {
                     self.answered_twice.swap_remove(i);
+                    continue;
+                }
+                if let Some(i) = self.abandoned.iter().position(|&(id, _)| id == reply.0) {
+                    let (_, allocating) = self.abandoned.swap_remove(i);
+                    if let (_, Reply::Granted(g)) = reply {
+                        // Nobody waits for this grant any more: end it (and free what it
+                        // allocated); that reply is dropped too.
+                        let revoke = Request::Revoke {
+                            id: g.id,
+                            free: allocating,
+                        };
+                        if let Ok(rid) = self.submit(revoke) {
+                            self.abandoned.push((rid, false));
+                        }
+                    }
                     continue;
                 }
                 return Ok(Some(reply));
