@@ -17,9 +17,14 @@ use patronus_core::client::{Client, ClientConfig, ClientError, Perm};
 use patronus_core::cluster::Transport;
 use patronus_core::manager::keys::RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, SlabConfig, TenantId, TenantSecret};
+use patronus_core::proto::connect::{Intent, Role};
+use patronus_core::proto::header::LIFETIME_OFFSET;
 use patronus_core::proto::messages::{Access, Mode, PermissionId, Reply, Request, Status};
-use rnic::MemoryKey;
 use rnic::soft::SoftProvider;
+use rnic::{
+    AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryKey, MemoryRegion, ProtectionDomain,
+    QpInit, QpTiming, QueuePair, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+};
 use std::time::{Duration, Instant};
 use support::bed::{Bed, bed, two, wait_for, wait_node};
 
@@ -28,11 +33,11 @@ type C = Client<SoftProvider>;
 /// A smaller pool than the default: a PD per client registers the whole pool once per client.
 fn node_cfg() -> NodeConfig {
     NodeConfig {
-        pool_bytes: 16 << 20,
-        header_count: 4096,
-        mw_count: 4096,
+        pool_bytes: 4 << 20,
+        header_count: 1024,
+        mw_count: 1024,
         windows_per_client: 512,
-        buffer_watermark: 1 << 20,
+        buffer_watermark: 512 << 10,
         max_lifetime_us: 1_000_000,
         ..NodeConfig::default()
     }
@@ -62,19 +67,36 @@ fn secret(n: usize) -> Vec<u8> {
 /// What an attack obtained without a grant covering it.
 #[derive(Debug, Default)]
 struct Loot {
+    /// Unauthorized ops the NIC executed.
+    ops: usize,
     /// Bytes an unauthorized read returned.
     read: usize,
-    /// Bytes of someone's memory an unauthorized op changed.
+    /// Bytes of someone's memory an unauthorized op changed (counted by comparing the memory
+    /// with what its owner stored).
     changed: usize,
 }
 
 impl Loot {
     fn assert_none(&self, what: &str) {
         assert_eq!(
-            (self.read, self.changed),
-            (0, 0),
-            "{what}: unauthorized bytes read / changed"
+            (self.ops, self.read, self.changed),
+            (0, 0, 0),
+            "{what}: unauthorized ops executed / bytes read / bytes changed"
         );
+    }
+
+    /// Counts an op that should have been refused; anything but a success or a refusal by
+    /// the NIC (e.g. the client library refusing it locally) fails the test.
+    fn note<T: std::fmt::Debug>(&mut self, r: &Result<T, ClientError>, what: &str) -> bool {
+        match r {
+            Ok(_) => {
+                println!("UNAUTHORIZED OP SUCCEEDED: {what}");
+                self.ops += 1;
+                true
+            }
+            Err(ClientError::Denied(_)) => false,
+            Err(e) => panic!("{what}: not a NIC refusal: {e:?}"),
+        }
     }
 }
 
@@ -83,15 +105,13 @@ fn refused<T: std::fmt::Debug>(r: &Result<T, ClientError>) -> bool {
     matches!(r, Err(ClientError::Denied(_)))
 }
 
-/// An unauthorized READ: must be refused by the NIC; whatever it returned counts as loot.
+/// An unauthorized READ: should be refused by the NIC; whatever it returned counts as loot.
 fn try_read(c: &mut C, p: &Perm, off: u64, len: usize, loot: &mut Loot, what: &str) {
     let mut buf = vec![0u8; len];
     let r = c.read(p, off, &mut buf);
-    if r.is_ok() {
-        println!("UNAUTHORIZED READ SUCCEEDED: {what}");
+    if loot.note(&r, what) {
         loot.read += len;
     } else {
-        assert!(refused(&r), "{what}: not a NIC refusal: {r:?}");
         assert!(
             buf.iter().all(|&x| x == 0),
             "{what}: a refused read filled the buffer"
@@ -99,29 +119,26 @@ fn try_read(c: &mut C, p: &Perm, off: u64, len: usize, loot: &mut Loot, what: &s
     }
 }
 
-/// An unauthorized WRITE/CAS/FAA: must be refused by the NIC (what it changed is counted by
-/// comparing the target memory afterwards).
-fn try_write(c: &mut C, p: &Perm, off: u64, data: &[u8], what: &str) {
+/// An unauthorized WRITE: should be refused by the NIC.
+fn try_write(c: &mut C, loot: &mut Loot, p: &Perm, off: u64, data: &[u8], what: &str) {
     let r = c.write(p, off, data);
-    assert!(refused(&r), "{what}: {r:?}");
+    loot.note(&r, what);
 }
 
-fn try_cas(c: &mut C, p: &Perm, off: u64, what: &str) {
+/// Unauthorized CASes: one that could never match, and one whose compare value is the
+/// secret's first word (it would swap if it ran).
+fn try_cas(c: &mut C, loot: &mut Loot, p: &Perm, off: u64, what: &str) {
     let r = c.cas(p, off, 0, u64::MAX);
-    assert!(refused(&r), "{what}: CAS {r:?}");
-    // A CAS whose compare value is the current word would swap it: try the likely ones too.
-    let r = c.cas(
-        p,
-        off,
-        u64::from_le_bytes([0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87]),
-        0,
-    );
-    assert!(refused(&r), "{what}: CAS {r:?}");
+    loot.note(&r, &format!("CAS {what}"));
+    let likely = u64::from_le_bytes([0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87]);
+    let r = c.cas(p, off, likely, 0);
+    loot.note(&r, &format!("CAS {what}"));
 }
 
-fn try_faa(c: &mut C, p: &Perm, off: u64, what: &str) {
+/// An unauthorized FAA: should be refused by the NIC.
+fn try_faa(c: &mut C, loot: &mut Loot, p: &Perm, off: u64, what: &str) {
     let r = c.faa(p, off, 1);
-    assert!(refused(&r), "{what}: FAA {r:?}");
+    loot.note(&r, &format!("FAA {what}"));
 }
 
 /// Reads `p`'s whole buffer through its (authorized) holder.
@@ -161,6 +178,30 @@ fn send(c: &mut C, req: Request) -> (u64, Reply) {
     (id, reply_to(c, id))
 }
 
+/// Sends `n` copies of a hand-made control request at once (each under its own id) and
+/// waits for all their replies.
+#[allow(clippy::disallowed_methods)]
+fn send_many(c: &mut C, req: Request, n: usize) -> Vec<Reply> {
+    let mut ids: Vec<u64> = (0..n).map(|_| c.submit(req).unwrap()).collect();
+    let mut replies = Vec::with_capacity(n);
+    let t0 = Instant::now();
+    while !ids.is_empty() {
+        match c.poll_reply().unwrap() {
+            Some((rid, r)) => {
+                if let Some(i) = ids.iter().position(|&id| id == rid) {
+                    ids.swap_remove(i);
+                    replies.push(r);
+                }
+            }
+            None => {
+                assert!(t0.elapsed() < Duration::from_secs(10), "replies missing");
+                std::thread::yield_now();
+            }
+        }
+    }
+    replies
+}
+
 /// A client of `tenant` on the device of cluster client `dev` (the cluster gives all its own
 /// clients one configuration).
 fn connect_as(b: &Bed, dev: usize, tenant: TenantId, secret: u64) -> Result<C, ClientError> {
@@ -189,8 +230,15 @@ fn stale_rkey_after_revoke(t: Transport, iso: Isolation) {
     a.revoke(p).unwrap();
     let mut loot = Loot::default();
     try_read(a, &stale, 0, 64, &mut loot, "holder reads after revoke");
-    try_write(a, &stale, 0, &[0x66; 64], "holder writes after revoke");
-    try_cas(a, &stale, 0, "holder after revoke");
+    try_write(
+        a,
+        &mut loot,
+        &stale,
+        0,
+        &[0x66; 64],
+        "holder writes after revoke",
+    );
+    try_cas(a, &mut loot, &stale, 0, "holder after revoke");
     try_read(
         m,
         &stale,
@@ -201,6 +249,7 @@ fn stale_rkey_after_revoke(t: Transport, iso: Isolation) {
     );
     try_write(
         m,
+        &mut loot,
         &stale,
         0,
         &[0x66; 64],
@@ -231,8 +280,8 @@ fn stale_rkey_after_expiry(t: Transport, iso: Isolation) {
     let (a, m) = two(&mut b);
     let mut loot = Loot::default();
     try_read(a, &p, 0, 64, &mut loot, "read after expiry");
-    try_write(a, &p, 0, &[0x66; 64], "write after expiry");
-    try_faa(a, &p, 0, "after expiry");
+    try_write(a, &mut loot, &p, 0, &[0x66; 64], "write after expiry");
+    try_faa(a, &mut loot, &p, 0, "after expiry");
     // The object gets a new exclusive holder (in the shared-PD mode, possibly on the same
     // window, rebound with a new key byte): the expired rkey still reaches nothing.
     let q = m
@@ -242,14 +291,23 @@ fn stale_rkey_after_expiry(t: Transport, iso: Isolation) {
     let mine = vec![0x5a; 64];
     m.write(&q, 0, &mine).unwrap();
     try_read(a, &p, 0, 64, &mut loot, "read after expiry, new holder");
-    try_write(a, &p, 0, &[0x66; 64], "write after expiry, new holder");
+    try_write(
+        a,
+        &mut loot,
+        &p,
+        0,
+        &[0x66; 64],
+        "write after expiry, new holder",
+    );
     loot.changed += changed(&mine, &contents(m, &q));
     loot.assert_none("stale rkey after expiry");
 }
 
-/// Handover: A's permission is revoked and B acquires the same object — in the shared-PD mode
-/// on the very same window (the pool has one), rebound with a new key byte. Every rkey A kept
-/// from the window's last [`RECENT`] binds is refused and touches nothing of B's.
+/// The window is handed to another client: A revokes while B asks for the same object (sent
+/// together, so they usually share a batch and the manager rebinds A's window straight to B:
+/// MW handover), and in the shared-PD mode B gets the very same window (the pool has one) with
+/// a new key byte. Every rkey A kept from the window's last [`RECENT`] binds is refused and
+/// touches nothing of B's.
 fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
     let node = NodeConfig {
         mw_count: 1, // shared PD: every grant (read-write, contiguous: one window) shares it
@@ -257,7 +315,11 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
         ..node_cfg()
     };
     let mut b = bed(t, iso, 2, node, no_wait());
-    let (a, m) = two(&mut b);
+    let node = &b.cluster.node;
+    let (a, m) = {
+        let (x, y) = b.cluster.clients.split_at_mut(1);
+        (&mut x[0], &mut y[0])
+    };
     let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
     let addr = p.addr();
     let mut p = Some(p);
@@ -270,10 +332,35 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
         let mine = p.take().unwrap();
         let mine_key = mine.rkey();
         stale.push(mine.forged_copy());
-        a.revoke(mine).unwrap();
-        let q = m
-            .acquire(addr, 64, 100_000, Access::ReadWrite, Mode::Exclusive)
+        // B asks first and waits (the virtual clock stands still); A's revoke then ends A's
+        // permission and grants B in one batch, rebinding A's window to B where the mode
+        // allows (MW handover).
+        let sent = m.clock().now();
+        let acquire = m
+            .submit(Request::Acquire {
+                addr,
+                size: 64,
+                lease_us: 100_000,
+                access: Access::ReadWrite,
+                mode: Mode::Exclusive,
+                wait_us: 1_000_000,
+            })
             .unwrap();
+        wait_node(node, "B waiting", |s| {
+            s.occupancy.is_some_and(|o| o.waiters == 1)
+        });
+        let revoke = a
+            .submit(Request::Revoke {
+                id: mine.id(),
+                free: false,
+            })
+            .unwrap();
+        assert_eq!(reply_to(a, revoke), Reply::Revoked);
+        let q = match reply_to(m, acquire) {
+            Reply::Granted(g) => m.adopt(g, Access::ReadWrite, Mode::Exclusive, sent),
+            other => panic!("{other:?}"),
+        };
+        drop(mine);
         if iso == Isolation::SharedPd {
             assert_eq!(
                 q.rkey().index(),
@@ -286,7 +373,7 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
         m.write(&q, 0, &theirs).unwrap();
         for (j, old) in stale.iter().enumerate() {
             let what = format!("round {round}: A's rkey of round {j}");
-            try_write(a, old, 0, &[0x66; 64], &what);
+            try_write(a, &mut loot, old, 0, &[0x66; 64], &what);
         }
         let newest = stale.last().unwrap();
         try_read(a, newest, 0, 64, &mut loot, "A's newest stale rkey");
@@ -296,6 +383,14 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
             a.acquire(addr, 64, 100_000, Access::ReadWrite, Mode::Exclusive)
                 .unwrap(),
         );
+    }
+    let handovers = node.fresh_stats().counters.handovers;
+    println!(
+        "stale rkey after handover [{t:?}, {iso:?}]: {handovers} MW handovers in {rounds} rounds"
+    );
+    if iso == Isolation::SharedPd {
+        // (With a PD per client windows never cross clients; type 2 has no handover.)
+        assert_eq!(handovers, rounds as u64, "A's window went straight to B");
     }
     loot.assert_none("stale rkey after handover");
 }
@@ -310,7 +405,8 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
 /// faults its QP and the client library fails over, so the sweep goes on.
 ///
 /// Shared PD: the one right key byte works (the documented weakness of the paper's design);
-/// a PD per client: the PD check refuses all 256; type 2: the QP (and PD) check does.
+/// a PD per client: the PD check refuses all 256; type 2 (which has a PD per client too):
+/// the PD check again, ahead of the type-2 QP check.
 fn brute_force_key_byte(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (v, m) = two(&mut b);
@@ -328,6 +424,7 @@ fn brute_force_key_byte(t: Transport, iso: Isolation) {
         match m.read(&guess, 0, &mut buf) {
             Ok(()) => {
                 hits.push(byte);
+                loot.ops += 1;
                 loot.read += buf.len();
             }
             Err(ClientError::Denied(_)) => {}
@@ -357,7 +454,7 @@ fn brute_force_key_byte(t: Transport, iso: Isolation) {
                 vec![victim.rkey().key_byte()],
                 "exactly the right key byte"
             );
-            assert_eq!(loot.read, 64);
+            assert_eq!((loot.ops, loot.read), (1, 64));
             assert_eq!(faults, 255, "every wrong guess cost a QP fault");
             assert_eq!(loot.changed, 0, "reads change nothing");
         }
@@ -389,45 +486,125 @@ fn out_of_range_and_wrap_around(t: Transport, iso: Isolation) {
     let victim = v.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
     let theirs = vec![0x3c; victim.len() as usize];
     v.write(&victim, 0, &theirs).unwrap();
-    let key = own.rkey();
     let (addr, len) = (own.addr(), own.len());
+    // Built afresh for every attempt: under type-2 isolation each refusal switches the
+    // attacker's QP and its windows are rebound with new rkeys (refreshed in `own`), and a
+    // stale key would be refused for the wrong reason.
+    let at = |a: u64, l: u64| own.forged(a, l, own.rkey());
     let mut loot = Loot::default();
     // Past the end and straddling it (the forged length lets the client library issue them).
-    let wide = own.forged(addr, 1 << 16, key);
-    try_read(m, &wide, len, 64, &mut loot, "read past the end");
-    try_read(m, &wide, len - 8, 16, &mut loot, "read straddling the end");
-    try_read(m, &wide, 0, 4096, &mut loot, "read of 4 KiB from the start");
-    try_write(m, &wide, len, &[0x66; 64], "write past the end");
-    try_write(m, &wide, len - 8, &[0x66; 16], "write straddling the end");
-    try_cas(m, &wide, len, "past the end");
-    try_faa(m, &wide, len, "past the end");
-    let far = victim.addr().abs_diff(addr);
-    try_read(m, &wide, far, 64, &mut loot, "read of the neighbour");
-    try_write(m, &wide, far, &[0x66; 64], "write of the neighbour");
-    // Before the start: the header in front of the buffer (the window begins at its
-    // lifetime field, 8 bytes before the buffer).
-    let before = own.forged(addr - 32, 64, key);
-    try_read(m, &before, 0, 16, &mut loot, "read before the window");
-    try_write(m, &before, 0, &[0x66; 16], "write before the window");
-    // Wrap-around: ranges that overflow the address space, and the very last/first words.
-    let top = own.forged(u64::MAX - 7, 16, key);
-    try_read(m, &top, 0, 16, &mut loot, "read wrapping past u64::MAX");
-    try_write(m, &top, 0, &[0x66; 16], "write wrapping past u64::MAX");
-    try_cas(m, &top, 0, "at u64::MAX - 7");
-    let last = own.forged(u64::MAX - 0xfff, 0x1000, key);
-    try_read(m, &last, 0, 0x1000, &mut loot, "read of the last page");
-    let wrap = own.forged(addr.wrapping_add(u64::MAX - 7), 1 << 12, key);
+    let wide = 1 << 16;
+    try_read(m, &at(addr, wide), len, 64, &mut loot, "read past the end");
     try_read(
         m,
-        &wrap,
+        &at(addr, wide),
+        len - 8,
+        16,
+        &mut loot,
+        "read straddling the end",
+    );
+    try_read(
+        m,
+        &at(addr, wide),
+        0,
+        4096,
+        &mut loot,
+        "read of 4 KiB from the start",
+    );
+    try_write(
+        m,
+        &mut loot,
+        &at(addr, wide),
+        len,
+        &[0x66; 64],
+        "write past the end",
+    );
+    try_write(
+        m,
+        &mut loot,
+        &at(addr, wide),
+        len - 8,
+        &[0x66; 16],
+        "write straddling the end",
+    );
+    try_cas(m, &mut loot, &at(addr, wide), len, "past the end");
+    try_faa(m, &mut loot, &at(addr, wide), len, "past the end");
+    // The neighbour, addressed directly with the attacker's own (valid) rkey.
+    try_read(
+        m,
+        &at(victim.addr(), 64),
         0,
         64,
         &mut loot,
-        "read at addr - 8 + 2^64 wrapping onto the window",
+        "read of the neighbour",
     );
-    let zero = own.forged(0, 64, key);
-    try_read(m, &zero, 0, 64, &mut loot, "read at address 0");
-    try_faa(m, &zero, 0, "at address 0");
+    try_write(
+        m,
+        &mut loot,
+        &at(victim.addr(), 64),
+        0,
+        &[0x66; 64],
+        "write of the neighbour",
+    );
+    // Before the start: the header in front of the buffer (the window begins at its
+    // lifetime field, 8 bytes before the buffer).
+    try_read(
+        m,
+        &at(addr - 32, 64),
+        0,
+        16,
+        &mut loot,
+        "read before the window",
+    );
+    try_write(
+        m,
+        &mut loot,
+        &at(addr - 32, 64),
+        0,
+        &[0x66; 16],
+        "write before the window",
+    );
+    try_read(
+        m,
+        &at(addr - 16, 64),
+        0,
+        16,
+        &mut loot,
+        "read straddling the start",
+    );
+    // Wrap-around: ranges that overflow the address space, and the very last/first words.
+    let top = u64::MAX - 7;
+    try_read(
+        m,
+        &at(top, 16),
+        0,
+        16,
+        &mut loot,
+        "read wrapping past u64::MAX",
+    );
+    try_write(
+        m,
+        &mut loot,
+        &at(top, 16),
+        0,
+        &[0x66; 16],
+        "write wrapping past u64::MAX",
+    );
+    try_cas(m, &mut loot, &at(top, 16), 0, "at u64::MAX - 7");
+    let last = u64::MAX - 0xfff;
+    try_read(
+        m,
+        &at(last, 0x1000),
+        0,
+        0x1000,
+        &mut loot,
+        "read of the last page",
+    );
+    try_read(m, &at(0, 64), 0, 64, &mut loot, "read at address 0");
+    try_faa(m, &mut loot, &at(0, 64), 0, "at address 0");
+    // The window itself still works (the refusals were about the range, not the key).
+    let mut word = [0u8; 8];
+    m.read(&at(addr, len), 0, &mut word).unwrap();
     loot.changed += changed(&mine, &contents(m, &own));
     loot.changed += changed(&theirs, &contents(v, &victim));
     loot.assert_none("out of range");
@@ -451,15 +628,30 @@ fn read_only_misuse(t: Transport, iso: Isolation) {
     );
     assert_eq!(contents(r, &ro), s, "reading is granted");
     let mut loot = Loot::default();
-    try_write(r, &ro, 0, &[0x66; 64], "write through a read grant");
-    try_write(r, &ro, 8, &[0x66; 8], "small write through a read grant");
-    try_cas(r, &ro, 0, "through a read grant");
-    try_faa(r, &ro, 8, "through a read grant");
+    try_write(
+        r,
+        &mut loot,
+        &ro,
+        0,
+        &[0x66; 64],
+        "write through a read grant",
+    );
+    try_write(
+        r,
+        &mut loot,
+        &ro,
+        8,
+        &[0x66; 8],
+        "small write through a read grant",
+    );
+    try_cas(r, &mut loot, &ro, 0, "through a read grant");
+    try_faa(r, &mut loot, &ro, 8, "through a read grant");
     // The lifetime window: read + atomic on 8 bytes only.
-    let via_lifetime = ro.forged(ro.addr(), ro.len(), ro.lifetime_rkey());
+    // (Built afresh each time: under type 2 a refusal rebinds the holder's windows.)
+    let via_lifetime = || ro.forged(ro.addr(), ro.len(), ro.lifetime_rkey());
     try_read(
         r,
-        &via_lifetime,
+        &via_lifetime(),
         0,
         64,
         &mut loot,
@@ -467,19 +659,30 @@ fn read_only_misuse(t: Transport, iso: Isolation) {
     );
     try_write(
         r,
-        &via_lifetime,
+        &mut loot,
+        &via_lifetime(),
         0,
         &[0x66; 64],
         "buffer via the lifetime window",
     );
-    let word = ro.forged(ro.id().header_addr + 24, 8, ro.lifetime_rkey());
+    let word = || {
+        ro.forged(
+            ro.id().header_addr + LIFETIME_OFFSET as u64,
+            8,
+            ro.lifetime_rkey(),
+        )
+    };
     try_write(
         r,
-        &word,
+        &mut loot,
+        &word(),
         0,
         &u64::MAX.to_le_bytes(),
         "plain write of the lifetime word",
     );
+    let mut lifetime = [0u8; 8];
+    r.read(&word(), 0, &mut lifetime).unwrap();
+    assert_ne!(lifetime, [0xff; 8], "the lifetime word was not written");
     // A batch: the read runs, the write is refused, and the read-only holder keeps working.
     let results = {
         let mut batch = r.batch();
@@ -488,6 +691,11 @@ fn read_only_misuse(t: Transport, iso: Isolation) {
     };
     assert!(results[0].is_ok() && refused(&results[1]), "{results:?}");
     assert_eq!(contents(r, &ro), s);
+    // Freeing ends everyone's permissions: a reader of the owner tenant may not (a copy of
+    // the permission, as `free` consumes it).
+    let f = r.free(ro.forged_copy());
+    assert!(matches!(f, Err(ClientError::InvalidArgument(_))), "{f:?}");
+    assert_eq!(contents(r, &ro), s, "the reader's permission is intact");
     loot.changed += changed(&s, &contents(o, &owner));
     loot.assert_none("read-only misuse");
 }
@@ -549,11 +757,7 @@ fn forged_control_requests(t: Transport, iso: Isolation) {
     expected[8..16].copy_from_slice(b"still A!");
     assert_eq!(contents(a, &p), expected);
     let occ = b.cluster.node.fresh_stats().occupancy.unwrap();
-    assert_eq!(
-        occ.permissions,
-        2 - 1,
-        "no permission created for B: {occ:?}"
-    );
+    assert_eq!(occ.permissions, 1, "no permission created for B: {occ:?}");
     // The forged extension and renewal did not prolong the lease: it ends on time.
     clock.advance(Duration::from_micros(3_000));
     wait_for(&b, "A's lease to expire", |s| s.counters.expired >= 1);
@@ -609,15 +813,18 @@ fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
     // A fresh copy of the stale request (new id): the start time no longer matches.
     assert_eq!(send(a, freeing).1, Reply::Failed(Status::NotFound));
     // Push the id out of the reply cache, then replay it: the ABA filter answers.
-    for _ in 0..130 {
-        let bogus = Request::Extend {
-            id: PermissionId {
-                header_addr: 0,
-                start_us: 1,
-            },
-            lease_us: 1,
-        };
-        assert_eq!(send(a, bogus).1, Reply::Failed(Status::NotFound));
+    // (More than the node's reply cache holds, pipelined 15 at a time.)
+    let bogus = Request::Extend {
+        id: PermissionId {
+            header_addr: 0,
+            start_us: 1,
+        },
+        lease_us: 1,
+    };
+    for _ in 0..9 {
+        for reply in send_many(a, bogus, 15) {
+            assert_eq!(reply, Reply::Failed(Status::NotFound));
+        }
     }
     assert_eq!(
         a.replay(rid, freeing).unwrap(),
@@ -801,11 +1008,13 @@ fn another_tenants_object(t: Transport, iso: Isolation) {
     ));
     try_write(
         &mut x,
+        &mut loot,
         &ro,
         0,
         &[0x66; 64],
         "write through the shared read grant",
     );
+    loot.changed += changed(&s, &contents(&mut x, &ro));
     assert!(matches!(x.free(ro), Err(ClientError::NotOwner)));
     // Shared read-write: writing yes, freeing still never.
     owner.share(addr, 2, Some(Access::ReadWrite)).unwrap();
@@ -847,7 +1056,6 @@ fn another_tenants_object(t: Transport, iso: Isolation) {
         Err(ClientError::NotFound)
     ));
     mate.free(q).unwrap();
-    loot.read += 0; // every read above was granted
     loot.assert_none("another tenant's object");
 }
 
@@ -903,6 +1111,7 @@ fn freed_object_reused_by_another_tenant(t: Transport, iso: Isolation) {
     );
     try_write(
         a,
+        &mut loot,
         &stale,
         0,
         &[0x66; 64],
@@ -910,6 +1119,141 @@ fn freed_object_reused_by_another_tenant(t: Transport, iso: Isolation) {
     );
     loot.changed += changed(&mine, &contents(&mut x, &q));
     loot.assert_none("reuse by another tenant");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bypassing the client library
+// ---------------------------------------------------------------------------------------------
+
+/// Waits (bounded wall time) for one completion on `cq`.
+#[allow(clippy::disallowed_methods)]
+fn one_completion(cq: &<SoftProvider as rnic::Provider>::Cq) -> WorkCompletion {
+    let t0 = Instant::now();
+    let mut wcs = [WorkCompletion::default(); 1];
+    loop {
+        if cq.poll(&mut wcs) == 1 {
+            return wcs[0];
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no completion");
+        std::thread::yield_now();
+    }
+}
+
+/// QPs connected by hand to the memory node, outside the client library. A data connection
+/// that claims the victim's client id needs the victim's 64-bit connection secret (with a PD
+/// per client it would be created in the victim's PD), a loopback connection the manager's
+/// (its QP reaches the whole pool); wrong or malformed ones are refused at the handshake. A
+/// control connection is accepted, but its QP grants no remote rights: a READ or WRITE with
+/// the victim's exact address and rkey through it is refused.
+fn hand_made_connections(t: Transport, iso: Isolation) {
+    let mut b = bed(t, iso, 1, node_cfg(), no_wait());
+    let s = secret(64);
+    let v = &mut b.cluster.clients[0];
+    let victim = v.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
+    v.write(&victim, 0, &s).unwrap();
+    let victim_id = v.id();
+    let ctx = &b.cluster.client_ctxs[0];
+    let address = b.cluster.node.address();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let qp = || {
+        pd.create_qp(QpInit {
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            max_send_wr: 16,
+            max_recv_wr: 1,
+            access: AccessFlags::empty(),
+            timing: QpTiming::default(),
+        })
+        .unwrap()
+    };
+    let data = |secret, slot| Intent {
+        role: Role::Data,
+        client_id: victim_id,
+        secret,
+        slot,
+    };
+    let intents = [
+        data(0, 0),
+        data(1, 0),
+        data(0x0123_4567_89ab_cdef, 0),
+        data(0x0123_4567_89ab_cdef, 7),
+        Intent {
+            role: Role::Loopback,
+            client_id: 0,
+            secret: 0x0123_4567_89ab_cdef,
+            slot: 0,
+        },
+    ];
+    for intent in intents {
+        let r = qp().connect(address, &intent.encode());
+        assert!(
+            matches!(r, Err(VerbsError::ConnectionRefused(_))),
+            "{intent:?}: {r:?}"
+        );
+    }
+    let mut garbage = data(0, 0).encode();
+    garbage[2] = 9; // no such role
+    for private in [&garbage[..], &[0u8; 16][..], b"PT"] {
+        let r = qp().connect(address, private);
+        assert!(
+            matches!(r, Err(VerbsError::ConnectionRefused(_))),
+            "{private:?}: {r:?}"
+        );
+    }
+    // Control connections: accepted (Hello comes later), no remote rights on their QPs.
+    let buf = ctx.alloc_buffer(4096).unwrap();
+    let mr = pd.reg_mr(&buf, 0, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let local = Sge {
+        addr: buf.addr(),
+        length: 64,
+        lkey: mr.lkey(),
+    };
+    let control = Intent {
+        role: Role::Control,
+        client_id: 0,
+        secret: 0,
+        slot: 0,
+    };
+    let ops = [
+        SendOp::Read {
+            local,
+            remote_addr: victim.addr(),
+            rkey: victim.rkey(),
+        },
+        SendOp::Write {
+            local,
+            remote_addr: victim.addr(),
+            rkey: victim.rkey(),
+        },
+    ];
+    let mut loot = Loot::default();
+    let mut statuses = Vec::new();
+    for op in ops {
+        let what = format!("{op:?} through a control QP");
+        let ctrl = qp();
+        ctrl.connect(address, &control.encode()).unwrap();
+        let wr = SendWr {
+            wr_id: 1,
+            signaled: true,
+            op,
+        };
+        ctrl.post_send(std::slice::from_ref(&wr)).unwrap();
+        let wc = one_completion(&cq);
+        statuses.push((what, wc.status));
+        // The secret has no zero byte: whatever a READ brought back shows here.
+        let mut got = [0u8; 64];
+        buf.read(0, &mut got).unwrap();
+        loot.read += got.iter().filter(|&&x| x != 0).count();
+    }
+    let v = &mut b.cluster.clients[0];
+    loot.changed += changed(&s, &contents(v, &victim));
+    loot.assert_none("hand-made connections");
+    for (what, status) in statuses {
+        // The QP's access flags are checked first (before any rkey check).
+        assert_eq!(status, WcStatus::RemoteInvalidRequestError, "{what}");
+    }
 }
 
 macro_rules! every_mode {
@@ -953,4 +1297,5 @@ every_mode! {
     retried_waiting_acquire => super::retried_waiting_acquire;
     another_tenants_object => super::another_tenants_object;
     freed_object_reused_by_another_tenant => super::freed_object_reused_by_another_tenant;
+    hand_made_connections => super::hand_made_connections;
 }

@@ -377,6 +377,41 @@ fn killed_link_fails_and_flushes() {
     assert_eq!((wc.wr_id, wc.status), (3, WcStatus::WrFlushError));
 }
 
+/// A link that dies under a response: the FAA executed, but its response is lost with the
+/// connection, so the requester can only report `RetryExceeded` — the outcome is unknown to it.
+/// Connections with nothing in flight stay up.
+#[test]
+fn link_dying_under_a_response_leaves_the_outcome_unknown() {
+    let w = FW::new();
+    let victim = conn(&w, 7);
+    let bystander = conn(&w, 7);
+    let (_mw, rkey) = w.window1(OFF, 64, R | W | A);
+    set_faults(
+        &w,
+        Faults {
+            delay_us: (100, 100),
+            ..Faults::default()
+        },
+    );
+    victim.post(&[wr::<P>(1, op_faa::<P>(w.csge(0, 8), w.maddr(OFF), rkey, 1))]);
+    w.bed.advance(Duration::from_micros(100));
+    w.bed.drive(); // the request arrives and executes; its response is on the wire
+    assert_eq!(w.mbuf.load_u64(OFF).unwrap(), 1, "executed");
+    assert_eq!(
+        w.bed.net.kill_in_flight(),
+        1,
+        "only the victim's link had a packet"
+    );
+    let wc = wait_completions::<P, FaultBed>(&w.bed, &victim.ccq, 1)[0];
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RetryExceeded));
+    assert_eq!(victim.cqp.state(), QpState::Error);
+    set_faults(&w, Faults::default());
+    bystander.post(&[wr::<P>(2, op_read::<P>(w.csge(8, 8), w.maddr(OFF), rkey))]);
+    let wc = wait_completions::<P, FaultBed>(&w.bed, &bystander.ccq, 1)[0];
+    assert_eq!((wc.wr_id, wc.status), (2, WcStatus::Success));
+    assert_eq!(w.cbuf.load_u64(8).unwrap(), 1, "added exactly once");
+}
+
 /// Duplicate request: the response is lost, the requester retransmits, the responder replays
 /// its cached response without executing again — an FAA adds once and the requester sees the
 /// original value.

@@ -128,6 +128,22 @@ impl QueuedNetwork {
         st.down.extend(ends);
     }
 
+    /// Kills the connections that have a packet in flight right now (a link that dies under a
+    /// packet: a request or response lost with its connection); the rest stay up. Both ends of
+    /// each learn at the next [`step`](Self::step). Returns how many connections died.
+    pub fn kill_in_flight(&self) -> usize {
+        let mut st = self.state.lock();
+        let conns: HashSet<u64> = st.in_flight.iter().map(|f| f.link).collect();
+        for &c in &conns {
+            st.killed.insert(c);
+            if let Some(ends) = st.ends.remove(&c) {
+                st.down.extend(ends);
+            }
+        }
+        st.in_flight.retain(|f| !conns.contains(&f.link));
+        conns.len()
+    }
+
     /// Packets waiting for delivery.
     pub fn in_flight(&self) -> usize {
         self.state.lock().in_flight.len()
