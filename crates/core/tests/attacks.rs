@@ -776,8 +776,8 @@ fn forged_control_requests(t: Transport, iso: Isolation) {
 
 /// A replay of A's own, long-answered revoke (request id reused) after the object was granted
 /// again — to A and to another client, on the same header — changes nothing: the memory node
-/// answers a known id from its reply cache without running it again (whatever the replayed
-/// body says), a fresh copy of the stale request fails the ABA filter (start time), and so
+/// answers a known id from its reply cache without running it again, refuses the id with
+/// another body, a fresh copy of the stale request fails the ABA filter (start time), and so
 /// does the replay once the cache has forgotten the id.
 fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
@@ -803,13 +803,17 @@ fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
         .unwrap();
     let before = b.cluster.node.fresh_stats().counters;
     let (a, c) = two(&mut b);
-    // The exact replay, and the same id carrying a freeing body: answered from the cache.
+    // The exact replay is answered from the cache; the same id carrying another body (a
+    // freeing revoke) is refused as malformed, never run.
     assert_eq!(a.replay(rid, revoke).unwrap(), Reply::Revoked);
     let freeing = Request::Revoke {
         id: old,
         free: true,
     };
-    assert_eq!(a.replay(rid, freeing).unwrap(), Reply::Revoked);
+    assert_eq!(
+        a.replay(rid, freeing).unwrap(),
+        Reply::Failed(Status::InvalidArgument)
+    );
     // A fresh copy of the stale request (new id): the start time no longer matches.
     assert_eq!(send(a, freeing).1, Reply::Failed(Status::NotFound));
     // Push the id out of the reply cache, then replay it: the ABA filter answers.

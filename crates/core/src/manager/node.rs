@@ -310,6 +310,8 @@ struct Runner<P: Provider> {
     mw_qp: HashMap<super::pool::MwId, P::Qp>,
     /// Recent replies per client, by request id (retries get the same reply).
     reply_cache: HashMap<ClientId, std::collections::VecDeque<(u64, Reply)>>,
+    /// Recent requests per client, by id: a different request under a used id is refused.
+    seen_requests: HashMap<ClientId, std::collections::VecDeque<(u64, Request)>>,
     /// Tenants and secrets (empty: everyone is the default tenant).
     tenants: HashMap<TenantId, u64>,
     /// Clients that authenticated (their `Hello` was accepted), with their tenant.
@@ -454,6 +456,7 @@ impl<P: Provider> MemoryNode<P> {
             active_slot: HashMap::new(),
             mw_qp: HashMap::new(),
             reply_cache: HashMap::new(),
+            seen_requests: HashMap::new(),
             tenants: cfg.tenants.iter().map(|t| (t.tenant, t.secret)).collect(),
             authenticated: HashMap::new(),
             batch_copies: HashMap::new(),

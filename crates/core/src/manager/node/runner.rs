@@ -158,15 +158,10 @@ impl<P: Provider> Runner<P> {
         for (intent, qp) in incoming {
             match intent.role {
                 Role::Control => {
+                    // Its protection domain comes with a successful `Hello`: a connection that
+                    // never authenticates costs no registration and no windows.
                     let id = self.next_client;
                     self.next_client += 1;
-                    if self.isolation != Isolation::SharedPd && self.add_client_domain(id).is_err()
-                    {
-                        // No isolated domain, no service: drop the connection rather than
-                        // fall back to a weaker isolation silently.
-                        let _ = qp.reset();
-                        continue;
-                    }
                     self.reply_qp.insert(id, qp.clone());
                     self.control.insert(qp.qp_num(), (id, qp));
                 }
@@ -231,8 +226,8 @@ impl<P: Provider> Runner<P> {
             let client = self.control.get(&wc.qp_num).map(|(id, _)| *id);
             match (ok, client, decode_request(&buf[..len])) {
                 (Ok(()), Some(client), Ok((req_id, Request::Hello { tenant, secret }))) => {
-                    if !self.authenticate(client, tenant, secret) {
-                        self.send_reply(client, req_id, &Reply::Failed(Status::Unauthorized));
+                    if let Err(status) = self.authenticate(client, tenant, secret) {
+                        self.transmit(client, req_id, &Reply::Failed(status));
                         let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
                         return;
                     }
@@ -257,7 +252,7 @@ impl<P: Provider> Runner<P> {
                     if !self.authenticated.contains_key(&client) =>
                 {
                     // Nothing is served before the client authenticated as a tenant.
-                    self.send_reply(client, req_id, &Reply::Failed(Status::Unauthorized));
+                    self.transmit(client, req_id, &Reply::Failed(Status::Unauthorized));
                 }
                 (Ok(()), Some(client), Ok((req_id, Request::UseQp { slot }))) => {
                     // Applied before the batch this arrived with, so its rebinds use the slot.
@@ -275,7 +270,27 @@ impl<P: Provider> Runner<P> {
                 }
                 (Ok(()), Some(client), Ok((req_id, req))) => {
                     // Request ids make retries idempotent: a request seen before gets the
-                    // same reply again (or, if it is still in this batch, one reply).
+                    // same reply again (or, if it is still in this batch, one reply). A
+                    // different request under an id already used is refused, never run.
+                    let seen = self.seen_requests.entry(client).or_default();
+                    match seen.iter().find(|(id, _)| *id == req_id) {
+                        Some((_, earlier)) if *earlier != req => {
+                            self.transmit(
+                                client,
+                                req_id,
+                                &Reply::Failed(Status::InvalidArgument),
+                            );
+                            let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
+                            return;
+                        }
+                        Some(_) => {}
+                        None => {
+                            if seen.len() == REPLY_CACHE {
+                                seen.pop_front();
+                            }
+                            seen.push_back((req_id, req));
+                        }
+                    }
                     let cached = self
                         .reply_cache
                         .get(&client)
@@ -301,21 +316,36 @@ impl<P: Provider> Runner<P> {
     }
 
     /// Accepts a client's `Hello` as `tenant` if the secret is right (with no tenants
-    /// configured, only the default tenant exists). A client stays with its first tenant.
-    fn authenticate(&mut self, client: ClientId, tenant: TenantId, secret: u64) -> bool {
+    /// configured, only the default tenant exists). A client stays with its first tenant. The
+    /// first success gives the client its protection domain (a PD per client), before its
+    /// data connections can be accepted (they need the secret the `Welcome` carries).
+    fn authenticate(
+        &mut self,
+        client: ClientId,
+        tenant: TenantId,
+        secret: u64,
+    ) -> Result<(), Status> {
         let known = if self.tenants.is_empty() {
             tenant == DEFAULT_TENANT
         } else {
             self.tenants.get(&tenant) == Some(&secret)
         };
-        let consistent = self.authenticated.get(&client).is_none_or(|&t| t == tenant);
-        if known && consistent {
-            self.authenticated.insert(client, tenant);
-            self.core.set_tenant(client, tenant);
+        match self.authenticated.get(&client) {
+            Some(&t) if t == tenant && known => return Ok(()),
+            Some(_) => return Err(Status::Unauthorized),
+            None if !known => return Err(Status::Unauthorized),
+            None => {}
         }
-        known && consistent
+        if self.isolation != Isolation::SharedPd && self.add_client_domain(client).is_err() {
+            // No isolated domain, no service: never a silent fall-back to a weaker isolation.
+            return Err(Status::PoolExhausted);
+        }
+        self.authenticated.insert(client, tenant);
+        self.core.set_tenant(client, tenant);
+        Ok(())
     }
 
+    /// Sends a reply and remembers it for retries of the same request.
     fn send_reply(&mut self, client: ClientId, req_id: u64, reply: &Reply) {
         let cache = self.reply_cache.entry(client).or_default();
         if !cache.iter().any(|(id, _)| *id == req_id) {
@@ -324,6 +354,11 @@ impl<P: Provider> Runner<P> {
             }
             cache.push_back((req_id, *reply));
         }
+        self.transmit(client, req_id, reply);
+    }
+
+    /// Sends a reply without remembering it (refusals that are not a request's outcome).
+    fn transmit(&mut self, client: ClientId, req_id: u64, reply: &Reply) {
         let Some(qp) = self.reply_qp.get(&client).cloned() else {
             return;
         };
