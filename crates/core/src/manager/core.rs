@@ -335,11 +335,8 @@ impl ManagerCore {
         let map = |cap: usize, entry: usize| (cap * (entry + 1)) as u64;
         self.perms.metadata_bytes()
             + map(self.objects.capacity(), size_of::<(u64, ObjectState)>())
-            + self
-                .objects
-                .values()
-                .map(|o| (o.perms.capacity() * 4 + o.stale_mws.capacity() * 4) as u64)
-                .sum::<u64>()
+            // Each tracked object's lists of permissions and stale windows (4 B an entry).
+            + 4 * (self.perms.len() + self.mws.counts().1) as u64
             + map(self.stale_headers.capacity(), 12)
             + map(self.stale_owner.capacity(), 4 + size_of::<StaleOwner>())
             + (self.deadlines.len() * (size_of::<(Timestamp, Timer)>() + 8)) as u64

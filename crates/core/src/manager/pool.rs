@@ -85,6 +85,8 @@ pub struct BufferPool {
     dirty: HashSet<u64>,
     dirty_order: VecDeque<u64>,
     free_bytes: u64,
+    /// Pool bytes of live objects (slots included).
+    live_bytes: u64,
 }
 
 impl BufferPool {
@@ -101,6 +103,7 @@ impl BufferPool {
             dirty: HashSet::new(),
             dirty_order: VecDeque::new(),
             free_bytes: len,
+            live_bytes: 0,
             cfg,
         }
     }
@@ -129,6 +132,7 @@ impl BufferPool {
             class,
         };
         self.free_bytes -= obj.footprint();
+        self.live_bytes += obj.footprint();
         Some((obj, self.dirty.remove(&addr)))
     }
 
@@ -158,6 +162,7 @@ impl BufferPool {
             Some(class) => {
                 self.free.entry(class).or_default().push_back(addr);
                 self.free_bytes += class + self.slot;
+                self.live_bytes -= class + self.slot;
                 if self.dirty.insert(addr) {
                     self.dirty_order.push_back(addr);
                 }
@@ -168,11 +173,13 @@ impl BufferPool {
     }
 
     /// Takes up to `max` dirty free objects (oldest first) that `eligible` accepts, marking them
-    /// clean; returns their buffers for the caller to zero before anything else happens.
+    /// clean; returns their buffers for the caller to zero before anything else happens. Looks
+    /// at no more than `4 × max` objects per call.
     pub fn take_dirty(&mut self, max: usize, eligible: impl Fn(u64) -> bool) -> Vec<Object> {
         let mut out = Vec::new();
         let mut looked = 0;
-        let budget = self.dirty_order.len();
+        // Bounded work per call: objects still covered by a window go to the back.
+        let budget = self.dirty_order.len().min(max.saturating_mul(4));
         while out.len() < max && looked < budget {
             let Some(addr) = self.dirty_order.pop_front() else {
                 break;
@@ -238,7 +245,7 @@ impl BufferPool {
 
     /// Pool bytes held by live objects (slots included).
     pub fn live_bytes(&self) -> u64 {
-        self.live.values().map(|c| c + self.slot).sum()
+        self.live_bytes
     }
 
     /// Bytes of the allocator's own tables (by capacity).
