@@ -248,47 +248,75 @@ fn conflicting_acquire_waits_by_default(t: Transport, iso: Isolation) {
     });
 }
 
-/// Hole 9: in the shared-PD mode the key byte of a window's next binding cannot be predicted
-/// from its previous one (no +1 steps), and never repeats one of its last [`RECENT`].
+/// Hole 9: in the shared-PD mode a window's previous holder cannot predict the key its next
+/// holder gets. With MW handover the window is rebound straight from one holder to the next
+/// (a waiter is granted in the batch of the revoke); the NIC's +1 per bind made the new key the
+/// old one + 1. Now the key byte is drawn at random and never repeats one of the window's last
+/// [`RECENT`].
 fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
-    // Few windows, so each is rebound many times.
     let node = NodeConfig {
-        mw_count: 4,
+        mw_count: 1, // one window: every grant is a handover of it
+        max_wait_us: 10_000_000,
         ..node_cfg()
     };
-    let mut b = bed(t, Isolation::SharedPd, 1, node, no_wait());
-    let a = &mut b.cluster.clients[0];
-    let mut by_window: HashMap<u32, Vec<u8>> = HashMap::new();
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
-    let addr = p.addr();
-    a.revoke(p).unwrap();
-    for _ in 0..200 {
-        let q = a
-            .acquire(addr, 8, 100_000, Access::ReadWrite, Mode::Exclusive)
-            .unwrap();
-        let k: MemoryKey = q.rkey();
-        by_window.entry(k.index()).or_default().push(k.key_byte());
-        a.revoke(q).unwrap();
+    let waiting = ClientConfig {
+        acquire_wait_us: 10_000_000,
+        rpc_timeout: Duration::from_secs(20),
+        ..ClientConfig::default()
+    };
+    let mut b = bed(t, Isolation::SharedPd, 2, node, waiting);
+    let first = b.cluster.clients[0]
+        .allocate(64, 10_000_000, Mode::Exclusive)
+        .unwrap();
+    let addr = first.addr();
+    let mut held = Some((0usize, first));
+    let mut keys = vec![held.as_ref().unwrap().1.rkey()];
+    const ROUNDS: usize = 40;
+    for _ in 0..ROUNDS {
+        let (holder, p) = held.take().unwrap();
+        let waiter = 1 - holder;
+        let node = &b.cluster.node;
+        let (x, y) = b.cluster.clients.split_at_mut(1);
+        let (h, w) = if holder == 0 {
+            (&mut x[0], &mut y[0])
+        } else {
+            (&mut y[0], &mut x[0])
+        };
+        let q = std::thread::scope(|s| {
+            let join =
+                s.spawn(|| w.acquire(addr, 8, 10_000_000, Access::ReadWrite, Mode::Exclusive));
+            wait_node(node, "the waiter", |s| {
+                s.occupancy.is_some_and(|o| o.waiters == 1)
+            });
+            h.revoke(p).unwrap();
+            join.join().unwrap().unwrap()
+        });
+        keys.push(q.rkey());
+        held = Some((waiter, q));
     }
-    let mut steps = 0;
-    let mut plus_one = 0;
-    for keys in by_window.values() {
-        for w in keys.windows(2) {
-            steps += 1;
-            plus_one += usize::from(w[1] == w[0].wrapping_add(1));
-        }
-        for (i, k) in keys.iter().enumerate() {
-            let recent = &keys[i.saturating_sub(RECENT)..i];
-            assert!(
-                !recent.contains(k),
-                "key byte {k} repeats within {RECENT} binds"
-            );
-        }
-    }
-    assert!(steps >= 100, "windows were rebound ({steps} steps)");
+    let s = b.cluster.node.fresh_stats();
     assert!(
-        plus_one * 20 < steps,
-        "{plus_one} of {steps} binds stepped by +1"
+        s.counters.handovers >= ROUNDS as u64,
+        "every grant took the window its holder released: {:?}",
+        s.counters
+    );
+    let mut predictable = 0;
+    for (i, k) in keys.iter().enumerate().skip(1) {
+        assert_eq!(k.index(), keys[0].index(), "one window");
+        predictable += usize::from(k.key_byte() == keys[i - 1].key_byte().wrapping_add(1));
+        let recent: Vec<u8> = keys[i.saturating_sub(RECENT)..i]
+            .iter()
+            .map(|k| k.key_byte())
+            .collect();
+        assert!(
+            !recent.contains(&k.key_byte()),
+            "key byte {} repeats within {RECENT} binds",
+            k.key_byte()
+        );
+    }
+    assert!(
+        predictable <= 2,
+        "{predictable} of {ROUNDS} handovers gave the next holder its predecessor's key + 1"
     );
 }
 

@@ -71,6 +71,8 @@ pub struct NodeConfig {
     /// The manager draws each bind's key byte at random (none of the window's recent ones)
     /// instead of leaving the NIC to step it by one; see `manager::keys`.
     pub random_key_bytes: bool,
+    /// Seed of those draws (`None`: from the OS; tests set one to replay exactly).
+    pub key_seed: Option<u64>,
 }
 
 /// A tenant the memory node serves, and the secret its clients authenticate with.
@@ -129,6 +131,7 @@ impl Default for NodeConfig {
             max_wait_us: 1_000_000,
             tenants: Vec::new(),
             random_key_bytes: true,
+            key_seed: None,
         }
     }
 }
@@ -430,7 +433,9 @@ impl<P: Provider> MemoryNode<P> {
             buffer_watermark: cfg.buffer_watermark,
             scrub: cfg.scrub,
             max_wait_us: cfg.max_wait_us,
-            key_seed: cfg.random_key_bytes.then(|| rand::rng().random()),
+            key_seed: cfg
+                .random_key_bytes
+                .then(|| cfg.key_seed.unwrap_or_else(|| rand::rng().random())),
         });
         let mw_domain = vec![0; mws.len()];
         let mut runner = Runner::<P> {
