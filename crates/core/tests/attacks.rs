@@ -11,6 +11,7 @@
 //! node is a bounded spin on its published counters, never a sleep.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
+#[macro_use]
 mod support;
 
 use patronus_core::client::{Client, ClientConfig, ClientError, Perm};
@@ -1258,35 +1259,6 @@ fn hand_made_connections(t: Transport, iso: Isolation) {
         // The QP's access flags are checked first (before any rkey check).
         assert_eq!(status, WcStatus::RemoteInvalidRequestError, "{what}");
     }
-}
-
-macro_rules! every_mode {
-    ($($name:ident => $body:expr;)*) => {
-        mod inproc {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::SharedPd); })*
-        }
-        mod tcp {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::SharedPd); })*
-        }
-        mod inproc_pd_per_client {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::PdPerClient); })*
-        }
-        mod tcp_pd_per_client {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::PdPerClient); })*
-        }
-        mod inproc_type2 {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::Type2); })*
-        }
-        mod tcp_type2 {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::Type2); })*
-        }
-    };
 }
 
 every_mode! {

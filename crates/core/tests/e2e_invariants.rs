@@ -3,37 +3,16 @@
 //! bounded spin on its published state, never a sleep.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
-use patronus_core::client::{Client, ClientConfig, ClientError, SwitchKind};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
-use patronus_core::manager::{Isolation, NodeConfig, NodeStats};
+#[macro_use]
+mod support;
+
+use patronus_core::client::{ClientConfig, ClientError, SwitchKind};
+use patronus_core::cluster::Transport;
+use patronus_core::manager::{Isolation, NodeConfig};
 use patronus_core::proto::messages::{Access, Mode};
-use rnic::soft::{SoftConfig, SoftProvider};
-use rnic::{VirtualClock, WcStatus};
-use std::sync::Arc;
+use rnic::WcStatus;
 use std::time::{Duration, Instant};
-
-struct Bed {
-    cluster: EmbeddedCluster,
-    clock: Arc<VirtualClock>,
-}
-
-fn bed(
-    t: Transport,
-    iso: Isolation,
-    clients: usize,
-    mut node: NodeConfig,
-    client: ClientConfig,
-) -> Bed {
-    node.isolation = iso;
-    let clock = VirtualClock::new();
-    let device = SoftConfig {
-        clock: clock.clone(),
-        seed: Some(7),
-        ..SoftConfig::default()
-    };
-    let cluster = EmbeddedCluster::start(t, device, node, client, clients).unwrap();
-    Bed { cluster, clock }
-}
+use support::bed::{bed, two, wait_for};
 
 fn node_cfg() -> NodeConfig {
     NodeConfig {
@@ -56,28 +35,6 @@ fn late_client() -> ClientConfig {
         check_local_expiry: false,
         ..ClientConfig::default()
     }
-}
-
-/// Spins until `cond` holds on fresh node stats (bounded wall time).
-#[allow(clippy::disallowed_methods)]
-fn wait_for(b: &Bed, what: &str, cond: impl Fn(&NodeStats) -> bool) -> NodeStats {
-    let t0 = Instant::now();
-    loop {
-        let s = b.cluster.node.fresh_stats();
-        if cond(&s) {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}: {s:?}"
-        );
-        std::thread::yield_now();
-    }
-}
-
-fn two(b: &mut Bed) -> (&mut Client<SoftProvider>, &mut Client<SoftProvider>) {
-    let (x, y) = b.cluster.clients.split_at_mut(1);
-    (&mut x[0], &mut y[0])
 }
 
 fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
@@ -403,36 +360,7 @@ fn windows_after_a_qp_switch(t: Transport, iso: Isolation) {
     }
 }
 
-macro_rules! both_transports {
-    ($($name:ident => $body:expr;)*) => {
-        mod inproc {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::SharedPd); })*
-        }
-        mod tcp {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::SharedPd); })*
-        }
-        mod inproc_pd_per_client {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::PdPerClient); })*
-        }
-        mod tcp_pd_per_client {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::PdPerClient); })*
-        }
-        mod inproc_type2 {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::Type2); })*
-        }
-        mod tcp_type2 {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::Type2); })*
-        }
-    };
-}
-
-both_transports! {
+every_mode! {
     access_after_expiry_is_rejected => super::access_after_expiry_is_rejected;
     access_after_revoke_is_rejected => super::access_after_revoke_is_rejected;
     forced_invalidation_at_max_lifetime => super::forced_invalidation_at_max_lifetime;

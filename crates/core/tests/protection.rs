@@ -3,6 +3,7 @@
 //! mode where the guarantee applies.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
+#[macro_use]
 mod support;
 
 use patronus_core::client::{ClientConfig, ClientError};
@@ -10,8 +11,6 @@ use patronus_core::cluster::Transport;
 use patronus_core::manager::keys::RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, SlabConfig};
 use patronus_core::proto::messages::{Access, Mode};
-use rnic::MemoryKey;
-use std::collections::HashMap;
 use std::time::Duration;
 use support::bed::{bed, two, wait_for, wait_node};
 
@@ -421,35 +420,6 @@ fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
 #[test]
 fn default_isolation_is_pd_per_client() {
     assert_eq!(NodeConfig::default().isolation, Isolation::PdPerClient);
-}
-
-macro_rules! every_mode {
-    ($($name:ident => $body:expr;)*) => {
-        mod inproc {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::SharedPd); })*
-        }
-        mod tcp {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::SharedPd); })*
-        }
-        mod inproc_pd_per_client {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::PdPerClient); })*
-        }
-        mod tcp_pd_per_client {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::PdPerClient); })*
-        }
-        mod inproc_type2 {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::Type2); })*
-        }
-        mod tcp_type2 {
-            use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::Type2); })*
-        }
-    };
 }
 
 every_mode! {

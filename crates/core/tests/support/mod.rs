@@ -7,6 +7,40 @@
 //! - [`bed`]: an embedded cluster on a virtual clock for end-to-end tests.
 #![allow(dead_code)]
 
+/// `every_mode! { name => body; ... }` stamps out one `#[test] fn name` per test bed: both
+/// transports × the three isolation modes, in modules `inproc`, `tcp`, `inproc_pd_per_client`,
+/// `tcp_pd_per_client`, `inproc_type2` and `tcp_type2`. `body` is called as
+/// `body(Transport, Isolation)`; the invoking file must have both types in scope.
+#[allow(unused_macros)]
+macro_rules! every_mode {
+    ($($name:ident => $body:expr;)*) => {
+        mod inproc {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::SharedPd); })*
+        }
+        mod tcp {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::SharedPd); })*
+        }
+        mod inproc_pd_per_client {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::PdPerClient); })*
+        }
+        mod tcp_pd_per_client {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::PdPerClient); })*
+        }
+        mod inproc_type2 {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::InProc, Isolation::Type2); })*
+        }
+        mod tcp_type2 {
+            use super::*;
+            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::Type2); })*
+        }
+    };
+}
+
 pub mod bed;
 pub mod fake_nic;
 
