@@ -61,6 +61,7 @@ fn preamble(opts: &BenchOpts, names: &[String]) -> Vec<String> {
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         ),
         "Every mechanism runs on the same software RNIC with the same workload code. Latencies come from HDR histograms; throughput is a fixed operation count over wall time; every ratio compares numbers taken in this run. Paper numbers are quoted only where the paper's text or tables state them (section cited); where the paper has only a figure, the paper column says n/a.".into(),
+        "Patronus runs in the paper's isolation mode in every experiment: one protection domain for every client and type-1 windows (`Isolation::SharedPd`), with the manager drawing each bind's key byte at random. A served or embedded node defaults to a PD per client instead (docs/threat-model.md).".into(),
         "Where our numbers disagree with the paper, the section's checks and notes say why: the soft NIC's cost structure differs from a ConnectX-5 (no RNIC firmware, MR registration is page faulting and pinning in software, in-process one-sided operations run on the requester's thread, and the memory node shares 2 cores with the clients).".into(),
     ];
     if opts.transport == patronus_core::cluster::Transport::Tcp {

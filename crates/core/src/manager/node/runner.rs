@@ -275,11 +275,7 @@ impl<P: Provider> Runner<P> {
                     let seen = self.seen_requests.entry(client).or_default();
                     match seen.iter().find(|(id, _)| *id == req_id) {
                         Some((_, earlier)) if *earlier != req => {
-                            self.transmit(
-                                client,
-                                req_id,
-                                &Reply::Failed(Status::InvalidArgument),
-                            );
+                            self.transmit(client, req_id, &Reply::Failed(Status::InvalidArgument));
                             let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
                             return;
                         }
