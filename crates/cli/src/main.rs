@@ -66,8 +66,9 @@ enum Command {
     /// Run experiments of the paper's §7 on the software RNIC: every mechanism side by side,
     /// JSON + SVG per experiment and a report.md with the paper's numbers beside ours.
     Bench {
-        /// fig1, fig5, fig6 (with Table 4), fig7, fig8b, table5, or all.
-        #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "all"])]
+        /// fig1, fig5, fig6 (with Table 4), fig7, fig8b, table5, alloc (scrubbing cost and
+        /// memory per live permission), or all.
+        #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc", "all"])]
         experiments: Vec<String>,
         /// Seconds per experiment instead of minutes (smoke-level sample counts).
         #[arg(long)]

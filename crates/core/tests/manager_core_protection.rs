@@ -149,6 +149,30 @@ fn idle_scrub_takes_only_memory_no_window_covers() {
         vec![(h.buffer_addr, 64)],
         "on the grant path instead"
     );
+    // Idle time first unbinds the stale window (in a batch without requests), then scrubs.
+    assert_eq!(sim.revoke(2, h.id, true), Reply::Revoked);
+    assert!(sim.core.scrub_idle(8).is_empty());
+    assert!(
+        sim.core.unbind_idle(8),
+        "the stale window is queued for unbinding"
+    );
+    assert!(
+        sim.core.scrub_idle(8).is_empty(),
+        "not before the unbind ran"
+    );
+    sim.run();
+    assert!(
+        sim.nic.windows_over(h.buffer_addr, 64).is_empty(),
+        "unbound"
+    );
+    assert_eq!(sim.core.scrub_idle(8), vec![(h.buffer_addr, 64)]);
+    let i = sim.allocate(3, 64, 5_000);
+    assert_eq!(i.buffer_addr, h.buffer_addr);
+    assert_eq!(
+        sim.scrubbed.len(),
+        1,
+        "already clean: nothing on the grant path"
+    );
     // Without delayed unbinding the window dies with the free: scrubbed in the background.
     let mut t = Techniques::ALL;
     t.delayed_unbind = false;

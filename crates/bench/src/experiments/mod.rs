@@ -1,6 +1,7 @@
 //! One runner per experiment of the paper's §7. Each returns an [`crate::harness::Experiment`]
 //! and prints a short table as it goes; the caller writes the JSON, SVG and report.
 
+pub mod alloc;
 pub mod driver;
 pub mod fig1;
 pub mod fig5;
@@ -14,7 +15,7 @@ use crate::harness::{BenchOpts, Experiment};
 use anyhow::{Result, bail};
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 6] = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5"];
+pub const ALL: [&str; 7] = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc"];
 
 /// Runs the experiment called `name`.
 pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
@@ -25,6 +26,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "fig7" => fig7::run(opts),
         "fig8b" => fig8b::run(opts),
         "table5" => table5::run(opts),
+        "alloc" => alloc::run(opts),
         other => bail!("no experiment called {other:?} (have: {})", ALL.join(", ")),
     }
 }

@@ -226,6 +226,8 @@ pub struct ManagerCore {
     stale_headers: HashMap<u64, MwId>,
     /// Where each stale window sits (object address or header address).
     stale_owner: HashMap<MwId, StaleOwner>,
+    /// Freed objects that got stale windows, oldest first (idle unbinding walks it).
+    stale_objects: std::collections::VecDeque<u64>,
     deadlines: Deadlines,
     last_start: HashMap<u64, u64>,
     counters: Counters,
@@ -278,6 +280,7 @@ impl ManagerCore {
             objects: HashMap::new(),
             stale_headers: HashMap::new(),
             stale_owner: HashMap::new(),
+            stale_objects: std::collections::VecDeque::new(),
             deadlines: Deadlines::default(),
             last_start: HashMap::new(),
             counters: Counters::default(),
@@ -310,6 +313,43 @@ impl ManagerCore {
     /// [`DEFAULT_TENANT`](super::tenants::DEFAULT_TENANT)).
     pub fn set_tenant(&mut self, client: ClientId, tenant: TenantId) {
         self.tenants.set_client(client, tenant);
+    }
+
+    /// Idle work, before scrubbing: the delayed-unbound windows over up to `max` freed, dirty
+    /// objects are queued for unbinding, so the next batch (it runs without requests, since
+    /// [`has_pending_work`](Self::has_pending_work) says so) unbinds them off every grant's
+    /// path, and a later idle turn can scrub the memory. Delayed unbinding still saves the
+    /// unbind whenever the manager is busy. Returns whether anything was queued.
+    pub fn unbind_idle(&mut self, max: usize) -> bool {
+        if self.cfg.scrub != Scrub::Idle || self.has_pending_work() {
+            return false;
+        }
+        let mut queued = false;
+        let mut taken = 0;
+        while taken < max {
+            let Some(addr) = self.stale_objects.pop_front() else {
+                break;
+            };
+            // Reallocated since (its windows died then), or its windows were handed over.
+            if self.buffers.object_at(addr).is_some() {
+                continue;
+            }
+            let Some(obj) = self.objects.get_mut(&addr) else {
+                continue;
+            };
+            let client = 0; // an unbind needs no client: the window's domain decides
+            for mw in std::mem::take(&mut obj.stale_mws) {
+                self.stale_owner.remove(&mw);
+                self.mws.remove_stale(mw);
+                self.releasing.push((mw, client));
+                queued = true;
+            }
+            if obj.is_idle() {
+                self.objects.remove(&addr);
+            }
+            taken += 1;
+        }
+        queued
     }
 
     /// Idle work: takes up to `max` freed objects that no window covers any more and returns
@@ -387,8 +427,9 @@ impl ManagerCore {
             mw_free,
             mw_stale,
             mw_capacity,
-            tracked_objects: self.objects.values().filter(|o| !o.is_idle()).count(),
-            waiters: self.objects.values().map(|o| o.waiters.len()).sum(),
+            // Both without walking the objects (published often, whatever their number).
+            tracked_objects: self.objects.len(),
+            waiters: self.waiting.len(),
             dirty_objects: self.buffers.dirty_objects(),
         }
     }
@@ -545,7 +586,8 @@ pub struct Occupancy {
     pub mw_stale: usize,
     /// All windows.
     pub mw_capacity: usize,
-    /// Objects with permissions, waiters, a busy header slot or stale windows.
+    /// Objects with per-object state (permissions, waiters, a busy header slot or stale
+    /// windows; entries are dropped as they become idle).
     pub tracked_objects: usize,
     /// Queued conflicting requests.
     pub waiters: usize,

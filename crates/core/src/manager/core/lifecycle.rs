@@ -45,7 +45,13 @@ impl ManagerCore {
 
     fn make_stale(&mut self, mw: MwId, owner: StaleOwner) {
         match owner {
-            StaleOwner::Object(addr) => self.objects.entry(addr).or_default().stale_mws.push(mw),
+            StaleOwner::Object(addr) => {
+                let obj = self.objects.entry(addr).or_default();
+                if obj.stale_mws.is_empty() {
+                    self.stale_objects.push_back(addr);
+                }
+                obj.stale_mws.push(mw);
+            }
             StaleOwner::Header(addr) => {
                 self.stale_headers.insert(addr, mw);
             }

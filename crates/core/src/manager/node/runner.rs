@@ -55,7 +55,11 @@ impl<P: Provider> Runner<P> {
                 if let Some(start) = streak_cpu.take() {
                     self.busy_cpu += thread_cpu().saturating_sub(start);
                 }
-                // Idle: zero freed memory no window covers any more, off the grant path.
+                // Idle: unbind the windows left over freed memory (the next turn's batch does
+                // it), then zero memory no window covers any more — both off the grant path.
+                if self.core.unbind_idle(IDLE_SCRUB_OBJECTS) {
+                    continue;
+                }
                 let scrubs = self.core.scrub_idle(IDLE_SCRUB_OBJECTS);
                 if !scrubs.is_empty() {
                     self.scrub(&scrubs);
