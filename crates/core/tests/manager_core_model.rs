@@ -173,11 +173,11 @@ impl Harness {
                     return;
                 }
                 let o = self.object_list[object % self.object_list.len()];
-                let len = self.objects[&o].class - HDR;
+                let len = self.objects[&o].class - self.slot();
                 self.submit(
                     client % self.clients,
                     Request::Acquire {
-                        addr: o + HDR,
+                        addr: o + self.slot(),
                         size: (len * size_pct / 100).max(1),
                         lease_us: lease,
                         access: if rw { Access::ReadWrite } else { Access::Read },
@@ -347,11 +347,12 @@ impl Harness {
         assert_eq!(client, o.client);
         match (req, o.reply) {
             (Request::Allocate { mode, .. }, Reply::Granted(g)) => {
-                let object = object_of(&g);
+                let slot = self.slot();
+                let object = g.buffer_addr - slot;
                 let obj = self.objects.entry(object).or_insert(MObj {
                     live: false,
                     generation: 0,
-                    class: g.buffer_len + HDR,
+                    class: g.buffer_len + slot,
                 });
                 assert!(!obj.live, "allocated live memory again: {g:?}");
                 obj.live = true;
@@ -367,7 +368,7 @@ impl Harness {
                 },
                 Reply::Granted(g),
             ) => {
-                let object = object_of(&g);
+                let object = g.buffer_addr - self.slot();
                 assert_eq!(g.buffer_addr, addr);
                 assert!(size >= 1 && size <= g.buffer_len);
                 assert!(
@@ -449,23 +450,22 @@ impl Harness {
                 },
                 Reply::Failed(s),
             ) => {
-                let valid = addr >= HDR
-                    && self.objects.get(&(addr - HDR)).is_some_and(|o| {
-                        o.live && size >= 1 && size <= o.class - HDR && lease_us > 0
+                let valid = addr >= self.slot()
+                    && self.objects.get(&(addr - self.slot())).is_some_and(|o| {
+                        o.live && size >= 1 && size <= o.class - self.slot() && lease_us > 0
                     });
                 // (Whether the object is live at the moment the request was decided can differ
                 // from the model's view after the whole run: an allocation or a free of the
                 // same object in the batch. Conflicts and exhaustion need a well-formed request.)
-                let well_formed = addr >= HDR
-                    && self
-                        .objects
-                        .get(&(addr - HDR))
-                        .is_some_and(|o| size >= 1 && size <= o.class - HDR && lease_us > 0);
+                let well_formed = addr >= self.slot()
+                    && self.objects.get(&(addr - self.slot())).is_some_and(|o| {
+                        size >= 1 && size <= o.class - self.slot() && lease_us > 0
+                    });
                 match s {
                     Status::InvalidArgument => assert!(!valid, "valid acquire refused: {req:?}"),
                     Status::NotFound => assert!(
                         !addr
-                            .checked_sub(HDR)
+                            .checked_sub(self.slot())
                             .and_then(|a| self.objects.get(&a))
                             .is_some_and(|o| o.live),
                         "NotFound for live memory: {req:?}"
@@ -488,7 +488,7 @@ impl Harness {
     }
 
     fn add(&mut self, client: ClientId, g: Grant, mode: Mode) {
-        let object = object_of(&g);
+        let object = g.buffer_addr - self.slot();
         let hdr_gen = if g.contiguous {
             0
         } else {
@@ -596,6 +596,11 @@ impl Harness {
         assert!(o.headers_free <= o.headers_capacity);
     }
 
+    /// Bytes of the header slot in front of each buffer (only with contiguity).
+    fn slot(&self) -> u64 {
+        if self.t.contiguity { HDR } else { 0 }
+    }
+
     /// After every lease is over: all pools drained, no window over live data.
     fn drain_and_check_leaks(&mut self) {
         let max = self.sim.cfg.max_lifetime_us;
@@ -636,7 +641,7 @@ impl Harness {
             let r = self.sim.call(
                 0,
                 Request::Acquire {
-                    addr: obj + HDR,
+                    addr: obj + self.slot(),
                     size: 1,
                     lease_us: 100,
                     access: Access::ReadWrite,
