@@ -27,7 +27,7 @@ use rnic::{
     QpInit, QpTiming, QueuePair, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use std::time::{Duration, Instant};
-use support::bed::{Bed, bed, two, wait_for, wait_node};
+use support::bed::{Bed, bed, late_client, no_wait, two, wait_for, wait_node};
 
 type C = Client<SoftProvider>;
 
@@ -41,22 +41,6 @@ fn node_cfg() -> NodeConfig {
         buffer_watermark: 512 << 10,
         max_lifetime_us: 1_000_000,
         ..NodeConfig::default()
-    }
-}
-
-/// Conflicting acquires fail at once (the virtual clock stands still while they would wait).
-fn no_wait() -> ClientConfig {
-    ClientConfig {
-        acquire_wait_us: 0,
-        ..ClientConfig::default()
-    }
-}
-
-/// Issues ops even past the local expiry, to see what the NIC does with them.
-fn late() -> ClientConfig {
-    ClientConfig {
-        check_local_expiry: false,
-        ..no_wait()
     }
 }
 
@@ -266,7 +250,7 @@ fn stale_rkey_after_revoke(t: Transport, iso: Isolation) {
 /// A lease that ran out (the manager collected it) leaves an rkey that reads and writes
 /// nothing, before and after the object has a new holder.
 fn stale_rkey_after_expiry(t: Transport, iso: Isolation) {
-    let mut b = bed(t, iso, 2, node_cfg(), late());
+    let mut b = bed(t, iso, 2, node_cfg(), late_client());
     let clock = b.clock.clone();
     let s = secret(64);
     let p = {
@@ -710,7 +694,7 @@ fn read_only_misuse(t: Transport, iso: Isolation) {
 /// `NotFound` — the same as for a permission that does not exist — and A's permission keeps
 /// working with its lease unchanged.
 fn forged_control_requests(t: Transport, iso: Isolation) {
-    let mut b = bed(t, iso, 2, node_cfg(), late());
+    let mut b = bed(t, iso, 2, node_cfg(), late_client());
     let clock = b.clock.clone();
     let s = secret(64);
     let (a, m) = two(&mut b);

@@ -12,30 +12,7 @@ use patronus_core::manager::{Isolation, NodeConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::WcStatus;
 use std::time::{Duration, Instant};
-use support::bed::{bed, two, wait_for};
-
-fn node_cfg() -> NodeConfig {
-    NodeConfig {
-        max_lifetime_us: 1_000_000,
-        ..NodeConfig::default()
-    }
-}
-
-/// Conflicting acquires fail at once (the tests' virtual clock stands still while they wait).
-fn no_wait() -> ClientConfig {
-    ClientConfig {
-        acquire_wait_us: 0,
-        ..ClientConfig::default()
-    }
-}
-
-fn late_client() -> ClientConfig {
-    // Issue ops even after the local expiry, to see what the NIC does with them.
-    ClientConfig {
-        check_local_expiry: false,
-        ..ClientConfig::default()
-    }
-}
+use support::bed::{bed, late_client, no_wait, node_cfg, two, wait_for};
 
 fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), late_client());

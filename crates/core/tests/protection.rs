@@ -12,14 +12,7 @@ use patronus_core::manager::keys::RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, SlabConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use std::time::Duration;
-use support::bed::{bed, two, wait_for, wait_node};
-
-fn node_cfg() -> NodeConfig {
-    NodeConfig {
-        max_lifetime_us: 1_000_000,
-        ..NodeConfig::default()
-    }
-}
+use support::bed::{bed, no_wait, node_cfg, two, wait_for, wait_node};
 
 /// Small slabs: a freed object comes back after a few allocations of its class.
 fn small_slabs() -> NodeConfig {
@@ -29,13 +22,6 @@ fn small_slabs() -> NodeConfig {
             ..SlabConfig::default()
         },
         ..node_cfg()
-    }
-}
-
-fn no_wait() -> ClientConfig {
-    ClientConfig {
-        acquire_wait_us: 0,
-        ..ClientConfig::default()
     }
 }
 

@@ -10,6 +10,31 @@ use rnic::soft::{SoftConfig, SoftProvider};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A memory node whose permissions may live up to 1 s (virtual), defaults otherwise.
+pub fn node_cfg() -> NodeConfig {
+    NodeConfig {
+        max_lifetime_us: 1_000_000,
+        ..NodeConfig::default()
+    }
+}
+
+/// Conflicting acquires fail at once (the tests' virtual clock stands still while they would
+/// wait).
+pub fn no_wait() -> ClientConfig {
+    ClientConfig {
+        acquire_wait_us: 0,
+        ..ClientConfig::default()
+    }
+}
+
+/// Issues ops even past the local expiry, to see what the NIC does with them.
+pub fn late_client() -> ClientConfig {
+    ClientConfig {
+        check_local_expiry: false,
+        ..no_wait()
+    }
+}
+
 /// A cluster and the virtual clock every device in it reads.
 pub struct Bed {
     /// The cluster.
