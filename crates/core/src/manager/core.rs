@@ -29,7 +29,7 @@ use super::tenants::{TenantId, Tenants};
 use crate::proto::header::{Header, LIFETIME_OFFSET};
 use crate::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
 use rnic::{AccessFlags, MemoryKey, Timestamp};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Manager configuration.
 #[derive(Clone, Debug)]
@@ -196,6 +196,33 @@ struct PendingGrant {
     copies: u32,
 }
 
+/// Who asked: a client's request and how many copies of it arrived (each gets the reply).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Asker {
+    client: ClientId,
+    req_id: u64,
+    copies: u32,
+}
+
+impl Asker {
+    /// One copy of `req_id` from `client`.
+    pub(super) fn one(client: ClientId, req_id: u64) -> Self {
+        Asker {
+            client,
+            req_id,
+            copies: 1,
+        }
+    }
+    /// A waiting request, with every copy that joined it.
+    pub(super) fn of(w: &Waiter) -> Self {
+        Asker {
+            client: w.client,
+            req_id: w.req_id,
+            copies: w.copies,
+        }
+    }
+}
+
 impl PendingGrant {
     fn new(key: PermKey, client: ClientId, req_id: u64) -> Self {
         PendingGrant {
@@ -227,7 +254,7 @@ pub struct ManagerCore {
     /// Where each stale window sits (object address or header address).
     stale_owner: HashMap<MwId, StaleOwner>,
     /// Freed objects that got stale windows, oldest first (idle unbinding walks it).
-    stale_objects: std::collections::VecDeque<u64>,
+    stale_objects: VecDeque<u64>,
     deadlines: Deadlines,
     last_start: HashMap<u64, u64>,
     counters: Counters,
@@ -280,7 +307,7 @@ impl ManagerCore {
             objects: HashMap::new(),
             stale_headers: HashMap::new(),
             stale_owner: HashMap::new(),
-            stale_objects: std::collections::VecDeque::new(),
+            stale_objects: VecDeque::new(),
             deadlines: Deadlines::default(),
             last_start: HashMap::new(),
             counters: Counters::default(),
@@ -488,19 +515,14 @@ impl ManagerCore {
         let Some(obj) = self.objects.get_mut(&object) else {
             return;
         };
-        let mut kept = std::collections::VecDeque::new();
-        while let Some(w) = obj.waiters.pop_front() {
-            if w.deadline <= now {
-                self.waiting.remove(&(w.client, w.req_id));
-                self.replies.push(Outgoing {
-                    copies: w.copies,
-                    ..Outgoing::new(w.client, w.req_id, Reply::Failed(Status::ConflictTimeout))
-                });
-            } else {
-                kept.push_back(w);
-            }
-        }
+        let (late, kept): (VecDeque<Waiter>, VecDeque<Waiter>) = std::mem::take(&mut obj.waiters)
+            .into_iter()
+            .partition(|w| w.deadline <= now);
         obj.waiters = kept;
+        for w in late {
+            self.waiting.remove(&(w.client, w.req_id));
+            self.refuse(Asker::of(&w), Status::ConflictTimeout);
+        }
         // The head may have changed: grant whoever is now compatible.
         self.wake_waiters(object, now);
     }

@@ -281,8 +281,6 @@ struct Domain<P: Provider> {
 }
 
 const REPLY_TAG: u64 = 1 << 63;
-/// Replies remembered per client for retried requests.
-const REPLY_CACHE: usize = 128;
 const CAS_SLOTS: usize = 512;
 /// Freed objects zeroed per idle turn of the manager loop (it checks for requests between).
 const IDLE_SCRUB_OBJECTS: usize = 16;
@@ -311,10 +309,8 @@ struct Runner<P: Provider> {
     active_slot: HashMap<ClientId, u8>,
     /// The QP each type-2 window is bound to.
     mw_qp: HashMap<super::pool::MwId, P::Qp>,
-    /// Recent replies per client, by request id (retries get the same reply).
-    reply_cache: HashMap<ClientId, std::collections::VecDeque<(u64, Reply)>>,
-    /// Recent requests per client, by id: a different request under a used id is refused.
-    seen_requests: HashMap<ClientId, std::collections::VecDeque<(u64, Request)>>,
+    /// Recent requests per client, by id, with their replies (retries get the same reply).
+    recent: HashMap<ClientId, recent::RecentRequests>,
     /// Tenants and secrets (empty: everyone is the default tenant).
     tenants: HashMap<TenantId, u64>,
     /// Clients that authenticated (their `Hello` was accepted), with their tenant.
@@ -460,8 +456,7 @@ impl<P: Provider> MemoryNode<P> {
             data_qps: HashMap::new(),
             active_slot: HashMap::new(),
             mw_qp: HashMap::new(),
-            reply_cache: HashMap::new(),
-            seen_requests: HashMap::new(),
+            recent: HashMap::new(),
             tenants: cfg.tenants.iter().map(|t| (t.tenant, t.secret)).collect(),
             authenticated: HashMap::new(),
             batch_copies: HashMap::new(),
@@ -570,4 +565,5 @@ fn thread_cpu() -> Duration {
         .unwrap_or_default()
 }
 
+mod recent;
 mod runner;

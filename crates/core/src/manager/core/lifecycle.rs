@@ -67,10 +67,7 @@ impl ManagerCore {
         if let Some(obj) = self.objects.get_mut(&object) {
             for w in std::mem::take(&mut obj.waiters) {
                 self.waiting.remove(&(w.client, w.req_id));
-                self.replies.push(Outgoing {
-                    copies: w.copies,
-                    ..Outgoing::new(w.client, w.req_id, Reply::Failed(Status::NotFound))
-                });
+                self.refuse(Asker::of(&w), Status::NotFound);
             }
         }
         let keys = self
@@ -132,27 +129,12 @@ impl ManagerCore {
                 break;
             };
             self.waiting.remove(&(w.client, w.req_id));
+            let asker = Asker::of(&w);
             let Some(o) = self.buffers.object_at(object) else {
-                self.replies.push(Outgoing {
-                    copies: w.copies,
-                    ..Outgoing::new(w.client, w.req_id, Reply::Failed(Status::NotFound))
-                });
+                self.refuse(asker, Status::NotFound);
                 continue;
             };
-            let pending = self.grants.len();
-            self.grant(now, w.client, w.req_id, o, lease_us, access, mode);
-            match self.grants.get_mut(pending) {
-                Some(g) => g.copies = w.copies,
-                None => {
-                    // Refused (pools exhausted): every copy gets the refusal.
-                    if let Some(r) = self.replies.last_mut()
-                        && r.client == w.client
-                        && r.req_id == w.req_id
-                    {
-                        r.copies = w.copies;
-                    }
-                }
-            }
+            self.grant(now, asker, o, lease_us, access, mode);
         }
         if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
             self.objects.remove(&object);

@@ -124,7 +124,7 @@ impl ManagerCore {
             self.refuse_holders(obj.addr);
             return;
         }
-        self.grant(now, client, req_id, obj, lease_us, access, mode);
+        self.grant(now, Asker::one(client, req_id), obj, lease_us, access, mode);
     }
 
     /// Replaces a permission by a new one over the same object in one step: the new grant
@@ -160,9 +160,7 @@ impl ManagerCore {
         let Some(obj) = self.buffers.object_at(object) else {
             return self.fail(client, req_id, Status::NotFound);
         };
-        let pending = self.grants.len();
-        self.grant(now, client, req_id, obj, lease_us, access, mode);
-        if self.grants.len() > pending {
+        if self.grant(now, Asker::one(client, req_id), obj, lease_us, access, mode) {
             self.end_permission(key, false, now);
         }
     }
@@ -175,8 +173,15 @@ impl ManagerCore {
     }
 
     pub(super) fn fail(&mut self, client: ClientId, req_id: u64, status: Status) {
-        self.replies
-            .push(Outgoing::new(client, req_id, Reply::Failed(status)));
+        self.refuse(Asker::one(client, req_id), status);
+    }
+
+    /// Refuses every copy of a request.
+    pub(super) fn refuse(&mut self, asker: Asker, status: Status) {
+        self.replies.push(Outgoing {
+            copies: asker.copies,
+            ..Outgoing::new(asker.client, asker.req_id, Reply::Failed(status))
+        });
     }
 
     pub(super) fn allocate(
@@ -210,9 +215,8 @@ impl ManagerCore {
             self.mws.remove_stale(mw);
             self.releasing.push((mw, client));
         }
-        let pending = self.grants.len();
-        self.grant(now, client, req_id, obj, lease_us, Access::ReadWrite, mode);
-        let granted = self.grants.len() > pending;
+        let asker = Asker::one(client, req_id);
+        let granted = self.grant(now, asker, obj, lease_us, Access::ReadWrite, mode);
         let scrub = (dirty && self.cfg.scrub != Scrub::Off).then(|| obj.buffer());
         match self.grants.last_mut() {
             Some(g) if granted => {
@@ -234,17 +238,18 @@ impl ManagerCore {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Grants `obj` to `asker` (windows are bound in this batch's chain); false if the pools
+    /// cannot serve it, in which case every copy of the request is refused.
     pub(super) fn grant(
         &mut self,
         now: Timestamp,
-        client: ClientId,
-        req_id: u64,
+        asker: Asker,
         obj: Object,
         lease_us: u64,
         access: Access,
         mode: Mode,
-    ) {
+    ) -> bool {
+        let client = asker.client;
         let contiguous = self.cfg.techniques.contiguity
             && access == Access::ReadWrite
             && !self.objects.get(&obj.addr).is_some_and(|o| o.embedded_busy);
@@ -260,7 +265,10 @@ impl ManagerCore {
                     }
                     h
                 }
-                None => return self.fail(client, req_id, Status::PoolExhausted),
+                None => {
+                    self.refuse(asker, Status::PoolExhausted);
+                    return false;
+                }
             }
         };
         let windows_needed = if contiguous { 1 } else { 2 };
@@ -283,7 +291,8 @@ impl ManagerCore {
             if !contiguous {
                 self.headers.give(header_addr);
             }
-            return self.fail(client, req_id, Status::PoolExhausted);
+            self.refuse(asker, Status::PoolExhausted);
+            return false;
         }
         let last = self.last_start.get(&header_addr).copied().unwrap_or(0);
         let start = now.0.max(last + 1);
@@ -322,7 +331,11 @@ impl ManagerCore {
             state.embedded_busy = true;
         }
         self.push_window_needs(key, client);
-        self.grants.push(PendingGrant::new(key, client, req_id));
+        self.grants.push(PendingGrant {
+            copies: asker.copies,
+            ..PendingGrant::new(key, client, asker.req_id)
+        });
+        true
     }
 
     /// The windows a permission needs: one over lifetime field + buffer when contiguous, else

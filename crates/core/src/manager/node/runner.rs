@@ -1,6 +1,7 @@
 //! The manager thread's loop: receive a batch, run the core's three phases, execute its NIC
 //! work as chains on the loopback QPs, write headers, reply.
 
+use super::recent::Seen;
 use super::*;
 
 impl<P: Provider> Runner<P> {
@@ -273,31 +274,14 @@ impl<P: Provider> Runner<P> {
                     );
                 }
                 (Ok(()), Some(client), Ok((req_id, req))) => {
-                    // Request ids make retries idempotent: a request seen before gets the
-                    // same reply again (or, if it is still in this batch, one reply). A
-                    // different request under an id already used is refused, never run.
-                    let seen = self.seen_requests.entry(client).or_default();
-                    match seen.iter().find(|(id, _)| *id == req_id) {
-                        Some((_, earlier)) if *earlier != req => {
-                            self.transmit(client, req_id, &Reply::Failed(Status::InvalidArgument));
-                            let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
-                            return;
-                        }
-                        Some(_) => {}
-                        None => {
-                            if seen.len() == REPLY_CACHE {
-                                seen.pop_front();
-                            }
-                            seen.push_back((req_id, req));
-                        }
-                    }
-                    let cached = self
-                        .reply_cache
-                        .get(&client)
-                        .and_then(|c| c.iter().find(|(id, _)| *id == req_id))
-                        .map(|(_, r)| *r);
-                    if let Some(reply) = cached {
-                        self.send_reply(client, req_id, &reply);
+                    // Request ids make retries idempotent (`recent.rs`): an answered copy
+                    // gets the same reply, a copy in this batch one reply more, a copy of a
+                    // waiting request joins it in the core, another body is refused.
+                    let seen = self.recent.entry(client).or_default().observe(req_id, &req);
+                    if let Seen::Answered(reply) = seen {
+                        self.transmit(client, req_id, &reply);
+                    } else if seen == Seen::Conflicting {
+                        self.transmit(client, req_id, &Reply::Failed(Status::InvalidArgument));
                     } else if requests
                         .iter()
                         .any(|(c, id, _)| *c == client && *id == req_id)
@@ -347,12 +331,8 @@ impl<P: Provider> Runner<P> {
 
     /// Sends a reply and remembers it for retries of the same request.
     fn send_reply(&mut self, client: ClientId, req_id: u64, reply: &Reply) {
-        let cache = self.reply_cache.entry(client).or_default();
-        if !cache.iter().any(|(id, _)| *id == req_id) {
-            if cache.len() == REPLY_CACHE {
-                cache.pop_front();
-            }
-            cache.push_back((req_id, *reply));
+        if let Some(recent) = self.recent.get_mut(&client) {
+            recent.answer(req_id, reply);
         }
         self.transmit(client, req_id, reply);
     }
