@@ -676,11 +676,14 @@ fn read_only_misuse(t: Transport, iso: Isolation) {
     };
     assert!(results[0].is_ok() && refused(&results[1]), "{results:?}");
     assert_eq!(contents(r, &ro), s);
-    // Freeing ends everyone's permissions: a reader of the owner tenant may not (a copy of
-    // the permission, as `free` consumes it).
+    // Freeing ends everyone's permissions: a reader of the owner tenant may not. `free`
+    // consumes the handle (here a copy of it), so the refused call still ends the reader's
+    // permission, and frees nothing.
     let f = r.free(ro.forged_copy());
     assert!(matches!(f, Err(ClientError::InvalidArgument(_))), "{f:?}");
-    assert_eq!(contents(r, &ro), s, "the reader's permission is intact");
+    let after = r.read(&ro, 0, &mut [0u8; 8]);
+    assert!(matches!(after, Err(ClientError::Denied(_))), "{after:?}");
+    assert_eq!(contents(o, &owner), s, "nothing was freed");
     loot.changed += changed(&s, &contents(o, &owner));
     loot.assert_none("read-only misuse");
 }

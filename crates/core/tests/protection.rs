@@ -388,7 +388,13 @@ fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
         matches!(rw, Err(ClientError::NotFound)),
         "only up to the share"
     );
-    stranger.revoke(q).unwrap();
+    // Freeing is the owner's: refused, and the refused permission does not outlive its handle.
+    let before = b.cluster.node.fresh_stats().counters.ended;
+    assert!(matches!(stranger.free(q), Err(ClientError::NotOwner)));
+    let s = wait_for(&b, "the refused permission ended", |s| {
+        s.counters.ended > before
+    });
+    assert_eq!(s.occupancy.unwrap().permissions, 1, "only the owner's");
     // A client of the same tenant shares freely; the owner's disconnect frees nothing.
     let addr_p = p.addr();
     drop(p);

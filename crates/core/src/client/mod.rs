@@ -399,7 +399,10 @@ impl<P: Provider> Client<P> {
         self.end(perm, false)
     }
 
-    /// Ends the permission and frees the memory (every permission on it ends too).
+    /// Ends the permission and frees the memory (every permission on it ends too). If the
+    /// memory node refuses to free (`NotOwner`: the object is another tenant's; or a read-only
+    /// permission), the permission is still ended, so nothing outlives the handle this call
+    /// consumed, and the refusal is returned.
     pub fn free(&mut self, perm: Perm) -> Result<(), ClientError> {
         self.end(perm, true)
     }
@@ -410,6 +413,17 @@ impl<P: Provider> Client<P> {
             free,
         })? {
             Reply::Revoked => Ok(()),
+            Reply::Failed(s @ (Status::NotOwner | Status::InvalidArgument)) if free => {
+                // Freeing was refused; the caller gave up the handle, so end the permission.
+                match self.rpc(Request::Revoke {
+                    id: perm.id(),
+                    free: false,
+                })? {
+                    Reply::Revoked | Reply::Failed(Status::NotFound) => {}
+                    other => return Err(unexpected(other)),
+                }
+                Err(ClientError::from_status(s))
+            }
             other => Err(unexpected(other)),
         }
     }
