@@ -56,8 +56,4 @@ pub enum BaselineError {
 }
 
 /// CPU time the calling thread has used so far (server and poller threads report theirs).
-pub(crate) fn thread_cpu() -> std::time::Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(std::time::Duration::from)
-        .unwrap_or_default()
-}
+pub(crate) use rnic::thread_cpu_time as thread_cpu;

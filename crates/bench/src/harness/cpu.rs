@@ -2,28 +2,12 @@
 //! memory-node CPU per operation. Reading a CPU clock is not reading wall time, so these are
 //! allowed where `Instant::now` is not.
 
-use nix::time::{ClockId, clock_gettime};
-use std::time::Duration;
-
-/// CPU time consumed by the calling thread so far (`CLOCK_THREAD_CPUTIME_ID`);
-/// `Duration::ZERO` if the clock cannot be read.
-pub fn thread_cpu() -> Duration {
-    read(ClockId::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// CPU time consumed by all threads of this process so far (`CLOCK_PROCESS_CPUTIME_ID`);
-/// `Duration::ZERO` if the clock cannot be read.
-pub fn process_cpu() -> Duration {
-    read(ClockId::CLOCK_PROCESS_CPUTIME_ID)
-}
-
-fn read(clock: ClockId) -> Duration {
-    clock_gettime(clock).map_or(Duration::ZERO, Duration::from)
-}
+pub use rnic::{process_cpu_time as process_cpu, thread_cpu_time as thread_cpu};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// Burns a little CPU deterministically (no sleeping, no clock in the loop condition).
     fn spin() -> u64 {

@@ -559,11 +559,7 @@ fn loopback_qp<P: Provider>(pd: &P::Pd, cq: &P::Cq, timing: QpTiming) -> Result<
 }
 
 /// Manager thread CPU time so far.
-fn thread_cpu() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(Duration::from)
-        .unwrap_or_default()
-}
+use rnic::thread_cpu_time as thread_cpu;
 
 mod recent;
 mod runner;

@@ -100,3 +100,21 @@ impl Clock for VirtualClock {
         Timestamp(self.now_us.load(Ordering::SeqCst))
     }
 }
+
+/// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`): the one clock
+/// behind every "CPU per operation" figure of the project (device engines, manager and server
+/// threads, benchmark drivers). It is a system call: read it when a busy period starts and
+/// ends, not around every operation. `Duration::ZERO` if the clock cannot be read.
+pub fn thread_cpu_time() -> Duration {
+    cpu_clock(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time all threads of this process have used so far (`CLOCK_PROCESS_CPUTIME_ID`);
+/// `Duration::ZERO` if the clock cannot be read.
+pub fn process_cpu_time() -> Duration {
+    cpu_clock(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn cpu_clock(clock: nix::time::ClockId) -> Duration {
+    nix::time::clock_gettime(clock).map_or(Duration::ZERO, Duration::from)
+}

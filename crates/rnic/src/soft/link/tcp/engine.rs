@@ -47,13 +47,6 @@ pub(super) fn in_engine() -> bool {
     IN_ENGINE.with(Cell::get)
 }
 
-/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`).
-fn thread_cpu_time() -> Option<Duration> {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .ok()
-        .map(Duration::from)
-}
-
 /// Limits shared by a device's engines and connections.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Limits {
@@ -253,7 +246,8 @@ impl EngineShared {
     }
 
     fn publish_cpu(&self) {
-        if let Some(t) = thread_cpu_time() {
+        let t = crate::verbs::thread_cpu_time();
+        if !t.is_zero() {
             let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
             self.cpu_ns.store(ns, Ordering::Relaxed);
         }
