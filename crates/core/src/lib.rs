@@ -18,3 +18,4 @@ pub mod client;
 pub mod cluster;
 pub mod manager;
 pub mod proto;
+pub mod rpc;

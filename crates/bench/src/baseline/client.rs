@@ -12,15 +12,13 @@
 
 use super::BaselineError;
 use super::proto::{
-    BaselineReply, BaselineRequest, MAX_PAYLOAD, SLOT_SIZE, Scheme, Welcome, decode_reply,
-    encode_request,
+    BaselineProtocol, BaselineReply, BaselineRequest, MAX_PAYLOAD, Scheme, Welcome,
 };
+use patronus_core::rpc::{IdleWait, RpcClient, RpcError};
 use rnic::{
     AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryKey, MemoryRegion, ProtectionDomain,
-    Provider, QpInit, QpTiming, QueuePair, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
+    Provider, QpInit, QpTiming, QueuePair, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Requests a client may have unanswered at once.
@@ -54,18 +52,14 @@ pub struct BaselineClient<P: Provider> {
     scheme: Scheme,
     cfg: BaselineClientConfig,
     _pd: P::Pd,
+    /// The QP's CQ: one-sided completions and, through `rpc`, replies.
     cq: P::Cq,
-    qp: P::Qp,
-    /// `RECV_SLOTS` receive slots, then as many send slots.
-    slots: P::Buffer,
-    slots_mr: P::Mr,
+    /// The control channel over the same QP.
+    rpc: RpcClient<P, BaselineProtocol>,
     staging: P::Buffer,
     staging_mr: P::Mr,
     welcome: Welcome,
-    next_req: u64,
     next_op: u64,
-    in_flight: Vec<u64>,
-    stash: VecDeque<(u64, BaselineReply)>,
 }
 
 impl<P: Provider> std::fmt::Debug for BaselineClient<P> {
@@ -105,23 +99,16 @@ impl<P: Provider> BaselineClient<P> {
             access: AccessFlags::empty(),
             timing: cfg.qp_timing,
         })?;
-        let slots = ctx.alloc_buffer(2 * RECV_SLOTS as usize * SLOT_SIZE)?;
-        let slots_mr = pd.reg_mr(&slots, 0, slots.len(), AccessFlags::LOCAL_WRITE)?;
         let staging = ctx.alloc_buffer(STAGING_BYTES)?;
         let staging_mr = pd.reg_mr(&staging, 0, staging.len(), AccessFlags::LOCAL_WRITE)?;
         qp.connect(address, &scheme.private_data())?;
-        let wrs: Vec<RecvWr> = (0..RECV_SLOTS)
-            .map(|s| recv_wr::<P>(&slots, &slots_mr, s))
-            .collect();
-        qp.post_recv(&wrs)?;
+        let rpc = RpcClient::new(ctx, &pd, qp, cq.clone(), RECV_SLOTS)?;
         let mut client = BaselineClient {
             scheme,
             cfg,
             _pd: pd,
             cq,
-            qp,
-            slots,
-            slots_mr,
+            rpc,
             staging,
             staging_mr,
             welcome: Welcome {
@@ -129,10 +116,7 @@ impl<P: Provider> BaselineClient<P> {
                 pool_len: 0,
                 rkey: None,
             },
-            next_req: 1,
             next_op: 0,
-            in_flight: Vec::with_capacity(MAX_OUTSTANDING),
-            stash: VecDeque::new(),
         };
         client.welcome = match client.call(BaselineRequest::Hello)? {
             BaselineReply::Welcome(w) => w,
@@ -168,65 +152,20 @@ impl<P: Provider> BaselineClient<P> {
 
     /// Sends a request without waiting; returns its id. At most [`MAX_OUTSTANDING`] at once.
     pub fn submit(&mut self, req: BaselineRequest) -> Result<u64, BaselineError> {
-        if self.in_flight.len() >= MAX_OUTSTANDING {
-            return Err(BaselineError::InvalidUse("too many outstanding requests"));
-        }
-        let req_id = self.next_req;
-        self.next_req += 1;
-        let off = (RECV_SLOTS as u64 + req_id % RECV_SLOTS as u64) as usize * SLOT_SIZE;
-        self.slots.write(off, &encode_request(req_id, &req))?;
-        let wr = SendWr {
-            wr_id: u64::MAX >> 1,
-            signaled: false,
-            op: SendOp::Send {
-                local: Some(Sge {
-                    addr: self.slots.addr() + off as u64,
-                    length: SLOT_SIZE as u32,
-                    lkey: self.slots_mr.lkey(),
-                }),
-            },
-        };
-        self.qp
-            .post_send(std::slice::from_ref(&wr))
-            .map_err(|(_, e)| BaselineError::Verbs(e))?;
-        self.in_flight.push(req_id);
-        Ok(req_id)
+        Ok(self.rpc.submit(req)?)
     }
 
     /// Takes one arrived reply, if any, as (request id, reply). Never blocks.
     pub fn poll(&mut self) -> Result<Option<(u64, BaselineReply)>, BaselineError> {
-        if let Some(r) = self.stash.pop_front() {
-            return Ok(Some(r));
-        }
-        let mut wcs = [WorkCompletion::default(); 1];
-        while self.cq.poll(&mut wcs) > 0 {
-            if let Some(r) = self.on_completion(&wcs[0])? {
-                return Ok(Some(r));
-            }
-        }
-        Ok(None)
+        Ok(self.rpc.poll()?)
     }
 
-    /// Sends a request and waits for its reply.
+    /// Sends a request and waits for its reply (no retry: the baselines' server does not
+    /// answer retries idempotently). A late reply to an abandoned request is dropped.
     pub fn call(&mut self, req: BaselineRequest) -> Result<BaselineReply, BaselineError> {
-        let req_id = self.submit(req)?;
-        let result = self.wait(|c| {
-            if let Some(i) = c.stash.iter().position(|(id, _)| *id == req_id) {
-                return Ok(c.stash.remove(i).map(|(_, r)| r));
-            }
-            let mut wcs = [WorkCompletion::default(); 1];
-            while c.cq.poll(&mut wcs) > 0 {
-                match c.on_completion(&wcs[0])? {
-                    Some((id, reply)) if id == req_id => return Ok(Some(reply)),
-                    Some(other) => c.stash.push_back(other),
-                    None => {}
-                }
-            }
-            Ok(None)
-        });
-        // A late reply to an abandoned request is dropped on arrival.
-        self.in_flight.retain(|id| *id != req_id);
-        result
+        let reply = self.rpc.call(req, self.cfg.timeout, false);
+        self.rpc.take_orphans();
+        Ok(reply?)
     }
 
     /// One-sided RDMA READ of `dst.len()` bytes at `addr` under `rkey`.
@@ -336,77 +275,53 @@ impl<P: Provider> BaselineClient<P> {
             signaled: true,
             op,
         };
-        self.qp
+        self.rpc
+            .qp()
             .post_send(std::slice::from_ref(&wr))
             .map_err(|(_, e)| BaselineError::Verbs(e))?;
-        let mut wcs = [WorkCompletion::default(); 1];
-        self.wait(|c| {
-            while c.cq.poll(&mut wcs) > 0 {
-                let wc = wcs[0];
+        self.wait_op(wr_id)
+    }
+
+    /// Waits for the completion of one-sided op `wr_id`, filing replies that arrive meanwhile.
+    /// Spins briefly, then sleeps on the CQ; bounded by the configured timeout (wall time).
+    #[allow(clippy::disallowed_methods)] // a timeout is wall time
+    fn wait_op(&mut self, wr_id: u64) -> Result<(), BaselineError> {
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut idle = IdleWait::default();
+        let mut wcs = [WorkCompletion::default(); 8];
+        loop {
+            let n = self.cq.poll(&mut wcs);
+            for wc in &wcs[..n] {
                 if wc.wr_id == wr_id {
                     return match wc.status {
-                        WcStatus::Success => Ok(Some(())),
+                        WcStatus::Success => Ok(()),
                         s => Err(BaselineError::Remote(s)),
                     };
                 }
                 // Flushed receives of the same broken QP are reported by the op's own status.
-                if let Ok(Some(reply)) = c.on_completion(&wc) {
-                    c.stash.push_back(reply);
-                }
+                let _ = self.rpc.on_completion(wc);
             }
-            Ok(None)
-        })
-    }
-
-    /// Handles one completion that is not a one-sided op: a reply, reposting its slot.
-    fn on_completion(
-        &mut self,
-        wc: &WorkCompletion,
-    ) -> Result<Option<(u64, BaselineReply)>, BaselineError> {
-        if wc.status != WcStatus::Success {
-            return Err(BaselineError::Remote(wc.status));
-        }
-        if wc.opcode != WcOpcode::Recv || wc.wr_id >= RECV_SLOTS as u64 {
-            return Ok(None);
-        }
-        let slot = wc.wr_id as u32;
-        let mut buf = [0u8; SLOT_SIZE];
-        let read = self.slots.read(slot as usize * SLOT_SIZE, &mut buf);
-        self.qp
-            .post_recv(&[recv_wr::<P>(&self.slots, &self.slots_mr, slot)])?;
-        read?;
-        let (id, reply) = decode_reply(&buf)?;
-        match self.in_flight.iter().position(|x| *x == id) {
-            Some(i) => {
-                self.in_flight.swap_remove(i);
-                Ok(Some((id, reply)))
+            if n > 0 {
+                idle.busy();
+                continue;
             }
-            None => Ok(None), // a reply to a request abandoned after a timeout
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(BaselineError::Timeout);
+            }
+            idle.idle(&self.cq, (deadline - now).min(Duration::from_millis(1)));
         }
     }
+}
 
-    /// Runs `step` until it yields a value, fails, or the timeout passes. Spins first (the
-    /// latency path), then yields the core between attempts.
-    #[allow(clippy::disallowed_methods)] // RPC timeout is wall time
-    fn wait<T>(
-        &mut self,
-        mut step: impl FnMut(&mut Self) -> Result<Option<T>, BaselineError>,
-    ) -> Result<T, BaselineError> {
-        let deadline = Instant::now() + self.cfg.timeout;
-        let mut tries = 0u32;
-        loop {
-            if let Some(v) = step(self)? {
-                return Ok(v);
-            }
-            tries = tries.saturating_add(1);
-            if tries < 1024 {
-                std::hint::spin_loop();
-            } else {
-                if Instant::now() >= deadline {
-                    return Err(BaselineError::Timeout);
-                }
-                std::thread::yield_now();
-            }
+impl From<RpcError> for BaselineError {
+    fn from(e: RpcError) -> Self {
+        match e {
+            RpcError::Busy => BaselineError::InvalidUse("too many outstanding requests"),
+            RpcError::Timeout => BaselineError::Timeout,
+            RpcError::QpFailed(s) => BaselineError::Remote(s),
+            RpcError::Verbs(v) => BaselineError::Verbs(v),
+            _ => BaselineError::InvalidUse("unknown control-channel failure"),
         }
     }
 }
@@ -416,16 +331,5 @@ fn expect_done(reply: BaselineReply) -> Result<(), BaselineError> {
         BaselineReply::Done => Ok(()),
         BaselineReply::Failed(code) => Err(BaselineError::Failed(code)),
         other => Err(BaselineError::Unexpected(other)),
-    }
-}
-
-fn recv_wr<P: Provider>(buf: &P::Buffer, mr: &P::Mr, slot: u32) -> RecvWr {
-    RecvWr {
-        wr_id: slot as u64,
-        sge: Some(Sge {
-            addr: buf.addr() + (slot as usize * SLOT_SIZE) as u64,
-            length: SLOT_SIZE as u32,
-            lkey: mr.lkey(),
-        }),
     }
 }

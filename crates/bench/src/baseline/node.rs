@@ -16,15 +16,14 @@
 //!   wrong requests answered with a [`FailCode`].
 
 use super::proto::{
-    BaselineReply, BaselineRequest, FailCode, MAX_PAYLOAD, SLOT_SIZE, Scheme, Welcome,
-    decode_request, encode_reply,
+    BaselineProtocol, BaselineReply, BaselineRequest, FailCode, MAX_PAYLOAD, Scheme, Welcome,
 };
 use super::{BaselineError, thread_cpu};
 use parking_lot::Mutex;
+use patronus_core::rpc::{Incoming, RpcServer};
 use rnic::{
-    AcceptPolicy, AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryKey, MemoryRegion,
-    ProtectionDomain, Provider, QpInit, QpNumber, QpState, QpTiming, QueuePair, RecvWr, SendOp,
-    SendWr, Sge, SharedReceiveQueue, VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    AcceptPolicy, AccessFlags, Context, MemoryBuffer, MemoryKey, MemoryRegion, ProtectionDomain,
+    Provider, QpInit, QpNumber, QpState, QpTiming, QueuePair, VerbsError,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -160,16 +159,9 @@ struct Server<P: Provider> {
     pd: P::Pd,
     pool: P::Buffer,
     pool_mr: Option<P::Mr>,
-    srq: P::Srq,
-    send_cq: P::Cq,
-    recv_cq: P::Cq,
-    /// `srq_depth` receive slots, then `srq_depth` send slots.
-    slots: P::Buffer,
-    slots_mr: P::Mr,
-    depth: u32,
-    next_send_slot: u32,
+    /// The control channel's server end: request slots in an SRQ, reply slots.
+    rpc: RpcServer<P, BaselineProtocol>,
     conns: HashMap<QpNumber, Conn<P>>,
-    max_batch: usize,
     stats: BaselineStats,
 }
 
@@ -189,11 +181,7 @@ impl<P: Provider> BaselineNode<P> {
             None
         };
         let depth = cfg.srq_depth.max(16);
-        let srq = pd.create_srq(depth)?;
-        let send_cq = ctx.create_cq(4096)?;
-        let recv_cq = ctx.create_cq(depth * 2)?;
-        let slots = ctx.alloc_buffer(2 * depth as usize * SLOT_SIZE)?;
-        let slots_mr = pd.reg_mr(&slots, 0, slots.len(), AccessFlags::LOCAL_WRITE)?;
+        let rpc = RpcServer::<P, BaselineProtocol>::new(&ctx, &pd, depth, cfg.max_batch)?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             publish: AtomicBool::new(false),
@@ -203,9 +191,9 @@ impl<P: Provider> BaselineNode<P> {
         let listener = ctx.listen(Arc::new(Policy::<P> {
             shared: shared.clone(),
             pd: pd.clone(),
-            srq: srq.clone(),
-            send_cq: send_cq.clone(),
-            recv_cq: recv_cq.clone(),
+            srq: rpc.srq().clone(),
+            send_cq: rpc.send_cq().clone(),
+            recv_cq: rpc.recv_cq().clone(),
             timing: cfg.qp_timing,
         }))?;
         let address = ctx.listener_address(&listener);
@@ -215,19 +203,10 @@ impl<P: Provider> BaselineNode<P> {
             pd,
             pool,
             pool_mr,
-            srq,
-            send_cq,
-            recv_cq,
-            slots,
-            slots_mr,
-            depth,
-            next_send_slot: 0,
+            rpc,
             conns: HashMap::new(),
-            max_batch: cfg.max_batch.clamp(1, 256),
             stats: BaselineStats::default(),
         };
-        let wrs: Vec<RecvWr> = (0..depth).map(|i| server.recv_wr(i)).collect();
-        server.srq.post_recv(&wrs)?;
         let thread = std::thread::Builder::new()
             .name(THREAD_NAME.into())
             .spawn(move || server.run())

@@ -7,6 +7,7 @@
 //!
 //! The connection's private data carries the [`Scheme`] (`"PBL1"` ‖ scheme byte).
 
+use patronus_core::rpc::{Protocol, SlotReader, SlotWriter};
 use rnic::MemoryKey;
 
 /// Bytes of every message slot.
@@ -67,25 +68,16 @@ impl Scheme {
                 3 => Ok(Scheme::Rpc),
                 _ => Err(ProtoError::UnknownKind(*s)),
             },
-            _ => Err(ProtoError::Truncated),
+            _ => Err(ProtoError::Truncated {
+                got: data.len(),
+                want: 5,
+            }),
         }
     }
 }
 
-/// Why a message could not be decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProtoError {
-    /// Shorter than a slot (or than the connection intent).
-    #[error("message truncated")]
-    Truncated,
-    /// The kind byte names no message.
-    #[error("unknown message kind {0:#x}")]
-    UnknownKind(u8),
-    /// A field holds a value outside its domain.
-    #[error("bad field: {0}")]
-    BadField(&'static str),
-}
+/// Why a message could not be decoded (the control channel's slot error).
+pub use patronus_core::rpc::SlotError as ProtoError;
 
 /// Why the memory node refused a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
@@ -224,163 +216,161 @@ mod kind {
     pub const FAILED: u8 = 0x85;
 }
 
-fn put_u64(b: &mut [u8; SLOT_SIZE], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
+/// The baselines' protocol, for the control channel.
+#[derive(Clone, Copy, Debug)]
+pub struct BaselineProtocol;
 
-fn put_u32(b: &mut [u8; SLOT_SIZE], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
+impl Protocol for BaselineProtocol {
+    type Request = BaselineRequest;
+    type Reply = BaselineReply;
+    const SLOT_SIZE: usize = SLOT_SIZE;
 
-fn u64_at(b: &[u8; SLOT_SIZE], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
-fn u32_at(b: &[u8; SLOT_SIZE], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
-}
-
-fn payload_at(b: &[u8; SLOT_SIZE], at: usize) -> [u8; MAX_PAYLOAD] {
-    let mut p = [0u8; MAX_PAYLOAD];
-    p.copy_from_slice(&b[at..at + MAX_PAYLOAD]);
-    p
-}
-
-/// The checked view: a slot of exactly the right length (longer input is truncated to it).
-fn slot(input: &[u8]) -> Result<&[u8; SLOT_SIZE], ProtoError> {
-    input
-        .get(..SLOT_SIZE)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(ProtoError::Truncated)
+    fn encode_request(req_id: u64, req: &BaselineRequest, slot: &mut [u8]) {
+        write_request(&mut SlotWriter::new(slot), req_id, req);
+    }
+    fn decode_request(slot: &[u8]) -> Result<(u64, BaselineRequest), ProtoError> {
+        decode_request(slot)
+    }
+    fn encode_reply(req_id: u64, reply: &BaselineReply, slot: &mut [u8]) {
+        write_reply(&mut SlotWriter::new(slot), req_id, reply);
+    }
+    fn decode_reply(slot: &[u8]) -> Result<(u64, BaselineReply), ProtoError> {
+        decode_reply(slot)
+    }
 }
 
 /// Encodes a request with its id.
 pub fn encode_request(req_id: u64, req: &BaselineRequest) -> [u8; SLOT_SIZE] {
     let mut b = [0u8; SLOT_SIZE];
-    put_u64(&mut b, field::REQ_ID, req_id);
-    b[field::KIND] = match *req {
+    write_request(&mut SlotWriter::new(&mut b), req_id, req);
+    b
+}
+
+fn write_request(w: &mut SlotWriter<'_>, req_id: u64, req: &BaselineRequest) {
+    w.u64(field::REQ_ID, req_id);
+    let kind = match *req {
         BaselineRequest::Hello => kind::HELLO,
         BaselineRequest::RegisterMr { addr, len } => {
-            put_u64(&mut b, field::A, addr);
-            put_u64(&mut b, field::B, len);
+            w.u64(field::A, addr);
+            w.u64(field::B, len);
             kind::REGISTER_MR
         }
         BaselineRequest::DeregisterMr { rkey } => {
-            put_u32(&mut b, field::A, rkey.0);
+            w.u32(field::A, rkey.0);
             kind::DEREGISTER_MR
         }
         BaselineRequest::OpenQp => kind::OPEN_QP,
         BaselineRequest::CloseQp => kind::CLOSE_QP,
         BaselineRequest::Read { addr, len } => {
-            put_u64(&mut b, field::A, addr);
-            put_u32(&mut b, field::B, len);
+            w.u64(field::A, addr);
+            w.u32(field::B, len);
             kind::READ
         }
         BaselineRequest::Write { addr, len, bytes } => {
-            put_u64(&mut b, field::A, addr);
-            put_u32(&mut b, field::B, len);
-            b[field::WRITE_BYTES..field::WRITE_BYTES + MAX_PAYLOAD].copy_from_slice(&bytes);
+            w.u64(field::A, addr);
+            w.u32(field::B, len);
+            w.put(field::WRITE_BYTES, &bytes);
             kind::WRITE
         }
     };
-    b
+    w.u8(field::KIND, kind);
 }
 
 /// Decodes a request and its id.
 pub fn decode_request(input: &[u8]) -> Result<(u64, BaselineRequest), ProtoError> {
-    let b = slot(input)?;
-    let req = match b[field::KIND] {
+    let r = SlotReader::new(input, SLOT_SIZE)?;
+    let req = match r.u8(field::KIND)? {
         kind::HELLO => BaselineRequest::Hello,
         kind::REGISTER_MR => BaselineRequest::RegisterMr {
-            addr: u64_at(b, field::A),
-            len: u64_at(b, field::B),
+            addr: r.u64(field::A)?,
+            len: r.u64(field::B)?,
         },
         kind::DEREGISTER_MR => BaselineRequest::DeregisterMr {
-            rkey: MemoryKey(u32_at(b, field::A)),
+            rkey: MemoryKey(r.u32(field::A)?),
         },
         kind::OPEN_QP => BaselineRequest::OpenQp,
         kind::CLOSE_QP => BaselineRequest::CloseQp,
         kind::READ => BaselineRequest::Read {
-            addr: u64_at(b, field::A),
-            len: u32_at(b, field::B),
+            addr: r.u64(field::A)?,
+            len: r.u32(field::B)?,
         },
         kind::WRITE => BaselineRequest::Write {
-            addr: u64_at(b, field::A),
-            len: u32_at(b, field::B),
-            bytes: payload_at(b, field::WRITE_BYTES),
+            addr: r.u64(field::A)?,
+            len: r.u32(field::B)?,
+            bytes: r.array(field::WRITE_BYTES)?,
         },
         k => return Err(ProtoError::UnknownKind(k)),
     };
-    Ok((u64_at(b, field::REQ_ID), req))
+    Ok((r.u64(field::REQ_ID)?, req))
 }
 
 /// Encodes a reply with the id of the request it answers.
 pub fn encode_reply(req_id: u64, reply: &BaselineReply) -> [u8; SLOT_SIZE] {
     let mut b = [0u8; SLOT_SIZE];
-    put_u64(&mut b, field::REQ_ID, req_id);
-    b[field::KIND] = match *reply {
-        BaselineReply::Welcome(w) => {
-            put_u64(&mut b, field::A, w.pool_addr);
-            put_u64(&mut b, field::B, w.pool_len);
-            if let Some(rkey) = w.rkey {
-                b[field::FLAG] = 1;
-                put_u32(&mut b, field::C, rkey.0);
+    write_reply(&mut SlotWriter::new(&mut b), req_id, reply);
+    b
+}
+
+fn write_reply(w: &mut SlotWriter<'_>, req_id: u64, reply: &BaselineReply) {
+    w.u64(field::REQ_ID, req_id);
+    let kind = match *reply {
+        BaselineReply::Welcome(welcome) => {
+            w.u64(field::A, welcome.pool_addr);
+            w.u64(field::B, welcome.pool_len);
+            if let Some(rkey) = welcome.rkey {
+                w.u8(field::FLAG, 1);
+                w.u32(field::C, rkey.0);
             }
             kind::WELCOME
         }
         BaselineReply::Registered { rkey } => {
-            put_u32(&mut b, field::A, rkey.0);
+            w.u32(field::A, rkey.0);
             kind::REGISTERED
         }
         BaselineReply::Done => kind::DONE,
         BaselineReply::Data { len, bytes } => {
-            put_u32(&mut b, field::A, len);
-            b[field::DATA_BYTES..field::DATA_BYTES + MAX_PAYLOAD].copy_from_slice(&bytes);
+            w.u32(field::A, len);
+            w.put(field::DATA_BYTES, &bytes);
             kind::DATA
         }
         BaselineReply::Failed(code) => {
-            b[field::A] = code.to_wire();
+            w.u8(field::A, code.to_wire());
             kind::FAILED
         }
     };
-    b
+    w.u8(field::KIND, kind);
 }
 
 /// Decodes a reply and the id of the request it answers.
 pub fn decode_reply(input: &[u8]) -> Result<(u64, BaselineReply), ProtoError> {
-    let b = slot(input)?;
-    let reply = match b[field::KIND] {
+    let r = SlotReader::new(input, SLOT_SIZE)?;
+    let reply = match r.u8(field::KIND)? {
         kind::WELCOME => BaselineReply::Welcome(Welcome {
-            pool_addr: u64_at(b, field::A),
-            pool_len: u64_at(b, field::B),
-            rkey: match b[field::FLAG] {
-                0 => None,
-                1 => Some(MemoryKey(u32_at(b, field::C))),
-                _ => return Err(ProtoError::BadField("rkey presence")),
+            pool_addr: r.u64(field::A)?,
+            pool_len: r.u64(field::B)?,
+            rkey: match r.flag(field::FLAG, "rkey presence")? {
+                false => None,
+                true => Some(MemoryKey(r.u32(field::C)?)),
             },
         }),
         kind::REGISTERED => BaselineReply::Registered {
-            rkey: MemoryKey(u32_at(b, field::A)),
+            rkey: MemoryKey(r.u32(field::A)?),
         },
         kind::DONE => BaselineReply::Done,
         kind::DATA => {
-            let len = u32_at(b, field::A);
+            let len = r.u32(field::A)?;
             if len as usize > MAX_PAYLOAD {
                 return Err(ProtoError::BadField("data length"));
             }
             BaselineReply::Data {
                 len,
-                bytes: payload_at(b, field::DATA_BYTES),
+                bytes: r.array(field::DATA_BYTES)?,
             }
         }
-        kind::FAILED => BaselineReply::Failed(FailCode::from_wire(b[field::A])?),
+        kind::FAILED => BaselineReply::Failed(FailCode::from_wire(r.u8(field::A)?)?),
         k => return Err(ProtoError::UnknownKind(k)),
     };
-    Ok((u64_at(b, field::REQ_ID), reply))
+    Ok((r.u64(field::REQ_ID)?, reply))
 }
 
 #[cfg(test)]
@@ -448,7 +438,13 @@ mod tests {
             let _ = decode_reply(&buf);
             let _ = Scheme::from_private_data(&buf);
         }
-        assert_eq!(decode_request(&[1; 10]), Err(ProtoError::Truncated));
+        assert_eq!(
+            decode_request(&[1; 10]),
+            Err(ProtoError::Truncated {
+                got: 10,
+                want: SLOT_SIZE
+            })
+        );
     }
 
     #[test]

@@ -88,7 +88,7 @@ impl<P: Provider> Client<P> {
                 Ok(())
             }
             Some(Err(e)) => Err(e),
-            _ => Err(ClientError::Transport("no result".into())),
+            _ => Err(ClientError::Internal("a read without its bytes")),
         }
     }
 
@@ -162,15 +162,15 @@ impl<P: Provider> Client<P> {
 }
 
 fn single(mut results: Vec<Result<OpResult, ClientError>>) -> Result<OpResult, ClientError> {
-    results
-        .pop()
-        .unwrap_or_else(|| Err(ClientError::Transport("no result".into())))
+    results.pop().unwrap_or(Err(ClientError::Internal(
+        "a batch of one op without a result",
+    )))
 }
 
 fn atomic(r: Result<OpResult, ClientError>) -> Result<u64, ClientError> {
     match r? {
         OpResult::Atomic(v) => Ok(v),
-        _ => Err(ClientError::Transport("atomic op without a value".into())),
+        _ => Err(ClientError::Internal("an atomic op without a value")),
     }
 }
 
@@ -287,8 +287,9 @@ impl<P: Provider> Batch<'_, P> {
             if client.vqp.active().state() != rnic::QpState::ReadyToSend {
                 // Broke since the last batch (a lost link): switch before posting anything.
                 if let Err(e) = client.switch_qp() {
+                    let e = std::sync::Arc::new(e);
                     for &i in &todo {
-                        results[i] = Some(Err(ClientError::Transport(e.to_string())));
+                        results[i] = Some(Err(ClientError::FailoverFailed(e.clone())));
                     }
                     break;
                 }
@@ -311,9 +312,7 @@ impl<P: Provider> Batch<'_, P> {
                     }
                     (s, Next::Retry) => {
                         broken = true;
-                        results[i] = Some(Err(ClientError::Transport(format!(
-                            "{s} again after a QP switch"
-                        ))));
+                        results[i] = Some(Err(ClientError::FailedAfterFailover(s)));
                     }
                     (s, Next::Denied) => {
                         broken = true;
@@ -327,9 +326,9 @@ impl<P: Provider> Batch<'_, P> {
             }
             if broken {
                 if let Err(e) = client.switch_qp() {
-                    let msg = e.to_string();
+                    let e = std::sync::Arc::new(e);
                     for &i in &retry {
-                        results[i] = Some(Err(ClientError::Transport(msg.clone())));
+                        results[i] = Some(Err(ClientError::FailoverFailed(e.clone())));
                     }
                     break;
                 }
@@ -338,7 +337,11 @@ impl<P: Provider> Batch<'_, P> {
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(ClientError::Transport("op not completed".into()))))
+            .map(|r| {
+                r.unwrap_or(Err(ClientError::Internal(
+                    "an op of the batch without a result",
+                )))
+            })
             .collect()
     }
 }

@@ -53,9 +53,25 @@ pub enum ClientError {
     /// The control RPC got no reply in time.
     #[error("control RPC timed out")]
     RpcTimeout,
-    /// A transport failure (QP error other than an access violation, connection lost).
-    #[error("transport failure: {0}")]
-    Transport(String),
+    /// Every control request slot is owed an answer: wait for replies (`poll_reply`) first.
+    #[error("too many outstanding control requests")]
+    ControlBusy,
+    /// The control connection to the memory node failed; the client must reconnect.
+    #[error("control connection lost ({0})")]
+    ControlLost(WcStatus),
+    /// The memory node answered with a reply of the wrong kind (a protocol violation).
+    #[error("unexpected reply from the memory node: {0}")]
+    UnexpectedReply(&'static str),
+    /// A data QP broke and no other could take its place (every spare failed to connect).
+    #[error("no data QP could replace the broken one: {0}")]
+    FailoverFailed(std::sync::Arc<ClientError>),
+    /// An op that could be retried failed again on a fresh QP (`{0}` the second time): the
+    /// memory node or the path to it is failing.
+    #[error("failed again on a fresh QP ({0})")]
+    FailedAfterFailover(WcStatus),
+    /// A broken invariant of the client library itself (a bug): reported, never a panic.
+    #[error("internal error of the client library: {0}")]
+    Internal(&'static str),
     /// A verb call failed.
     #[error("verbs: {0}")]
     Verbs(#[from] VerbsError),
@@ -65,7 +81,7 @@ impl ClientError {
     /// Maps a manager status.
     pub fn from_status(s: Status) -> Self {
         match s {
-            Status::Ok => ClientError::Transport("unexpected OK status".into()),
+            Status::Ok => ClientError::UnexpectedReply("Failed(Ok)"),
             Status::NoMemory => ClientError::NoMemory,
             Status::PoolExhausted => ClientError::PoolExhausted,
             Status::ConflictTimeout => ClientError::ConflictTimeout,

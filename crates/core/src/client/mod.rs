@@ -23,13 +23,11 @@ pub use renew::LongLease;
 pub use vqp::SwitchKind;
 
 use crate::proto::connect::{Intent, Role};
-use crate::proto::messages::{
-    Access, Grant, Mode, Reply, Request, SLOT_SIZE, Status, decode_reply, encode_request,
-};
+use crate::proto::messages::{Access, ControlProtocol, Grant, Mode, Reply, Request, Status};
+use crate::rpc::{RpcClient, RpcError};
 use rnic::{
-    AccessFlags, Clock, CompletionQueue, Context, MemoryBuffer, MemoryRegion, ProtectionDomain,
-    Provider, QpInit, QpTiming, QueuePair, RecvWr, SendOp, SendWr, Sge, Timestamp, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, Clock, Context, MemoryBuffer, ProtectionDomain, Provider, QpInit, QpTiming,
+    QueuePair, Timestamp,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,27 +88,14 @@ pub struct Client<P: Provider> {
     clock: Arc<dyn Clock>,
     cfg: ClientConfig,
     _pd: P::Pd,
-    ctrl_qp: P::Qp,
-    ctrl_cq: P::Cq,
-    ctrl_buf: P::Buffer,
-    ctrl_mr: P::Mr,
+    /// The control channel to the manager.
+    ctrl: RpcClient<P, ControlProtocol>,
     data_cq: P::Cq,
     staging: P::Buffer,
     staging_mr: P::Mr,
     vqp: VirtualQp<P>,
-    next_req: u64,
-    outstanding: u32,
-    /// Replies that arrived while waiting for another one.
-    early: Vec<(u64, Reply)>,
-    /// Requests sent twice (a retry) whose first reply was taken: the second copy is dropped.
-    answered_twice: Vec<u64>,
-    /// Requests given up on (RPC timeout), and whether each allocated memory: a grant that
-    /// arrives after all is handed back at once, so no permission (or memory) is orphaned.
-    abandoned: Vec<(u64, bool)>,
     epoch: u64,
     client_id: u32,
-    /// Control RPCs issued.
-    pub rpcs: u64,
     /// Windows are type 2, bound to the active QP: a QP switch needs `UseQp` + `Rebind`.
     type2: bool,
     /// Permissions that may be alive, for rebinding after a QP switch (type 2).
@@ -156,8 +141,6 @@ impl<P: Provider> Client<P> {
         }
         let t = cfg.qp_timing;
         let ctrl_qp = pd.create_qp(init::<P>(&ctrl_cq, &ctrl_cq, RECV_SLOTS + 1, t))?;
-        let ctrl_buf = ctx.alloc_buffer(2 * RECV_SLOTS as usize * SLOT_SIZE)?;
-        let ctrl_mr = pd.reg_mr(&ctrl_buf, 0, ctrl_buf.len(), AccessFlags::LOCAL_WRITE)?;
         let staging = ctx.alloc_buffer(cfg.staging_bytes.max(4096))?;
         let staging_mr = pd.reg_mr(&staging, 0, staging.len(), AccessFlags::LOCAL_WRITE)?;
         let control = Intent {
@@ -167,45 +150,13 @@ impl<P: Provider> Client<P> {
             slot: 0,
         };
         ctrl_qp.connect(address, &control.encode())?;
-        for slot in 0..RECV_SLOTS {
-            ctrl_qp.post_recv(&[recv_wr::<P>(&ctrl_buf, &ctrl_mr, slot)])?;
-        }
-        // Data QPs are created after the Hello, which gives them an identity to present.
-        let mut client = Client {
-            clock: ctx.clock(),
-            _pd: pd.clone(),
-            ctrl_qp,
-            ctrl_cq,
-            ctrl_buf,
-            ctrl_mr,
-            data_cq: data_cq.clone(),
-            staging,
-            staging_mr,
-            // Placeholder until the data QPs exist.
-            vqp: VirtualQp::new(
-                (0, pd.create_qp(init::<P>(&data_cq, &data_cq, 1, t))?),
-                Vec::new(),
-                address.clone(),
-                control,
-                false,
-            ),
-            type2: false,
-            live: Vec::new(),
-            next_req: 1,
-            outstanding: 0,
-            early: Vec::new(),
-            answered_twice: Vec::new(),
-            abandoned: Vec::new(),
-            epoch: 0,
-            client_id: 0,
-            rpcs: 0,
-            cfg: cfg.clone(),
-        };
+        let mut ctrl = RpcClient::new(ctx, &pd, ctrl_qp, ctrl_cq, RECV_SLOTS)?;
+        // The Hello gives the data QPs an identity to present.
         let hello = Request::Hello {
             tenant: cfg.tenant,
             secret: cfg.tenant_secret,
         };
-        let (client_id, secret, type2) = match client.rpc(hello)? {
+        let (client_id, secret, type2) = match ctrl.call(hello, cfg.rpc_timeout, true)? {
             Reply::Welcome {
                 client_id,
                 secret,
@@ -213,8 +164,6 @@ impl<P: Provider> Client<P> {
             } => (client_id, secret, type2),
             other => return Err(unexpected(other)),
         };
-        client.client_id = client_id;
-        client.type2 = type2;
         let intent = Intent {
             role: Role::Data,
             client_id,
@@ -228,14 +177,27 @@ impl<P: Provider> Client<P> {
             qps.push((slot, qp));
         }
         let active = qps.remove(0);
-        client.vqp = VirtualQp::new(
+        let vqp = VirtualQp::new(
             active,
             qps,
             address.clone(),
             intent,
             cfg.background_recovery && cfg.spare_qps > 0,
         );
-        Ok(client)
+        Ok(Client {
+            clock: ctx.clock(),
+            _pd: pd,
+            ctrl,
+            data_cq,
+            staging,
+            staging_mr,
+            vqp,
+            type2,
+            live: Vec::new(),
+            epoch: 0,
+            client_id,
+            cfg,
+        })
     }
 
     fn track(&mut self, perm: Perm) -> Perm {
@@ -428,51 +390,30 @@ impl<P: Provider> Client<P> {
         }
     }
 
-    /// Sends a request on the control QP and waits for its reply.
-    #[allow(clippy::disallowed_methods)] // the RPC timeout is wall time by definition
+    /// Control requests issued so far (retries not counted).
+    pub fn rpcs(&self) -> u64 {
+        self.ctrl.submitted()
+    }
+
+    /// Sends a request on the control channel and waits for its reply. Halfway to the
+    /// timeout the request is sent once more under the same id: the memory node answers a
+    /// retry with the reply it gave (or gives) the original.
     pub(crate) fn rpc(&mut self, req: Request) -> Result<Reply, ClientError> {
-        let req_id = self.submit(req)?;
-        let started = std::time::Instant::now();
-        let deadline = started + self.cfg.rpc_timeout;
-        // Halfway to the deadline the request is sent once more with the same id: the memory
-        // node answers a retry with the reply it gave (or gives) the original.
-        let mut retry_at = Some(started + self.cfg.rpc_timeout / 2);
-        loop {
-            if let Some(i) = self.early.iter().position(|(id, _)| *id == req_id) {
-                if retry_at.is_none() {
-                    self.expect_copy(req_id);
-                }
-                return Ok(self.early.swap_remove(i).1);
-            }
-            match self.poll_cq()? {
-                Some((id, reply)) if id == req_id => {
-                    if retry_at.is_none() {
-                        self.expect_copy(req_id);
-                    }
-                    return Ok(reply);
-                }
-                Some(other) => self.stash(other),
-                None => {
-                    let now = std::time::Instant::now();
-                    if now >= deadline {
-                        if self.abandoned.len() >= MAX_OUTSTANDING_RPCS as usize {
-                            self.abandoned.remove(0);
-                        }
-                        let allocating = matches!(req, Request::Allocate { .. });
-                        self.abandoned.push((req_id, allocating));
-                        if retry_at.is_none() {
-                            self.abandoned.push((req_id, allocating)); // the retry's answer
-                        }
-                        return Err(ClientError::RpcTimeout);
-                    }
-                    if retry_at.is_some_and(|t| now >= t) {
-                        retry_at = None;
-                        self.send_request(req_id, &req)?;
-                        self.outstanding += 1; // both copies will be answered
-                    }
-                    // The manager (or a TCP engine) may need this core.
-                    std::thread::yield_now();
-                }
+        let reply = self.ctrl.call(req, self.cfg.rpc_timeout, true);
+        self.hand_back_orphans();
+        Ok(reply?)
+    }
+
+    /// Grants that arrived after their request timed out are ended at once (and what they
+    /// allocated freed), so no permission or memory is orphaned; their answers are dropped.
+    fn hand_back_orphans(&mut self) {
+        for orphan in self.ctrl.take_orphans() {
+            if let Reply::Granted(g) = orphan.reply {
+                let free = matches!(orphan.request, Request::Allocate { .. });
+                // Busy: the lease ends it instead.
+                let _ = self
+                    .ctrl
+                    .submit_detached(Request::Revoke { id: g.id, free });
             }
         }
     }
@@ -480,156 +421,38 @@ impl<P: Provider> Client<P> {
     /// Sends a control request without waiting (pipelined RPCs; at most
     /// [`MAX_OUTSTANDING_RPCS`] unanswered at a time). Returns its request id.
     pub fn submit(&mut self, req: Request) -> Result<u64, ClientError> {
-        if self.outstanding >= MAX_OUTSTANDING_RPCS {
-            return Err(ClientError::InvalidArgument(
-                "too many outstanding control requests",
-            ));
-        }
-        self.rpcs += 1;
-        let req_id = self.next_req;
-        self.next_req += 1;
-        self.send_request(req_id, &req)?;
-        self.outstanding += 1;
-        Ok(req_id)
+        Ok(self.ctrl.submit(req)?)
     }
 
     /// Tamper helper: sends `req` again under an earlier id, as a retry (or a replayed
     /// message) would. The memory node answers with the reply the id already got.
     #[cfg(feature = "testing")]
     pub fn replay(&mut self, req_id: u64, req: Request) -> Result<Reply, ClientError> {
-        self.send_request(req_id, &req)?;
-        self.outstanding += 1;
-        self.wait_reply(req_id)
-    }
-
-    #[cfg(feature = "testing")]
-    #[allow(clippy::disallowed_methods)] // the RPC timeout is wall time by definition
-    fn wait_reply(&mut self, req_id: u64) -> Result<Reply, ClientError> {
-        let deadline = std::time::Instant::now() + self.cfg.rpc_timeout;
-        loop {
-            if let Some(i) = self.early.iter().position(|(id, _)| *id == req_id) {
-                return Ok(self.early.swap_remove(i).1);
-            }
-            match self.poll_cq()? {
-                Some((id, reply)) if id == req_id => return Ok(reply),
-                Some(other) => self.stash(other),
-                None if std::time::Instant::now() >= deadline => {
-                    return Err(ClientError::RpcTimeout);
-                }
-                None => std::thread::yield_now(),
-            }
-        }
-    }
-
-    /// Keeps a reply that arrived while waiting for another (bounded: duplicates of retried
-    /// requests nobody waits for are dropped oldest first).
-    /// The memory node answers each copy of a retried request: drop the second answer.
-    fn expect_copy(&mut self, req_id: u64) {
-        if self.answered_twice.len() >= MAX_OUTSTANDING_RPCS as usize {
-            self.answered_twice.remove(0);
-        }
-        self.answered_twice.push(req_id);
-    }
-
-    fn stash(&mut self, reply: (u64, Reply)) {
-        if self.early.len() >= 64 {
-            self.early.remove(0);
-        }
-        self.early.push(reply);
-    }
-
-    fn send_request(&mut self, req_id: u64, req: &Request) -> Result<(), ClientError> {
-        let slot = RECV_SLOTS + (req_id % RECV_SLOTS as u64) as u32;
-        let send_off = slot as usize * SLOT_SIZE;
-        self.ctrl_buf
-            .write(send_off, &encode_request(req_id, req))?;
-        let wr = SendWr {
-            wr_id: u64::MAX,
-            signaled: false,
-            op: SendOp::Send {
-                local: Some(Sge {
-                    addr: self.ctrl_buf.addr() + send_off as u64,
-                    length: SLOT_SIZE as u32,
-                    lkey: self.ctrl_mr.lkey(),
-                }),
-            },
-        };
-        self.ctrl_qp
-            .post_send(std::slice::from_ref(&wr))
-            .map_err(|(_, e)| ClientError::Verbs(e))?;
-        Ok(())
+        Ok(self.ctrl.replay(req_id, req, self.cfg.rpc_timeout)?)
     }
 
     /// Takes one arrived reply, if any, as (request id, reply).
     pub fn poll_reply(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
-        if let Some(r) = self.early.pop() {
-            return Ok(Some(r));
-        }
-        self.poll_cq()
-    }
-
-    /// Takes one reply from the control CQ (not from the stash), dropping second answers to
-    /// retried requests.
-    fn poll_cq(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
-        let mut wcs = [WorkCompletion::default(); 1];
-        loop {
-            if self.ctrl_cq.poll(&mut wcs) == 0 {
-                return Ok(None);
-            }
-            let wc = wcs[0];
-            if wc.status != WcStatus::Success {
-                return Err(ClientError::Transport(format!("control QP: {}", wc.status)));
-            }
-            if wc.opcode != WcOpcode::Recv {
-                continue;
-            }
-            let slot = wc.wr_id as u32;
-            let mut buf = [0u8; SLOT_SIZE];
-            let read = self.ctrl_buf.read(slot as usize * SLOT_SIZE, &mut buf);
-            self.ctrl_qp
-                .post_recv(&[recv_wr::<P>(&self.ctrl_buf, &self.ctrl_mr, slot)])?;
-            read?;
-            if let Ok(reply) = decode_reply(&buf) {
-                self.outstanding = self.outstanding.saturating_sub(1);
-                if let Some(i) = self.answered_twice.iter().position(|&id| id == reply.0) {
-                    self.answered_twice.swap_remove(i);
-                    continue;
-                }
-                if let Some(i) = self.abandoned.iter().position(|&(id, _)| id == reply.0) {
-                    let (_, allocating) = self.abandoned.swap_remove(i);
-                    if let (_, Reply::Granted(g)) = reply {
-                        // Nobody waits for this grant any more: end it (and free what it
-                        // allocated); that reply is dropped too.
-                        let revoke = Request::Revoke {
-                            id: g.id,
-                            free: allocating,
-                        };
-                        if let Ok(rid) = self.submit(revoke) {
-                            self.abandoned.push((rid, false));
-                        }
-                    }
-                    continue;
-                }
-                return Ok(Some(reply));
-            }
-        }
+        let reply = self.ctrl.poll();
+        self.hand_back_orphans();
+        Ok(reply?)
     }
 }
 
-fn recv_wr<P: Provider>(buf: &P::Buffer, mr: &P::Mr, slot: u32) -> RecvWr {
-    RecvWr {
-        wr_id: slot as u64,
-        sge: Some(Sge {
-            addr: buf.addr() + (slot as usize * SLOT_SIZE) as u64,
-            length: SLOT_SIZE as u32,
-            lkey: mr.lkey(),
-        }),
+impl From<RpcError> for ClientError {
+    fn from(e: RpcError) -> Self {
+        match e {
+            RpcError::Busy => ClientError::ControlBusy,
+            RpcError::Timeout => ClientError::RpcTimeout,
+            RpcError::QpFailed(s) => ClientError::ControlLost(s),
+            RpcError::Verbs(v) => ClientError::Verbs(v),
+        }
     }
 }
 
 fn unexpected(reply: Reply) -> ClientError {
     match reply {
         Reply::Failed(s) => ClientError::from_status(s),
-        _ => ClientError::Transport(format!("unexpected reply {reply:?}")),
+        other => ClientError::UnexpectedReply(other.kind_name()),
     }
 }

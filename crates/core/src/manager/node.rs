@@ -14,14 +14,14 @@ use super::state::{ClientId, Counters, Techniques};
 use super::tenants::{DEFAULT_TENANT, TenantId};
 use crate::proto::connect::{Intent, Role};
 use crate::proto::header::HEADER_SIZE;
-use crate::proto::messages::{Reply, Request, SLOT_SIZE, Status, decode_request, encode_reply};
+use crate::proto::messages::{ControlProtocol, Reply, Request, Status};
+use crate::rpc::{Incoming, RpcServer};
 use parking_lot::Mutex;
 use rand::Rng;
 use rnic::{
     AcceptPolicy, AccessFlags, BindInfo, CompletionQueue, Context, MemoryBuffer, MemoryRegion,
     MemoryWindow, MwType, ProtectionDomain, Provider, QpInit, QpNumber, QpState, QpTiming,
-    QueuePair, RecvWr, SendOp, SendWr, Sge, SharedReceiveQueue, VerbsError, WcOpcode, WcStatus,
-    WorkCompletion,
+    QueuePair, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -280,7 +280,6 @@ struct Domain<P: Provider> {
     bind_qp: P::Qp,
 }
 
-const REPLY_TAG: u64 = 1 << 63;
 const CAS_SLOTS: usize = 512;
 /// Freed objects zeroed per idle turn of the manager loop (it checks for requests between).
 const IDLE_SCRUB_OBJECTS: usize = 16;
@@ -318,15 +317,10 @@ struct Runner<P: Provider> {
     /// Extra copies of requests of the current batch (a retry arriving with its original).
     batch_copies: HashMap<(ClientId, u64), u32>,
     op_cq: P::Cq,
-    ctrl_send_cq: P::Cq,
-    ctrl_recv_cq: P::Cq,
-    srq: P::Srq,
-    slots: P::Buffer,
-    slots_mr: P::Mr,
+    /// The control channel's server end: request slots in an SRQ, reply slots.
+    rpc: RpcServer<P, ControlProtocol>,
     scratch: P::Buffer,
     scratch_mr: P::Mr,
-    srq_depth: u32,
-    next_send_slot: u32,
     control: HashMap<QpNumber, (ClientId, P::Qp)>,
     /// Each client's control QP, for replies (the same QPs as `control`, by client).
     reply_qp: HashMap<ClientId, P::Qp>,
@@ -371,13 +365,10 @@ impl<P: Provider> MemoryNode<P> {
             .collect::<Result<Vec<_>, _>>()?;
         let depth = cfg.srq_depth.max(16);
         let op_cq = ctx.create_cq(8192)?;
-        let ctrl_send_cq = ctx.create_cq(8192)?;
-        let ctrl_recv_cq = ctx.create_cq(depth * 2)?;
         let data_cq = ctx.create_cq(4096)?;
-        let srq = client_pd.create_srq(depth)?;
-        // Receive slots then send slots, in the clients' domain.
-        let slots = ctx.alloc_buffer(2 * depth as usize * SLOT_SIZE)?;
-        let slots_mr = client_pd.reg_mr(&slots, 0, slots.len(), AccessFlags::LOCAL_WRITE)?;
+        // Request and reply slots, in the clients' domain (control QPs live there).
+        let rpc =
+            RpcServer::<P, ControlProtocol>::new(&ctx, &client_pd, depth, cfg.max_batch.max(1))?;
         let scratch = ctx.alloc_buffer(CAS_SLOTS * 8)?;
         let scratch_mr = manager_pd.reg_mr(&scratch, 0, scratch.len(), AccessFlags::LOCAL_WRITE)?;
         let shared = Arc::new(Shared {
@@ -393,9 +384,9 @@ impl<P: Provider> MemoryNode<P> {
             shared: shared.clone(),
             client_pd: client_pd.clone(),
             manager_pd: manager_pd.clone(),
-            srq: srq.clone(),
-            ctrl_send_cq: ctrl_send_cq.clone(),
-            ctrl_recv_cq: ctrl_recv_cq.clone(),
+            srq: rpc.srq().clone(),
+            ctrl_send_cq: rpc.send_cq().clone(),
+            ctrl_recv_cq: rpc.recv_cq().clone(),
             data_cq: data_cq.clone(),
             timing: cfg.qp_timing,
         });
@@ -461,15 +452,9 @@ impl<P: Provider> MemoryNode<P> {
             authenticated: HashMap::new(),
             batch_copies: HashMap::new(),
             op_cq,
-            ctrl_send_cq,
-            ctrl_recv_cq,
-            srq,
-            slots,
-            slots_mr,
+            rpc,
             scratch,
             scratch_mr,
-            srq_depth: depth,
-            next_send_slot: 0,
             control: HashMap::new(),
             reply_qp: HashMap::new(),
             sweep: false,
@@ -481,7 +466,6 @@ impl<P: Provider> MemoryNode<P> {
             batches: 0,
             busy_cpu: Duration::ZERO,
         };
-        runner.post_all_receives()?;
         #[allow(clippy::disallowed_methods)] // the manager thread is this driver's reason to be
         let thread = std::thread::Builder::new()
             .name("patronus-manager".into())

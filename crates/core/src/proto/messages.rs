@@ -13,7 +13,9 @@
 //! Only durations travel (lease and lifetime in µs); the start time is an opaque part of the
 //! permission id (the ABA filter), never compared with the client's clock.
 //!
-//! Panic contract: parsing never panics on peer input; it returns [`ProtoError`].
+//! The codec (`proto/codec.rs`, field offsets in one place) reads through the control
+//! channel's checked slot views; parsing never panics on peer input, it returns a
+//! [`ProtoError`].
 
 use rnic::MemoryKey;
 
@@ -212,321 +214,25 @@ pub enum Reply {
     Failed(Status),
 }
 
+impl Reply {
+    /// The reply's kind, for messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Reply::Granted(_) => "Granted",
+            Reply::Extended { .. } => "Extended",
+            Reply::Revoked => "Revoked",
+            Reply::Shared => "Shared",
+            Reply::Welcome { .. } => "Welcome",
+            Reply::Failed(_) => "Failed",
+        }
+    }
+}
+
+pub use super::codec::{
+    ControlProtocol, decode_reply, decode_request, encode_reply, encode_request,
+};
 /// Why a slot could not be parsed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ProtoError {
-    /// Fewer bytes than a slot.
-    #[error("message shorter than a slot ({0} bytes)")]
-    Short(usize),
-    /// Unknown request or reply kind.
-    #[error("unknown message kind {0}")]
-    Kind(u8),
-    /// A field has a value outside its range.
-    #[error("bad field {0}")]
-    Field(&'static str),
-}
-
-const K_ALLOCATE: u8 = 1;
-const K_ACQUIRE: u8 = 2;
-const K_EXTEND: u8 = 3;
-const K_REVOKE: u8 = 4;
-const K_HELLO: u8 = 5;
-const K_REBIND: u8 = 6;
-const K_USE_QP: u8 = 7;
-const K_RENEW: u8 = 8;
-const K_SHARE: u8 = 9;
-const K_GRANTED: u8 = 0x81;
-const K_EXTENDED: u8 = 0x82;
-const K_REVOKED: u8 = 0x83;
-const K_FAILED: u8 = 0x84;
-const K_WELCOME: u8 = 0x85;
-const K_SHARED: u8 = 0x86;
-
-fn put(buf: &mut [u8; SLOT_SIZE], at: usize, v: u64) {
-    buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-fn put32(buf: &mut [u8; SLOT_SIZE], at: usize, v: u32) {
-    buf[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-fn get(buf: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&buf[at..at + 8]);
-    u64::from_le_bytes(b)
-}
-fn get32(buf: &[u8], at: usize) -> u32 {
-    let mut b = [0u8; 4];
-    b.copy_from_slice(&buf[at..at + 4]);
-    u32::from_le_bytes(b)
-}
-
-fn access_code(a: Access) -> u8 {
-    match a {
-        Access::Read => 0,
-        Access::ReadWrite => 1,
-    }
-}
-fn mode_code(m: Mode) -> u8 {
-    match m {
-        Mode::Shared => 0,
-        Mode::Exclusive => 1,
-    }
-}
-fn access_of(b: u8) -> Result<Access, ProtoError> {
-    match b {
-        0 => Ok(Access::Read),
-        1 => Ok(Access::ReadWrite),
-        _ => Err(ProtoError::Field("access")),
-    }
-}
-fn mode_of(b: u8) -> Result<Mode, ProtoError> {
-    match b {
-        0 => Ok(Mode::Shared),
-        1 => Ok(Mode::Exclusive),
-        _ => Err(ProtoError::Field("mode")),
-    }
-}
-
-const STATUSES: [Status; 10] = [
-    Status::Ok,
-    Status::NoMemory,
-    Status::PoolExhausted,
-    Status::ConflictTimeout,
-    Status::NotFound,
-    Status::ExtensionRefused,
-    Status::InvalidArgument,
-    Status::BindFailed,
-    Status::Unauthorized,
-    Status::NotOwner,
-];
-
-fn status_code(s: Status) -> u8 {
-    STATUSES.iter().position(|x| *x == s).unwrap_or(0) as u8
-}
-
-/// Encodes a request with its id.
-pub fn encode_request(req_id: u64, req: &Request) -> [u8; SLOT_SIZE] {
-    let mut b = [0u8; SLOT_SIZE];
-    put(&mut b, 0, req_id);
-    match *req {
-        Request::Allocate {
-            size,
-            lease_us,
-            mode,
-        } => {
-            b[8] = K_ALLOCATE;
-            b[10] = mode_code(mode);
-            put(&mut b, 16, size);
-            put(&mut b, 24, lease_us);
-        }
-        Request::Acquire {
-            addr,
-            size,
-            lease_us,
-            access,
-            mode,
-            wait_us,
-        } => {
-            b[8] = K_ACQUIRE;
-            b[9] = access_code(access);
-            b[10] = mode_code(mode);
-            put(&mut b, 16, addr);
-            put(&mut b, 24, size);
-            put(&mut b, 32, lease_us);
-            put(&mut b, 40, wait_us);
-        }
-        Request::Extend { id, lease_us } => {
-            b[8] = K_EXTEND;
-            put(&mut b, 16, id.header_addr);
-            put(&mut b, 24, id.start_us);
-            put(&mut b, 32, lease_us);
-        }
-        Request::Hello { tenant, secret } => {
-            b[8] = K_HELLO;
-            put(&mut b, 16, tenant as u64);
-            put(&mut b, 24, secret);
-        }
-        Request::Renew { id, lease_us } => {
-            b[8] = K_RENEW;
-            put(&mut b, 16, id.header_addr);
-            put(&mut b, 24, id.start_us);
-            put(&mut b, 32, lease_us);
-        }
-        Request::Share {
-            addr,
-            tenant,
-            access,
-        } => {
-            b[8] = K_SHARE;
-            b[9] = access.map_or(2, access_code);
-            put(&mut b, 16, addr);
-            put(&mut b, 24, tenant as u64);
-        }
-        Request::UseQp { slot } => {
-            b[8] = K_USE_QP;
-            b[11] = slot;
-        }
-        Request::Rebind { id } => {
-            b[8] = K_REBIND;
-            put(&mut b, 16, id.header_addr);
-            put(&mut b, 24, id.start_us);
-        }
-        Request::Revoke { id, free } => {
-            b[8] = K_REVOKE;
-            b[11] = free as u8;
-            put(&mut b, 16, id.header_addr);
-            put(&mut b, 24, id.start_us);
-        }
-    }
-    b
-}
-
-/// Parses a request slot.
-pub fn decode_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
-    if buf.len() < SLOT_SIZE {
-        return Err(ProtoError::Short(buf.len()));
-    }
-    let req_id = get(buf, 0);
-    let id = PermissionId {
-        header_addr: get(buf, 16),
-        start_us: get(buf, 24),
-    };
-    let req = match buf[8] {
-        K_ALLOCATE => Request::Allocate {
-            size: get(buf, 16),
-            lease_us: get(buf, 24),
-            mode: mode_of(buf[10])?,
-        },
-        K_ACQUIRE => Request::Acquire {
-            addr: get(buf, 16),
-            size: get(buf, 24),
-            lease_us: get(buf, 32),
-            access: access_of(buf[9])?,
-            mode: mode_of(buf[10])?,
-            wait_us: get(buf, 40),
-        },
-        K_EXTEND => Request::Extend {
-            id,
-            lease_us: get(buf, 32),
-        },
-        K_HELLO => Request::Hello {
-            tenant: u32::try_from(get(buf, 16)).map_err(|_| ProtoError::Field("tenant"))?,
-            secret: get(buf, 24),
-        },
-        K_RENEW => Request::Renew {
-            id,
-            lease_us: get(buf, 32),
-        },
-        K_SHARE => Request::Share {
-            addr: get(buf, 16),
-            tenant: u32::try_from(get(buf, 24)).map_err(|_| ProtoError::Field("tenant"))?,
-            access: match buf[9] {
-                2 => None,
-                b => Some(access_of(b)?),
-            },
-        },
-        K_USE_QP => Request::UseQp { slot: buf[11] },
-        K_REBIND => Request::Rebind { id },
-        K_REVOKE => Request::Revoke {
-            id,
-            free: match buf[11] {
-                0 => false,
-                1 => true,
-                _ => return Err(ProtoError::Field("free")),
-            },
-        },
-        k => return Err(ProtoError::Kind(k)),
-    };
-    Ok((req_id, req))
-}
-
-/// Encodes a reply to request `req_id`.
-pub fn encode_reply(req_id: u64, reply: &Reply) -> [u8; SLOT_SIZE] {
-    let mut b = [0u8; SLOT_SIZE];
-    put(&mut b, 0, req_id);
-    match *reply {
-        Reply::Granted(g) => {
-            b[8] = K_GRANTED;
-            b[10] = g.contiguous as u8;
-            put32(&mut b, 12, g.buffer_rkey.0);
-            put32(&mut b, 16, g.lifetime_rkey.0);
-            put32(&mut b, 20, g.max_lifetime_us);
-            put(&mut b, 24, g.id.header_addr);
-            put(&mut b, 32, g.id.start_us);
-            put(&mut b, 40, g.buffer_addr);
-            put(&mut b, 48, g.buffer_len);
-            put(&mut b, 56, g.lifetime_us);
-        }
-        Reply::Extended { lifetime_us } => {
-            b[8] = K_EXTENDED;
-            put(&mut b, 56, lifetime_us);
-        }
-        Reply::Revoked => b[8] = K_REVOKED,
-        Reply::Shared => b[8] = K_SHARED,
-        Reply::Welcome {
-            client_id,
-            secret,
-            type2,
-        } => {
-            b[8] = K_WELCOME;
-            b[10] = type2 as u8;
-            put32(&mut b, 12, client_id);
-            put(&mut b, 24, secret);
-        }
-        Reply::Failed(s) => {
-            b[8] = K_FAILED;
-            b[9] = status_code(s);
-        }
-    }
-    b
-}
-
-/// Parses a reply slot.
-pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
-    if buf.len() < SLOT_SIZE {
-        return Err(ProtoError::Short(buf.len()));
-    }
-    let req_id = get(buf, 0);
-    let reply = match buf[8] {
-        K_GRANTED => Reply::Granted(Grant {
-            id: PermissionId {
-                header_addr: get(buf, 24),
-                start_us: get(buf, 32),
-            },
-            buffer_addr: get(buf, 40),
-            buffer_len: get(buf, 48),
-            buffer_rkey: MemoryKey(get32(buf, 12)),
-            lifetime_rkey: MemoryKey(get32(buf, 16)),
-            max_lifetime_us: get32(buf, 20),
-            lifetime_us: get(buf, 56),
-            contiguous: match buf[10] {
-                0 => false,
-                1 => true,
-                _ => return Err(ProtoError::Field("contiguous")),
-            },
-        }),
-        K_EXTENDED => Reply::Extended {
-            lifetime_us: get(buf, 56),
-        },
-        K_REVOKED => Reply::Revoked,
-        K_SHARED => Reply::Shared,
-        K_WELCOME => Reply::Welcome {
-            client_id: get32(buf, 12),
-            secret: get(buf, 24),
-            type2: match buf[10] {
-                0 => false,
-                1 => true,
-                _ => return Err(ProtoError::Field("type2")),
-            },
-        },
-        K_FAILED => Reply::Failed(
-            *STATUSES
-                .get(buf[9] as usize)
-                .ok_or(ProtoError::Field("status"))?,
-        ),
-        k => return Err(ProtoError::Kind(k)),
-    };
-    Ok((req_id, reply))
-}
+pub use crate::rpc::SlotError as ProtoError;
 
 #[cfg(test)]
 mod tests {

@@ -4,20 +4,8 @@
 use super::*;
 
 impl<P: Provider> Server<P> {
-    pub(super) fn recv_wr(&self, slot: u32) -> RecvWr {
-        RecvWr {
-            wr_id: slot as u64,
-            sge: Some(Sge {
-                addr: self.slots.addr() + slot as u64 * SLOT_SIZE as u64,
-                length: SLOT_SIZE as u32,
-                lkey: self.slots_mr.lkey(),
-            }),
-        }
-    }
-
     pub(super) fn run(&mut self) {
-        let mut wcs = vec![WorkCompletion::default(); self.max_batch];
-        let mut idle_spins = 0u32;
+        let mut incoming = Vec::new();
         let mut batches = 0u64;
         let mut published = u64::MAX;
         while !self.shared.stop.load(Ordering::SeqCst) {
@@ -25,28 +13,22 @@ impl<P: Provider> Server<P> {
                 self.publish();
                 self.shared.publish.store(false, Ordering::SeqCst);
             }
-            let n = self.recv_cq.poll(&mut wcs);
+            let n = self.rpc.receive(&mut incoming);
             // After polling: a connection is adopted before its client learns it is
             // connected, so every QP a polled request came from is known by now.
             self.adopt_incoming();
             self.reap_send_completions();
             if n == 0 {
-                idle_spins += 1;
-                if idle_spins > 256 {
-                    if published != batches {
-                        published = batches;
-                        self.publish();
-                    }
-                    self.recv_cq.wait(Duration::from_micros(500));
-                } else {
-                    std::hint::spin_loop();
+                if self.rpc.is_parking() && published != batches {
+                    published = batches;
+                    self.publish();
                 }
+                self.rpc.idle(Duration::from_micros(500));
                 continue;
             }
-            idle_spins = 0;
             let cpu_start = thread_cpu();
-            for wc in &wcs[..n] {
-                self.on_receive(wc);
+            for message in incoming.drain(..) {
+                self.on_receive(message);
             }
             batches += 1;
             self.stats.busy_cpu += thread_cpu().saturating_sub(cpu_start);
@@ -77,8 +59,7 @@ impl<P: Provider> Server<P> {
 
     /// Drops connections whose QP broke, deregistering their regions.
     fn reap_send_completions(&mut self) {
-        let mut wcs = [WorkCompletion::default(); 32];
-        while self.send_cq.poll(&mut wcs) > 0 {}
+        self.rpc.reap_replies();
         let stats = &mut self.stats;
         self.conns.retain(|_, c| {
             let alive = c.qp.state() != QpState::Error;
@@ -90,23 +71,14 @@ impl<P: Provider> Server<P> {
         });
     }
 
-    fn on_receive(&mut self, wc: &WorkCompletion) {
-        let slot = wc.wr_id as u32;
-        if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv && slot < self.depth {
-            let mut buf = [0u8; SLOT_SIZE];
-            let len = (wc.byte_len as usize).min(SLOT_SIZE);
-            let read = self.slots.read(slot as usize * SLOT_SIZE, &mut buf[..len]);
-            // Malformed, or from a QP we never adopted: dropped (the sender times out).
-            if let (Ok(()), Ok((req_id, req))) = (read, decode_request(&buf[..len]))
-                && self.conns.contains_key(&wc.qp_num)
-            {
-                self.stats.requests += 1;
-                let reply = self.handle(wc.qp_num, req);
-                self.send_reply(wc.qp_num, req_id, &reply);
-            }
-        }
-        if slot < self.depth {
-            let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
+    fn on_receive(&mut self, message: Incoming<BaselineRequest>) {
+        // Malformed, or from a QP we never adopted: dropped (the sender times out).
+        if let Ok((req_id, req)) = message.message
+            && self.conns.contains_key(&message.qp_num)
+        {
+            self.stats.requests += 1;
+            let reply = self.handle(message.qp_num, req);
+            self.send_reply(message.qp_num, req_id, &reply);
         }
     }
 
@@ -224,24 +196,8 @@ impl<P: Provider> Server<P> {
         let Some(conn) = self.conns.get(&qpn) else {
             return;
         };
-        let slot = self.depth + self.next_send_slot;
-        self.next_send_slot = (self.next_send_slot + 1) % self.depth;
-        let off = slot as usize * SLOT_SIZE;
-        if self.slots.write(off, &encode_reply(req_id, reply)).is_err() {
-            return;
-        }
-        let wr = SendWr {
-            wr_id: slot as u64,
-            signaled: false,
-            op: SendOp::Send {
-                local: Some(Sge {
-                    addr: self.slots.addr() + off as u64,
-                    length: SLOT_SIZE as u32,
-                    lkey: self.slots_mr.lkey(),
-                }),
-            },
-        };
         // A client whose QP broke gets no reply; the connection is reaped.
-        let _ = conn.qp.post_send(std::slice::from_ref(&wr));
+        let qp = conn.qp.clone();
+        let _ = self.rpc.reply(&qp, req_id, reply);
     }
 }

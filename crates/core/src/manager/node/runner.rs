@@ -5,27 +5,10 @@ use super::recent::Seen;
 use super::*;
 
 impl<P: Provider> Runner<P> {
-    pub(super) fn post_all_receives(&mut self) -> Result<(), VerbsError> {
-        let wrs: Vec<RecvWr> = (0..self.srq_depth).map(|i| self.recv_wr(i)).collect();
-        self.srq.post_recv(&wrs)
-    }
-
-    fn recv_wr(&self, slot: u32) -> RecvWr {
-        RecvWr {
-            wr_id: slot as u64,
-            sge: Some(Sge {
-                addr: self.slots.addr() + slot as u64 * SLOT_SIZE as u64,
-                length: SLOT_SIZE as u32,
-                lkey: self.slots_mr.lkey(),
-            }),
-        }
-    }
-
     pub(super) fn run(&mut self) {
         let clock = self.ctx.clock();
-        let mut wcs = vec![WorkCompletion::default(); 64];
+        let mut incoming = Vec::with_capacity(self.max_batch);
         let mut requests: Vec<(ClientId, u64, Request)> = Vec::with_capacity(self.max_batch);
-        let mut idle_spins = 0u32;
         let mut published = u64::MAX;
         // The thread's CPU clock is a system call: read it when a busy streak starts and
         // when it ends, not around every batch.
@@ -36,12 +19,12 @@ impl<P: Provider> Runner<P> {
                 self.shared.publish.store(false, Ordering::SeqCst);
             }
             requests.clear();
-            let n = self.ctrl_recv_cq.poll(&mut wcs[..self.max_batch.min(64)]);
+            self.rpc.receive(&mut incoming);
             // After polling: a connection is registered before its client learns it is
             // connected, so every QP a polled request came from (or names) is adopted by now.
             self.adopt_incoming();
-            for wc in &wcs[..n] {
-                self.on_receive(wc, &mut requests);
+            for message in incoming.drain(..) {
+                self.on_receive(message, &mut requests);
             }
             self.reap_send_completions();
             let now = clock.now();
@@ -66,8 +49,7 @@ impl<P: Provider> Runner<P> {
                     self.scrub(&scrubs);
                     continue;
                 }
-                idle_spins += 1;
-                if idle_spins > 256 {
+                if self.rpc.is_parking() {
                     if published != self.batches {
                         published = self.batches;
                         self.publish_stats();
@@ -83,13 +65,13 @@ impl<P: Provider> Runner<P> {
                                 .since(now)
                                 .min(Duration::from_micros(500))
                         });
-                    self.ctrl_recv_cq.wait(wait.max(Duration::from_micros(20)));
+                    self.rpc.idle(wait.max(Duration::from_micros(20)));
                 } else {
-                    std::hint::spin_loop();
+                    self.rpc.idle(Duration::ZERO);
                 }
                 continue;
             }
-            idle_spins = 0;
+            self.rpc.busy();
             if streak_cpu.is_none() {
                 streak_cpu = Some(thread_cpu());
             }
@@ -222,19 +204,17 @@ impl<P: Provider> Runner<P> {
         Ok(())
     }
 
-    fn on_receive(&mut self, wc: &WorkCompletion, requests: &mut Vec<(ClientId, u64, Request)>) {
-        let slot = wc.wr_id as u32;
-        if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
-            let mut buf = [0u8; SLOT_SIZE];
-            let off = slot as usize * SLOT_SIZE;
-            let len = (wc.byte_len as usize).min(SLOT_SIZE);
-            let ok = self.slots.read(off, &mut buf[..len]);
-            let client = self.control.get(&wc.qp_num).map(|(id, _)| *id);
-            match (ok, client, decode_request(&buf[..len])) {
-                (Ok(()), Some(client), Ok((req_id, Request::Hello { tenant, secret }))) => {
+    fn on_receive(
+        &mut self,
+        message: Incoming<Request>,
+        requests: &mut Vec<(ClientId, u64, Request)>,
+    ) {
+        {
+            let client = self.control.get(&message.qp_num).map(|(id, _)| *id);
+            match (client, message.message) {
+                (Some(client), Ok((req_id, Request::Hello { tenant, secret }))) => {
                     if let Err(status) = self.authenticate(client, tenant, secret) {
                         self.transmit(client, req_id, &Reply::Failed(status));
-                        let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
                         return;
                     }
                     let secret = self
@@ -254,13 +234,11 @@ impl<P: Provider> Runner<P> {
                         },
                     );
                 }
-                (Ok(()), Some(client), Ok((req_id, _)))
-                    if !self.authenticated.contains_key(&client) =>
-                {
+                (Some(client), Ok((req_id, _))) if !self.authenticated.contains_key(&client) => {
                     // Nothing is served before the client authenticated as a tenant.
                     self.transmit(client, req_id, &Reply::Failed(Status::Unauthorized));
                 }
-                (Ok(()), Some(client), Ok((req_id, Request::UseQp { slot }))) => {
+                (Some(client), Ok((req_id, Request::UseQp { slot }))) => {
                     // Applied before the batch this arrived with, so its rebinds use the slot.
                     self.active_slot.insert(client, slot);
                     let secret = self.shared.secrets.lock().get(&client).copied();
@@ -274,7 +252,7 @@ impl<P: Provider> Runner<P> {
                         },
                     );
                 }
-                (Ok(()), Some(client), Ok((req_id, req))) => {
+                (Some(client), Ok((req_id, req))) => {
                     // Request ids make retries idempotent (`recent.rs`): an answered copy
                     // gets the same reply, a copy in this batch one reply more, a copy of a
                     // waiting request joins it in the core, another body is refused.
@@ -297,7 +275,6 @@ impl<P: Provider> Runner<P> {
                 _ => {}
             }
         }
-        let _ = self.srq.post_recv(&[self.recv_wr(slot)]);
     }
 
     /// Accepts a client's `Hello` as `tenant` if the secret is right (with no tenants
@@ -343,39 +320,14 @@ impl<P: Provider> Runner<P> {
         let Some(qp) = self.reply_qp.get(&client).cloned() else {
             return;
         };
-        let slot = self.srq_depth + self.next_send_slot;
-        self.next_send_slot = (self.next_send_slot + 1) % self.srq_depth;
-        let off = slot as usize * SLOT_SIZE;
-        let bytes = encode_reply(req_id, reply);
-        if self.slots.write(off, &bytes).is_err() {
-            return;
-        }
-        let wr = SendWr {
-            wr_id: REPLY_TAG | slot as u64,
-            signaled: false,
-            op: SendOp::Send {
-                local: Some(Sge {
-                    addr: self.slots.addr() + off as u64,
-                    length: SLOT_SIZE as u32,
-                    lkey: self.slots_mr.lkey(),
-                }),
-            },
-        };
         // A client whose control QP broke gets no reply; its permissions end by lease.
-        if qp.post_send(&[wr]).is_err() {
+        if self.rpc.reply(&qp, req_id, reply).is_err() {
             self.sweep = true;
         }
     }
 
     fn reap_send_completions(&mut self) {
-        let mut wcs = [WorkCompletion::default(); 32];
-        loop {
-            let n = self.ctrl_send_cq.poll(&mut wcs);
-            if n == 0 {
-                break;
-            }
-            self.sweep |= wcs[..n].iter().any(|wc| wc.status != WcStatus::Success);
-        }
+        self.sweep |= self.rpc.reap_replies();
         if std::mem::take(&mut self.sweep) {
             // A reply failed: its client's control QP broke. Forget broken QPs.
             self.control

@@ -1,0 +1,403 @@
+//! The client end of the control channel (see the module docs of [`super`]).
+
+use super::{IdleWait, Protocol, RpcError};
+use rnic::{
+    AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryRegion, ProtectionDomain, Provider,
+    QueuePair, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Work-request ids of the channel carry this tag in their top bits, so the channel can share
+/// a CQ with other work (the baselines post one-sided ops on the same QP).
+const TAG: u64 = 0x52 << 56;
+const TAG_MASK: u64 = 0xff << 56;
+/// Set on the ids of sends (which complete only when they fail: they are unsignaled).
+const SEND: u64 = 1 << 40;
+/// Longest single sleep on the CQ: polling drives the provider's timers (retransmissions), so
+/// a waiter looks again at least this often.
+const MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// An answer to a request that was given up on (it timed out): the request may have been
+/// carried out, and its owner decides how to undo it.
+pub struct Orphan<Pr: Protocol> {
+    /// The request's id.
+    pub req_id: u64,
+    /// The request as it was sent.
+    pub request: Pr::Request,
+    /// Its late answer.
+    pub reply: Pr::Reply,
+}
+
+impl<Pr: Protocol> std::fmt::Debug for Orphan<Pr> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Orphan")
+            .field("req_id", &self.req_id)
+            .field("request", &self.request)
+            .field("reply", &self.reply)
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+struct Pending<R> {
+    id: u64,
+    request: R,
+    /// Answers still owed (one more per retry or replayed copy).
+    owed: u32,
+    /// Answers still to deliver: 1 for a request someone waits for (its retries' answers are
+    /// duplicates, dropped), one more per replayed copy, 0 once delivered or when nobody
+    /// cares (a fire-and-forget request).
+    deliver: u32,
+    /// Given up on: the next answer is handed out as an orphan, later ones dropped.
+    abandoned: bool,
+}
+
+/// The client end of a control channel over a connected RC QP.
+pub struct RpcClient<P: Provider, Pr: Protocol> {
+    qp: P::Qp,
+    cq: P::Cq,
+    /// `slots` receive slots, then `slots` send slots.
+    buf: P::Buffer,
+    mr: P::Mr,
+    slots: u32,
+    next_req: u64,
+    /// Answers owed over all pending requests (each needs a posted receive slot).
+    owed: u32,
+    pending: Vec<Pending<Pr::Request>>,
+    /// Answers that arrived for requests someone waits for, oldest first.
+    early: VecDeque<(u64, Pr::Reply)>,
+    orphans: Vec<Orphan<Pr>>,
+    scratch: Vec<u8>,
+    submitted: u64,
+}
+
+impl<P: Provider, Pr: Protocol> std::fmt::Debug for RpcClient<P, Pr> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcClient")
+            .field("qp", &self.qp.qp_num())
+            .field("owed", &self.owed)
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
+    /// Takes over `qp` (connected, its receive completions on `cq`) with `slots` receive
+    /// slots posted in memory registered in `pd`.
+    pub fn new(
+        ctx: &P::Context,
+        pd: &P::Pd,
+        qp: P::Qp,
+        cq: P::Cq,
+        slots: u32,
+    ) -> Result<Self, RpcError> {
+        let slots = slots.max(1);
+        let buf = ctx.alloc_buffer(2 * slots as usize * Pr::SLOT_SIZE)?;
+        let mr = pd.reg_mr(&buf, 0, buf.len(), AccessFlags::LOCAL_WRITE)?;
+        let client: Self = RpcClient {
+            qp,
+            cq,
+            buf,
+            mr,
+            slots,
+            next_req: 1,
+            owed: 0,
+            pending: Vec::new(),
+            early: VecDeque::new(),
+            orphans: Vec::new(),
+            scratch: vec![0; Pr::SLOT_SIZE],
+            submitted: 0,
+        };
+        let wrs: Vec<RecvWr> = (0..slots).map(|s| client.recv_wr(s)).collect();
+        client.qp.post_recv(&wrs)?;
+        Ok(client)
+    }
+
+    /// The QP under the channel.
+    pub fn qp(&self) -> &P::Qp {
+        &self.qp
+    }
+
+    /// Requests submitted so far (retries not counted).
+    pub fn submitted(&self) -> u64 {
+        self.submitted
+    }
+
+    /// Most answers the channel can be owed at once.
+    pub fn capacity(&self) -> u32 {
+        self.slots
+    }
+
+    fn recv_wr(&self, slot: u32) -> RecvWr {
+        RecvWr {
+            wr_id: TAG | slot as u64,
+            sge: Some(Sge {
+                addr: self.buf.addr() + (slot as usize * Pr::SLOT_SIZE) as u64,
+                length: Pr::SLOT_SIZE as u32,
+                lkey: self.mr.lkey(),
+            }),
+        }
+    }
+
+    /// Sends `req` without waiting; returns its id. [`RpcError::Busy`] if every receive slot
+    /// is owed an answer already.
+    pub fn submit(&mut self, req: Pr::Request) -> Result<u64, RpcError> {
+        self.submit_as(req, 1)
+    }
+
+    /// Sends `req` and forgets it: its answer is dropped (e.g. handing back an orphan grant).
+    pub fn submit_detached(&mut self, req: Pr::Request) -> Result<u64, RpcError> {
+        self.submit_as(req, 0)
+    }
+
+    fn submit_as(&mut self, req: Pr::Request, deliver: u32) -> Result<u64, RpcError> {
+        if self.owed >= self.slots {
+            return Err(RpcError::Busy);
+        }
+        let id = self.next_req;
+        self.send(id, &req)?;
+        self.next_req += 1;
+        self.submitted += 1;
+        self.owed += 1;
+        self.pending.push(Pending {
+            id,
+            request: req,
+            owed: 1,
+            deliver,
+            abandoned: false,
+        });
+        self.bound_pending();
+        Ok(id)
+    }
+
+    /// Sends request `id` once more under the same id (a retry: the server answers every
+    /// copy with the same reply, and the channel delivers one). [`RpcError::Busy`] if no slot
+    /// is free for the second answer.
+    pub fn resend(&mut self, id: u64) -> Result<(), RpcError> {
+        if self.owed >= self.slots {
+            return Err(RpcError::Busy);
+        }
+        let Some(i) = self.pending.iter().position(|p| p.id == id) else {
+            return Ok(()); // answered meanwhile
+        };
+        let req = self.pending[i].request.clone();
+        self.send(id, &req)?;
+        self.pending[i].owed += 1;
+        self.owed += 1;
+        Ok(())
+    }
+
+    /// Tamper helper: sends `req` under an earlier `id`, as a replayed message would, and
+    /// waits for the answer.
+    #[cfg(feature = "testing")]
+    pub fn replay(
+        &mut self,
+        id: u64,
+        req: Pr::Request,
+        timeout: Duration,
+    ) -> Result<Pr::Reply, RpcError> {
+        if self.owed >= self.slots {
+            return Err(RpcError::Busy);
+        }
+        self.send(id, &req)?;
+        self.owed += 1;
+        match self.pending.iter_mut().find(|p| p.id == id) {
+            Some(p) => {
+                p.owed += 1;
+                p.deliver += 1;
+            }
+            None => self.pending.push(Pending {
+                id,
+                request: req,
+                owed: 1,
+                deliver: 1,
+                abandoned: false,
+            }),
+        }
+        self.wait(id, timeout, false)
+    }
+
+    /// Gives up on request `id`: its answer, if it comes, is handed out as an [`Orphan`].
+    pub fn abandon(&mut self, id: u64) {
+        if let Some(p) = self.pending.iter_mut().find(|p| p.id == id) {
+            p.abandoned = p.deliver > 0;
+        } else if let Some(i) = self.early.iter().position(|(rid, _)| *rid == id) {
+            // Answered but not taken: nobody will take it now.
+            self.early.remove(i);
+        }
+    }
+
+    /// Answers to abandoned requests that arrived since the last call.
+    pub fn take_orphans(&mut self) -> Vec<Orphan<Pr>> {
+        std::mem::take(&mut self.orphans)
+    }
+
+    /// Takes the answer to `id` if it has arrived (without polling).
+    pub fn take(&mut self, id: u64) -> Option<Pr::Reply> {
+        let i = self.early.iter().position(|(rid, _)| *rid == id)?;
+        self.early.remove(i).map(|(_, r)| r)
+    }
+
+    /// Takes the oldest arrived answer, polling the CQ first.
+    pub fn poll(&mut self) -> Result<Option<(u64, Pr::Reply)>, RpcError> {
+        if self.early.is_empty() {
+            self.poll_cq()?;
+        }
+        Ok(self.early.pop_front())
+    }
+
+    /// Sends `req` and waits up to `timeout` for its answer; with `retry`, the request is
+    /// sent once more halfway to the deadline (the server answers retries idempotently).
+    pub fn call(
+        &mut self,
+        req: Pr::Request,
+        timeout: Duration,
+        retry: bool,
+    ) -> Result<Pr::Reply, RpcError> {
+        let id = self.submit(req)?;
+        self.wait(id, timeout, retry)
+    }
+
+    /// Waits up to `timeout` for the answer to `id` (see [`RpcClient::call`]). On a timeout
+    /// the request is abandoned.
+    #[allow(clippy::disallowed_methods)] // an RPC timeout is wall time by definition
+    pub fn wait(&mut self, id: u64, timeout: Duration, retry: bool) -> Result<Pr::Reply, RpcError> {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut retry_at = retry.then(|| started + timeout / 2);
+        let mut idle = IdleWait::default();
+        loop {
+            if let Some(reply) = self.take(id) {
+                return Ok(reply);
+            }
+            if self.poll_cq()? > 0 {
+                idle.busy();
+                continue;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.abandon(id);
+                return Err(RpcError::Timeout);
+            }
+            if let Some(at) = retry_at
+                && now >= at
+            {
+                retry_at = None;
+                // No slot for a second answer: the original may still be answered.
+                match self.resend(id) {
+                    Ok(()) | Err(RpcError::Busy) => {}
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            let until = retry_at.map_or(deadline, |r| r.min(deadline));
+            idle.idle(&self.cq, (until - now).min(MAX_SLEEP));
+        }
+    }
+
+    /// Polls the CQ and files every answer found; returns how many completions it took.
+    /// Completions that are not the channel's are dropped, so a caller sharing the CQ with
+    /// other work must route completions itself with [`RpcClient::on_completion`].
+    pub fn poll_cq(&mut self) -> Result<usize, RpcError> {
+        let mut wcs = [WorkCompletion::default(); 16];
+        let n = self.cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            self.on_completion(wc)?;
+        }
+        Ok(n)
+    }
+
+    /// Files one completion polled from the channel's CQ. Returns whether it was the
+    /// channel's; a failed one means the QP broke ([`RpcError::QpFailed`]).
+    pub fn on_completion(&mut self, wc: &WorkCompletion) -> Result<bool, RpcError> {
+        if wc.wr_id & TAG_MASK != TAG {
+            return Ok(false);
+        }
+        if wc.status != WcStatus::Success {
+            return Err(RpcError::QpFailed(wc.status));
+        }
+        if wc.wr_id & SEND != 0 || wc.opcode != WcOpcode::Recv {
+            return Ok(true);
+        }
+        let slot = (wc.wr_id & 0xffff_ffff) as u32;
+        if slot >= self.slots {
+            return Ok(true);
+        }
+        let read = self
+            .buf
+            .read(slot as usize * Pr::SLOT_SIZE, &mut self.scratch);
+        self.qp.post_recv(&[self.recv_wr(slot)])?;
+        read?;
+        // A malformed answer is dropped: the request it answers times out.
+        if let Ok((id, reply)) = Pr::decode_reply(&self.scratch) {
+            self.file(id, reply);
+        }
+        Ok(true)
+    }
+
+    fn file(&mut self, id: u64, reply: Pr::Reply) {
+        let Some(i) = self.pending.iter().position(|p| p.id == id) else {
+            return; // nothing owed under this id (forgotten, or never sent)
+        };
+        self.owed = self.owed.saturating_sub(1);
+        let p = &mut self.pending[i];
+        p.owed = p.owed.saturating_sub(1);
+        if p.abandoned {
+            p.abandoned = false;
+            p.deliver = 0;
+            self.orphans.push(Orphan {
+                req_id: id,
+                request: p.request.clone(),
+                reply,
+            });
+        } else if p.deliver > 0 {
+            p.deliver -= 1;
+            self.early.push_back((id, reply));
+        }
+        if self.pending[i].owed == 0 {
+            self.pending.swap_remove(i);
+        }
+    }
+
+    /// Forgets the oldest requests nobody waits for once there are many (their answers were
+    /// lost): their slots count as free again.
+    fn bound_pending(&mut self) {
+        let cap = 4 * self.slots as usize;
+        while self.pending.len() > cap {
+            let Some(i) = self
+                .pending
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.deliver == 0 || p.abandoned)
+                .min_by_key(|(_, p)| p.id)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            let p = self.pending.remove(i);
+            self.owed = self.owed.saturating_sub(p.owed);
+        }
+    }
+
+    fn send(&mut self, id: u64, req: &Pr::Request) -> Result<(), RpcError> {
+        let slot = self.slots + (id % self.slots as u64) as u32;
+        let off = slot as usize * Pr::SLOT_SIZE;
+        Pr::encode_request(id, req, &mut self.scratch);
+        self.buf.write(off, &self.scratch)?;
+        let wr = SendWr {
+            wr_id: TAG | SEND | slot as u64,
+            signaled: false,
+            op: SendOp::Send {
+                local: Some(Sge {
+                    addr: self.buf.addr() + off as u64,
+                    length: Pr::SLOT_SIZE as u32,
+                    lkey: self.mr.lkey(),
+                }),
+            },
+        };
+        self.qp
+            .post_send(std::slice::from_ref(&wr))
+            .map_err(|(_, e)| RpcError::Verbs(e))
+    }
+}

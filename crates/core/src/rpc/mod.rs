@@ -1,0 +1,115 @@
+//! The control channel: request/reply messages of one fixed-size slot carried by two-sided
+//! SEND/RECV. One implementation serves every protocol of the project — the Patronus control
+//! protocol (client library ↔ manager) and the baselines' protocol of the evaluation — each
+//! described by a [`Protocol`] (its slot size and codec, written with the checked views of
+//! [`slot`]).
+//!
+//! - [`RpcClient`]: a connected QP with a receive slot posted per answer it may be owed and a
+//!   send slot per request id; submits, resends (retries under the same id), stashes replies
+//!   that arrive while it waits for another, and hands back replies nobody waits for any more.
+//! - [`RpcServer`]: a shared receive queue of request slots, a ring of reply slots, and
+//!   [`IdleWait`], the spin-then-park policy of a serving thread.
+//!
+//! Invariants:
+//! - A client never has more answers owed than it has receive slots posted (a retry owes a
+//!   second answer); [`RpcError::Busy`] otherwise, so the server never meets an RNR.
+//! - Each answer is delivered at most once: the second answer to a retried request is dropped,
+//!   and an answer to a request given up on is handed out as an [`Orphan`] once, so its owner
+//!   can undo what the request did (a grant nobody will use), never mistaken for another reply.
+//! - Waiting never spins for long: after a short spin, a waiting thread sleeps on the CQ's
+//!   completion notification (`CompletionQueue::wait`) until work arrives or its deadline.
+
+mod client;
+mod server;
+pub mod slot;
+
+pub use client::{Orphan, RpcClient};
+pub use server::{Incoming, RpcServer};
+pub use slot::{SlotError, SlotReader, SlotWriter};
+
+use rnic::{CompletionQueue, VerbsError, WcStatus};
+use std::fmt::Debug;
+use std::time::Duration;
+
+/// A request/reply protocol carried in fixed-size slots.
+pub trait Protocol: 'static {
+    /// What clients send.
+    type Request: Clone + Debug + Send;
+    /// What the server answers.
+    type Reply: Debug + Send;
+    /// Bytes of every message.
+    const SLOT_SIZE: usize;
+    /// Writes `req` with its id into a slot of [`Self::SLOT_SIZE`] bytes.
+    fn encode_request(req_id: u64, req: &Self::Request, slot: &mut [u8]);
+    /// Parses a request slot; never panics on peer input.
+    fn decode_request(slot: &[u8]) -> Result<(u64, Self::Request), SlotError>;
+    /// Writes the reply to request `req_id` into a slot.
+    fn encode_reply(req_id: u64, reply: &Self::Reply, slot: &mut [u8]);
+    /// Parses a reply slot; never panics on peer input.
+    fn decode_reply(slot: &[u8]) -> Result<(u64, Self::Reply), SlotError>;
+}
+
+/// Failures of the control channel.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RpcError {
+    /// Every receive slot is owed an answer already: wait for replies first.
+    #[error("too many outstanding control requests")]
+    Busy,
+    /// No answer before the deadline. The request may or may not have been carried out; a
+    /// late answer is handed out as an [`Orphan`].
+    #[error("control RPC timed out")]
+    Timeout,
+    /// The control QP failed (the connection is lost); nothing more will arrive on it.
+    #[error("control QP failed: {0}")]
+    QpFailed(WcStatus),
+    /// A verb call failed locally.
+    #[error("verbs: {0}")]
+    Verbs(#[from] VerbsError),
+}
+
+/// How a thread with nothing to do waits for its CQ: a few polls' worth of spinning (the
+/// latency path), then sleeping on the CQ's completion notification. Never `yield`: on a
+/// machine with few cores, a yielding waiter steals the core the work it waits for needs.
+#[derive(Clone, Copy, Debug)]
+pub struct IdleWait {
+    spins: u32,
+    spin_limit: u32,
+}
+
+impl IdleWait {
+    /// Spins `spin_limit` idle turns before sleeping.
+    pub const fn new(spin_limit: u32) -> Self {
+        IdleWait {
+            spins: 0,
+            spin_limit,
+        }
+    }
+
+    /// Work arrived: the next idle turn spins again.
+    pub fn busy(&mut self) {
+        self.spins = 0;
+    }
+
+    /// Whether the spinning phase is over (the thread is about to sleep, a good moment for
+    /// housekeeping).
+    pub fn is_parking(&self) -> bool {
+        self.spins >= self.spin_limit
+    }
+
+    /// One idle turn: spins, or sleeps on `cq` for at most `max` once the spin phase is over.
+    pub fn idle<C: CompletionQueue>(&mut self, cq: &C, max: Duration) {
+        if self.spins < self.spin_limit {
+            self.spins += 1;
+            std::hint::spin_loop();
+        } else {
+            cq.wait(max);
+        }
+    }
+}
+
+impl Default for IdleWait {
+    fn default() -> Self {
+        IdleWait::new(64)
+    }
+}
