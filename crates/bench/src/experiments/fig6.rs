@@ -241,11 +241,11 @@ fn measure(
 fn wait_ended(p: &PatronusRig) {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(10) {
+        // `fresh_stats` blocks until the manager's next turn: no spinning here.
         let c = p.node.fresh_stats().counters;
         if c.ended >= c.granted {
             return;
         }
-        std::thread::yield_now();
     }
 }
 
@@ -255,7 +255,7 @@ fn settle(p: &PatronusRig, mut last: Counters) -> Counters {
     let t0 = Instant::now();
     let mut stable = 0;
     while stable < 100 && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::yield_now();
+        // `fresh_stats` blocks until the manager's next turn: no spinning here.
         let now = p.node.fresh_stats().counters;
         if now == last {
             stable += 1;

@@ -173,6 +173,8 @@ struct Shared<P: Provider> {
     /// Set by `fresh_stats`; the manager thread publishes and clears it.
     publish: AtomicBool,
     stats: Mutex<NodeStats>,
+    /// Notified (with `stats` locked and released) when a requested snapshot is published.
+    published: parking_lot::Condvar,
     incoming: Mutex<Vec<(Intent, P::Qp)>>,
     secrets: Mutex<HashMap<u32, u64>>,
     /// Per-client PDs (isolation by PD): data QPs of a client are created in it.
@@ -375,6 +377,7 @@ impl<P: Provider> MemoryNode<P> {
             stop: AtomicBool::new(false),
             publish: AtomicBool::new(false),
             stats: Mutex::new(NodeStats::default()),
+            published: parking_lot::Condvar::new(),
             incoming: Mutex::new(Vec::new()),
             secrets: Mutex::new(HashMap::new()),
             client_pds: Mutex::new(HashMap::new()),
@@ -499,16 +502,21 @@ impl<P: Provider> MemoryNode<P> {
     /// A snapshot published after this call (waits for the manager thread's next iteration;
     /// falls back to the last one if the thread has stopped).
     pub fn fresh_stats(&self) -> NodeStats {
+        let mut stats = self.shared.stats.lock();
         self.shared.publish.store(true, Ordering::SeqCst);
-        let mut spins = 0u64;
-        while self.shared.publish.load(Ordering::SeqCst)
-            && self.thread.as_ref().is_some_and(|t| !t.is_finished())
-            && spins < 50_000_000
-        {
-            spins += 1;
-            std::thread::yield_now();
+        // The manager looks at the flag at least every 500 µs; a stopped thread never will,
+        // so the wait re-checks that every few milliseconds (and gives up after ~10 s).
+        for _ in 0..2_000 {
+            if !self.shared.publish.load(Ordering::SeqCst)
+                || self.thread.as_ref().is_none_or(|t| t.is_finished())
+            {
+                break;
+            }
+            self.shared
+                .published
+                .wait_for(&mut stats, Duration::from_millis(5));
         }
-        self.stats()
+        *stats
     }
 
     /// Stops the manager thread.

@@ -16,10 +16,12 @@ impl<P: Provider> Runner<P> {
         while !self.shared.stop.load(Ordering::SeqCst) {
             if self.shared.publish.load(Ordering::SeqCst) {
                 self.publish_stats();
-                self.shared.publish.store(false, Ordering::SeqCst);
             }
             requests.clear();
-            self.rpc.receive(&mut incoming);
+            if self.rpc.receive(&mut incoming) > 0 && streak_cpu.is_none() {
+                // Messages answered on arrival (`Hello`, `UseQp`, retries) are work too.
+                streak_cpu = Some(thread_cpu());
+            }
             // After polling: a connection is registered before its client learns it is
             // connected, so every QP a polled request came from (or names) is adopted by now.
             self.adopt_incoming();
@@ -133,6 +135,10 @@ impl<P: Provider> Runner<P> {
         s.clients = self.control.len();
         s.pool_bytes_in_use = self.core.pool_bytes_in_use();
         s.metadata_bytes = self.core.metadata_bytes();
+        drop(s);
+        if self.shared.publish.swap(false, Ordering::SeqCst) {
+            self.shared.published.notify_all();
+        }
     }
 
     fn adopt_incoming(&mut self) {
