@@ -1,16 +1,29 @@
 //! The manager's policy core, sans-IO: requests, expirations and NIC results in; NIC work,
 //! header writes and replies out. It never reads a clock, touches memory or posts verbs.
 //!
-//! One iteration of a manager thread (the driver) is:
-//! 1. [`ManagerCore::begin`] — the leases due at `now` yield lifetime CASes (expected → 0)
-//!    that commit an expiry unless the client extended meanwhile (refused permissions and
-//!    permissions at their maximum lifetime end without one).
-//! 2. [`ManagerCore::plan`] — with the CAS results and the batch of requests: ends expired and
-//!    revoked permissions, grants new ones (or queues conflicting ones), and pairs windows
-//!    released in this batch with the binds the grants need (MW handover). Returns one chain of
-//!    NIC work (binds, unbinds, CASes) and the header words to write after it.
-//! 3. [`ManagerCore::finish`] — with the chain's results: replies (rkeys go out only after
-//!    their bind completed successfully) and the bookkeeping of failed binds.
+//! One iteration of a manager thread (the driver) is a batch that advances through consuming
+//! stages, so that they cannot be called out of order or skipped ([`ManagerCore::step`] runs
+//! all three with a [`NicExecutor`]; the driver and the test simulator both use it):
+//! 1. [`ManagerCore::begin`] → [`Checks`]: the leases due at `now` yield lifetime CASes
+//!    (expected → 0) that commit an expiry unless the client extended meanwhile (refused
+//!    permissions and permissions at their maximum lifetime end without one).
+//! 2. [`ManagerCore::plan`] (the `Checks`, their CAS results, the batch of requests) →
+//!    [`Chain`]: ends expired and revoked permissions, grants new ones (or queues conflicting
+//!    ones), and pairs windows released in this batch with the binds the grants need (MW
+//!    handover). The chain is the NIC work (binds, unbinds, CASes) to post, in order.
+//! 3. [`ManagerCore::finish`] (the `Chain` and its results) → [`Finished`]: header writes,
+//!    scrubs and replies (rkeys go out only after their bind completed successfully), and the
+//!    bookkeeping of failed binds.
+//!
+//! Skipping a stage, or feeding one stage's output to the wrong one, does not compile:
+//!
+//! ```compile_fail
+//! # use patronus_core::manager::ManagerCore;
+//! # fn batch(core: &mut ManagerCore, now: rnic::Timestamp) {
+//! let checks = core.begin(now);
+//! let finished = core.finish(checks, &[]); // `finish` takes the `Chain` of `plan`
+//! # }
+//! ```
 //!
 //! Invariants (design.md): a buffer is never reached by a new owner while an earlier owner's
 //! window is still bound over it (stale windows of reused memory are killed in the same chain,
@@ -163,19 +176,118 @@ pub struct Finished {
     pub replies: Vec<Outgoing>,
 }
 
+/// Which window of a grant a bind is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum GrantWindow {
+    /// The window over the buffer (and, when contiguous, the header before it).
+    Buffer,
+    /// The window over the header's lifetime word (non-contiguous grants).
+    Lifetime,
+}
+
+/// What to do with the result of one op of a [`Chain`].
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Cont {
-    /// An expiry check of this permission with this expected lifetime.
-    Expiry(PermKey, u64),
-    /// A grant's window (buffer or header).
-    GrantBind(PermKey, bool),
-    /// An unbind of a released or stale window.
-    Unbind(MwId),
-    /// An RPC extend of a permission: (perm, its id, expected, new, client, req_id). The id
-    /// guards against the key being reused by a new permission within the batch.
-    Extend(PermKey, PermissionId, u64, u64, ClientId, u64),
-    /// Zeroing the lifetime to refuse extension: (perm, its id, expected).
-    Refuse(PermKey, PermissionId, u64),
+    /// A bind for a grant: its rkey, or its failure.
+    GrantBind {
+        /// The permission being granted.
+        perm: PermKey,
+        /// Which of its windows.
+        window: GrantWindow,
+    },
+    /// The unbind of a released window: it returns to the pool, or is retried next batch.
+    Release {
+        /// The window.
+        mw: MwId,
+    },
+    /// The unbind of a stale window that the next op (its rebind for a grant) reuses; the
+    /// rebind's result decides.
+    UnbindBeforeRebind,
+    /// An RPC extension of a permission.
+    Extend {
+        /// The permission; `id` guards against its key being reused within the batch.
+        perm: PermKey,
+        /// Its id when the CAS was planned.
+        id: PermissionId,
+        /// The lifetime the CAS expects.
+        expected: u64,
+        /// The lifetime it writes.
+        lifetime_us: u64,
+        /// Who asked (client, request id).
+        asker: (ClientId, u64),
+    },
+    /// Zeroing a permission's lifetime word so that its holder cannot extend it.
+    Refuse {
+        /// The permission.
+        perm: PermKey,
+        /// Its id when the CAS was planned.
+        id: PermissionId,
+        /// The lifetime the CAS expects.
+        expected: u64,
+    },
+}
+
+/// How a lease due in this batch ends.
+#[derive(Clone, Copy, Debug)]
+enum ExpiryCheck {
+    /// Nothing the client can do extends it (refused, or at its maximum lifetime).
+    Unconditional(PermKey),
+    /// It ends if the CAS finds the lifetime word still at `expected` (the client did not
+    /// extend it one-sidedly).
+    Cas {
+        /// The permission.
+        perm: PermKey,
+        /// The lifetime the manager last saw.
+        expected: u64,
+    },
+}
+
+/// Stage 1 of a batch (from [`ManagerCore::begin`]): the lifetime CASes that decide the
+/// leases due now. Run [`Checks::ops`] on the NIC and pass the results to
+/// [`ManagerCore::plan`] with this.
+#[derive(Debug)]
+#[must_use = "the leases due are decided only by passing the checks on to `plan`"]
+pub struct Checks {
+    now: Timestamp,
+    ops: Vec<NicOp>,
+    expiries: Vec<ExpiryCheck>,
+}
+
+impl Checks {
+    /// The CASes to run, in order.
+    pub fn ops(&self) -> &[NicOp] {
+        &self.ops
+    }
+}
+
+/// Stage 2 of a batch (from [`ManagerCore::plan`]): the NIC work to post as one chain, and
+/// what each op's result means. Run [`Chain::ops`] and pass the results to
+/// [`ManagerCore::finish`] with this.
+#[derive(Debug)]
+#[must_use = "grants are answered only by passing the chain's results to `finish`"]
+pub struct Chain {
+    now: Timestamp,
+    ops: Vec<NicOp>,
+    conts: Vec<Cont>,
+}
+
+impl Chain {
+    /// The work to post, in order.
+    pub fn ops(&self) -> &[NicOp] {
+        &self.ops
+    }
+}
+
+/// Runs a batch's NIC work: the memory node's verbs, or a test's simulated NIC.
+pub trait NicExecutor {
+    /// Runs `ops` as one chain, in order; returns one result per op.
+    fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult>;
+}
+
+impl<F: FnMut(&[NicOp]) -> Vec<NicResult>> NicExecutor for F {
+    fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
+        self(ops)
+    }
 }
 
 #[derive(Debug)]
@@ -264,10 +376,8 @@ pub struct ManagerCore {
     keys: Option<KeyBytes>,
     /// Waiting acquires by (client, request id) → object, so a retry joins its original.
     pub(super) waiting: HashMap<(ClientId, u64), u64>,
-    // ---- per-batch scratch ----
-    /// Continuations of `begin`'s CASes.
-    conts: Vec<Cont>,
-    /// NIC work of `plan`, with what to do with each result.
+    // ---- per-batch scratch (between `plan`'s start and the `Chain` it returns) ----
+    /// NIC work planned so far, with what to do with each result.
     ops: Vec<(NicOp, Cont)>,
     /// Windows that must stop covering their memory in this batch.
     pub(super) releasing: Vec<(MwId, ClientId)>,
@@ -314,7 +424,6 @@ impl ManagerCore {
             tenants: Tenants::default(),
             keys: cfg.key_seed.map(|seed| KeyBytes::new(seed, cfg.mw_count)),
             waiting: HashMap::new(),
-            conts: Vec::new(),
             ops: Vec::new(),
             releasing: Vec::new(),
             needs: Vec::new(),
@@ -463,10 +572,29 @@ impl ManagerCore {
 
     // ------------------------------------------------------------------ phase 1
 
-    /// Lifetime CASes for the leases due at `now`. Waiters past their deadline fail here too.
-    pub fn begin(&mut self, now: Timestamp) -> Vec<NicOp> {
-        self.conts.clear();
-        let mut ops = Vec::new();
+    /// Runs one batch: [`begin`](Self::begin), [`plan`](Self::plan) and
+    /// [`finish`](Self::finish), with `nic` running the CASes and the chain.
+    pub fn step(
+        &mut self,
+        now: Timestamp,
+        requests: &[(ClientId, u64, Request)],
+        nic: &mut impl NicExecutor,
+    ) -> Finished {
+        let checks = self.begin(now);
+        let cas_results = nic.execute(checks.ops());
+        let chain = self.plan(checks, &cas_results, requests);
+        let results = nic.execute(chain.ops());
+        self.finish(chain, &results)
+    }
+
+    /// Stage 1: lifetime CASes for the leases due at `now`. Waiters past their deadline fail
+    /// here too.
+    pub fn begin(&mut self, now: Timestamp) -> Checks {
+        let mut checks = Checks {
+            now,
+            ops: Vec::new(),
+            expiries: Vec::new(),
+        };
         for (at, timer) in self.deadlines.pop_due(now) {
             match timer {
                 Timer::Waiter(object) => self.expire_waiters(object, now),
@@ -479,18 +607,16 @@ impl ManagerCore {
                     }
                     if p.refused || at >= p.hard_deadline {
                         // Nothing the client can do extends it: end without a CAS.
-                        self.conts.push(Cont::Expiry(key, u64::MAX));
-                        ops.push(NicOp::LifetimeCas {
-                            addr: 0,
-                            compare: 0,
-                            swap: 0,
-                        });
+                        checks.expiries.push(ExpiryCheck::Unconditional(key));
                         continue;
                     }
                     let expected = p.lifetime_us;
                     self.counters.lifetime_cas += 1;
-                    self.conts.push(Cont::Expiry(key, expected));
-                    ops.push(NicOp::LifetimeCas {
+                    checks.expiries.push(ExpiryCheck::Cas {
+                        perm: key,
+                        expected,
+                    });
+                    checks.ops.push(NicOp::LifetimeCas {
                         addr: p.id.header_addr + LIFETIME_OFFSET as u64,
                         compare: expected,
                         swap: 0,
@@ -498,17 +624,7 @@ impl ManagerCore {
                 }
             }
         }
-        // Unconditional expiries need no NIC work: strip their placeholder ops.
-        let mut out = Vec::with_capacity(ops.len());
-        let mut conts = Vec::with_capacity(self.conts.len());
-        for (op, c) in ops.into_iter().zip(self.conts.drain(..)) {
-            conts.push(c);
-            if !matches!(c, Cont::Expiry(_, u64::MAX)) {
-                out.push(op);
-            }
-        }
-        self.conts = conts;
-        out
+        checks
     }
 
     fn expire_waiters(&mut self, object: u64, now: Timestamp) {
@@ -529,28 +645,25 @@ impl ManagerCore {
 
     // ------------------------------------------------------------------ phase 2
 
-    /// Decides the batch. `cas_results` answers the ops of [`begin`](Self::begin), in order.
-    /// Returns the chain of NIC work to post; pass its results to [`finish`](Self::finish).
+    /// Stage 2: decides the batch. `cas_results` answers [`Checks::ops`], in order. Returns
+    /// the chain of NIC work to post; pass its results to [`finish`](Self::finish).
     pub fn plan(
         &mut self,
-        now: Timestamp,
+        checks: Checks,
         cas_results: &[NicResult],
         requests: &[(ClientId, u64, Request)],
-    ) -> Vec<NicOp> {
+    ) -> Chain {
+        let now = checks.now;
         let mut results = cas_results.iter();
-        for c in std::mem::take(&mut self.conts) {
-            let Cont::Expiry(key, expected) = c else {
-                continue;
-            };
-            if expected == u64::MAX {
-                self.expire(key, now);
-                continue;
-            }
-            match results.next() {
-                Some(NicResult::CasOld(old)) if *old == expected => self.expire(key, now),
-                Some(NicResult::CasOld(old)) => self.client_extended(key, *old),
-                // The CAS could not run (loopback QP broken): the manager is the authority.
-                _ => self.expire(key, now),
+        for check in checks.expiries {
+            match check {
+                ExpiryCheck::Unconditional(key) => self.expire(key, now),
+                ExpiryCheck::Cas { perm, expected } => match results.next() {
+                    Some(NicResult::CasOld(old)) if *old == expected => self.expire(perm, now),
+                    Some(NicResult::CasOld(old)) => self.client_extended(perm, *old),
+                    // The CAS could not run (loopback QP broken): the manager is the authority.
+                    _ => self.expire(perm, now),
+                },
             }
         }
         for &(client, req_id, req) in requests {
@@ -558,7 +671,8 @@ impl ManagerCore {
             self.handle_request(now, client, req_id, req);
         }
         self.assign_windows();
-        self.ops.iter().map(|(op, _)| *op).collect()
+        let (ops, conts) = std::mem::take(&mut self.ops).into_iter().unzip();
+        Chain { now, ops, conts }
     }
 
     fn client_extended(&mut self, key: PermKey, seen: u64) {

@@ -12,7 +12,8 @@ pub mod state;
 pub mod tenants;
 
 pub use self::core::{
-    BindTarget, Finished, ManagerConfig, ManagerCore, NicOp, NicResult, Occupancy, Outgoing, Scrub,
+    BindTarget, Chain, Checks, Finished, ManagerConfig, ManagerCore, NicExecutor, NicOp, NicResult,
+    Occupancy, Outgoing, Scrub,
 };
 pub use pool::{MwId, SlabConfig};
 pub use state::{ClientId, Counters, Techniques};

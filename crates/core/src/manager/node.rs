@@ -8,7 +8,7 @@
 //! thread (a memory node's weak core) runs batches: `begin` → CASes → `plan` → binds →
 //! `finish` → header writes → replies. Its CPU time is measured with a per-thread CPU clock.
 
-use super::core::{ManagerConfig, ManagerCore, NicOp, NicResult, Occupancy, Scrub};
+use super::core::{ManagerConfig, ManagerCore, Occupancy, Scrub};
 use super::pool::SlabConfig;
 use super::state::{ClientId, Counters, Techniques};
 use super::tenants::{DEFAULT_TENANT, TenantId};
@@ -19,9 +19,8 @@ use crate::rpc::{Incoming, RpcServer};
 use parking_lot::Mutex;
 use rand::Rng;
 use rnic::{
-    AcceptPolicy, AccessFlags, BindInfo, CompletionQueue, Context, MemoryBuffer, MemoryRegion,
-    MemoryWindow, MwType, ProtectionDomain, Provider, QpInit, QpNumber, QpState, QpTiming,
-    QueuePair, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+    AcceptPolicy, AccessFlags, Context, MemoryBuffer, MwType, ProtectionDomain, Provider, QpInit,
+    QpNumber, QpState, QpTiming, QueuePair, VerbsError,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -288,28 +287,12 @@ const IDLE_SCRUB_OBJECTS: usize = 16;
 
 struct Runner<P: Provider> {
     ctx: P::Context,
-    address: P::Address,
     shared: Arc<Shared<P>>,
     core: ManagerCore,
     pool: P::Buffer,
-    manager_mr: P::Mr,
-    /// Every window, indexed by the core's window id.
-    mws: Vec<P::Mw>,
-    /// Domain of each window.
-    mw_domain: Vec<u32>,
-    /// Domain 0 is the shared PD; with a PD per client, one more per client.
-    domains: Vec<Domain<P>>,
-    manager_pd: P::Pd,
-    cas_qp: P::Qp,
-    isolation: Isolation,
+    /// What runs the batches' NIC work.
+    nic: nic::NodeNic<P>,
     windows_per_client: u32,
-    /// Completions of work posted on clients' data QPs (type-2 binds and invalidations).
-    data_cq: P::Cq,
-    /// Clients' data QPs by (client, slot), and each client's current slot (type 2).
-    data_qps: HashMap<(ClientId, u8), P::Qp>,
-    active_slot: HashMap<ClientId, u8>,
-    /// The QP each type-2 window is bound to.
-    mw_qp: HashMap<super::pool::MwId, P::Qp>,
     /// Recent requests per client, by id, with their replies (retries get the same reply).
     recent: HashMap<ClientId, recent::RecentRequests>,
     /// Tenants and secrets (empty: everyone is the default tenant).
@@ -318,11 +301,8 @@ struct Runner<P: Provider> {
     authenticated: HashMap<ClientId, TenantId>,
     /// Extra copies of requests of the current batch (a retry arriving with its original).
     batch_copies: HashMap<(ClientId, u64), u32>,
-    op_cq: P::Cq,
     /// The control channel's server end: request slots in an SRQ, reply slots.
     rpc: RpcServer<P, ControlProtocol>,
-    scratch: P::Buffer,
-    scratch_mr: P::Mr,
     control: HashMap<QpNumber, (ClientId, P::Qp)>,
     /// Each client's control QP, for replies (the same QPs as `control`, by client).
     reply_qp: HashMap<ClientId, P::Qp>,
@@ -332,7 +312,6 @@ struct Runner<P: Provider> {
     next_client: u32,
     max_batch: usize,
     expiry_slack_us: u64,
-    timing: QpTiming,
     batches: u64,
     busy_cpu: Duration,
 }
@@ -430,34 +409,38 @@ impl<P: Provider> MemoryNode<P> {
         let mw_domain = vec![0; mws.len()];
         let mut runner = Runner::<P> {
             ctx,
-            address: address.clone(),
             shared: shared.clone(),
             core,
             pool,
-            manager_mr,
-            mws,
-            mw_domain,
-            domains: vec![Domain {
-                pd: client_pd,
-                mr: client_mr,
-                bind_qp,
-            }],
-            manager_pd,
-            cas_qp,
-            isolation: cfg.isolation,
+            nic: nic::NodeNic {
+                address: address.clone(),
+                loop_secret: shared.loop_secret,
+                timing: cfg.qp_timing,
+                manager_mr,
+                mws,
+                mw_domain,
+                domains: vec![Domain {
+                    pd: client_pd,
+                    mr: client_mr,
+                    bind_qp,
+                }],
+                manager_pd,
+                cas_qp,
+                isolation: cfg.isolation,
+                data_cq,
+                data_qps: HashMap::new(),
+                active_slot: HashMap::new(),
+                mw_qp: HashMap::new(),
+                op_cq,
+                scratch,
+                scratch_mr,
+            },
             windows_per_client: cfg.windows_per_client.max(2),
-            data_cq,
-            data_qps: HashMap::new(),
-            active_slot: HashMap::new(),
-            mw_qp: HashMap::new(),
             recent: HashMap::new(),
             tenants: cfg.tenants.iter().map(|t| (t.tenant, t.secret)).collect(),
             authenticated: HashMap::new(),
             batch_copies: HashMap::new(),
-            op_cq,
             rpc,
-            scratch,
-            scratch_mr,
             control: HashMap::new(),
             reply_qp: HashMap::new(),
             sweep: false,
@@ -465,7 +448,6 @@ impl<P: Provider> MemoryNode<P> {
             next_client: 1,
             max_batch: cfg.max_batch.max(1),
             expiry_slack_us: cfg.expiry_slack_us,
-            timing: cfg.qp_timing,
             batches: 0,
             busy_cpu: Duration::ZERO,
         };
@@ -553,5 +535,6 @@ fn loopback_qp<P: Provider>(pd: &P::Pd, cq: &P::Cq, timing: QpTiming) -> Result<
 /// Manager thread CPU time so far.
 use rnic::thread_cpu_time as thread_cpu;
 
+mod nic;
 mod recent;
 mod runner;

@@ -463,13 +463,12 @@ impl Sim {
 
     fn batch(&mut self, reqs: &[(ClientId, u64, Request)]) -> Vec<Outgoing> {
         self.batches += 1;
-        let checks = self.core.begin(self.now);
-        let cas = self.nic.execute(&checks);
-        self.last_ops.extend_from_slice(&checks);
-        let ops = self.core.plan(self.now, &cas, reqs);
-        let results = self.nic.execute(&ops);
-        self.last_ops.extend_from_slice(&ops);
-        let fin = self.core.finish(self.now, &results);
+        // The same `step` as the memory node's runner, on the simulated NIC.
+        let (nic, last_ops) = (&mut self.nic, &mut self.last_ops);
+        let fin = self.core.step(self.now, reqs, &mut |ops: &[NicOp]| {
+            last_ops.extend_from_slice(ops);
+            nic.execute(ops)
+        });
         for (addr, words) in &fin.header_writes {
             self.nic.write_header(*addr, *words);
         }

@@ -5,85 +5,30 @@ use super::*;
 use std::collections::HashSet;
 
 impl ManagerCore {
-    /// Completes the batch with the results of the chain [`plan`](Self::plan) returned.
-    pub fn finish(&mut self, now: Timestamp, results: &[NicResult]) -> Finished {
-        let ops = std::mem::take(&mut self.ops);
+    /// Stage 3: completes the batch with the results of the [`Chain`] that
+    /// [`plan`](Self::plan) returned (one per op, in order; a missing one counts as failed).
+    pub fn finish(&mut self, chain: Chain, results: &[NicResult]) -> Finished {
+        let now = chain.now;
         let mut retry_release = Vec::new();
-        for (i, (_, cont)) in ops.iter().enumerate() {
+        for (i, cont) in chain.conts.iter().enumerate() {
             let result = results.get(i).copied().unwrap_or(NicResult::Failed);
             match *cont {
-                Cont::GrantBind(key, is_buffer) => {
-                    let Some(g) = self.grants.iter_mut().find(|g| g.key == key) else {
-                        continue;
-                    };
-                    match result {
-                        NicResult::Bound(rkey) if is_buffer => g.buffer_rkey = Some(rkey),
-                        NicResult::Bound(rkey) => g.lifetime_rkey = Some(rkey),
-                        _ => g.failed = true,
-                    }
+                Cont::GrantBind { perm, window } => self.settle_grant_bind(perm, window, result),
+                Cont::Release { mw } => match result {
+                    NicResult::Failed => retry_release.push(mw),
+                    _ => self.mws.give_free(mw),
+                },
+                Cont::UnbindBeforeRebind => {}
+                Cont::Extend {
+                    perm,
+                    id,
+                    expected,
+                    lifetime_us,
+                    asker,
+                } => self.settle_extend(perm, id, expected, lifetime_us, asker, result),
+                Cont::Refuse { perm, id, expected } => {
+                    self.settle_refuse(now, perm, id, expected, result)
                 }
-                Cont::Unbind(mw) => {
-                    if mw == u32::MAX {
-                        continue; // the stale window is rebound by the next op
-                    }
-                    match result {
-                        NicResult::Failed => retry_release.push(mw),
-                        _ => self.mws.give_free(mw),
-                    }
-                }
-                Cont::Extend(key, pid, expected, new, client, req_id) => {
-                    let max = self.cfg.max_lifetime_us;
-                    let perm = self.perms.get_mut(key).filter(|p| p.id == pid);
-                    let reply = match (result, perm) {
-                        (NicResult::CasOld(old), Some(p)) if old == expected => {
-                            p.lifetime_us = new;
-                            p.deadline = Timestamp(p.id.start_us).plus_us(new).min(p.hard_deadline);
-                            let at = p.deadline;
-                            self.deadlines.insert(at, Timer::Lease(key));
-                            Reply::Extended { lifetime_us: new }
-                        }
-                        (NicResult::CasOld(old), Some(p)) => {
-                            // The client extended one-sidedly meanwhile; that value stands,
-                            // and so does the deadline it implies (0: the client gave it up).
-                            p.lifetime_us = old;
-                            p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
-                            let at = p.deadline;
-                            self.deadlines.insert(at, Timer::Lease(key));
-                            if old == 0 {
-                                Reply::Failed(Status::ExtensionRefused)
-                            } else {
-                                Reply::Extended {
-                                    lifetime_us: old.min(max),
-                                }
-                            }
-                        }
-                        _ => Reply::Failed(Status::ExtensionRefused),
-                    };
-                    self.replies.push(Outgoing::new(client, req_id, reply));
-                }
-                Cont::Refuse(key, pid, expected) => {
-                    let Some(p) = self.perms.get_mut(key).filter(|p| p.id == pid) else {
-                        continue;
-                    };
-                    match result {
-                        NicResult::CasOld(old) if old == expected => {
-                            p.refused = true;
-                            p.refuse_pending = false;
-                        }
-                        NicResult::CasOld(old) => {
-                            // Extended concurrently: adopt it (capped) and refuse again later.
-                            p.lifetime_us = old;
-                            p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
-                            p.refuse_pending = false;
-                            let at = p.deadline;
-                            self.deadlines.insert(at, Timer::Lease(key));
-                            // Retry in the next batch (its waiter check re-refuses holders).
-                            self.deadlines.insert(now, Timer::Waiter(p.object));
-                        }
-                        _ => p.refuse_pending = false,
-                    }
-                }
-                Cont::Expiry(..) => {}
             }
         }
         // Unbinds that failed are retried in the next batch (the window stays out of the pool),
@@ -108,10 +53,11 @@ impl ManagerCore {
         // owner's buffer. (On a verbs QP a failure flushes the rest of its chain anyway.)
         // Windows never leave their domain, so grants of other domains (other clients, with a
         // PD per client) are unaffected: a failure stays with the client that caused it.
-        let failed_domains: HashSet<u32> = ops
+        let failed_domains: HashSet<u32> = chain
+            .ops
             .iter()
             .enumerate()
-            .filter_map(|(i, (op, _))| match op {
+            .filter_map(|(i, op)| match op {
                 NicOp::Bind { mw, .. }
                     if results.get(i).is_none_or(|r| *r == NicResult::Failed) =>
                 {
@@ -218,6 +164,86 @@ impl ManagerCore {
             header_writes,
             scrubs,
             replies: std::mem::take(&mut self.replies),
+        }
+    }
+
+    fn settle_grant_bind(&mut self, perm: PermKey, window: GrantWindow, result: NicResult) {
+        let Some(g) = self.grants.iter_mut().find(|g| g.key == perm) else {
+            return;
+        };
+        match (result, window) {
+            (NicResult::Bound(rkey), GrantWindow::Buffer) => g.buffer_rkey = Some(rkey),
+            (NicResult::Bound(rkey), GrantWindow::Lifetime) => g.lifetime_rkey = Some(rkey),
+            _ => g.failed = true,
+        }
+    }
+
+    fn settle_extend(
+        &mut self,
+        key: PermKey,
+        pid: PermissionId,
+        expected: u64,
+        new: u64,
+        (client, req_id): (ClientId, u64),
+        result: NicResult,
+    ) {
+        let max = self.cfg.max_lifetime_us;
+        let perm = self.perms.get_mut(key).filter(|p| p.id == pid);
+        let reply = match (result, perm) {
+            (NicResult::CasOld(old), Some(p)) if old == expected => {
+                p.lifetime_us = new;
+                p.deadline = Timestamp(p.id.start_us).plus_us(new).min(p.hard_deadline);
+                let at = p.deadline;
+                self.deadlines.insert(at, Timer::Lease(key));
+                Reply::Extended { lifetime_us: new }
+            }
+            (NicResult::CasOld(old), Some(p)) => {
+                // The client extended one-sidedly meanwhile; that value stands, and so does
+                // the deadline it implies (0: the client gave it up).
+                p.lifetime_us = old;
+                p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
+                let at = p.deadline;
+                self.deadlines.insert(at, Timer::Lease(key));
+                if old == 0 {
+                    Reply::Failed(Status::ExtensionRefused)
+                } else {
+                    Reply::Extended {
+                        lifetime_us: old.min(max),
+                    }
+                }
+            }
+            _ => Reply::Failed(Status::ExtensionRefused),
+        };
+        self.replies.push(Outgoing::new(client, req_id, reply));
+    }
+
+    fn settle_refuse(
+        &mut self,
+        now: Timestamp,
+        key: PermKey,
+        pid: PermissionId,
+        expected: u64,
+        result: NicResult,
+    ) {
+        let Some(p) = self.perms.get_mut(key).filter(|p| p.id == pid) else {
+            return;
+        };
+        match result {
+            NicResult::CasOld(old) if old == expected => {
+                p.refused = true;
+                p.refuse_pending = false;
+            }
+            NicResult::CasOld(old) => {
+                // Extended concurrently: adopt it (capped) and refuse again later.
+                p.lifetime_us = old;
+                p.deadline = Timestamp(p.id.start_us).plus_us(old).min(p.hard_deadline);
+                p.refuse_pending = false;
+                let at = p.deadline;
+                self.deadlines.insert(at, Timer::Lease(key));
+                // Retry in the next batch (its waiter check re-refuses holders).
+                self.deadlines.insert(now, Timer::Waiter(p.object));
+            }
+            _ => p.refuse_pending = false,
         }
     }
 }

@@ -158,7 +158,16 @@ impl ManagerCore {
             }
             p.refuse_pending = true;
             let (id, expected) = (p.id, p.lifetime_us);
-            self.push_lifetime_cas(id, expected, 0, Cont::Refuse(key, id, expected));
+            self.push_lifetime_cas(
+                id,
+                expected,
+                0,
+                Cont::Refuse {
+                    perm: key,
+                    id,
+                    expected,
+                },
+            );
         }
     }
 
@@ -191,7 +200,7 @@ impl ManagerCore {
                 target: None,
                 key: None,
             },
-            Cont::Unbind(u32::MAX),
+            Cont::UnbindBeforeRebind,
         ));
     }
 
@@ -256,7 +265,14 @@ impl ManagerCore {
                     target: Some(target),
                     key: key_byte,
                 },
-                Cont::GrantBind(key, is_buffer),
+                Cont::GrantBind {
+                    perm: key,
+                    window: if is_buffer {
+                        GrantWindow::Buffer
+                    } else {
+                        GrantWindow::Lifetime
+                    },
+                },
             ));
         }
         for (mw, client) in std::mem::take(&mut self.releasing) {
@@ -268,7 +284,7 @@ impl ManagerCore {
                     target: None,
                     key: None,
                 },
-                Cont::Unbind(mw),
+                Cont::Release { mw },
             ));
         }
     }

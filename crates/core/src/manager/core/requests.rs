@@ -452,7 +452,13 @@ impl ManagerCore {
             pid,
             expected,
             new,
-            Cont::Extend(key, pid, expected, new, client, req_id),
+            Cont::Extend {
+                perm: key,
+                id: pid,
+                expected,
+                lifetime_us: new,
+                asker: (client, req_id),
+            },
         );
     }
 }

@@ -77,11 +77,7 @@ impl<P: Provider> Runner<P> {
             if streak_cpu.is_none() {
                 streak_cpu = Some(thread_cpu());
             }
-            let checks = self.core.begin(now);
-            let cas_results = self.execute(&checks);
-            let ops = self.core.plan(now, &cas_results, &requests);
-            let results = self.execute(&ops);
-            let finished = self.core.finish(now, &results);
+            let finished = self.core.step(now, &requests, &mut self.nic);
             for (addr, words) in finished.header_writes {
                 let off = (addr - self.pool.addr()) as usize;
                 for (i, w) in words.iter().enumerate() {
@@ -160,7 +156,8 @@ impl<P: Provider> Runner<P> {
                     self.control.insert(qp.qp_num(), (id, qp));
                 }
                 Role::Data => {
-                    self.data_qps
+                    self.nic
+                        .data_qps
                         .insert((intent.client_id, intent.slot), qp.clone());
                     self.others.push(qp);
                 }
@@ -182,7 +179,7 @@ impl<P: Provider> Runner<P> {
             AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
         )?;
         let mut windows = Vec::with_capacity(self.windows_per_client as usize);
-        let mw_type = if self.isolation == Isolation::Type2 {
+        let mw_type = if self.nic.isolation == Isolation::Type2 {
             MwType::Type2
         } else {
             MwType::Type1
@@ -190,7 +187,7 @@ impl<P: Provider> Runner<P> {
         for _ in 0..self.windows_per_client {
             windows.push(pd.alloc_mw(mw_type)?);
         }
-        let bind_qp = loopback_qp::<P>(&pd, &self.op_cq, self.timing)?;
+        let bind_qp = loopback_qp::<P>(&pd, &self.nic.op_cq, self.nic.timing)?;
         let intent = Intent {
             role: Role::Loopback,
             client_id: 0,
@@ -198,15 +195,16 @@ impl<P: Provider> Runner<P> {
             slot: 0,
         }
         .encode();
-        bind_qp.connect(&self.address, &intent)?;
+        bind_qp.connect(&self.nic.address, &intent)?;
         let ids = self.core.add_client_domain(client, self.windows_per_client);
-        let domain = self.domains.len() as u32;
-        debug_assert_eq!(ids.start as usize, self.mws.len());
-        self.mws.extend(windows);
-        self.mw_domain
+        let domain = self.nic.domains.len() as u32;
+        debug_assert_eq!(ids.start as usize, self.nic.mws.len());
+        self.nic.mws.extend(windows);
+        self.nic
+            .mw_domain
             .extend(std::iter::repeat_n(domain, ids.len()));
         self.shared.client_pds.lock().insert(client, pd.clone());
-        self.domains.push(Domain { pd, mr, bind_qp });
+        self.nic.domains.push(Domain { pd, mr, bind_qp });
         Ok(())
     }
 
@@ -236,7 +234,7 @@ impl<P: Provider> Runner<P> {
                         &Reply::Welcome {
                             client_id: client,
                             secret,
-                            type2: self.isolation == Isolation::Type2,
+                            type2: self.nic.isolation == Isolation::Type2,
                         },
                     );
                 }
@@ -246,7 +244,7 @@ impl<P: Provider> Runner<P> {
                 }
                 (Some(client), Ok((req_id, Request::UseQp { slot }))) => {
                     // Applied before the batch this arrived with, so its rebinds use the slot.
-                    self.active_slot.insert(client, slot);
+                    self.nic.active_slot.insert(client, slot);
                     let secret = self.shared.secrets.lock().get(&client).copied();
                     self.send_reply(
                         client,
@@ -254,7 +252,7 @@ impl<P: Provider> Runner<P> {
                         &Reply::Welcome {
                             client_id: client,
                             secret: secret.unwrap_or(0),
-                            type2: self.isolation == Isolation::Type2,
+                            type2: self.nic.isolation == Isolation::Type2,
                         },
                     );
                 }
@@ -304,7 +302,7 @@ impl<P: Provider> Runner<P> {
             None if !known => return Err(Status::Unauthorized),
             None => {}
         }
-        if self.isolation != Isolation::SharedPd && self.add_client_domain(client).is_err() {
+        if self.nic.isolation != Isolation::SharedPd && self.add_client_domain(client).is_err() {
             // No isolated domain, no service: never a silent fall-back to a weaker isolation.
             return Err(Status::PoolExhausted);
         }
@@ -345,272 +343,4 @@ impl<P: Provider> Runner<P> {
             self.others.retain(|qp| qp.state() != QpState::Error);
         }
     }
-
-    /// Posts `ops` as chains (binds on the bind QP, CASes on the loopback QP) and collects
-    /// their results in order. Binds are local to the NIC and CASes loop back, so this waits
-    /// only for the NIC, never for a client.
-    fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
-        let mut results = vec![NicResult::Failed; ops.len()];
-        for chunk_start in (0..ops.len()).step_by(CAS_SLOTS) {
-            let end = (chunk_start + CAS_SLOTS).min(ops.len());
-            self.execute_chunk(
-                &ops[chunk_start..end],
-                &mut results[chunk_start..end],
-                chunk_start,
-            );
-        }
-        results
-    }
-
-    fn execute_chunk(&mut self, ops: &[NicOp], results: &mut [NicResult], base: usize) {
-        self.ensure_connected();
-        let mut binds: Vec<Vec<SendWr<'_, P::Mw, P::Mr>>> =
-            (0..self.domains.len()).map(|_| Vec::new()).collect();
-        let mut cases = Vec::new();
-        let mut expected = 0;
-        let mut mw_qp_updates = Vec::new();
-        for (i, op) in ops.iter().enumerate() {
-            let wr_id = (base + i) as u64;
-            match *op {
-                NicOp::Bind {
-                    mw,
-                    target,
-                    client,
-                    key,
-                } if self.isolation == Isolation::Type2
-                    && self.mw_domain.get(mw as usize).is_some_and(|&d| d > 0) =>
-                {
-                    let (outcome, update) = self.post_type2(wr_id, mw, target, client, key);
-                    mw_qp_updates.push((mw, update));
-                    match outcome {
-                        Type2Post::Posted => expected += 1,
-                        Type2Post::Done => results[i] = self.bound(mw),
-                        Type2Post::Failed => {}
-                    }
-                }
-                NicOp::Bind {
-                    mw, target, key, ..
-                } => {
-                    let Some(window) = self.mws.get(mw as usize) else {
-                        continue;
-                    };
-                    let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
-                    let Some(domain) = self.domains.get(d) else {
-                        continue;
-                    };
-                    binds[d].push(SendWr {
-                        wr_id,
-                        signaled: true,
-                        op: SendOp::BindMw {
-                            mw: window,
-                            bind: match target {
-                                Some(t) => BindInfo {
-                                    mr: Some(&domain.mr),
-                                    addr: t.addr,
-                                    length: t.len,
-                                    access: t.access,
-                                    key,
-                                },
-                                None => BindInfo {
-                                    mr: None,
-                                    addr: 0,
-                                    length: 0,
-                                    access: AccessFlags::empty(),
-                                    key: None,
-                                },
-                            },
-                        },
-                    });
-                }
-                NicOp::LifetimeCas {
-                    addr,
-                    compare,
-                    swap,
-                } => cases.push(SendWr {
-                    wr_id,
-                    signaled: true,
-                    op: SendOp::CompareSwap {
-                        local: Sge {
-                            addr: self.scratch.addr() + 8 * i as u64,
-                            length: 8,
-                            lkey: self.scratch_mr.lkey(),
-                        },
-                        remote_addr: addr,
-                        rkey: self.manager_mr.rkey(),
-                        compare,
-                        swap,
-                    },
-                }),
-            }
-        }
-        for (d, chain) in binds.iter().enumerate() {
-            if !chain.is_empty() && self.domains[d].bind_qp.post_send(chain).is_ok() {
-                expected += chain.len();
-            }
-        }
-        if !cases.is_empty() && self.cas_qp.post_send(&cases).is_ok() {
-            expected += cases.len();
-        }
-        self.apply_mw_qp(mw_qp_updates);
-        let mut wcs = [WorkCompletion::default(); 64];
-        let mut got = 0;
-        let mut idle = 0u64;
-        while got < expected && idle < 2_000_000 {
-            let mut n = self.op_cq.poll(&mut wcs);
-            if n == 0 {
-                n = self.data_cq.poll(&mut wcs);
-            }
-            if n == 0 {
-                idle += 1;
-                if idle % 64 == 0 {
-                    // Over TCP the loopback work needs the device's engine thread, which may
-                    // be waiting for this core.
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            idle = 0;
-            for wc in &wcs[..n] {
-                got += 1;
-                let Some(i) = (wc.wr_id as usize).checked_sub(base) else {
-                    continue;
-                };
-                if i >= ops.len() || wc.status != WcStatus::Success {
-                    continue;
-                }
-                results[i] = match ops[i] {
-                    NicOp::Bind { mw, .. } => self.bound(mw),
-                    NicOp::LifetimeCas { .. } => match self.scratch.load_u64(8 * i) {
-                        Ok(v) => NicResult::CasOld(v),
-                        Err(_) => NicResult::Failed,
-                    },
-                };
-            }
-        }
-    }
-
-    fn apply_mw_qp(&mut self, updates: Vec<(super::super::pool::MwId, Option<P::Qp>)>) {
-        for (mw, qp) in updates {
-            match qp {
-                Some(qp) => self.mw_qp.insert(mw, qp),
-                None => self.mw_qp.remove(&mw),
-            };
-        }
-    }
-
-    fn bound(&self, mw: super::super::pool::MwId) -> NicResult {
-        match self.mws.get(mw as usize) {
-            Some(w) => NicResult::Bound(w.rkey()),
-            None => NicResult::Failed,
-        }
-    }
-
-    /// Type 2: a bind goes on the client's current data QP; an unbind is a LOCAL_INV on the QP
-    /// the window is bound to — or, if that QP broke, a reset of it, which frees its windows.
-    /// Returns what happened and the window's QP afterwards (`None`: not bound to any).
-    fn post_type2(
-        &self,
-        wr_id: u64,
-        mw: super::super::pool::MwId,
-        target: Option<super::super::core::BindTarget>,
-        client: ClientId,
-        key: Option<u8>,
-    ) -> (Type2Post, Option<P::Qp>) {
-        let current = self.mw_qp.get(&mw).cloned();
-        let Some(window) = self.mws.get(mw as usize) else {
-            return (Type2Post::Failed, current);
-        };
-        let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
-        let Some(domain) = self.domains.get(d) else {
-            return (Type2Post::Failed, current);
-        };
-        match target {
-            None => {
-                let Some(qp) = current else {
-                    return (Type2Post::Done, None); // never bound, or freed with its QP
-                };
-                if qp.state() != QpState::ReadyToSend {
-                    return match qp.reset() {
-                        Ok(()) => (Type2Post::Done, None),
-                        Err(_) => (Type2Post::Failed, Some(qp)),
-                    };
-                }
-                let wr = SendWr {
-                    wr_id,
-                    signaled: true,
-                    op: SendOp::LocalInvalidate {
-                        rkey: window.rkey(),
-                    },
-                };
-                match qp.post_send(std::slice::from_ref(&wr)) {
-                    Ok(()) => (Type2Post::Posted, None),
-                    Err(_) => (Type2Post::Failed, Some(qp)),
-                }
-            }
-            Some(t) => {
-                let slot = self.active_slot.get(&client).copied().unwrap_or(0);
-                let Some(qp) = self.data_qps.get(&(client, slot)).cloned() else {
-                    return (Type2Post::Failed, current);
-                };
-                let wr = SendWr {
-                    wr_id,
-                    signaled: true,
-                    op: SendOp::BindMw {
-                        mw: window,
-                        bind: BindInfo {
-                            mr: Some(&domain.mr),
-                            addr: t.addr,
-                            length: t.len,
-                            access: t.access,
-                            key,
-                        },
-                    },
-                };
-                match qp.post_send(std::slice::from_ref(&wr)) {
-                    Ok(()) => (Type2Post::Posted, Some(qp)),
-                    Err(_) => (Type2Post::Failed, current),
-                }
-            }
-        }
-    }
-
-    /// Reconnects loopback QPs that broke (a new handshake), so later chains can run.
-    fn ensure_connected(&mut self) {
-        let intent = Intent {
-            role: Role::Loopback,
-            client_id: 0,
-            secret: self.shared.loop_secret,
-            slot: 0,
-        }
-        .encode();
-        for d in 0..self.domains.len() {
-            if self.domains[d].bind_qp.state() == QpState::ReadyToSend {
-                continue;
-            }
-            let Ok(fresh) = loopback_qp::<P>(&self.domains[d].pd, &self.op_cq, self.timing) else {
-                continue;
-            };
-            if fresh.connect(&self.address, &intent).is_ok() {
-                self.domains[d].bind_qp = fresh;
-            }
-        }
-        if self.cas_qp.state() != QpState::ReadyToSend
-            && let Ok(fresh) = loopback_qp::<P>(&self.manager_pd, &self.op_cq, self.timing)
-            && fresh.connect(&self.address, &intent).is_ok()
-        {
-            self.cas_qp = fresh;
-        }
-    }
-}
-
-/// What posting a type-2 bind or unbind did.
-enum Type2Post {
-    /// A work request was posted; its completion carries the result.
-    Posted,
-    /// Done without a work request (the window was already free).
-    Done,
-    /// Could not be done now.
-    Failed,
 }

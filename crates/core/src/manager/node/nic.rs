@@ -1,0 +1,318 @@
+//! The memory node's NIC side of a batch: runs the manager core's chains of binds, unbinds
+//! and lifetime CASes on the loopback QPs (and, for type-2 windows, on clients' data QPs),
+//! and collects one result per op. Binds are local to the NIC and CASes loop back, so a chain
+//! waits only for the NIC, never for a client.
+
+use super::super::core::{NicExecutor, NicOp, NicResult};
+use super::super::pool::MwId;
+use super::super::state::ClientId;
+use super::{CAS_SLOTS, Domain, Isolation, loopback_qp};
+use crate::proto::connect::{Intent, Role};
+use rnic::{
+    AccessFlags, BindInfo, CompletionQueue, MemoryBuffer, MemoryRegion, MemoryWindow, Provider,
+    QpState, QpTiming, QueuePair, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+};
+use std::collections::HashMap;
+
+/// The verbs objects a batch's NIC work runs on.
+pub(super) struct NodeNic<P: Provider> {
+    pub(super) address: P::Address,
+    pub(super) loop_secret: u64,
+    pub(super) timing: QpTiming,
+    pub(super) manager_mr: P::Mr,
+    /// Every window, indexed by the core's window id.
+    pub(super) mws: Vec<P::Mw>,
+    /// Domain of each window.
+    pub(super) mw_domain: Vec<u32>,
+    /// Domain 0 is the shared PD; with a PD per client, one more per client.
+    pub(super) domains: Vec<Domain<P>>,
+    pub(super) manager_pd: P::Pd,
+    pub(super) cas_qp: P::Qp,
+    pub(super) isolation: Isolation,
+    /// Completions of work posted on clients' data QPs (type-2 binds and invalidations).
+    pub(super) data_cq: P::Cq,
+    /// Clients' data QPs by (client, slot), and each client's current slot (type 2).
+    pub(super) data_qps: HashMap<(ClientId, u8), P::Qp>,
+    pub(super) active_slot: HashMap<ClientId, u8>,
+    /// The QP each type-2 window is bound to.
+    pub(super) mw_qp: HashMap<MwId, P::Qp>,
+    pub(super) op_cq: P::Cq,
+    pub(super) scratch: P::Buffer,
+    pub(super) scratch_mr: P::Mr,
+}
+
+impl<P: Provider> NicExecutor for NodeNic<P> {
+    fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
+        NodeNic::execute(self, ops)
+    }
+}
+
+impl<P: Provider> NodeNic<P> {
+    /// Posts `ops` as chains (binds on the bind QP, CASes on the loopback QP) and collects
+    /// their results in order. Binds are local to the NIC and CASes loop back, so this waits
+    /// only for the NIC, never for a client.
+    pub(super) fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
+        let mut results = vec![NicResult::Failed; ops.len()];
+        for chunk_start in (0..ops.len()).step_by(CAS_SLOTS) {
+            let end = (chunk_start + CAS_SLOTS).min(ops.len());
+            self.execute_chunk(
+                &ops[chunk_start..end],
+                &mut results[chunk_start..end],
+                chunk_start,
+            );
+        }
+        results
+    }
+
+    fn execute_chunk(&mut self, ops: &[NicOp], results: &mut [NicResult], base: usize) {
+        self.ensure_connected();
+        let mut binds: Vec<Vec<SendWr<'_, P::Mw, P::Mr>>> =
+            (0..self.domains.len()).map(|_| Vec::new()).collect();
+        let mut cases = Vec::new();
+        let mut expected = 0;
+        let mut mw_qp_updates = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let wr_id = (base + i) as u64;
+            match *op {
+                NicOp::Bind {
+                    mw,
+                    target,
+                    client,
+                    key,
+                } if self.isolation == Isolation::Type2
+                    && self.mw_domain.get(mw as usize).is_some_and(|&d| d > 0) =>
+                {
+                    let (outcome, update) = self.post_type2(wr_id, mw, target, client, key);
+                    mw_qp_updates.push((mw, update));
+                    match outcome {
+                        Type2Post::Posted => expected += 1,
+                        Type2Post::Done => results[i] = self.bound(mw),
+                        Type2Post::Failed => {}
+                    }
+                }
+                NicOp::Bind {
+                    mw, target, key, ..
+                } => {
+                    let Some(window) = self.mws.get(mw as usize) else {
+                        continue;
+                    };
+                    let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
+                    let Some(domain) = self.domains.get(d) else {
+                        continue;
+                    };
+                    binds[d].push(SendWr {
+                        wr_id,
+                        signaled: true,
+                        op: SendOp::BindMw {
+                            mw: window,
+                            bind: match target {
+                                Some(t) => BindInfo {
+                                    mr: Some(&domain.mr),
+                                    addr: t.addr,
+                                    length: t.len,
+                                    access: t.access,
+                                    key,
+                                },
+                                None => BindInfo {
+                                    mr: None,
+                                    addr: 0,
+                                    length: 0,
+                                    access: AccessFlags::empty(),
+                                    key: None,
+                                },
+                            },
+                        },
+                    });
+                }
+                NicOp::LifetimeCas {
+                    addr,
+                    compare,
+                    swap,
+                } => cases.push(SendWr {
+                    wr_id,
+                    signaled: true,
+                    op: SendOp::CompareSwap {
+                        local: Sge {
+                            addr: self.scratch.addr() + 8 * i as u64,
+                            length: 8,
+                            lkey: self.scratch_mr.lkey(),
+                        },
+                        remote_addr: addr,
+                        rkey: self.manager_mr.rkey(),
+                        compare,
+                        swap,
+                    },
+                }),
+            }
+        }
+        for (d, chain) in binds.iter().enumerate() {
+            if !chain.is_empty() && self.domains[d].bind_qp.post_send(chain).is_ok() {
+                expected += chain.len();
+            }
+        }
+        if !cases.is_empty() && self.cas_qp.post_send(&cases).is_ok() {
+            expected += cases.len();
+        }
+        self.apply_mw_qp(mw_qp_updates);
+        let mut wcs = [WorkCompletion::default(); 64];
+        let mut got = 0;
+        let mut idle = 0u64;
+        while got < expected && idle < 2_000_000 {
+            let mut n = self.op_cq.poll(&mut wcs);
+            if n == 0 {
+                n = self.data_cq.poll(&mut wcs);
+            }
+            if n == 0 {
+                idle += 1;
+                if idle % 64 == 0 {
+                    // Over TCP the loopback work needs the device's engine thread, which may
+                    // be waiting for this core.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            idle = 0;
+            for wc in &wcs[..n] {
+                got += 1;
+                let Some(i) = (wc.wr_id as usize).checked_sub(base) else {
+                    continue;
+                };
+                if i >= ops.len() || wc.status != WcStatus::Success {
+                    continue;
+                }
+                results[i] = match ops[i] {
+                    NicOp::Bind { mw, .. } => self.bound(mw),
+                    NicOp::LifetimeCas { .. } => match self.scratch.load_u64(8 * i) {
+                        Ok(v) => NicResult::CasOld(v),
+                        Err(_) => NicResult::Failed,
+                    },
+                };
+            }
+        }
+    }
+
+    fn apply_mw_qp(&mut self, updates: Vec<(MwId, Option<P::Qp>)>) {
+        for (mw, qp) in updates {
+            match qp {
+                Some(qp) => self.mw_qp.insert(mw, qp),
+                None => self.mw_qp.remove(&mw),
+            };
+        }
+    }
+
+    fn bound(&self, mw: MwId) -> NicResult {
+        match self.mws.get(mw as usize) {
+            Some(w) => NicResult::Bound(w.rkey()),
+            None => NicResult::Failed,
+        }
+    }
+
+    /// Type 2: a bind goes on the client's current data QP; an unbind is a LOCAL_INV on the QP
+    /// the window is bound to — or, if that QP broke, a reset of it, which frees its windows.
+    /// Returns what happened and the window's QP afterwards (`None`: not bound to any).
+    fn post_type2(
+        &self,
+        wr_id: u64,
+        mw: MwId,
+        target: Option<super::super::core::BindTarget>,
+        client: ClientId,
+        key: Option<u8>,
+    ) -> (Type2Post, Option<P::Qp>) {
+        let current = self.mw_qp.get(&mw).cloned();
+        let Some(window) = self.mws.get(mw as usize) else {
+            return (Type2Post::Failed, current);
+        };
+        let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
+        let Some(domain) = self.domains.get(d) else {
+            return (Type2Post::Failed, current);
+        };
+        match target {
+            None => {
+                let Some(qp) = current else {
+                    return (Type2Post::Done, None); // never bound, or freed with its QP
+                };
+                if qp.state() != QpState::ReadyToSend {
+                    return match qp.reset() {
+                        Ok(()) => (Type2Post::Done, None),
+                        Err(_) => (Type2Post::Failed, Some(qp)),
+                    };
+                }
+                let wr = SendWr {
+                    wr_id,
+                    signaled: true,
+                    op: SendOp::LocalInvalidate {
+                        rkey: window.rkey(),
+                    },
+                };
+                match qp.post_send(std::slice::from_ref(&wr)) {
+                    Ok(()) => (Type2Post::Posted, None),
+                    Err(_) => (Type2Post::Failed, Some(qp)),
+                }
+            }
+            Some(t) => {
+                let slot = self.active_slot.get(&client).copied().unwrap_or(0);
+                let Some(qp) = self.data_qps.get(&(client, slot)).cloned() else {
+                    return (Type2Post::Failed, current);
+                };
+                let wr = SendWr {
+                    wr_id,
+                    signaled: true,
+                    op: SendOp::BindMw {
+                        mw: window,
+                        bind: BindInfo {
+                            mr: Some(&domain.mr),
+                            addr: t.addr,
+                            length: t.len,
+                            access: t.access,
+                            key,
+                        },
+                    },
+                };
+                match qp.post_send(std::slice::from_ref(&wr)) {
+                    Ok(()) => (Type2Post::Posted, Some(qp)),
+                    Err(_) => (Type2Post::Failed, current),
+                }
+            }
+        }
+    }
+
+    /// Reconnects loopback QPs that broke (a new handshake), so later chains can run.
+    fn ensure_connected(&mut self) {
+        let intent = Intent {
+            role: Role::Loopback,
+            client_id: 0,
+            secret: self.loop_secret,
+            slot: 0,
+        }
+        .encode();
+        for d in 0..self.domains.len() {
+            if self.domains[d].bind_qp.state() == QpState::ReadyToSend {
+                continue;
+            }
+            let Ok(fresh) = loopback_qp::<P>(&self.domains[d].pd, &self.op_cq, self.timing) else {
+                continue;
+            };
+            if fresh.connect(&self.address, &intent).is_ok() {
+                self.domains[d].bind_qp = fresh;
+            }
+        }
+        if self.cas_qp.state() != QpState::ReadyToSend
+            && let Ok(fresh) = loopback_qp::<P>(&self.manager_pd, &self.op_cq, self.timing)
+            && fresh.connect(&self.address, &intent).is_ok()
+        {
+            self.cas_qp = fresh;
+        }
+    }
+}
+
+/// What posting a type-2 bind or unbind did.
+enum Type2Post {
+    /// A work request was posted; its completion carries the result.
+    Posted,
+    /// Done without a work request (the window was already free).
+    Done,
+    /// Could not be done now.
+    Failed,
+}
