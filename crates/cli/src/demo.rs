@@ -20,7 +20,7 @@ pub fn run(transport: Transport) -> Result<()> {
     };
     let client_cfg = ClientConfig {
         check_local_expiry: false, // so the demo can show the NIC refusing a late access
-        acquire_wait_us: 20_000,   // a conflicting acquire waits 20 ms for the holder
+        acquire_wait: Duration::from_millis(20), // a conflicting acquire waits 20 ms for the holder
         ..ClientConfig::default()
     };
     let started = Instant::now();
@@ -41,7 +41,7 @@ pub fn run(transport: Transport) -> Result<()> {
         1,
         "alice allocates 4 KiB (exclusive, lease 200 ms) and writes to it",
     );
-    let p = alice.allocate(4096 - 32, 200_000, Mode::Exclusive)?;
+    let p = alice.allocate(4096 - 32, Duration::from_millis(200), Mode::Exclusive)?;
     println!(
         "    granted {:?}: buffer {:#x}+{} rkey {:?}, lifetime {} us, contiguous header+buffer window: {}",
         p.id(),
@@ -65,7 +65,13 @@ pub fn run(transport: Transport) -> Result<()> {
         2,
         "bob asks for a shared read permission while alice holds it exclusively",
     );
-    match bob.acquire(p.addr(), 19, 10_000, Access::Read, Mode::Shared) {
+    match bob.acquire(
+        p.addr(),
+        19,
+        Duration::from_millis(10),
+        Access::Read,
+        Mode::Shared,
+    ) {
         Err(ClientError::ConflictTimeout) => {
             println!("    refused after waiting 20 ms: alice still holds it (conflict timeout)")
         }
@@ -77,7 +83,7 @@ pub fn run(transport: Transport) -> Result<()> {
         "alice extends her lease one-sidedly (RDMA CAS on the header's lifetime field)",
     );
     for _ in 0..3 {
-        alice.extend(&p, 50_000)?;
+        alice.extend(&p, Duration::from_millis(50))?;
         println!("    lifetime now {} us", p.lifetime_us());
     }
 
@@ -88,7 +94,13 @@ pub fn run(transport: Transport) -> Result<()> {
     let addr = p.addr();
     let alice_rkey = p.rkey();
     alice.revoke(p)?;
-    let q = bob.acquire(addr, 19, 500_000, Access::Read, Mode::Shared)?;
+    let q = bob.acquire(
+        addr,
+        19,
+        Duration::from_millis(500),
+        Access::Read,
+        Mode::Shared,
+    )?;
     println!(
         "    bob's rkey {:?} (alice's old rkey {:?} is dead)",
         q.rkey(),
@@ -116,7 +128,13 @@ pub fn run(transport: Transport) -> Result<()> {
         "carol acquires with a 20 ms lease and never revokes: the lease expires",
     );
     let before = cluster.node.stats().counters.expired;
-    let r = carol.acquire(addr, 19, 20_000, Access::Read, Mode::Shared)?;
+    let r = carol.acquire(
+        addr,
+        19,
+        Duration::from_millis(20),
+        Access::Read,
+        Mode::Shared,
+    )?;
     carol.read(&r, 0, &mut buf)?;
     let t0 = Instant::now();
     while cluster.node.stats().counters.expired == before {

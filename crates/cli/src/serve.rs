@@ -7,6 +7,7 @@ use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode};
 use std::io::Read;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// A tenant given on the command line.
 pub type TenantArg = TenantSecret;
@@ -80,11 +81,11 @@ pub fn probe(connect: SocketAddr, tenant: Option<TenantArg>) -> Result<()> {
     }
     let mut c = Client::<SoftProvider>::connect(&ctx, &SoftAddress::Tcp(connect), cfg)
         .context("connecting to the memory node")?;
-    let p = c.allocate(256, 1_000_000, Mode::Exclusive)?;
+    let p = c.allocate(256, Duration::from_secs(1), Mode::Exclusive)?;
     c.write(&p, 0, b"across processes")?;
     let addr = p.addr();
     c.revoke(p)?;
-    let q = c.acquire(addr, 16, 1_000_000, Access::Read, Mode::Shared)?;
+    let q = c.acquire(addr, 16, Duration::from_secs(1), Access::Read, Mode::Shared)?;
     let mut buf = [0u8; 16];
     c.read(&q, 0, &mut buf)?;
     c.revoke(q)?;

@@ -11,6 +11,13 @@
 //! ```
 //!
 //! Everything here is written against `rnic`'s provider traits.
+//!
+//! What an application needs is at the root: a [`Client`] (control channel plus data path)
+//! with its [`ClientConfig`], the [`Perm`]issions it holds with their [`Access`] and
+//! [`Mode`], [`Batch`]es of one-sided ops, and the errors; a [`MemoryNode`] with its
+//! [`NodeConfig`]; an [`EmbeddedCluster`] for tests and demos. The modules hold the rest:
+//! [`proto`] (wire formats), [`rpc`] (the control channel), [`manager`] (the policy core and
+//! the memory node's driver).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -19,3 +26,11 @@ pub mod cluster;
 pub mod manager;
 pub mod proto;
 pub mod rpc;
+
+pub use client::{Batch, Client, ClientConfig, ClientError, LongLease, OpResult, Perm};
+pub use cluster::{ClusterError, EmbeddedCluster, Transport};
+pub use manager::{
+    Isolation, MemoryNode, NodeConfig, NodeError, NodeStats, TenantId, TenantSecret,
+};
+pub use proto::messages::{Access, Mode, PermissionId};
+pub use rpc::RpcError;

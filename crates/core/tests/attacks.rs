@@ -16,7 +16,7 @@ mod support;
 
 use patronus_core::client::{Client, ClientConfig, ClientError, Perm};
 use patronus_core::cluster::Transport;
-use patronus_core::manager::keys::RECENT;
+use patronus_core::manager::RECENT_KEYS as RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, SlabConfig, TenantId, TenantSecret};
 use patronus_core::proto::connect::{Intent, Role};
 use patronus_core::proto::header::LIFETIME_OFFSET;
@@ -208,7 +208,9 @@ fn stale_rkey_after_revoke(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (a, m) = two(&mut b);
     let s = secret(64);
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     let addr = p.addr();
     a.write(&p, 0, &s).unwrap();
     let stale = p.forged_copy();
@@ -241,7 +243,13 @@ fn stale_rkey_after_revoke(t: Transport, iso: Isolation) {
         "second client writes with the stale rkey",
     );
     let q = a
-        .acquire(addr, 64, 100_000, Access::Read, Mode::Shared)
+        .acquire(
+            addr,
+            64,
+            Duration::from_millis(100),
+            Access::Read,
+            Mode::Shared,
+        )
         .unwrap();
     loot.changed += changed(&s, &contents(a, &q));
     loot.assert_none("stale rkey after revoke");
@@ -255,7 +263,9 @@ fn stale_rkey_after_expiry(t: Transport, iso: Isolation) {
     let s = secret(64);
     let p = {
         let a = &mut b.cluster.clients[0];
-        let p = a.allocate(64, 1_000, Mode::Exclusive).unwrap();
+        let p = a
+            .allocate(64, Duration::from_millis(1), Mode::Exclusive)
+            .unwrap();
         a.write(&p, 0, &s).unwrap();
         p
     };
@@ -270,7 +280,13 @@ fn stale_rkey_after_expiry(t: Transport, iso: Isolation) {
     // The object gets a new exclusive holder (in the shared-PD mode, possibly on the same
     // window, rebound with a new key byte): the expired rkey still reaches nothing.
     let q = m
-        .acquire(addr, 64, 100_000, Access::ReadWrite, Mode::Exclusive)
+        .acquire(
+            addr,
+            64,
+            Duration::from_millis(100),
+            Access::ReadWrite,
+            Mode::Exclusive,
+        )
         .unwrap();
     loot.changed += changed(&s, &contents(m, &q));
     let mine = vec![0x5a; 64];
@@ -305,7 +321,9 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
         let (x, y) = b.cluster.clients.split_at_mut(1);
         (&mut x[0], &mut y[0])
     };
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     let addr = p.addr();
     let mut p = Some(p);
     let mut stale: Vec<Perm> = Vec::new();
@@ -365,8 +383,14 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
         loot.changed += changed(&theirs, &contents(m, &q));
         m.revoke(q).unwrap();
         p = Some(
-            a.acquire(addr, 64, 100_000, Access::ReadWrite, Mode::Exclusive)
-                .unwrap(),
+            a.acquire(
+                addr,
+                64,
+                Duration::from_millis(100),
+                Access::ReadWrite,
+                Mode::Exclusive,
+            )
+            .unwrap(),
         );
     }
     let handovers = node.fresh_stats().counters.handovers;
@@ -396,10 +420,14 @@ fn brute_force_key_byte(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (v, m) = two(&mut b);
     let s = secret(64);
-    let victim = v.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
+    let victim = v
+        .allocate(64, Duration::from_secs(1), Mode::Exclusive)
+        .unwrap();
     v.write(&victim, 0, &s).unwrap();
     // The attacker's vehicle: a permission of its own, forged to point at the victim.
-    let own = m.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
+    let own = m
+        .allocate(64, Duration::from_secs(1), Mode::Exclusive)
+        .unwrap();
     let index = victim.rkey().index();
     let mut hits = Vec::new();
     let mut loot = Loot::default();
@@ -464,11 +492,15 @@ fn brute_force_key_byte(t: Transport, iso: Isolation) {
 fn out_of_range_and_wrap_around(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (m, v) = two(&mut b);
-    let own = m.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
+    let own = m
+        .allocate(64, Duration::from_secs(1), Mode::Exclusive)
+        .unwrap();
     let mine = secret(own.len() as usize);
     m.write(&own, 0, &mine).unwrap();
     // The next object of the class (a neighbour in the slab), held by another client.
-    let victim = v.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
+    let victim = v
+        .allocate(64, Duration::from_secs(1), Mode::Exclusive)
+        .unwrap();
     let theirs = vec![0x3c; victim.len() as usize];
     v.write(&victim, 0, &theirs).unwrap();
     let (addr, len) = (own.addr(), own.len());
@@ -602,10 +634,18 @@ fn read_only_misuse(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (o, r) = two(&mut b);
     let s = secret(64);
-    let owner = o.allocate(64, 1_000_000, Mode::Shared).unwrap();
+    let owner = o
+        .allocate(64, Duration::from_secs(1), Mode::Shared)
+        .unwrap();
     o.write(&owner, 0, &s).unwrap();
     let ro = r
-        .acquire(owner.addr(), 64, 1_000_000, Access::Read, Mode::Shared)
+        .acquire(
+            owner.addr(),
+            64,
+            Duration::from_secs(1),
+            Access::Read,
+            Mode::Shared,
+        )
         .unwrap();
     assert!(
         !ro.contiguous(),
@@ -701,7 +741,9 @@ fn forged_control_requests(t: Transport, iso: Isolation) {
     let clock = b.clock.clone();
     let s = secret(64);
     let (a, m) = two(&mut b);
-    let p = a.allocate(64, 2_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(2), Mode::Exclusive)
+        .unwrap();
     a.write(&p, 0, &s).unwrap();
     let id = p.id();
     let forged = [
@@ -771,7 +813,9 @@ fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let s = secret(64);
     let (a, c) = two(&mut b);
-    let p = a.allocate(64, 1_000_000, Mode::Shared).unwrap();
+    let p = a
+        .allocate(64, Duration::from_secs(1), Mode::Shared)
+        .unwrap();
     a.write(&p, 0, &s).unwrap();
     let (addr, old) = (p.addr(), p.id());
     let revoke = Request::Revoke {
@@ -782,12 +826,18 @@ fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
     assert_eq!(reply, Reply::Revoked);
     drop(p);
     let q = a
-        .acquire(addr, 64, 1_000_000, Access::ReadWrite, Mode::Shared)
+        .acquire(
+            addr,
+            64,
+            Duration::from_secs(1),
+            Access::ReadWrite,
+            Mode::Shared,
+        )
         .unwrap();
     assert_eq!(q.id().header_addr, old.header_addr, "the header is reused");
     assert!(q.id().start_us > old.start_us);
     let r = c
-        .acquire(addr, 64, 1_000_000, Access::Read, Mode::Shared)
+        .acquire(addr, 64, Duration::from_secs(1), Access::Read, Mode::Shared)
         .unwrap();
     let before = b.cluster.node.fresh_stats().counters;
     let (a, c) = two(&mut b);
@@ -838,12 +888,12 @@ fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
 /// permission, and no orphaned second permission holding the object afterwards.
 fn retried_waiting_acquire(t: Transport, iso: Isolation) {
     let cfg = ClientConfig {
-        acquire_wait_us: 10_000_000,
+        acquire_wait: Duration::from_secs(10),
         ..ClientConfig::default()
     };
     let mut b = bed(t, iso, 3, node_cfg(), cfg);
     let p = b.cluster.clients[0]
-        .allocate(64, 1_000_000, Mode::Exclusive)
+        .allocate(64, Duration::from_secs(1), Mode::Exclusive)
         .unwrap();
     let addr = p.addr();
     let acquire = Request::Acquire {
@@ -894,7 +944,13 @@ fn retried_waiting_acquire(t: Transport, iso: Isolation) {
             .is_some_and(|o| o.permissions == 0 && o.waiters == 0)
     });
     assert_eq!(s.counters.granted, s.counters.ended);
-    let late = b.cluster.clients[2].acquire(addr, 8, 1_000, Access::ReadWrite, Mode::Exclusive);
+    let late = b.cluster.clients[2].acquire(
+        addr,
+        8,
+        Duration::from_millis(1),
+        Access::ReadWrite,
+        Mode::Exclusive,
+    );
     assert!(late.is_ok(), "an orphan holds the object: {late:?}");
 }
 
@@ -948,17 +1004,21 @@ fn another_tenants_object(t: Transport, iso: Isolation) {
     let mut x = connect_as(&b, 1, 2, SECRET_2).unwrap();
     let s = secret(64);
     let (owner, mate) = two(&mut b);
-    let p = owner.allocate(64, 1_000, Mode::Shared).unwrap();
+    let p = owner
+        .allocate(64, Duration::from_millis(1), Mode::Shared)
+        .unwrap();
     owner.write(&p, 0, &s).unwrap();
     let addr = p.addr();
     // An address that is no object (a buffer start of the class that nobody allocated).
-    let spare = owner.allocate(64, 1_000_000, Mode::Shared).unwrap();
+    let spare = owner
+        .allocate(64, Duration::from_secs(1), Mode::Shared)
+        .unwrap();
     let nothing = spare.addr();
     owner.free(spare).unwrap();
     let mut loot = Loot::default();
     for access in [Access::Read, Access::ReadWrite] {
-        let theirs = x.acquire(addr, 64, 1_000_000, access, Mode::Shared);
-        let none = x.acquire(nothing, 64, 1_000_000, access, Mode::Shared);
+        let theirs = x.acquire(addr, 64, Duration::from_secs(1), access, Mode::Shared);
+        let none = x.acquire(nothing, 64, Duration::from_secs(1), access, Mode::Shared);
         assert!(matches!(theirs, Err(ClientError::NotFound)), "{theirs:?}");
         assert_eq!(
             format!("{theirs:?}"),
@@ -985,17 +1045,23 @@ fn another_tenants_object(t: Transport, iso: Isolation) {
     };
     assert_eq!(send(&mut x, hello).1, Reply::Failed(Status::Unauthorized));
     assert!(matches!(
-        x.acquire(addr, 64, 1_000_000, Access::Read, Mode::Shared),
+        x.acquire(addr, 64, Duration::from_secs(1), Access::Read, Mode::Shared),
         Err(ClientError::NotFound)
     ));
     // Shared read-only: read yes, read-write no, free never.
     owner.share(addr, 2, Some(Access::Read)).unwrap();
     let ro = x
-        .acquire(addr, 64, 1_000_000, Access::Read, Mode::Shared)
+        .acquire(addr, 64, Duration::from_secs(1), Access::Read, Mode::Shared)
         .unwrap();
     assert_eq!(contents(&mut x, &ro), s, "the shared read works");
     assert!(matches!(
-        x.acquire(addr, 64, 1_000_000, Access::ReadWrite, Mode::Shared),
+        x.acquire(
+            addr,
+            64,
+            Duration::from_secs(1),
+            Access::ReadWrite,
+            Mode::Shared
+        ),
         Err(ClientError::NotFound)
     ));
     try_write(
@@ -1011,7 +1077,13 @@ fn another_tenants_object(t: Transport, iso: Isolation) {
     // Shared read-write: writing yes, freeing still never.
     owner.share(addr, 2, Some(Access::ReadWrite)).unwrap();
     let rw = x
-        .acquire(addr, 64, 1_000_000, Access::ReadWrite, Mode::Shared)
+        .acquire(
+            addr,
+            64,
+            Duration::from_secs(1),
+            Access::ReadWrite,
+            Mode::Shared,
+        )
         .unwrap();
     let mut now_expected = s.clone();
     now_expected[..8].copy_from_slice(b"tenant 2");
@@ -1020,12 +1092,18 @@ fn another_tenants_object(t: Transport, iso: Isolation) {
     // Withdrawn: gone again for tenant 2.
     owner.share(addr, 2, None).unwrap();
     assert!(matches!(
-        x.acquire(addr, 64, 1_000_000, Access::Read, Mode::Shared),
+        x.acquire(addr, 64, Duration::from_secs(1), Access::Read, Mode::Shared),
         Err(ClientError::NotFound)
     ));
     // The same tenant shares freely (a share to one's own tenant is not needed).
     let q = mate
-        .acquire(addr, 64, 1_000_000, Access::ReadWrite, Mode::Shared)
+        .acquire(
+            addr,
+            64,
+            Duration::from_secs(1),
+            Access::ReadWrite,
+            Mode::Shared,
+        )
         .unwrap();
     assert_eq!(contents(mate, &q), now_expected);
     mate.revoke(q).unwrap();
@@ -1039,12 +1117,18 @@ fn another_tenants_object(t: Transport, iso: Isolation) {
     });
     let mate = &mut b.cluster.clients[0];
     let q = mate
-        .acquire(addr, 64, 1_000_000, Access::ReadWrite, Mode::Exclusive)
+        .acquire(
+            addr,
+            64,
+            Duration::from_secs(1),
+            Access::ReadWrite,
+            Mode::Exclusive,
+        )
         .unwrap();
     assert_eq!(contents(mate, &q), now_expected, "the object survived");
     // And its owner tenant (not tenant 2) may free it.
     assert!(matches!(
-        x.acquire(addr, 64, 1_000_000, Access::Read, Mode::Shared),
+        x.acquire(addr, 64, Duration::from_secs(1), Access::Read, Mode::Shared),
         Err(ClientError::NotFound)
     ));
     mate.free(q).unwrap();
@@ -1067,7 +1151,9 @@ fn freed_object_reused_by_another_tenant(t: Transport, iso: Isolation) {
     let mut x = connect_as(&b, 0, 2, SECRET_2).unwrap();
     let a = &mut b.cluster.clients[0];
     let s = secret(64);
-    let p = a.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_secs(1), Mode::Exclusive)
+        .unwrap();
     let addr = p.addr();
     a.write(&p, 0, &s).unwrap();
     let stale = p.forged_copy();
@@ -1081,7 +1167,9 @@ fn freed_object_reused_by_another_tenant(t: Transport, iso: Isolation) {
     let mut held = Vec::new();
     let mut reused = None;
     for _ in 0..256 {
-        let q = x.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
+        let q = x
+            .allocate(64, Duration::from_secs(1), Mode::Exclusive)
+            .unwrap();
         let got = contents(&mut x, &q);
         loot.read += got.iter().filter(|&&b| b != 0).count();
         if q.addr() == addr {
@@ -1141,7 +1229,9 @@ fn hand_made_connections(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let s = secret(64);
     let v = &mut b.cluster.clients[0];
-    let victim = v.allocate(64, 1_000_000, Mode::Exclusive).unwrap();
+    let victim = v
+        .allocate(64, Duration::from_secs(1), Mode::Exclusive)
+        .unwrap();
     v.write(&victim, 0, &s).unwrap();
     let victim_id = v.id();
     let ctx = &b.cluster.client_ctxs[0];

@@ -19,7 +19,9 @@ fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
     let clock = b.clock.clone();
     let p = {
         let a = &mut b.cluster.clients[0];
-        let p = a.allocate(64, 1_000, Mode::Exclusive).unwrap();
+        let p = a
+            .allocate(64, Duration::from_millis(1), Mode::Exclusive)
+            .unwrap();
         a.write(&p, 0, b"original").unwrap();
         p
     };
@@ -33,7 +35,13 @@ fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
         "{e:?}"
     );
     let q = other
-        .acquire(addr, 8, 10_000, Access::Read, Mode::Shared)
+        .acquire(
+            addr,
+            8,
+            Duration::from_millis(10),
+            Access::Read,
+            Mode::Shared,
+        )
         .unwrap();
     let mut buf = [0u8; 8];
     other.read(&q, 0, &mut buf).unwrap();
@@ -43,11 +51,19 @@ fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
 fn access_after_revoke_is_rejected(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     let addr = p.addr();
     a.write(&p, 0, b"kept").unwrap();
     // A copy of the permission's identity survives the revoke; its rkey must not.
-    let stale = a.acquire(addr, 8, 100_000, Access::Read, Mode::Shared);
+    let stale = a.acquire(
+        addr,
+        8,
+        Duration::from_millis(100),
+        Access::Read,
+        Mode::Shared,
+    );
     assert!(matches!(stale, Err(ClientError::ConflictTimeout)));
     let forged = p.forged_copy();
     a.revoke(p).unwrap();
@@ -57,7 +73,13 @@ fn access_after_revoke_is_rejected(t: Transport, iso: Isolation) {
         "old rkey dead after revoke: {e:?}"
     );
     let q = a
-        .acquire(addr, 8, 100_000, Access::Read, Mode::Shared)
+        .acquire(
+            addr,
+            8,
+            Duration::from_millis(100),
+            Access::Read,
+            Mode::Shared,
+        )
         .unwrap();
     let mut buf = [0u8; 4];
     a.read(&q, 0, &mut buf).unwrap();
@@ -72,11 +94,13 @@ fn forced_invalidation_at_max_lifetime(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node, late_client());
     let clock = b.clock.clone();
     let a = &mut b.cluster.clients[0];
-    let p = a.allocate(64, 1_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(1), Mode::Exclusive)
+        .unwrap();
     // Keep extending one-sidedly until the client library stops at the maximum
     // (1000 + 2 x 2000 reaches it); the manager ends the permission there regardless.
     let mut extensions = 0;
-    while a.extend(&p, 2_000).is_ok() {
+    while a.extend(&p, Duration::from_millis(2)).is_ok() {
         extensions += 1;
         clock.advance(Duration::from_micros(900));
     }
@@ -97,7 +121,7 @@ fn forced_invalidation_at_max_lifetime(t: Transport, iso: Isolation) {
 
 fn extension_refused_when_others_wait_then_waiter_granted(t: Transport, iso: Isolation) {
     let client = ClientConfig {
-        acquire_wait_us: 5_000_000,
+        acquire_wait: Duration::from_secs(5),
         ..ClientConfig::default()
     };
     let node = NodeConfig {
@@ -107,16 +131,26 @@ fn extension_refused_when_others_wait_then_waiter_granted(t: Transport, iso: Iso
     let mut b = bed(t, iso, 2, node, client);
     let clock = b.clock.clone();
     let (a, w) = two(&mut b);
-    let p = a.allocate(64, 10_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(10), Mode::Exclusive)
+        .unwrap();
     #[allow(clippy::disallowed_methods)] // a wall-time bound on a test that must not hang
     let t0 = Instant::now();
-    a.extend(&p, 1_000).unwrap();
+    a.extend(&p, Duration::from_millis(1)).unwrap();
     let addr = p.addr();
     std::thread::scope(|s| {
-        let waiter = s.spawn(move || w.acquire(addr, 8, 10_000, Access::Read, Mode::Shared));
+        let waiter = s.spawn(move || {
+            w.acquire(
+                addr,
+                8,
+                Duration::from_millis(10),
+                Access::Read,
+                Mode::Shared,
+            )
+        });
         // The waiter's queueing zeroes the holder's lifetime: the next CAS extension fails.
         loop {
-            match a.extend(&p, 1_000) {
+            match a.extend(&p, Duration::from_millis(1)) {
                 Err(ClientError::ExtensionRefused) => break,
                 Ok(()) => assert!(t0.elapsed() < Duration::from_secs(10), "never refused"),
                 Err(e) => panic!("{e:?}"),
@@ -132,19 +166,29 @@ fn extension_refused_when_others_wait_then_waiter_granted(t: Transport, iso: Iso
 
 fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport, iso: Isolation) {
     let client = ClientConfig {
-        acquire_wait_us: 1_000_000,
+        acquire_wait: Duration::from_secs(1),
         ..ClientConfig::default()
     };
     let mut b = bed(t, iso, 2, node_cfg(), client);
     let clock = b.clock.clone();
     let crashed = b.cluster.clients.remove(0);
     let mut crashed = crashed;
-    let p = crashed.allocate(64, 5_000, Mode::Exclusive).unwrap();
+    let p = crashed
+        .allocate(64, Duration::from_millis(5), Mode::Exclusive)
+        .unwrap();
     let addr = p.addr();
     drop(crashed); // stops without revoking
     let w = &mut b.cluster.clients[0];
     let granted = std::thread::scope(|s| {
-        let h = s.spawn(move || w.acquire(addr, 8, 10_000, Access::ReadWrite, Mode::Exclusive));
+        let h = s.spawn(move || {
+            w.acquire(
+                addr,
+                8,
+                Duration::from_millis(10),
+                Access::ReadWrite,
+                Mode::Exclusive,
+            )
+        });
         clock.advance(Duration::from_micros(6_000));
         h.join().unwrap()
     });
@@ -154,14 +198,22 @@ fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport, iso: Isola
 fn stale_revoke_after_header_reuse_changes_nothing(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
     let (a, c) = two(&mut b);
-    let p = a.allocate(64, 100_000, Mode::Shared).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Shared)
+        .unwrap();
     let addr = p.addr();
     let old_id = p.id();
     let forged = p.forged_copy();
     a.revoke(p).unwrap();
     // The object's embedded header is reused by the next read-write grant.
     let q = c
-        .acquire(addr, 8, 100_000, Access::ReadWrite, Mode::Shared)
+        .acquire(
+            addr,
+            8,
+            Duration::from_millis(100),
+            Access::ReadWrite,
+            Mode::Shared,
+        )
         .unwrap();
     assert_eq!(q.id().header_addr, old_id.header_addr);
     assert!(q.id().start_us > old_id.start_us);
@@ -177,9 +229,17 @@ fn qp_fault_hidden_by_spare(t: Transport, iso: Isolation, spares: usize) {
     };
     let mut b = bed(t, iso, 1, node_cfg(), client);
     let a = &mut b.cluster.clients[0];
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     let r = a
-        .acquire(p.addr(), 8, 100_000, Access::Read, Mode::Shared)
+        .acquire(
+            p.addr(),
+            8,
+            Duration::from_millis(100),
+            Access::Read,
+            Mode::Shared,
+        )
         .unwrap_err();
     assert!(matches!(r, ClientError::ConflictTimeout));
     // An out-of-bounds access through a forged rkey faults the QP.
@@ -209,7 +269,11 @@ fn storm_returns_everything_to_pools(t: Transport, iso: Isolation) {
         let c = &mut b.cluster.clients[i];
         match rng.random_range(0..6) {
             0 | 1 => {
-                if let Ok(p) = c.allocate(rng.random_range(1..2000), 5_000, Mode::Shared) {
+                if let Ok(p) = c.allocate(
+                    rng.random_range(1..2000),
+                    Duration::from_millis(5),
+                    Mode::Shared,
+                ) {
                     objects.push(p.addr());
                     held[i].push(p);
                 }
@@ -221,7 +285,7 @@ fn storm_returns_everything_to_pools(t: Transport, iso: Isolation) {
                 } else {
                     Access::ReadWrite
                 };
-                if let Ok(p) = c.acquire(addr, 1, 5_000, access, Mode::Shared) {
+                if let Ok(p) = c.acquire(addr, 1, Duration::from_millis(5), access, Mode::Shared) {
                     held[i].push(p);
                 }
             }
@@ -264,11 +328,20 @@ fn long_lease_renews_past_max_lifetime(t: Transport, iso: Isolation, mode: Mode)
     let mut b = bed(t, iso, 1, node, ClientConfig::default());
     let clock = b.clock.clone();
     let a = &mut b.cluster.clients[0];
-    let p = a.allocate(64, 1_000, Mode::Shared).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(1), Mode::Shared)
+        .unwrap();
     let addr = p.addr();
     a.revoke(p).unwrap();
     let mut l = a
-        .acquire_long(addr, 8, 600, Access::ReadWrite, mode, 300)
+        .acquire_long(
+            addr,
+            8,
+            Duration::from_micros(600),
+            Access::ReadWrite,
+            mode,
+            Duration::from_micros(300),
+        )
         .unwrap();
     let first = l.perm().unwrap().id();
     for i in 0u64..40 {
@@ -295,7 +368,9 @@ fn long_lease_renews_past_max_lifetime(t: Transport, iso: Isolation, mode: Mode)
 fn foreign_rkey_on_another_clients_qp(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
     let (a, m) = two(&mut b);
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     a.write(&p, 0, b"secret!!").unwrap();
     let stolen = p.forged_copy();
     let mut buf = [0u8; 8];
@@ -318,7 +393,9 @@ fn foreign_rkey_on_another_clients_qp(t: Transport, iso: Isolation) {
 fn windows_after_a_qp_switch(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     let a = &mut b.cluster.clients[0];
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     let before = p.forged_copy();
     let mut bad = p.forged_copy();
     bad.corrupt_rkey();

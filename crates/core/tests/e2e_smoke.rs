@@ -4,6 +4,7 @@ use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::SoftConfig;
+use std::time::Duration;
 
 fn lifecycle(t: Transport) {
     let node = NodeConfig {
@@ -12,14 +13,16 @@ fn lifecycle(t: Transport) {
     };
     // A conflicting acquire waits 10 ms (real time) for the holder, then gives up.
     let client = ClientConfig {
-        acquire_wait_us: 10_000,
+        acquire_wait: Duration::from_millis(10),
         ..ClientConfig::default()
     };
     let mut c = EmbeddedCluster::start(t, SoftConfig::default(), node, client, 2).unwrap();
     let (a, rest) = c.clients.split_at_mut(1);
     let a = &mut a[0];
     let b = &mut rest[0];
-    let p = a.allocate(100, 1_000_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(100, Duration::from_secs(1), Mode::Exclusive)
+        .unwrap();
     assert!(p.contiguous());
     a.write(&p, 0, b"hello patronus").unwrap();
     let mut buf = [0u8; 14];
@@ -27,17 +30,23 @@ fn lifecycle(t: Transport) {
     assert_eq!(&buf, b"hello patronus");
     assert_eq!(a.faa(&p, 16, 5).unwrap(), 0);
     assert_eq!(a.cas(&p, 16, 5, 9).unwrap(), 5);
-    a.extend(&p, 1000).unwrap();
+    a.extend(&p, Duration::from_millis(1)).unwrap();
     // B cannot get an exclusive conflicting permission immediately.
     let e = b
-        .acquire(p.addr(), 14, 1000, Access::Read, Mode::Shared)
+        .acquire(
+            p.addr(),
+            14,
+            Duration::from_millis(1),
+            Access::Read,
+            Mode::Shared,
+        )
         .unwrap_err();
     assert!(matches!(e, ClientError::ConflictTimeout), "{e:?}");
     let addr = p.addr();
     let old_rkey = p.rkey();
     a.revoke(p).unwrap();
     let q = b
-        .acquire(addr, 14, 1_000_000, Access::Read, Mode::Shared)
+        .acquire(addr, 14, Duration::from_secs(1), Access::Read, Mode::Shared)
         .unwrap();
     assert_ne!(q.rkey(), old_rkey);
     let mut buf2 = [0u8; 14];

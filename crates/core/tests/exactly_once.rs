@@ -67,11 +67,13 @@ fn lost_response_of_an_faa_is_reported_not_rerun(iso: Isolation) {
         )
         .unwrap();
         let cfg = ClientConfig {
-            acquire_wait_us: 0,
+            acquire_wait: Duration::ZERO,
             ..ClientConfig::default()
         };
         let mut c = Client::<SoftProvider>::connect(&device(2), node.address(), cfg).unwrap();
-        let p = c.allocate(64, 60_000_000, Mode::Exclusive).unwrap();
+        let p = c
+            .allocate(64, Duration::from_secs(60), Mode::Exclusive)
+            .unwrap();
         // From now on packets wait 1 ms (virtual) on the wire.
         net.set_faults(Faults {
             delay_us: (1_000, 1_000),

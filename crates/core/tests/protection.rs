@@ -8,7 +8,7 @@ mod support;
 
 use patronus_core::client::{ClientConfig, ClientError};
 use patronus_core::cluster::Transport;
-use patronus_core::manager::keys::RECENT;
+use patronus_core::manager::RECENT_KEYS as RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, SlabConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use std::time::Duration;
@@ -29,14 +29,18 @@ fn small_slabs() -> NodeConfig {
 fn allocated_memory_never_holds_earlier_bytes(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, small_slabs(), no_wait());
     let (a, c) = two(&mut b);
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     let addr = p.addr();
     let len = p.len() as usize;
     a.write(&p, 0, &vec![0xA5; len]).unwrap();
     a.free(p).unwrap();
     let mut held = Vec::new();
     for _ in 0..256 {
-        let q = c.allocate(64, 100_000, Mode::Exclusive).unwrap();
+        let q = c
+            .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+            .unwrap();
         let mut buf = vec![0u8; q.len() as usize];
         c.read(&q, 0, &mut buf).unwrap();
         assert!(
@@ -58,12 +62,12 @@ fn allocated_memory_never_holds_earlier_bytes(t: Transport, iso: Isolation) {
 fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
     let waiting = ClientConfig {
         rpc_timeout: Duration::from_millis(600),
-        acquire_wait_us: 10_000_000,
+        acquire_wait: Duration::from_secs(10),
         ..ClientConfig::default()
     };
     let mut b = bed(t, iso, 3, node_cfg(), waiting);
     let p = b.cluster.clients[0]
-        .allocate(64, 10_000_000, Mode::Exclusive)
+        .allocate(64, Duration::from_secs(10), Mode::Exclusive)
         .unwrap();
     let addr = p.addr();
     let rpcs = b.cluster.node.fresh_stats().counters.rpcs;
@@ -72,7 +76,13 @@ fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
     let (a, w) = (&mut a[0], &mut rest[0]);
     std::thread::scope(|s| {
         let h = s.spawn(move || {
-            let q = w.acquire(addr, 8, 10_000_000, Access::ReadWrite, Mode::Exclusive)?;
+            let q = w.acquire(
+                addr,
+                8,
+                Duration::from_secs(10),
+                Access::ReadWrite,
+                Mode::Exclusive,
+            )?;
             w.revoke(q)
         });
         // The original and its retry (sent halfway to the RPC deadline) both reached the core.
@@ -85,7 +95,13 @@ fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
             .is_some_and(|o| o.permissions == 0 && o.waiters == 0)
     });
     assert_eq!(s.counters.granted, s.counters.ended);
-    let late = b.cluster.clients[2].acquire(addr, 8, 1_000, Access::ReadWrite, Mode::Exclusive);
+    let late = b.cluster.clients[2].acquire(
+        addr,
+        8,
+        Duration::from_millis(1),
+        Access::ReadWrite,
+        Mode::Exclusive,
+    );
     assert!(
         late.is_ok(),
         "an orphaned permission blocks the object: {late:?}"
@@ -97,26 +113,42 @@ fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
 fn grant_after_a_client_timeout_is_handed_back(t: Transport, iso: Isolation) {
     let impatient = ClientConfig {
         rpc_timeout: Duration::from_millis(300),
-        acquire_wait_us: 10_000_000,
+        acquire_wait: Duration::from_secs(10),
         ..ClientConfig::default()
     };
     let mut b = bed(t, iso, 2, node_cfg(), impatient);
     let (a, w) = two(&mut b);
-    let p = a.allocate(64, 10_000_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_secs(10), Mode::Exclusive)
+        .unwrap();
     let addr = p.addr();
-    let r = w.acquire(addr, 8, 10_000_000, Access::ReadWrite, Mode::Exclusive);
+    let r = w.acquire(
+        addr,
+        8,
+        Duration::from_secs(10),
+        Access::ReadWrite,
+        Mode::Exclusive,
+    );
     assert!(matches!(r, Err(ClientError::RpcTimeout)), "{r:?}");
     // The waiter is still queued at the node; the holder leaves and it is granted.
     a.revoke(p).unwrap();
     // The client's next call sees the late grant and hands it back.
-    let q = w.allocate(64, 10_000_000, Mode::Shared).unwrap();
+    let q = w
+        .allocate(64, Duration::from_secs(10), Mode::Shared)
+        .unwrap();
     let s = wait_for(&b, "the late grant handed back", |s| {
         s.occupancy
             .is_some_and(|o| o.permissions == 1 && o.waiters == 0)
     });
     assert_eq!(s.counters.granted, s.counters.ended + 1);
     let (a, w) = two(&mut b);
-    let again = a.acquire(addr, 8, 1_000, Access::ReadWrite, Mode::Exclusive);
+    let again = a.acquire(
+        addr,
+        8,
+        Duration::from_millis(1),
+        Access::ReadWrite,
+        Mode::Exclusive,
+    );
     assert!(again.is_ok(), "the object is free again: {again:?}");
     w.revoke(q).unwrap();
 }
@@ -125,8 +157,12 @@ fn grant_after_a_client_timeout_is_handed_back(t: Transport, iso: Isolation) {
 fn four_kib_allocation_costs_at_most_64_bytes_more(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
-    let p = a.allocate(4096, 100_000, Mode::Exclusive).unwrap();
-    let q = a.allocate(4096, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(4096, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
+    let q = a
+        .allocate(4096, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     assert!(p.len() >= 4096);
     let stride = q.addr().abs_diff(p.addr());
     assert!(stride <= 4096 + 64, "a 4 KiB object takes {stride} bytes");
@@ -145,8 +181,10 @@ fn large_objects_have_a_lifetime_word(t: Transport, iso: Isolation) {
     };
     let mut b = bed(t, iso, 1, node, no_wait());
     let a = &mut b.cluster.clients[0];
-    let p = a.allocate(2 << 20, 10_000, Mode::Exclusive).unwrap();
-    a.extend(&p, 10_000).unwrap();
+    let p = a
+        .allocate(2 << 20, Duration::from_millis(10), Mode::Exclusive)
+        .unwrap();
+    a.extend(&p, Duration::from_millis(10)).unwrap();
     assert_eq!(p.lifetime_us(), 20_000);
     a.write(&p, (2 << 20) - 8, &7u64.to_le_bytes()).unwrap();
 }
@@ -159,14 +197,16 @@ fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
         ..NodeConfig::default()
     };
     let waiting = ClientConfig {
-        acquire_wait_us: 1_000_000,
+        acquire_wait: Duration::from_secs(1),
         ..ClientConfig::default()
     };
     let mut b = bed(t, iso, 2, node, waiting);
     let clock = b.clock.clone();
     let addr = {
         let a = &mut b.cluster.clients[0];
-        let p = a.allocate(64, 1_000, Mode::Shared).unwrap();
+        let p = a
+            .allocate(64, Duration::from_millis(1), Mode::Shared)
+            .unwrap();
         let addr = p.addr();
         a.revoke(p).unwrap();
         addr
@@ -175,7 +215,14 @@ fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
     let (a, rest) = b.cluster.clients.split_at_mut(1);
     let (a, w) = (&mut a[0], &mut rest[0]);
     let mut l = a
-        .acquire_long(addr, 8, 600, Access::ReadWrite, Mode::Exclusive, 300)
+        .acquire_long(
+            addr,
+            8,
+            Duration::from_micros(600),
+            Access::ReadWrite,
+            Mode::Exclusive,
+            Duration::from_micros(300),
+        )
         .unwrap();
     // Renewals past the maximum lifetime, with nobody waiting: always the same holder.
     for i in 0u64..12 {
@@ -185,7 +232,15 @@ fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
     }
     assert!(l.reacquired >= 1, "{l:?}");
     std::thread::scope(|s| {
-        let h = s.spawn(move || w.acquire(addr, 8, 1_000, Access::ReadWrite, Mode::Exclusive));
+        let h = s.spawn(move || {
+            w.acquire(
+                addr,
+                8,
+                Duration::from_millis(1),
+                Access::ReadWrite,
+                Mode::Exclusive,
+            )
+        });
         wait_node(node, "the waiter", |s| {
             s.occupancy.is_some_and(|o| o.waiters == 1)
         });
@@ -217,13 +272,21 @@ fn conflicting_acquire_waits_by_default(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
     let clock = b.clock.clone();
     let p = b.cluster.clients[0]
-        .allocate(64, 5_000, Mode::Exclusive)
+        .allocate(64, Duration::from_millis(5), Mode::Exclusive)
         .unwrap();
     let addr = p.addr();
     let node = &b.cluster.node;
     let w = &mut b.cluster.clients[1];
     std::thread::scope(|s| {
-        let h = s.spawn(move || w.acquire(addr, 8, 1_000, Access::Read, Mode::Shared));
+        let h = s.spawn(move || {
+            w.acquire(
+                addr,
+                8,
+                Duration::from_millis(1),
+                Access::Read,
+                Mode::Shared,
+            )
+        });
         wait_node(node, "the waiter", |s| {
             s.occupancy.is_some_and(|o| o.waiters == 1)
         });
@@ -245,13 +308,13 @@ fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
         ..node_cfg()
     };
     let waiting = ClientConfig {
-        acquire_wait_us: 10_000_000,
+        acquire_wait: Duration::from_secs(10),
         rpc_timeout: Duration::from_secs(20),
         ..ClientConfig::default()
     };
     let mut b = bed(t, Isolation::SharedPd, 2, node, waiting);
     let first = b.cluster.clients[0]
-        .allocate(64, 10_000_000, Mode::Exclusive)
+        .allocate(64, Duration::from_secs(10), Mode::Exclusive)
         .unwrap();
     let addr = first.addr();
     let mut held = Some((0usize, first));
@@ -268,8 +331,15 @@ fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
             (&mut y[0], &mut x[0])
         };
         let q = std::thread::scope(|s| {
-            let join =
-                s.spawn(|| w.acquire(addr, 8, 10_000_000, Access::ReadWrite, Mode::Exclusive));
+            let join = s.spawn(|| {
+                w.acquire(
+                    addr,
+                    8,
+                    Duration::from_secs(10),
+                    Access::ReadWrite,
+                    Mode::Exclusive,
+                )
+            });
             wait_node(node, "the waiter", |s| {
                 s.occupancy.is_some_and(|o| o.waiters == 1)
             });
@@ -310,7 +380,9 @@ fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
 fn flushed_ops_behind_a_refused_access_run_exactly_once(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
-    let p = a.allocate(64, 100_000, Mode::Exclusive).unwrap();
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
     let mut bad = p.forged_copy();
     bad.corrupt_rkey();
     let results = {
@@ -370,20 +442,46 @@ fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
     assert!(matches!(connect(no_wait()), Err(ClientError::Unauthorized)));
     let mut owner = connect(as_tenant(1, 0x1111)).unwrap();
     let mut stranger = connect(as_tenant(2, 0x2222)).unwrap();
-    let p = owner.allocate(64, 100_000, Mode::Shared).unwrap();
+    let p = owner
+        .allocate(64, Duration::from_millis(100), Mode::Shared)
+        .unwrap();
     owner.write(&p, 0, b"tenant 1").unwrap();
-    let foreign = stranger.acquire(p.addr(), 8, 100_000, Access::Read, Mode::Shared);
-    let nothing = stranger.acquire(p.addr() + (1 << 20), 8, 100_000, Access::Read, Mode::Shared);
+    let foreign = stranger.acquire(
+        p.addr(),
+        8,
+        Duration::from_millis(100),
+        Access::Read,
+        Mode::Shared,
+    );
+    let nothing = stranger.acquire(
+        p.addr() + (1 << 20),
+        8,
+        Duration::from_millis(100),
+        Access::Read,
+        Mode::Shared,
+    );
     assert!(matches!(foreign, Err(ClientError::NotFound)), "{foreign:?}");
     assert!(matches!(nothing, Err(ClientError::NotFound)), "{nothing:?}");
     owner.share(p.addr(), 2, Some(Access::Read)).unwrap();
     let q = stranger
-        .acquire(p.addr(), 8, 100_000, Access::Read, Mode::Shared)
+        .acquire(
+            p.addr(),
+            8,
+            Duration::from_millis(100),
+            Access::Read,
+            Mode::Shared,
+        )
         .unwrap();
     let mut buf = [0u8; 8];
     stranger.read(&q, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"tenant 1");
-    let rw = stranger.acquire(p.addr(), 8, 100_000, Access::ReadWrite, Mode::Shared);
+    let rw = stranger.acquire(
+        p.addr(),
+        8,
+        Duration::from_millis(100),
+        Access::ReadWrite,
+        Mode::Shared,
+    );
     assert!(
         matches!(rw, Err(ClientError::NotFound)),
         "only up to the share"
@@ -401,7 +499,13 @@ fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
     drop(owner);
     let mut colleague = connect(as_tenant(1, 0x1111)).unwrap();
     let r = colleague
-        .acquire(addr_p, 8, 100_000, Access::ReadWrite, Mode::Shared)
+        .acquire(
+            addr_p,
+            8,
+            Duration::from_millis(100),
+            Access::ReadWrite,
+            Mode::Shared,
+        )
         .unwrap();
     colleague.read(&r, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"tenant 1", "still tenant 1's after its client left");

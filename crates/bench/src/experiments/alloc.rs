@@ -318,7 +318,7 @@ fn churn(rig: &Rig, policy: Scrub, name: &'static str, size: u64, plan: &Plan) -
     let mut buf = vec![0u8; size as usize];
     for i in 0..plan.verify {
         let mut cycle = || -> Result<bool, patronus_core::client::ClientError> {
-            let perm = aux.allocate(size, LEASE_US, Mode::Shared)?;
+            let perm = aux.allocate(size, Duration::from_micros(LEASE_US), Mode::Shared)?;
             aux.read(&perm, 0, &mut buf)?;
             let stale = buf.iter().any(|&b| b != 0);
             aux.write(&perm, 0, &data)?;

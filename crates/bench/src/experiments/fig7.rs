@@ -114,7 +114,7 @@ impl Logical for Extender {
             }
             (_, Scheme::CnExtend, Some(p)) => {
                 let t0 = now();
-                match self.client.extend(p, LEASE_US) {
+                match self.client.extend(p, Duration::from_micros(LEASE_US)) {
                     Ok(()) => {
                         ctx.latency.record(now() - t0);
                         ctx.done += 1;

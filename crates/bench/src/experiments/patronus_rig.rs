@@ -25,7 +25,7 @@ pub struct PatronusRig {
 pub fn lean_client() -> ClientConfig {
     ClientConfig {
         spare_qps: 0,
-        acquire_wait_us: 0,
+        acquire_wait: Duration::ZERO,
         background_recovery: false,
         staging_bytes: 64 << 10,
         rpc_timeout: Duration::from_secs(20),

@@ -85,7 +85,7 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
     let Some(c) = cluster.clients.first_mut() else {
         bail!("the cluster started no client");
     };
-    let p = c.allocate(64, 60_000_000, Mode::Exclusive)?;
+    let p = c.allocate(64, Duration::from_secs(60), Mode::Exclusive)?;
     let (mut switch, mut interruption) = (Latency::new(), Latency::new());
     let mut short_of_spares = 0;
     let mut buf = [0u8; 8];

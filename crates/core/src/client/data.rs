@@ -120,9 +120,10 @@ impl<P: Provider> Client<P> {
     }
 
     /// CN-collaborated extension (§5.3): CAS the header's lifetime field from its current
-    /// value to `current + lease_us` through the lifetime window. Fails with
+    /// value to `current + lease` through the lifetime window. Fails with
     /// `ExtensionRefused` once the manager zeroed the field.
-    pub fn extend(&mut self, perm: &Perm, lease_us: u64) -> Result<(), ClientError> {
+    pub fn extend(&mut self, perm: &Perm, lease: std::time::Duration) -> Result<(), ClientError> {
+        let lease_us = super::micros(lease);
         if self.clock.now() >= perm.expiry() {
             return Err(ClientError::LeaseExpired);
         }

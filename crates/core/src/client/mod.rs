@@ -40,14 +40,14 @@ pub struct ClientConfig {
     pub spare_qps: usize,
     /// Recover broken QPs on a background thread.
     pub background_recovery: bool,
-    /// Safety margin subtracted from the local expiry, µs (clock skew, one-way latency).
-    pub lease_margin_us: u64,
+    /// Safety margin subtracted from the local expiry (clock skew, one-way latency).
+    pub lease_margin: Duration,
     /// How long a control RPC may take (wall time).
     pub rpc_timeout: Duration,
-    /// How long `acquire` waits for conflicting holders to leave, µs (then it fails with
+    /// How long `acquire` waits for conflicting holders to leave (then it fails with
     /// `ConflictTimeout`). Capped at three quarters of `rpc_timeout`, so the memory node
     /// answers before the client gives up; 0 fails a conflicting acquire at once.
-    pub acquire_wait_us: u64,
+    pub acquire_wait: Duration,
     /// The tenant this client acts for, and the tenant's secret (a memory node with no
     /// tenants configured serves everyone as tenant 0).
     pub tenant: crate::manager::TenantId,
@@ -67,9 +67,9 @@ impl Default for ClientConfig {
         ClientConfig {
             spare_qps: 2,
             background_recovery: true,
-            lease_margin_us: 5,
+            lease_margin: Duration::from_micros(5),
             rpc_timeout: Duration::from_secs(5),
-            acquire_wait_us: 1_000_000,
+            acquire_wait: Duration::from_secs(1),
             tenant: crate::manager::DEFAULT_TENANT,
             tenant_secret: 0,
             staging_bytes: 1 << 20,
@@ -261,11 +261,16 @@ impl<P: Provider> Client<P> {
     }
 
     /// `allocate(size, lease, mode)`: new memory with a read-write permission over it.
-    pub fn allocate(&mut self, size: u64, lease_us: u64, mode: Mode) -> Result<Perm, ClientError> {
+    pub fn allocate(
+        &mut self,
+        size: u64,
+        lease: Duration,
+        mode: Mode,
+    ) -> Result<Perm, ClientError> {
         let sent = self.clock.now();
         match self.rpc(Request::Allocate {
             size,
-            lease_us,
+            lease_us: micros(lease),
             mode,
         })? {
             Reply::Granted(g) => Ok(self.track(Perm::new(
@@ -273,7 +278,7 @@ impl<P: Provider> Client<P> {
                 Access::ReadWrite,
                 mode,
                 sent,
-                self.cfg.lease_margin_us,
+                micros(self.cfg.lease_margin),
             ))),
             other => Err(unexpected(other)),
         }
@@ -284,26 +289,27 @@ impl<P: Provider> Client<P> {
         &mut self,
         addr: u64,
         size: u64,
-        lease_us: u64,
+        lease: Duration,
         access: Access,
         mode: Mode,
     ) -> Result<Perm, ClientError> {
         let sent = self.clock.now();
-        let wait_cap = (self.cfg.rpc_timeout * 3 / 4).as_micros();
+        let wait_cap = micros(self.cfg.rpc_timeout * 3 / 4);
         match self.rpc(Request::Acquire {
             addr,
             size,
-            lease_us,
+            lease_us: micros(lease),
             access,
             mode,
-            wait_us: self
-                .cfg
-                .acquire_wait_us
-                .min(u64::try_from(wait_cap).unwrap_or(u64::MAX)),
+            wait_us: micros(self.cfg.acquire_wait).min(wait_cap),
         })? {
-            Reply::Granted(g) => {
-                Ok(self.track(Perm::new(g, access, mode, sent, self.cfg.lease_margin_us)))
-            }
+            Reply::Granted(g) => Ok(self.track(Perm::new(
+                g,
+                access,
+                mode,
+                sent,
+                micros(self.cfg.lease_margin),
+            ))),
             other => Err(unexpected(other)),
         }
     }
@@ -318,15 +324,15 @@ impl<P: Provider> Client<P> {
             access,
             mode,
             sent,
-            self.cfg.lease_margin_us,
+            micros(self.cfg.lease_margin),
         ))
     }
 
     /// RPC-based extension (the baseline CN-collaborated extension is compared against).
-    pub fn extend_rpc(&mut self, perm: &Perm, lease_us: u64) -> Result<(), ClientError> {
+    pub fn extend_rpc(&mut self, perm: &Perm, lease: Duration) -> Result<(), ClientError> {
         match self.rpc(Request::Extend {
             id: perm.id(),
-            lease_us,
+            lease_us: micros(lease),
         })? {
             Reply::Extended { lifetime_us } => {
                 perm.lifetime_us
@@ -437,6 +443,11 @@ impl<P: Provider> Client<P> {
         self.hand_back_orphans();
         Ok(reply?)
     }
+}
+
+/// A duration in whole microseconds, as leases travel (saturating).
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 impl From<RpcError> for ClientError {

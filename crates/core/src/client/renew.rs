@@ -36,17 +36,18 @@ impl LongLease {
 
 impl<P: Provider> Client<P> {
     /// Acquires a permission that [`renew`](Self::renew) keeps valid past the maximum
-    /// lifetime. `renew_before_us` is how much validity `renew` guarantees.
+    /// lifetime. `renew_before` is how much validity `renew` guarantees.
     pub fn acquire_long(
         &mut self,
         addr: u64,
         size: u64,
-        lease_us: u64,
+        lease: std::time::Duration,
         access: Access,
         mode: Mode,
-        renew_before_us: u64,
+        renew_before: std::time::Duration,
     ) -> Result<LongLease, ClientError> {
-        let perm = self.acquire(addr, size, lease_us, access, mode)?;
+        let perm = self.acquire(addr, size, lease, access, mode)?;
+        let (lease_us, renew_before_us) = (super::micros(lease), super::micros(renew_before));
         Ok(LongLease {
             perm: Some(perm),
             addr,
@@ -70,14 +71,16 @@ impl<P: Provider> Client<P> {
         };
         if needs {
             let extended = match &lease.perm {
-                Some(p) if p.expiry() > now => match self.extend(p, lease.lease_us) {
-                    Ok(()) => {
-                        lease.extended += 1;
-                        p.expiry().0 >= now.0.saturating_add(lease.renew_before_us)
+                Some(p) if p.expiry() > now => {
+                    match self.extend(p, std::time::Duration::from_micros(lease.lease_us)) {
+                        Ok(()) => {
+                            lease.extended += 1;
+                            p.expiry().0 >= now.0.saturating_add(lease.renew_before_us)
+                        }
+                        Err(ClientError::ExtensionRefused | ClientError::Denied(_)) => false,
+                        Err(e) => return Err(e),
                     }
-                    Err(ClientError::ExtensionRefused | ClientError::Denied(_)) => false,
-                    Err(e) => return Err(e),
-                },
+                }
                 _ => false,
             };
             if !extended {
@@ -102,7 +105,7 @@ impl<P: Provider> Client<P> {
                         self.acquire(
                             lease.addr,
                             lease.size,
-                            lease.lease_us,
+                            std::time::Duration::from_micros(lease.lease_us),
                             lease.access,
                             lease.mode,
                         )?
@@ -113,7 +116,7 @@ impl<P: Provider> Client<P> {
             None => self.acquire(
                 lease.addr,
                 lease.size,
-                lease.lease_us,
+                std::time::Duration::from_micros(lease.lease_us),
                 lease.access,
                 lease.mode,
             )?,

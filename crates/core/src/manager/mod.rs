@@ -1,20 +1,25 @@
 //! The memory node's manager.
 //!
-//! - [`pool`]: header pool, slab buffer pool, memory-window pool.
-//! - [`state`]: permission records, per-object holders and waiters, deadlines, counters.
-//! - [`core`]: the sans-IO policy core (`begin` → `plan` → `finish` per batch).
-//! - [`tenants`]: who owns which object, and with whom it is shared.
-//! - [`keys`]: random key bytes for window binds.
-pub mod core;
-pub mod keys;
-pub mod pool;
-pub mod state;
-pub mod tenants;
+//! - `pool`: header pool, slab buffer pool, memory-window pool.
+//! - `state`: permission records, per-object holders and waiters, deadlines, counters.
+//! - `core`: the sans-IO policy core ([`ManagerCore`]: `begin` → `plan` → `finish` per batch).
+//! - `tenants`: who owns which object, and with whom it is shared.
+//! - `keys`: random key bytes for window binds.
+//! - [`node`]: the memory node, the driver that pumps the core with verbs.
+//!
+//! The internal modules are private: what a user (or a test driving the core with a simulated
+//! NIC) needs is re-exported here.
+mod core;
+mod keys;
+mod pool;
+mod state;
+mod tenants;
 
 pub use self::core::{
     BindTarget, Chain, Checks, Finished, ManagerConfig, ManagerCore, NicExecutor, NicOp, NicResult,
     Occupancy, Outgoing, Scrub,
 };
+pub use keys::RECENT as RECENT_KEYS;
 pub use pool::{MwId, SlabConfig};
 pub use state::{ClientId, Counters, Techniques};
 pub use tenants::{DEFAULT_TENANT, TenantId};

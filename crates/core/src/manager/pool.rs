@@ -257,11 +257,6 @@ impl BufferPool {
             + self.dirty_order.capacity() * 8
             + self.slabs.capacity() * std::mem::size_of::<Slab>()) as u64
     }
-
-    /// Slabs carved so far, as (base, class).
-    pub fn slabs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.slabs.iter().map(|s| (s.base, s.class))
-    }
 }
 
 /// A pool of 32-byte headers (FIFO reuse).

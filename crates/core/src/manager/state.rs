@@ -199,10 +199,6 @@ impl Deadlines {
     pub fn len(&self) -> usize {
         self.set.len()
     }
-    /// Whether none are scheduled.
-    pub fn is_empty(&self) -> bool {
-        self.set.is_empty()
-    }
 }
 
 /// Operation counters (Table 4's "# of MW / # of RPC").
@@ -298,10 +294,6 @@ impl PermTable {
     /// Live records.
     pub fn len(&self) -> usize {
         self.by_header.len()
-    }
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.by_header.is_empty()
     }
     /// Bytes of the table (by capacity).
     pub fn metadata_bytes(&self) -> u64 {

@@ -22,7 +22,7 @@ pub fn node_cfg() -> NodeConfig {
 /// wait).
 pub fn no_wait() -> ClientConfig {
     ClientConfig {
-        acquire_wait_us: 0,
+        acquire_wait: Duration::ZERO,
         ..ClientConfig::default()
     }
 }
