@@ -24,6 +24,7 @@ pub use vqp::SwitchKind;
 
 use crate::proto::connect::{Intent, Role};
 use crate::proto::messages::{Access, ControlProtocol, Grant, Mode, Reply, Request, Status};
+use crate::proto::shards::{Route, ShardMap};
 use crate::rpc::{RpcClient, RpcError};
 use rnic::{
     AccessFlags, Clock, Context, MemoryBuffer, ProtectionDomain, Provider, QpInit, QpTiming,
@@ -88,8 +89,14 @@ pub struct Client<P: Provider> {
     clock: Arc<dyn Clock>,
     cfg: ClientConfig,
     _pd: P::Pd,
-    /// The control channel to the manager.
-    ctrl: RpcClient<P, ControlProtocol>,
+    /// A control channel to each manager shard (shard 0 first).
+    ctrl: Vec<RpcClient<P, ControlProtocol>>,
+    /// Which shard owns which address.
+    shards: ShardMap,
+    /// The shard the next allocation tries first (allocations go round the shards).
+    next_alloc: usize,
+    /// The channel `poll_reply` looks at first (so none starves).
+    next_poll: usize,
     data_cq: P::Cq,
     staging: P::Buffer,
     staging_mr: P::Mr,
@@ -156,14 +163,33 @@ impl<P: Provider> Client<P> {
             tenant: cfg.tenant,
             secret: cfg.tenant_secret,
         };
-        let (client_id, secret, type2) = match ctrl.call(hello, cfg.rpc_timeout, true)? {
+        let (client_id, secret, type2, shards) = match ctrl.call(hello, cfg.rpc_timeout, true)? {
             Reply::Welcome {
                 client_id,
                 secret,
                 type2,
-            } => (client_id, secret, type2),
+                shards,
+            } => (client_id, secret, type2, shards),
             other => return Err(unexpected(other)),
         };
+        // One control channel per manager shard, with disjoint request ids.
+        let n = shards.shards.max(1) as u64;
+        ctrl.use_ids(1, n);
+        let mut ctrls = vec![ctrl];
+        for k in 1..n {
+            let cq = ctx.create_cq(64)?;
+            let qp = pd.create_qp(init::<P>(&cq, &cq, RECV_SLOTS + 1, t))?;
+            let intent = Intent {
+                role: Role::Control,
+                client_id,
+                secret,
+                slot: k as u8,
+            };
+            qp.connect(address, &intent.encode())?;
+            let mut channel = RpcClient::new(ctx, &pd, qp, cq, RECV_SLOTS)?;
+            channel.use_ids(k + 1, n);
+            ctrls.push(channel);
+        }
         let intent = Intent {
             role: Role::Data,
             client_id,
@@ -187,7 +213,10 @@ impl<P: Provider> Client<P> {
         Ok(Client {
             clock: ctx.clock(),
             _pd: pd,
-            ctrl,
+            ctrl: ctrls,
+            shards,
+            next_alloc: client_id as usize,
+            next_poll: 0,
             data_cq,
             staging,
             staging_mr,
@@ -398,14 +427,68 @@ impl<P: Provider> Client<P> {
 
     /// Control requests issued so far (retries not counted).
     pub fn rpcs(&self) -> u64 {
-        self.ctrl.submitted()
+        self.ctrl.iter().map(RpcClient::submitted).sum()
     }
 
-    /// Sends a request on the control channel and waits for its reply. Halfway to the
-    /// timeout the request is sent once more under the same id: the memory node answers a
-    /// retry with the reply it gave (or gives) the original.
+    /// The memory node's manager shards, as it told this client.
+    pub fn shard_map(&self) -> ShardMap {
+        self.shards
+    }
+
+    /// The channel of the shard `req` goes to (an allocation: the next in turn).
+    fn channel_for(&mut self, req: &Request) -> usize {
+        match self.shards.route(req) {
+            Route::Shard(k) => k.min(self.ctrl.len() - 1),
+            Route::Any | Route::All => {
+                let k = self.next_alloc % self.ctrl.len();
+                self.next_alloc = self.next_alloc.wrapping_add(1);
+                k
+            }
+        }
+    }
+
+    /// Sends a request on the control channel of the shard it goes to and waits for its
+    /// reply. Halfway to the timeout the request is sent once more under the same id: the
+    /// memory node answers a retry with the reply it gave (or gives) the original. An
+    /// allocation that a shard cannot serve (no memory, no header or window) tries the other
+    /// shards in turn; a request for every shard (`UseQp`) goes to each.
     pub(crate) fn rpc(&mut self, req: Request) -> Result<Reply, ClientError> {
-        let reply = self.ctrl.call(req, self.cfg.rpc_timeout, true);
+        let timeout = self.cfg.rpc_timeout;
+        let reply = match self.shards.route(&req) {
+            Route::All => {
+                let mut last = None;
+                for k in 0..self.ctrl.len() {
+                    match self.ctrl[k].call(req, timeout, true) {
+                        Ok(r @ Reply::Failed(_)) => {
+                            last = Some(Ok(r));
+                            break;
+                        }
+                        other => last = Some(other),
+                    }
+                }
+                last.unwrap_or(Err(RpcError::Timeout))
+            }
+            Route::Any => {
+                let first = self.channel_for(&req);
+                let n = self.ctrl.len();
+                let mut reply = Err(RpcError::Timeout);
+                for i in 0..n {
+                    reply = self.ctrl[(first + i) % n].call(req, timeout, true);
+                    let full = matches!(
+                        reply,
+                        Ok(Reply::Failed(Status::NoMemory | Status::PoolExhausted))
+                    );
+                    if !full {
+                        break;
+                    }
+                }
+                reply
+            }
+            Route::Shard(k) => {
+                let k = k.min(self.ctrl.len() - 1);
+                self.ctrl[k].call(req, timeout, true)
+            }
+        };
         self.hand_back_orphans();
         Ok(reply?)
     }
@@ -413,35 +496,49 @@ impl<P: Provider> Client<P> {
     /// Grants that arrived after their request timed out are ended at once (and what they
     /// allocated freed), so no permission or memory is orphaned; their answers are dropped.
     fn hand_back_orphans(&mut self) {
-        for orphan in self.ctrl.take_orphans() {
-            if let Reply::Granted(g) = orphan.reply {
-                let free = matches!(orphan.request, Request::Allocate { .. });
-                // Busy: the lease ends it instead.
-                let _ = self
-                    .ctrl
-                    .submit_detached(Request::Revoke { id: g.id, free });
+        for k in 0..self.ctrl.len() {
+            for orphan in self.ctrl[k].take_orphans() {
+                if let Reply::Granted(g) = orphan.reply {
+                    let free = matches!(orphan.request, Request::Allocate { .. });
+                    let revoke = Request::Revoke { id: g.id, free };
+                    let shard = self.channel_for(&revoke);
+                    // Busy: the lease ends it instead.
+                    let _ = self.ctrl[shard].submit_detached(revoke);
+                }
             }
         }
     }
 
     /// Sends a control request without waiting (pipelined RPCs; at most
-    /// [`MAX_OUTSTANDING_RPCS`] unanswered at a time). Returns its request id.
+    /// [`MAX_OUTSTANDING_RPCS`] unanswered at a time per shard). Returns its request id.
+    /// Allocations go round the shards (no retry on another shard).
     pub fn submit(&mut self, req: Request) -> Result<u64, ClientError> {
-        Ok(self.ctrl.submit(req)?)
+        let k = self.channel_for(&req);
+        Ok(self.ctrl[k].submit(req)?)
     }
 
     /// Tamper helper: sends `req` again under an earlier id, as a retry (or a replayed
     /// message) would. The memory node answers with the reply the id already got.
     #[cfg(feature = "testing")]
     pub fn replay(&mut self, req_id: u64, req: Request) -> Result<Reply, ClientError> {
-        Ok(self.ctrl.replay(req_id, req, self.cfg.rpc_timeout)?)
+        let k = (req_id.saturating_sub(1) % self.ctrl.len() as u64) as usize;
+        Ok(self.ctrl[k].replay(req_id, req, self.cfg.rpc_timeout)?)
     }
 
     /// Takes one arrived reply, if any, as (request id, reply).
     pub fn poll_reply(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
-        let reply = self.ctrl.poll();
+        let n = self.ctrl.len();
+        let mut found = None;
+        for i in 0..n {
+            let k = (self.next_poll + i) % n;
+            if let Some(r) = self.ctrl[k].poll()? {
+                self.next_poll = (k + 1) % n;
+                found = Some(r);
+                break;
+            }
+        }
         self.hand_back_orphans();
-        Ok(reply?)
+        Ok(found)
     }
 }
 

@@ -731,6 +731,24 @@ pub struct Occupancy {
     pub dirty_objects: usize,
 }
 
+impl Occupancy {
+    /// The sum of two occupancies (e.g. of two shards).
+    pub fn plus(&self, o: &Occupancy) -> Occupancy {
+        Occupancy {
+            permissions: self.permissions + o.permissions,
+            live_objects: self.live_objects + o.live_objects,
+            headers_free: self.headers_free + o.headers_free,
+            headers_capacity: self.headers_capacity + o.headers_capacity,
+            mw_free: self.mw_free + o.mw_free,
+            mw_stale: self.mw_stale + o.mw_stale,
+            mw_capacity: self.mw_capacity + o.mw_capacity,
+            tracked_objects: self.tracked_objects + o.tracked_objects,
+            waiters: self.waiters + o.waiters,
+            dirty_objects: self.dirty_objects + o.dirty_objects,
+        }
+    }
+}
+
 mod finish;
 mod lifecycle;
 mod requests;

@@ -231,6 +231,24 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// The sum of two sets of counters (e.g. of two shards).
+    pub fn plus(&self, o: &Counters) -> Counters {
+        Counters {
+            granted: self.granted + o.granted,
+            ended: self.ended + o.ended,
+            binds: self.binds + o.binds,
+            handovers: self.handovers + o.handovers,
+            unbinds: self.unbinds + o.unbinds,
+            deferred_unbinds: self.deferred_unbinds + o.deferred_unbinds,
+            rpcs: self.rpcs + o.rpcs,
+            lifetime_cas: self.lifetime_cas + o.lifetime_cas,
+            expired: self.expired + o.expired,
+            forced: self.forced + o.forced,
+            extended_by_client: self.extended_by_client + o.extended_by_client,
+            rebinds_for_qp_switch: self.rebinds_for_qp_switch + o.rebinds_for_qp_switch,
+        }
+    }
+
     /// What was counted since `earlier` (a snapshot of the same counters).
     pub fn since(&self, earlier: &Counters) -> Counters {
         Counters {

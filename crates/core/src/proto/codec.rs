@@ -5,6 +5,7 @@
 use super::messages::{
     Access, Grant, Mode, PermissionId, ProtoError, Reply, Request, SLOT_SIZE, Status,
 };
+use super::shards::ShardMap;
 use crate::rpc::{Protocol, SlotReader, SlotWriter};
 use rnic::MemoryKey;
 
@@ -34,6 +35,9 @@ mod field {
         pub const BUFFER_RKEY: usize = 12;
         pub const LIFETIME_RKEY: usize = 16;
         pub const MAX_LIFETIME: usize = 20;
+        /// Welcome's shard count and headers per shard.
+        pub const SHARDS: usize = 16;
+        pub const HEADERS_PER_SHARD: usize = 20;
         /// Granted's header address, Welcome's secret.
         pub const HEADER_ADDR: usize = 24;
         pub const START_US: usize = 32;
@@ -41,6 +45,10 @@ mod field {
         pub const BUFFER_LEN: usize = 48;
         /// Granted's and Extended's lifetime.
         pub const LIFETIME_US: usize = 56;
+        /// Welcome's shard map: first header, first buffer byte, buffer bytes per shard.
+        pub const SHARD_HEADER_BASE: usize = 32;
+        pub const SHARD_BUFFER_BASE: usize = 40;
+        pub const SHARD_BUFFER_SPAN: usize = 48;
     }
 }
 
@@ -301,10 +309,16 @@ fn write_reply(w: &mut SlotWriter<'_>, req_id: u64, reply: &Reply) {
             client_id,
             secret,
             type2,
+            shards,
         } => {
             w.u8(FLAGS, type2 as u8);
             w.u32(BUFFER_RKEY, client_id);
             w.u64(HEADER_ADDR, secret);
+            w.u32(SHARDS, shards.shards);
+            w.u32(HEADERS_PER_SHARD, shards.headers_per_shard);
+            w.u64(SHARD_HEADER_BASE, shards.header_base);
+            w.u64(SHARD_BUFFER_BASE, shards.buffer_base);
+            w.u64(SHARD_BUFFER_SPAN, shards.buffer_span);
             kind::WELCOME
         }
         Reply::Failed(s) => {
@@ -342,6 +356,16 @@ pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
             client_id: r.u32(BUFFER_RKEY)?,
             secret: r.u64(HEADER_ADDR)?,
             type2: r.flag(FLAGS, "type2")?,
+            shards: ShardMap {
+                shards: match r.u32(SHARDS)? {
+                    n @ 1..=255 => n,
+                    _ => return Err(ProtoError::BadField("shards")),
+                },
+                headers_per_shard: r.u32(HEADERS_PER_SHARD)?,
+                header_base: r.u64(SHARD_HEADER_BASE)?,
+                buffer_base: r.u64(SHARD_BUFFER_BASE)?,
+                buffer_span: r.u64(SHARD_BUFFER_SPAN)?,
+            },
         },
         kind::FAILED => Reply::Failed(
             *STATUSES

@@ -209,6 +209,8 @@ pub enum Reply {
         /// Windows are type 2, bound to one of the client's QPs: after a QP switch the client
         /// must `UseQp` and `Rebind` its permissions.
         type2: bool,
+        /// The node's manager shards: the client connects to each and routes by address.
+        shards: super::shards::ShardMap,
     },
     /// Failed.
     Failed(Status),
@@ -304,6 +306,13 @@ mod tests {
                 client_id: 3,
                 secret: 99,
                 type2: true,
+                shards: super::super::shards::ShardMap {
+                    shards: 4,
+                    header_base: 0x1000,
+                    headers_per_shard: 7,
+                    buffer_base: 0x10_0000,
+                    buffer_span: 1 << 20,
+                },
             },
             Reply::Failed(Status::ConflictTimeout),
         ];

@@ -4,3 +4,4 @@ mod codec;
 pub mod connect;
 pub mod header;
 pub mod messages;
+pub mod shards;

@@ -62,6 +62,8 @@ pub struct RpcClient<P: Provider, Pr: Protocol> {
     mr: P::Mr,
     slots: u32,
     next_req: u64,
+    /// Ids advance by this much (channels of one client to several servers use disjoint ids).
+    id_step: u64,
     /// Answers owed over all pending requests (each needs a posted receive slot).
     owed: u32,
     pending: Vec<Pending<Pr::Request>>,
@@ -102,6 +104,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
             mr,
             slots,
             next_req: 1,
+            id_step: 1,
             owed: 0,
             pending: Vec::new(),
             early: VecDeque::new(),
@@ -112,6 +115,17 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         let wrs: Vec<RecvWr> = (0..slots).map(|s| client.recv_wr(s)).collect();
         client.qp.post_recv(&wrs)?;
         Ok(client)
+    }
+
+    /// From now on, request ids are `first + i * step` (the next such id not below the ids
+    /// used so far): channels of one client to several servers use disjoint ids.
+    pub fn use_ids(&mut self, first: u64, step: u64) {
+        let step = step.max(1);
+        let mut next = self.next_req.max(first);
+        let off = (first % step + step - next % step) % step;
+        next += off;
+        self.next_req = next;
+        self.id_step = step;
     }
 
     /// The QP under the channel.
@@ -157,7 +171,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         }
         let id = self.next_req;
         self.send(id, &req)?;
-        self.next_req += 1;
+        self.next_req += self.id_step;
         self.submitted += 1;
         self.owed += 1;
         self.pending.push(Pending {
@@ -381,7 +395,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     }
 
     fn send(&mut self, id: u64, req: &Pr::Request) -> Result<(), RpcError> {
-        let slot = self.slots + (id % self.slots as u64) as u32;
+        let slot = self.slots + (id / self.id_step % self.slots as u64) as u32;
         let off = slot as usize * Pr::SLOT_SIZE;
         Pr::encode_request(id, req, &mut self.scratch);
         self.buf.write(off, &self.scratch)?;

@@ -8,18 +8,81 @@ use super::super::pool::MwId;
 use super::super::state::ClientId;
 use super::{CAS_SLOTS, Domain, Isolation, loopback_qp};
 use crate::proto::connect::{Intent, Role};
+use parking_lot::Mutex;
 use rnic::{
     AccessFlags, BindInfo, CompletionQueue, MemoryBuffer, MemoryRegion, MemoryWindow, Provider,
     QpState, QpTiming, QueuePair, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Work-request ids carry the shard in their top byte: type-2 binds of every shard complete
+/// on the one CQ of the clients' data QPs.
+const SHARD_SHIFT: u32 = 56;
+const INDEX_MASK: u64 = (1 << SHARD_SHIFT) - 1;
+
+/// A CQ several shards poll: each takes its own completions (by the shard in the work-request
+/// id) and leaves the others' in their mailboxes.
+pub(super) struct SharedCq<P: Provider> {
+    cq: P::Cq,
+    mailboxes: Arc<Mutex<Vec<Vec<WorkCompletion>>>>,
+}
+
+impl<P: Provider> Clone for SharedCq<P> {
+    fn clone(&self) -> Self {
+        SharedCq {
+            cq: self.cq.clone(),
+            mailboxes: self.mailboxes.clone(),
+        }
+    }
+}
+
+impl<P: Provider> SharedCq<P> {
+    pub(super) fn new(cq: P::Cq, shards: usize) -> Self {
+        SharedCq {
+            cq,
+            mailboxes: Arc::new(Mutex::new(vec![Vec::new(); shards])),
+        }
+    }
+
+    /// The CQ itself (data QPs are created with it).
+    pub(super) fn cq(&self) -> &P::Cq {
+        &self.cq
+    }
+
+    /// Moves up to `out.len()` of `shard`'s completions into `out`.
+    fn poll(&self, shard: usize, out: &mut [WorkCompletion]) -> usize {
+        let mut boxes = self.mailboxes.lock();
+        if boxes.len() > 1 {
+            let mut wcs = [WorkCompletion::default(); 32];
+            let n = self.cq.poll(&mut wcs);
+            for wc in &wcs[..n] {
+                let owner = (wc.wr_id >> SHARD_SHIFT) as usize;
+                // A completion no shard posted (a flushed receive) is dropped.
+                if let Some(b) = boxes.get_mut(owner) {
+                    b.push(*wc);
+                }
+            }
+            let mine = &mut boxes[shard];
+            let n = mine.len().min(out.len());
+            out[..n].copy_from_slice(&mine[..n]);
+            mine.drain(..n);
+            n
+        } else {
+            drop(boxes);
+            self.cq.poll(out)
+        }
+    }
+}
 
 /// The verbs objects a batch's NIC work runs on.
 pub(super) struct NodeNic<P: Provider> {
+    /// The shard this runs the work of.
+    pub(super) shard: usize,
     pub(super) address: P::Address,
     pub(super) loop_secret: u64,
     pub(super) timing: QpTiming,
-    pub(super) manager_mr: P::Mr,
+    pub(super) manager_mr: Arc<P::Mr>,
     /// Every window, indexed by the core's window id.
     pub(super) mws: Vec<P::Mw>,
     /// Domain of each window.
@@ -30,7 +93,7 @@ pub(super) struct NodeNic<P: Provider> {
     pub(super) cas_qp: P::Qp,
     pub(super) isolation: Isolation,
     /// Completions of work posted on clients' data QPs (type-2 binds and invalidations).
-    pub(super) data_cq: P::Cq,
+    pub(super) data_cq: SharedCq<P>,
     /// Clients' data QPs by (client, slot), and each client's current slot (type 2).
     pub(super) data_qps: HashMap<(ClientId, u8), P::Qp>,
     pub(super) active_slot: HashMap<ClientId, u8>,
@@ -72,7 +135,7 @@ impl<P: Provider> NodeNic<P> {
         let mut expected = 0;
         let mut mw_qp_updates = Vec::new();
         for (i, op) in ops.iter().enumerate() {
-            let wr_id = (base + i) as u64;
+            let wr_id = (self.shard as u64) << SHARD_SHIFT | (base + i) as u64;
             match *op {
                 NicOp::Bind {
                     mw,
@@ -107,7 +170,7 @@ impl<P: Provider> NodeNic<P> {
                             mw: window,
                             bind: match target {
                                 Some(t) => BindInfo {
-                                    mr: Some(&domain.mr),
+                                    mr: Some(&*domain.mr),
                                     addr: t.addr,
                                     length: t.len,
                                     access: t.access,
@@ -160,7 +223,7 @@ impl<P: Provider> NodeNic<P> {
         while got < expected && idle < 2_000_000 {
             let mut n = self.op_cq.poll(&mut wcs);
             if n == 0 {
-                n = self.data_cq.poll(&mut wcs);
+                n = self.data_cq.poll(self.shard, &mut wcs);
             }
             if n == 0 {
                 idle += 1;
@@ -176,7 +239,7 @@ impl<P: Provider> NodeNic<P> {
             idle = 0;
             for wc in &wcs[..n] {
                 got += 1;
-                let Some(i) = (wc.wr_id as usize).checked_sub(base) else {
+                let Some(i) = ((wc.wr_id & INDEX_MASK) as usize).checked_sub(base) else {
                     continue;
                 };
                 if i >= ops.len() || wc.status != WcStatus::Success {
@@ -262,7 +325,7 @@ impl<P: Provider> NodeNic<P> {
                     op: SendOp::BindMw {
                         mw: window,
                         bind: BindInfo {
-                            mr: Some(&domain.mr),
+                            mr: Some(&*domain.mr),
                             addr: t.addr,
                             length: t.len,
                             access: t.access,
@@ -284,7 +347,7 @@ impl<P: Provider> NodeNic<P> {
             role: Role::Loopback,
             client_id: 0,
             secret: self.loop_secret,
-            slot: 0,
+            slot: self.shard as u8,
         }
         .encode();
         for d in 0..self.domains.len() {

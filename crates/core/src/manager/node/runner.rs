@@ -14,7 +14,7 @@ impl<P: Provider> Runner<P> {
         // when it ends, not around every batch.
         let mut streak_cpu: Option<Duration> = None;
         while !self.shared.stop.load(Ordering::SeqCst) {
-            if self.shared.publish.load(Ordering::SeqCst) {
+            if self.shared.publish[self.shard].load(Ordering::SeqCst) {
                 self.publish_stats();
             }
             requests.clear();
@@ -122,7 +122,9 @@ impl<P: Provider> Runner<P> {
     }
 
     fn publish_stats(&self) {
-        let mut s = self.shared.stats.lock();
+        let mut all = self.shared.stats.lock();
+        let s = &mut all[self.shard];
+        s.shards = 1;
         s.counters = self.core.counters();
         s.occupancy = Some(self.core.occupancy());
         s.manager_cpu = thread_cpu();
@@ -131,15 +133,15 @@ impl<P: Provider> Runner<P> {
         s.clients = self.control.len();
         s.pool_bytes_in_use = self.core.pool_bytes_in_use();
         s.metadata_bytes = self.core.metadata_bytes();
-        drop(s);
-        if self.shared.publish.swap(false, Ordering::SeqCst) {
+        drop(all);
+        if self.shared.publish[self.shard].swap(false, Ordering::SeqCst) {
             self.shared.published.notify_all();
         }
     }
 
     fn adopt_incoming(&mut self) {
         let incoming = {
-            let mut pending = self.shared.incoming.lock();
+            let mut pending = self.shared.incoming[self.shard].lock();
             if pending.is_empty() {
                 return;
             }
@@ -147,14 +149,16 @@ impl<P: Provider> Runner<P> {
         };
         for (intent, qp) in incoming {
             match intent.role {
-                Role::Control => {
-                    // Its protection domain comes with a successful `Hello`: a connection that
-                    // never authenticates costs no registration and no windows.
+                Role::Control if intent.client_id == 0 => {
+                    // A client's first connection (shard 0's). Its protection domain comes
+                    // with a successful `Hello`: a connection that never authenticates costs
+                    // no registration and no windows.
                     let id = self.next_client;
                     self.next_client += 1;
                     self.reply_qp.insert(id, qp.clone());
                     self.control.insert(qp.qp_num(), (id, qp));
                 }
+                Role::Control => self.join_client(intent.client_id, qp),
                 Role::Data => {
                     self.nic
                         .data_qps
@@ -168,16 +172,47 @@ impl<P: Provider> Runner<P> {
         self.others.retain(|qp| qp.state() != QpState::Error);
     }
 
-    /// Gives a new client its own PD: a registration of the pool in it, windows, a bind QP.
-    /// Registering the whole pool again is the honest cost of this isolation mode.
+    /// An authenticated client (shard 0 accepted its `Hello`) connects to this shard: it is
+    /// served here as the tenant it authenticated as, in its own domain if clients have one.
+    fn join_client(&mut self, client: ClientId, qp: P::Qp) {
+        let tenant = self.shared.tenants_of.lock().get(&client).copied();
+        let Some(tenant) = tenant else {
+            qp.set_error(); // the accept policy checked its secret: not reachable
+            return;
+        };
+        if self.nic.isolation != Isolation::SharedPd && self.add_client_domain(client).is_err() {
+            // No isolated domain, no service: never a silent fall-back to a weaker isolation.
+            qp.set_error();
+            return;
+        }
+        self.authenticated.insert(client, tenant);
+        self.core.set_tenant(client, tenant);
+        self.reply_qp.insert(client, qp.clone());
+        self.control.insert(qp.qp_num(), (client, qp));
+    }
+
+    /// Gives a client its own PD in this shard: the client's PD and registration of the pool
+    /// (made by the first shard that needs them, shared by all), this shard's windows in it,
+    /// and a bind QP. Registering the whole pool again is the honest cost of this isolation
+    /// mode.
     fn add_client_domain(&mut self, client: ClientId) -> Result<(), VerbsError> {
-        let pd = self.ctx.alloc_pd()?;
-        let mr = pd.reg_mr(
-            &self.pool,
-            0,
-            self.pool.len(),
-            AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
-        )?;
+        let (pd, mr) = {
+            let mut domains = self.shared.client_domains.lock();
+            match domains.get(&client) {
+                Some((pd, mr)) => (pd.clone(), mr.clone()),
+                None => {
+                    let pd = self.ctx.alloc_pd()?;
+                    let mr = Arc::new(pd.reg_mr(
+                        &self.pool,
+                        0,
+                        self.pool.len(),
+                        AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND,
+                    )?);
+                    domains.insert(client, (pd.clone(), mr.clone()));
+                    (pd, mr)
+                }
+            }
+        };
         let mut windows = Vec::with_capacity(self.windows_per_client as usize);
         let mw_type = if self.nic.isolation == Isolation::Type2 {
             MwType::Type2
@@ -192,7 +227,7 @@ impl<P: Provider> Runner<P> {
             role: Role::Loopback,
             client_id: 0,
             secret: self.shared.loop_secret,
-            slot: 0,
+            slot: self.shard as u8,
         }
         .encode();
         bind_qp.connect(&self.nic.address, &intent)?;
@@ -203,7 +238,6 @@ impl<P: Provider> Runner<P> {
         self.nic
             .mw_domain
             .extend(std::iter::repeat_n(domain, ids.len()));
-        self.shared.client_pds.lock().insert(client, pd.clone());
         self.nic.domains.push(Domain { pd, mr, bind_qp });
         Ok(())
     }
@@ -235,6 +269,7 @@ impl<P: Provider> Runner<P> {
                             client_id: client,
                             secret,
                             type2: self.nic.isolation == Isolation::Type2,
+                            shards: self.shared.map,
                         },
                     );
                 }
@@ -253,6 +288,7 @@ impl<P: Provider> Runner<P> {
                             client_id: client,
                             secret: secret.unwrap_or(0),
                             type2: self.nic.isolation == Isolation::Type2,
+                            shards: self.shared.map,
                         },
                     );
                 }
@@ -308,6 +344,8 @@ impl<P: Provider> Runner<P> {
         }
         self.authenticated.insert(client, tenant);
         self.core.set_tenant(client, tenant);
+        // Before the `Welcome`: the client's connections to the other shards find it.
+        self.shared.tenants_of.lock().insert(client, tenant);
         Ok(())
     }
 

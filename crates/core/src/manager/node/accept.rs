@@ -1,0 +1,126 @@
+//! Which PD, queues and rights each incoming connection gets, from its connection intent.
+//!
+//! - A control QP goes to the shard its intent names, in the clients' PD, on that shard's
+//!   shared receive queue. Shard 0's control connection is a client's first (its `Hello`
+//!   authenticates it); one to another shard must present the client id and secret of an
+//!   authenticated client.
+//! - A data QP must present its client's id and secret; it is created in the client's own PD
+//!   when clients are isolated by PD, with every remote right (windows gate access). Every
+//!   shard learns of it (type-2 windows of any shard are bound to it).
+//! - A loopback QP (the manager's own) must present the node's loopback secret.
+
+use super::{Intent, Role, Shared};
+use rnic::{AcceptPolicy, AccessFlags, ProtectionDomain, Provider, QpInit, QpTiming};
+use std::sync::Arc;
+
+/// One shard's control queues.
+pub(super) struct ControlQueues<P: Provider> {
+    pub(super) srq: P::Srq,
+    pub(super) send_cq: P::Cq,
+    pub(super) recv_cq: P::Cq,
+}
+
+pub(super) struct Policy<P: Provider> {
+    pub(super) shared: Arc<Shared<P>>,
+    pub(super) client_pd: P::Pd,
+    pub(super) manager_pd: P::Pd,
+    /// Per shard.
+    pub(super) control: Vec<ControlQueues<P>>,
+    pub(super) data_cq: P::Cq,
+    pub(super) timing: QpTiming,
+}
+
+impl<P: Provider> Policy<P> {
+    /// Whether `intent` carries the secret of an authenticated client.
+    fn known_client(&self, intent: &Intent) -> bool {
+        let known = self.shared.secrets.lock().get(&intent.client_id).copied();
+        intent.secret != 0 && known == Some(intent.secret)
+    }
+}
+
+impl<P: Provider> AcceptPolicy<P> for Policy<P> {
+    fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String> {
+        let intent = Intent::decode(private_data).ok_or("malformed connection intent")?;
+        let init = |pd: &P::Pd, send: &P::Cq, recv: &P::Cq, srq, access| {
+            pd.create_qp(QpInit {
+                send_cq: send,
+                recv_cq: recv,
+                srq,
+                max_send_wr: 1024,
+                max_recv_wr: 16,
+                access,
+                timing: self.timing,
+            })
+            .map_err(|e| e.to_string())
+        };
+        match intent.role {
+            Role::Control => {
+                let q = self
+                    .control
+                    .get(intent.slot as usize)
+                    .ok_or("no such manager shard")?;
+                if intent.slot > 0 && !self.known_client(&intent) {
+                    return Err("unknown client or wrong secret".into());
+                }
+                init(
+                    &self.client_pd,
+                    &q.send_cq,
+                    &q.recv_cq,
+                    Some(&q.srq),
+                    AccessFlags::empty(),
+                )
+            }
+            Role::Data => {
+                if !self.known_client(&intent) {
+                    return Err("unknown client or wrong secret".into());
+                }
+                let own = self
+                    .shared
+                    .client_domains
+                    .lock()
+                    .get(&intent.client_id)
+                    .map(|(pd, _)| pd.clone());
+                init(
+                    own.as_ref().unwrap_or(&self.client_pd),
+                    &self.data_cq,
+                    &self.data_cq,
+                    None,
+                    AccessFlags::REMOTE_ALL,
+                )
+            }
+            Role::Loopback => {
+                if intent.secret != self.shared.loop_secret
+                    || intent.slot as usize >= self.control.len()
+                {
+                    return Err("loopback intent with a wrong secret".into());
+                }
+                init(
+                    &self.manager_pd,
+                    &self.data_cq,
+                    &self.data_cq,
+                    None,
+                    AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ,
+                )
+            }
+        }
+    }
+
+    fn established(&self, qp: P::Qp, private_data: &[u8]) {
+        let Some(intent) = Intent::decode(private_data) else {
+            return;
+        };
+        match intent.role {
+            // Every shard may bind type-2 windows on a client's data QP.
+            Role::Data => {
+                for incoming in &self.shared.incoming {
+                    incoming.lock().push((intent, qp.clone()));
+                }
+            }
+            Role::Control | Role::Loopback => {
+                if let Some(incoming) = self.shared.incoming.get(intent.slot as usize) {
+                    incoming.lock().push((intent, qp));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The memory node's configuration, its errors and what it reports.
+
+#[cfg(doc)]
+use super::super::core::ManagerCore;
+use super::super::core::{Occupancy, Scrub};
+use super::super::pool::SlabConfig;
+use super::super::state::{Counters, Techniques};
+use super::super::tenants::TenantId;
+use crate::proto::shards::ShardError;
+use rnic::{QpTiming, VerbsError};
+use std::time::Duration;
+
+/// Memory-node configuration.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Bytes of buffer pool.
+    pub pool_bytes: u64,
+    /// Headers in the header pool.
+    pub header_count: usize,
+    /// Pre-allocated memory windows.
+    pub mw_count: u32,
+    /// §5.4 techniques.
+    pub techniques: Techniques,
+    /// Maximum lifetime of a permission, µs.
+    pub max_lifetime_us: u64,
+    /// Delay unbinding freed buffers only while this many bytes are free.
+    pub buffer_watermark: u64,
+    /// Receive slots in the shared receive queue.
+    pub srq_depth: u32,
+    /// Most requests handled in one batch.
+    pub max_batch: usize,
+    /// How late, µs, the manager may collect an expired lease when no request arrives to batch
+    /// it with (the paper's manager polls for expired permissions periodically, §4.2). A lease
+    /// is never collected early; a later collection lets expiries share a batch with grants
+    /// (so their windows are handed over) instead of waking the manager once per expiry.
+    pub expiry_slack_us: u64,
+    /// Timing of the node's QPs.
+    pub qp_timing: QpTiming,
+    /// Slab classes.
+    pub slab: SlabConfig,
+    /// How clients are isolated from each other.
+    pub isolation: Isolation,
+    /// Windows pre-allocated per client when each client has its own PD.
+    pub windows_per_client: u32,
+    /// When freed memory is zeroed ([`Scrub::Off`] only to measure what scrubbing costs).
+    pub scrub: Scrub,
+    /// Longest a conflicting acquire may wait for the holders to leave, µs.
+    pub max_wait_us: u64,
+    /// Tenants and their secrets. Empty: every client acts for the one default tenant (a
+    /// single application); otherwise a client must present one of these to be served.
+    pub tenants: Vec<TenantSecret>,
+    /// The manager draws each bind's key byte at random (none of the window's recent ones)
+    /// instead of leaving the NIC to step it by one; see `manager::keys`.
+    pub random_key_bytes: bool,
+    /// Seed of those draws (`None`: from the OS; tests set one to replay exactly).
+    pub key_seed: Option<u64>,
+    /// Manager threads. Each owns a slice of the headers, buffers and windows and its own
+    /// receive queue; clients connect to every shard and route requests by address (see
+    /// `proto::shards`). Conflicts are per object, so shards never coordinate.
+    pub shards: usize,
+}
+
+/// One manager shard — or, in builds with the `testing` feature, the number the
+/// `PATRONUS_TEST_SHARDS` environment variable names, so that every test runs unchanged with
+/// one and with several shards (CI runs both).
+fn default_shards() -> usize {
+    #[cfg(feature = "testing")]
+    if let Some(n) = std::env::var("PATRONUS_TEST_SHARDS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        return n.max(1);
+    }
+    1
+}
+
+/// A tenant the memory node serves, and the secret its clients authenticate with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TenantSecret {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its secret.
+    pub secret: u64,
+}
+
+impl std::fmt::Debug for TenantSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantSecret")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive() // the secret stays out of logs
+    }
+}
+
+/// How clients are isolated from each other on the memory node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// One PD for every client, type-1 windows (the paper's design). Any client holding a
+    /// window's rkey can use it from any of its QPs; a guessed key byte is the only barrier
+    /// (a sweep of the 256 values finds it, at the cost of a QP fault per wrong guess).
+    SharedPd,
+    /// A PD (with its own registration of the pool and its own windows) per client: a window
+    /// of client A fails on client B's QPs even with the right rkey (PD mismatch at the NIC).
+    /// The default.
+    #[default]
+    PdPerClient,
+    /// A PD per client and type-2 windows bound to the client's current QP: a window fails on
+    /// any other QP, even the same client's. When the client switches to a spare QP it tells
+    /// the manager (`UseQp`) and has its permissions' windows bound again (`Rebind`). MW
+    /// handover is off in this mode (a type-2 window must be invalidated before a rebind).
+    Type2,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            pool_bytes: 64 << 20,
+            header_count: 1 << 14,
+            mw_count: 1 << 14,
+            techniques: Techniques::ALL,
+            max_lifetime_us: 10_000,
+            buffer_watermark: 8 << 20,
+            srq_depth: 1024,
+            max_batch: 64,
+            expiry_slack_us: 50,
+            qp_timing: QpTiming::default(),
+            slab: SlabConfig::default(),
+            isolation: Isolation::PdPerClient,
+            windows_per_client: 1024,
+            scrub: Scrub::Idle,
+            max_wait_us: 1_000_000,
+            tenants: Vec::new(),
+            random_key_bytes: true,
+            key_seed: None,
+            shards: default_shards(),
+        }
+    }
+}
+
+/// Errors starting a memory node.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A verb failed.
+    #[error("verbs: {0}")]
+    Verbs(#[from] VerbsError),
+    /// Configuration is inconsistent.
+    #[error("configuration: {0}")]
+    Config(&'static str),
+    /// The pools cannot be split into the shards asked for.
+    #[error("configuration: {0}")]
+    Shards(#[from] ShardError),
+}
+
+/// What the node reports about itself (summed over its shards).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeStats {
+    /// Operation counters.
+    pub counters: Counters,
+    /// Pool occupancy.
+    pub occupancy: Option<Occupancy>,
+    /// CPU time of the manager threads (idle polling included).
+    pub manager_cpu: Duration,
+    /// CPU time of the manager threads spent handling batches.
+    pub busy_cpu: Duration,
+    /// Batches run.
+    pub batches: u64,
+    /// Connected clients.
+    pub clients: usize,
+    /// Pool bytes held by live objects and headers in use.
+    pub pool_bytes_in_use: u64,
+    /// Estimated bytes of the manager's tables (see [`ManagerCore::metadata_bytes`]).
+    pub metadata_bytes: u64,
+    /// Manager shards that published this snapshot.
+    pub shards: usize,
+}
+
+impl NodeStats {
+    /// The sum of two snapshots (e.g. of two shards).
+    pub fn plus(&self, o: &NodeStats) -> NodeStats {
+        NodeStats {
+            counters: self.counters.plus(&o.counters),
+            occupancy: match (self.occupancy, o.occupancy) {
+                (Some(a), Some(b)) => Some(a.plus(&b)),
+                (a, b) => a.or(b),
+            },
+            manager_cpu: self.manager_cpu + o.manager_cpu,
+            busy_cpu: self.busy_cpu + o.busy_cpu,
+            batches: self.batches + o.batches,
+            clients: self.clients.max(o.clients),
+            pool_bytes_in_use: self.pool_bytes_in_use + o.pool_bytes_in_use,
+            metadata_bytes: self.metadata_bytes + o.metadata_bytes,
+            shards: self.shards + o.shards,
+        }
+    }
+}
