@@ -46,6 +46,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// Connections accepted and not yet adopted by a shard's thread.
+type Pending<P> = Mutex<Vec<(Intent, <P as Provider>::Qp)>>;
+/// A client's protection domain and its registration of the pool.
+type ClientDomain<P> = (<P as Provider>::Pd, Arc<<P as Provider>::Mr>);
+
 /// What the shards and the accept policy share.
 struct Shared<P: Provider> {
     stop: AtomicBool,
@@ -57,14 +62,14 @@ struct Shared<P: Provider> {
     /// Notified (with `stats` locked and released) when a shard published a requested snapshot.
     published: Condvar,
     /// Per shard: connections accepted and not yet adopted by the shard's thread.
-    incoming: Vec<Mutex<Vec<(Intent, P::Qp)>>>,
+    incoming: Vec<Pending<P>>,
     /// Clients' secrets (their data and non-first control connections present them).
     secrets: Mutex<HashMap<ClientId, u64>>,
     /// Authenticated clients and their tenants (shard 0 records them before its `Welcome`).
     tenants_of: Mutex<HashMap<ClientId, TenantId>>,
     /// Per-client protection domains and their registration of the pool (isolation by PD):
     /// data QPs of a client are created in it, and every shard binds windows in it.
-    client_domains: Mutex<HashMap<ClientId, (P::Pd, Arc<P::Mr>)>>,
+    client_domains: Mutex<HashMap<ClientId, ClientDomain<P>>>,
     loop_secret: u64,
 }
 
