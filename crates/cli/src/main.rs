@@ -98,6 +98,9 @@ enum Command {
         /// decimal or 0x-hex). Without any, every client is tenant 0 (one application).
         #[arg(long = "tenant", value_parser = serve::parse_tenant)]
         tenants: Vec<serve::TenantArg>,
+        /// Manager threads (shards), each owning a slice of the pools.
+        #[arg(long, default_value_t = 1)]
+        shards: usize,
     },
     /// Connect to a memory node over TCP, run a short lifecycle, print the result.
     Probe {
@@ -133,12 +136,14 @@ fn main() -> anyhow::Result<()> {
             max_lifetime_ms,
             isolation,
             tenants,
+            shards,
         } => serve::serve(&serve::ServeOpts {
             listen,
             pool_mib,
             max_lifetime_ms,
             isolation: isolation.into(),
             tenants,
+            shards,
         }),
         Command::Probe { connect, tenant } => serve::probe(connect, tenant),
     }

@@ -41,6 +41,8 @@ pub struct ServeOpts {
     pub isolation: Isolation,
     /// Tenants (empty: one default tenant).
     pub tenants: Vec<TenantArg>,
+    /// Manager shards.
+    pub shards: usize,
 }
 
 /// Serves until stdin reaches end of file; prints `listening <addr>` first.
@@ -54,6 +56,7 @@ pub fn serve(opts: &ServeOpts) -> Result<()> {
             max_lifetime_us: opts.max_lifetime_ms * 1000,
             isolation: opts.isolation,
             tenants: opts.tenants.clone(),
+            shards: opts.shards,
             ..NodeConfig::default()
         },
     )?;

@@ -313,6 +313,7 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
     let node = NodeConfig {
         mw_count: 1, // shared PD: every grant (read-write, contiguous: one window) shares it
         windows_per_client: 2,
+        shards: 1, // one window cannot be split between shards
         ..node_cfg()
     };
     let mut b = bed(t, iso, 2, node, no_wait());
@@ -855,10 +856,11 @@ fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
     // A fresh copy of the stale request (new id): the start time no longer matches.
     assert_eq!(send(a, freeing).1, Reply::Failed(Status::NotFound));
     // Push the id out of the reply cache, then replay it: the ABA filter answers.
-    // (More than the node's reply cache holds, pipelined 15 at a time.)
+    // (More than the node's reply cache holds, pipelined 15 at a time, to the same manager
+    // shard: a stale id of the same header.)
     let bogus = Request::Extend {
         id: PermissionId {
-            header_addr: 0,
+            header_addr: old.header_addr,
             start_us: 1,
         },
         lease_us: 1,

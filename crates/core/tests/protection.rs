@@ -157,14 +157,19 @@ fn grant_after_a_client_timeout_is_handed_back(t: Transport, iso: Isolation) {
 fn four_kib_allocation_costs_at_most_64_bytes_more(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
-    let p = a
-        .allocate(4096, Duration::from_millis(100), Mode::Exclusive)
-        .unwrap();
-    let q = a
-        .allocate(4096, Duration::from_millis(100), Mode::Exclusive)
-        .unwrap();
-    assert!(p.len() >= 4096);
-    let stride = q.addr().abs_diff(p.addr());
+    // Allocations go round the manager's shards: one more than there are shards puts two in
+    // the same slab, next to each other.
+    let n = a.shard_map().shards as usize + 1;
+    let perms: Vec<_> = (0..n)
+        .map(|_| {
+            a.allocate(4096, Duration::from_millis(100), Mode::Exclusive)
+                .unwrap()
+        })
+        .collect();
+    assert!(perms.iter().all(|p| p.len() >= 4096));
+    let mut addrs: Vec<u64> = perms.iter().map(|p| p.addr()).collect();
+    addrs.sort_unstable();
+    let stride = addrs.windows(2).map(|w| w[1] - w[0]).min().unwrap();
     assert!(stride <= 4096 + 64, "a 4 KiB object takes {stride} bytes");
 }
 
@@ -304,6 +309,7 @@ fn conflicting_acquire_waits_by_default(t: Transport, iso: Isolation) {
 fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
     let node = NodeConfig {
         mw_count: 1, // one window: every grant is a handover of it
+        shards: 1,   // (one window cannot be split between shards)
         max_wait_us: 10_000_000,
         ..node_cfg()
     };

@@ -497,6 +497,11 @@ impl<P: Provider> Client<P> {
     /// allocated freed), so no permission or memory is orphaned; their answers are dropped.
     fn hand_back_orphans(&mut self) {
         for k in 0..self.ctrl.len() {
+            if self.ctrl.len() > 1 {
+                // A late grant may sit on another shard's channel: look (without waiting).
+                // A failed channel reports itself on its next call.
+                let _ = self.ctrl[k].poll_cq();
+            }
             for orphan in self.ctrl[k].take_orphans() {
                 if let Reply::Granted(g) = orphan.reply {
                     let free = matches!(orphan.request, Request::Allocate { .. });
