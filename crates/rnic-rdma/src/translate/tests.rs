@@ -160,7 +160,12 @@ fn async_events_map_from_ibv() {
         (E::IBV_EVENT_DEVICE_FATAL, None),
     ];
     for (theirs, ours) in cases {
-        assert_eq!(async_event_from_ibv(theirs as u32, q), ours, "event {}", theirs as u32);
+        assert_eq!(
+            async_event_from_ibv(theirs as u32, q),
+            ours,
+            "event {}",
+            theirs as u32
+        );
     }
 }
 
