@@ -2,6 +2,8 @@
 //! lifecycle demo, and a memory-node server with a probe client for multi-process set-ups.
 
 mod demo;
+mod devices;
+mod rdma;
 mod serve;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -31,6 +33,15 @@ impl From<TransportArg> for Transport {
             TransportArg::Tcp => Transport::Tcp,
         }
     }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+enum ProviderArg {
+    /// The software RNIC over TCP.
+    #[default]
+    Soft,
+    /// An rdma-core device (ConnectX, Soft-RoCE, ...): see `patronus devices`.
+    Rdma,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -101,6 +112,12 @@ enum Command {
         /// Manager threads (shards), each owning a slice of the pools.
         #[arg(long, default_value_t = 1)]
         shards: usize,
+        /// The RNIC: the software one over TCP, or an rdma-core device.
+        #[arg(long, value_enum, default_value = "soft")]
+        provider: ProviderArg,
+        /// RDMA device name with `--provider rdma` (default: the first device).
+        #[arg(long)]
+        device: Option<String>,
     },
     /// Connect to a memory node over TCP, run a short lifecycle, print the result.
     Probe {
@@ -110,7 +127,16 @@ enum Command {
         /// Authenticate as this tenant, ID:SECRET (default: tenant 0).
         #[arg(long, value_parser = serve::parse_tenant)]
         tenant: Option<serve::TenantArg>,
+        /// The RNIC: the software one over TCP, or an rdma-core device.
+        #[arg(long, value_enum, default_value = "soft")]
+        provider: ProviderArg,
+        /// RDMA device name with `--provider rdma` (default: the first device).
+        #[arg(long)]
+        device: Option<String>,
     },
+    /// List RDMA devices with ports, GIDs and memory-window capabilities. Exit code 0: devices
+    /// listed; 2: no RDMA device; 3: libibverbs not installed; 1: a device could not be queried.
+    Devices,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -137,14 +163,31 @@ fn main() -> anyhow::Result<()> {
             isolation,
             tenants,
             shards,
-        } => serve::serve(&serve::ServeOpts {
-            listen,
-            pool_mib,
-            max_lifetime_ms,
-            isolation: isolation.into(),
-            tenants,
-            shards,
-        }),
-        Command::Probe { connect, tenant } => serve::probe(connect, tenant),
+            provider,
+            device,
+        } => {
+            let opts = serve::ServeOpts {
+                listen,
+                pool_mib,
+                max_lifetime_ms,
+                isolation: isolation.into(),
+                tenants,
+                shards,
+            };
+            match provider {
+                ProviderArg::Soft => serve::serve(&opts),
+                ProviderArg::Rdma => rdma::serve(&opts, device),
+            }
+        }
+        Command::Probe {
+            connect,
+            tenant,
+            provider,
+            device,
+        } => match provider {
+            ProviderArg::Soft => serve::probe(connect, tenant),
+            ProviderArg::Rdma => rdma::probe(connect, tenant, device),
+        },
+        Command::Devices => std::process::exit(devices::run()),
     }
 }

@@ -1,0 +1,268 @@
+//! Protection domains, registrable memory, memory regions and memory windows.
+//!
+//! Invariants:
+//! - An [`RdmaBuffer`] is the software RNIC's atomic arena (`rnic::soft::arena::MemoryBlock`):
+//!   page-aligned anonymous memory touched by the CPU only through atomics, so the NIC writing
+//!   it concurrently (DMA) is never a data race on the Rust side.
+//! - An [`RdmaMr`] keeps its buffer mapped while it is registered (see `ffi`).
+//! - An [`RdmaMw`]'s rkey is the rkey of the latest *posted* bind: a bind request names the new
+//!   rkey itself (`bind_mw.rkey` = same index, new key byte) and the window records it when the
+//!   request is posted, as rdma-core's `ibv_bind_mw` does. After a failed bind the recorded rkey
+//!   is not rolled back (the man page leaves that to the consumer).
+
+use crate::RdmaProvider;
+use crate::context::{RdmaContext, alloc_error};
+use crate::ffi;
+use crate::qp::RdmaQp;
+use crate::queues::RdmaSrq;
+use crate::translate::{access_to_ibv, mw_type_to_ibv, verbs_error};
+use rnic::soft::arena::MemoryBlock;
+use rnic::{
+    AccessFlags, MemoryBuffer, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId,
+    ProtectionDomain, QpInit, Resource, Rkey, VerbsError, VerbsResult, VirtAddr,
+};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Page-aligned, zeroed memory that can be registered. Cloning shares it.
+#[derive(Clone, Debug)]
+pub struct RdmaBuffer {
+    pub(crate) block: MemoryBlock,
+}
+
+impl RdmaBuffer {
+    pub(crate) fn new(len: usize) -> VerbsResult<RdmaBuffer> {
+        Ok(RdmaBuffer {
+            block: MemoryBlock::new(len)?,
+        })
+    }
+}
+
+impl MemoryBuffer for RdmaBuffer {
+    fn addr(&self) -> VirtAddr {
+        self.block.addr()
+    }
+    fn len(&self) -> usize {
+        self.block.len()
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) -> VerbsResult<()> {
+        self.block.read(offset, dst)
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> VerbsResult<()> {
+        self.block.write(offset, src)
+    }
+    fn load_u64(&self, offset: usize) -> VerbsResult<u64> {
+        Ok(self.block.word(offset)?.load(Ordering::SeqCst))
+    }
+    fn store_u64(&self, offset: usize, value: u64) -> VerbsResult<()> {
+        self.block.word(offset)?.store(value, Ordering::SeqCst);
+        Ok(())
+    }
+    fn fill_zero(&self, offset: usize, len: usize) -> VerbsResult<()> {
+        self.block.zero(offset, len)
+    }
+}
+
+/// A protection domain. Cloning shares it.
+#[derive(Clone)]
+pub struct RdmaPd {
+    pub(crate) ctx: RdmaContext,
+    pub(crate) raw: Arc<ffi::Pd>,
+    id: PdId,
+}
+
+impl fmt::Debug for RdmaPd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RdmaPd({:?})", self.id)
+    }
+}
+
+static NEXT_PD: AtomicU32 = AtomicU32::new(1);
+
+impl RdmaPd {
+    pub(crate) fn new(ctx: &RdmaContext) -> VerbsResult<RdmaPd> {
+        let raw = ffi::alloc_pd(&ctx.inner.dev)
+            .map_err(|e| alloc_error("ibv_alloc_pd", Resource::ProtectionDomain, e))?;
+        Ok(RdmaPd {
+            ctx: ctx.clone(),
+            raw: Arc::new(raw),
+            id: PdId(NEXT_PD.fetch_add(1, Ordering::Relaxed)),
+        })
+    }
+}
+
+impl ProtectionDomain<RdmaProvider> for RdmaPd {
+    fn id(&self) -> PdId {
+        self.id
+    }
+
+    fn reg_mr(
+        &self,
+        buffer: &RdmaBuffer,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> VerbsResult<RdmaMr> {
+        if offset.checked_add(len).is_none_or(|end| end > buffer.len()) {
+            return Err(VerbsError::InvalidArgument("region outside the buffer"));
+        }
+        let raw = ffi::reg_mr(&self.raw, &buffer.block, offset, len, access_to_ibv(access))
+            .map_err(|e| verbs_error("ibv_reg_mr", Resource::MemoryRegion, e))?;
+        Ok(RdmaMr {
+            _pd: self.clone(),
+            raw: Some(raw),
+            addr: buffer.addr() + offset as u64,
+            len,
+            access,
+        })
+    }
+
+    fn alloc_mw(&self, mw_type: MwType) -> VerbsResult<RdmaMw> {
+        let attr = &self.ctx.inner.attr;
+        let supported = match mw_type {
+            MwType::Type1 => attr.mw_type1,
+            MwType::Type2 => attr.mw_type2,
+        };
+        if !supported {
+            return Err(VerbsError::InvalidArgument(match mw_type {
+                MwType::Type1 => "this device has no memory windows (IBV_DEVICE_MEM_WINDOW)",
+                MwType::Type2 => {
+                    "this device has no type-2 memory windows (IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)"
+                }
+            }));
+        }
+        let raw = ffi::alloc_mw(&self.raw, mw_type_to_ibv(mw_type))
+            .map_err(|e| verbs_error("ibv_alloc_mw", Resource::MemoryWindow, e))?;
+        Ok(RdmaMw {
+            rkey: AtomicU32::new(raw.initial_rkey()),
+            raw,
+            mw_type,
+            _pd: self.clone(),
+        })
+    }
+
+    fn create_srq(&self, capacity: u32) -> VerbsResult<RdmaSrq> {
+        RdmaSrq::new(self, capacity)
+    }
+
+    fn create_qp(&self, init: QpInit<'_, RdmaProvider>) -> VerbsResult<RdmaQp> {
+        RdmaQp::new(self, init)
+    }
+}
+
+/// A registered memory region. Not `Clone`: deregistration consumes it.
+pub struct RdmaMr {
+    _pd: RdmaPd,
+    pub(crate) raw: Option<ffi::Mr>,
+    addr: VirtAddr,
+    len: usize,
+    access: AccessFlags,
+}
+
+impl fmt::Debug for RdmaMr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RdmaMr")
+            .field("lkey", &self.lkey())
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl RdmaMr {
+    pub(crate) fn raw(&self) -> Option<&ffi::Mr> {
+        self.raw.as_ref()
+    }
+}
+
+impl MemoryRegion for RdmaMr {
+    fn lkey(&self) -> rnic::Lkey {
+        MemoryKey(self.raw.as_ref().map_or(0, |m| m.lkey()))
+    }
+    fn rkey(&self) -> Rkey {
+        MemoryKey(self.raw.as_ref().map_or(0, |m| m.rkey()))
+    }
+    fn addr(&self) -> VirtAddr {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn access(&self) -> AccessFlags {
+        self.access
+    }
+    /// `ibv_dereg_mr`. rdma-core reports bound windows as `EBUSY` without a count, so that
+    /// case is [`VerbsError::Busy`] here, not `MrHasBoundWindows(n)`.
+    fn deregister(mut self) -> Result<(), (Self, VerbsError)> {
+        let Some(raw) = self.raw.take() else {
+            return Ok(());
+        };
+        match raw.deregister() {
+            Ok(()) => Ok(()),
+            Err((raw, e)) => {
+                self.raw = Some(raw);
+                let err = match e.raw_os_error() {
+                    Some(libc::EBUSY) => {
+                        VerbsError::Busy("ibv_dereg_mr: memory windows are still bound (EBUSY)")
+                    }
+                    _ => verbs_error("ibv_dereg_mr", Resource::MemoryRegion, e),
+                };
+                Err((self, err))
+            }
+        }
+    }
+}
+
+/// A memory window.
+pub struct RdmaMw {
+    pub(crate) raw: ffi::Mw,
+    mw_type: MwType,
+    rkey: AtomicU32,
+    _pd: RdmaPd,
+}
+
+impl fmt::Debug for RdmaMw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RdmaMw")
+            .field("type", &self.mw_type)
+            .field("rkey", &self.rkey())
+            .finish()
+    }
+}
+
+impl RdmaMw {
+    /// Records the rkey of a bind that is being posted.
+    pub(crate) fn set_rkey(&self, rkey: u32) {
+        self.rkey.store(rkey, Ordering::SeqCst);
+    }
+}
+
+impl MemoryWindow for RdmaMw {
+    fn rkey(&self) -> Rkey {
+        MemoryKey(self.rkey.load(Ordering::SeqCst))
+    }
+    fn mw_type(&self) -> MwType {
+        self.mw_type
+    }
+}
+
+/// The rkey a bind gives a window whose current rkey is `current`: the same 24-bit index and
+/// the chosen key byte, or `ibv_inc_rkey(current)` without a choice.
+pub fn bind_rkey(current: u32, key: Option<u8>) -> u32 {
+    let byte = key.unwrap_or_else(|| (current as u8).wrapping_add(1));
+    (current & !0xff) | u32::from(byte)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bind_rkey;
+
+    #[test]
+    fn bind_keeps_index_and_sets_key_byte() {
+        // ibv_inc_rkey: (rkey & ~0xff) | ((rkey + 1) & 0xff)  (verbs.h)
+        assert_eq!(bind_rkey(0x1234_56ff, None), 0x1234_5600);
+        assert_eq!(bind_rkey(0x1234_5601, None), 0x1234_5602);
+        assert_eq!(bind_rkey(0x1234_5601, Some(0xab)), 0x1234_56ab);
+    }
+}

@@ -1,0 +1,236 @@
+//! The rnic conformance suite on a real RDMA device: the rule functions of
+//! `crates/rnic/tests/conformance/` (written once, generic over the provider) run on
+//! [`RdmaBed`], two contexts of the device named by `PATRONUS_RDMA_DEVICE`.
+//!
+//! A `harness = false` runner (libtest-mimic) so that, without a device, every rule shows as
+//! ignored *with its reason* in the test output, and a loud `SKIPPED:` line says so: nothing
+//! claims to pass when it did not run. With `PATRONUS_RDMA_DEVICE` set, a device that cannot be
+//! opened is a failure, not a skip.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+#[path = "../../rnic/tests/conformance/access.rs"]
+mod access;
+#[path = "../../rnic/tests/conformance/bind.rs"]
+mod bind;
+#[path = "../../rnic/tests/conformance/errors.rs"]
+mod errors;
+#[path = "../../rnic/tests/conformance/harness.rs"]
+mod harness;
+#[path = "../../rnic/tests/conformance/invalidate.rs"]
+mod invalidate;
+#[path = "../../rnic/tests/conformance/keys.rs"]
+mod keys;
+#[path = "../../rnic/tests/conformance/two_sided.rs"]
+mod two_sided;
+
+mod rules {
+    pub use super::access::*;
+    pub use super::bind::*;
+    pub use super::errors::*;
+    pub use super::invalidate::*;
+    pub use super::keys::*;
+    pub use super::two_sided::*;
+}
+
+use harness::{BedOptions, Keys, TestBed};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use rnic_rdma::{RdmaConfig, RdmaContext, RdmaProvider};
+
+/// The environment variable naming the device to test.
+const DEVICE_VAR: &str = "PATRONUS_RDMA_DEVICE";
+/// Why the rules are ignored without a device (shown per rule by the runner).
+const SKIP_REASON: &str = "no RDMA device (set PATRONUS_RDMA_DEVICE)";
+
+/// Two contexts (memory node, client node) of one device, on the real clock.
+#[derive(Debug)]
+pub struct RdmaBed {
+    mn: RdmaContext,
+    cn: RdmaContext,
+}
+
+impl TestBed<RdmaProvider> for RdmaBed {
+    fn open(opts: BedOptions) -> Self {
+        assert_eq!(
+            opts.keys,
+            Keys::Increment,
+            "a real NIC has no seeded key policy; this rule is soft-NIC-only"
+        );
+        let device = std::env::var(DEVICE_VAR).expect("PATRONUS_RDMA_DEVICE is set");
+        let open = || {
+            RdmaContext::open(RdmaConfig {
+                device: Some(device.clone()),
+                gid_index: std::env::var("PATRONUS_RDMA_GID")
+                    .ok()
+                    .map(|g| g.parse().expect("PATRONUS_RDMA_GID is a GID index")),
+                ..RdmaConfig::default()
+            })
+            .unwrap_or_else(|e| panic!("opening RDMA device {device}: {e}"))
+        };
+        RdmaBed {
+            mn: open(),
+            cn: open(),
+        }
+    }
+    fn mn(&self) -> &RdmaContext {
+        &self.mn
+    }
+    fn cn(&self) -> &RdmaContext {
+        &self.cn
+    }
+    fn virtual_time(&self) -> bool {
+        false
+    }
+}
+
+/// `(name, rule)` for every generic rule; the soft-NIC-only rules are left out with a reason
+/// in `docs/rdma.md` (seeded key policies; `MrHasBoundWindows` counts that rdma-core does not
+/// report).
+macro_rules! rules {
+    ($($rule:ident),* $(,)?) => {
+        vec![$((stringify!($rule), rules::$rule::<RdmaProvider, RdmaBed> as fn())),*]
+    };
+}
+
+fn generic_rules() -> Vec<(&'static str, fn())> {
+    rules![
+        bind_mr_of_other_pd_rejected,
+        bind_type2_on_qp_of_other_pd_rejected,
+        bind_mr_without_mw_bind_rejected,
+        bind_write_or_atomic_needs_local_write,
+        bind_range_outside_mr_rejected,
+        bind_type2_not_free,
+        bind_type2_zero_length_rejected,
+        bind_type1_zero_length_unbinds,
+        bind_type1_zero_based_rejected,
+        bind_failure_leaves_window_unchanged,
+        window_read_write_atomics,
+        access_wrong_key_byte,
+        bind_with_chosen_key_byte,
+        access_stale_rkey_after_rebind,
+        access_window_of_other_pd,
+        access_type2_from_other_qp,
+        access_out_of_bounds_low,
+        access_out_of_bounds_high,
+        access_write_through_read_only_window,
+        access_atomic_without_remote_atomic,
+        access_read_without_remote_read,
+        access_mr_rkey_without_remote_rights,
+        qp_flags_write_denied,
+        qp_flags_read_denied,
+        qp_flags_atomic_denied,
+        qp_flags_checked_before_rkey,
+        qp_flags_modify_access,
+        atomic_misaligned,
+        zero_byte_skips_rkey_check,
+        error_flushes_outstanding_in_order,
+        error_flushes_posted_receives,
+        post_after_error_flushes,
+        reset_reconnect_restores_service,
+        type1_window_survives_qp_error,
+        local_inv_frees_type2,
+        local_inv_wrong_key_rejected,
+        send_with_inv_invalidates_type2,
+        send_with_inv_bad_rkey_rejected,
+        send_with_inv_other_qps_window_rejected,
+        local_inv_type1_rejected,
+        send_with_inv_type1_rejected,
+        dealloc_mw_invalidates,
+        realloc_mw_new_key,
+        send_recv,
+        send_longer_than_receive_rejected,
+        send_recv_srq,
+        rnr_retry_exceeded,
+        rnr_recv_posted_in_time,
+        batch_unsignaled_successes_are_silent,
+        batch_errors_always_complete,
+        local_bad_lkey,
+        local_read_destination_needs_local_write,
+        rkey_increments_per_bind,
+        rkey_guessing_finds_only_current_key,
+    ]
+}
+
+/// Rules that only the software RNIC can run, each with the reason (also in `docs/rdma.md`).
+fn soft_only_rules() -> Vec<(&'static str, fn(), &'static str)> {
+    let seeded = "soft-NIC-only: needs a seeded key policy (a real NIC draws its own keys)";
+    let count = "soft-NIC-only: asserts MrHasBoundWindows(n); rdma-core reports EBUSY without n";
+    vec![
+        (
+            "rkey_random_keys_reproducible",
+            rules::rkey_random_keys_reproducible::<RdmaProvider, RdmaBed> as fn(),
+            seeded,
+        ),
+        (
+            "rkey_random_not_predictable",
+            rules::rkey_random_not_predictable::<RdmaProvider, RdmaBed>,
+            seeded,
+        ),
+        (
+            "rkey_guessing_finds_only_current_key_random",
+            rules::rkey_guessing_finds_only_current_key_random::<RdmaProvider, RdmaBed>,
+            seeded,
+        ),
+        (
+            "dereg_mr_with_bound_window_fails",
+            rules::dereg_mr_with_bound_window_fails::<RdmaProvider, RdmaBed>,
+            count,
+        ),
+    ]
+}
+
+fn run_rule(rule: fn()) -> Result<Completion, Failed> {
+    std::panic::catch_unwind(rule)
+        .map(|()| Completion::Completed)
+        .map_err(|e| {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "rule panicked".into());
+            Failed::from(msg)
+        })
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let device = std::env::var(DEVICE_VAR).ok().filter(|d| !d.is_empty());
+    let rules = generic_rules();
+    if device.is_none() {
+        let seen = match rnic_rdma::devices::probe() {
+            Ok(list) if list.is_empty() => "libibverbs found no device".to_string(),
+            Ok(list) => format!(
+                "devices present but not selected: {}",
+                list.iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Err(e) => e.to_string(),
+        };
+        println!(
+            "SKIPPED: no RDMA device ({seen}); {} conformance rules not run. \
+             Set {DEVICE_VAR}=<name> (see `patronus devices`) to run them.",
+            rules.len()
+        );
+    }
+    let mut trials: Vec<Trial> = rules
+        .into_iter()
+        .map(|(name, rule)| {
+            let run = device.is_some();
+            Trial::ignorable_test(format!("conformance::rdma::{name}"), move || {
+                if run {
+                    run_rule(rule)
+                } else {
+                    Ok(Completion::ignored_with(SKIP_REASON))
+                }
+            })
+        })
+        .collect();
+    trials.extend(soft_only_rules().into_iter().map(|(name, _rule, reason)| {
+        Trial::ignorable_test(format!("conformance::rdma::{name}"), move || {
+            Ok(Completion::ignored_with(reason))
+        })
+    }));
+    libtest_mimic::run(&args, trials).exit();
+}
