@@ -9,16 +9,18 @@
 //!  │ verbs: types, work requests, Provider traits       │
 //!  ├──────────────────────────┬─────────────────────────┤
 //!  │ soft: software RNIC      │ (rdma-core provider,    │
-//!  │  mpt / responder / qp    │  later, same traits)    │
+//!  │  transports: inproc, tcp │  later, same traits)    │
+//!  │  mpt / responder / qp    │                         │
 //!  │  links: inline, queued,  │                         │
-//!  │         tcp, tracing     │                         │
+//!  │   tracing, faulty, tcp   │                         │
 //!  └──────────────────────────┴─────────────────────────┘
 //! ```
 //!
 //! The software provider implements the verbs semantics that protected remote memory depends on:
 //! protection domains, memory regions with per-page translation, type-1 and type-2 memory windows
 //! with 8-bit key rotation, RC queue pairs with their state machine and error propagation, and
-//! completion queues. Its protection table and responder are sans-IO; links only move messages.
+//! completion queues. Its protection table and responder are sans-IO; links only move messages;
+//! transports find peers, run the connection handshake and make the links.
 
 #![warn(missing_docs)]
 

@@ -25,6 +25,12 @@ use std::time::Instant;
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 
+/// Target from the project brief: a soft-NIC READ over TCP within this factor of a raw TCP
+/// ping-pong of the same size (the transport adds little to a round trip).
+const TARGET_READ_OVER_PINGPONG: f64 = 1.5;
+/// Target from the project brief: an in-process MW bind (posted and completed) within this.
+const TARGET_MW_BIND_US: f64 = 0.3;
+
 /// How much of everything to measure.
 #[derive(Clone, Debug)]
 struct Plan {
@@ -375,6 +381,22 @@ fn judge(exp: &mut Experiment, costs: &[SizeCosts], s: &Singles) -> Result<()> {
             } else {
                 format!("MW p50 ≥ MR p50 at {}", mw_cheaper.join(", "))
             },
+        },
+        Check {
+            claim: format!("MW bind at {small} within {TARGET_MW_BIND_US} µs (in-process)"),
+            holds: first.mw.p50_us() <= TARGET_MW_BIND_US,
+            detail: format!("MW bind p50 {:.3} µs at {small}", first.mw.p50_us()),
+        },
+        Check {
+            claim: format!(
+                "a soft READ over TCP within {TARGET_READ_OVER_PINGPONG}× of a raw TCP ping-pong"
+            ),
+            holds: read_over_pp <= TARGET_READ_OVER_PINGPONG,
+            detail: format!(
+                "READ 64 B p50 {:.1} µs vs ping-pong 64 B p50 {:.1} µs: {read_over_pp:.2}×",
+                s.read_tcp.p50_us(),
+                s.pingpong.p50_us()
+            ),
         },
     ];
 

@@ -107,8 +107,6 @@ impl AcceptPolicy<SoftProvider> for AcceptAll {
 
 /// A memory node: one PD, one CQ, a listener, and one registered buffer.
 pub(crate) struct MemoryNode {
-    pub(crate) ctx: SoftContext,
-    pub(crate) pd: SoftPd,
     _policy: Arc<AcceptAll>,
     listener: SoftListener,
     pub(crate) buf: SoftBuffer,
@@ -129,8 +127,6 @@ impl MemoryNode {
         let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL | AccessFlags::MW_BIND;
         let mr = pd.reg_mr(&buf, 0, buf_len, all)?;
         Ok(MemoryNode {
-            ctx,
-            pd,
             _policy: policy,
             listener,
             buf,

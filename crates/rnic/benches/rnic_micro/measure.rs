@@ -5,9 +5,6 @@ use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-pub(crate) const KIB: usize = 1 << 10;
-pub(crate) const MIB: usize = 1 << 20;
-
 #[allow(clippy::disallowed_methods)] // benchmarks are drivers that read real time
 pub(crate) fn now() -> Instant {
     Instant::now()
@@ -70,7 +67,8 @@ impl Lat {
     }
 }
 
-pub(crate) fn median(v: &mut [u64]) -> u64 {
+/// The median of `v` (sorted in place); 0 for none.
+fn median(v: &mut [u64]) -> u64 {
     if v.is_empty() {
         return 0;
     }
@@ -93,14 +91,6 @@ pub(crate) fn fmt_ns(v: u64) -> String {
         format!("{:.1} us", f / 1e3)
     } else {
         format!("{v} ns")
-    }
-}
-
-pub(crate) fn fmt_size(b: usize) -> String {
-    if b >= MIB {
-        format!("{} MiB", b / MIB)
-    } else {
-        format!("{} KiB", b / KIB)
     }
 }
 
@@ -131,16 +121,4 @@ pub(crate) fn sample(
         }
     }
     Ok(Lat::of(&hist))
-}
-
-pub(crate) fn print_lat_row(name: &str, l: &Lat) {
-    println!(
-        "{:<14} | {:>9} {:>9} {:>9} {:>9} | {:>8}",
-        name,
-        fmt_ns(l.p50),
-        fmt_ns(l.p99),
-        fmt_ns(l.mean as u64),
-        fmt_ns(l.max),
-        l.samples
-    );
 }

@@ -268,7 +268,7 @@ pub(crate) fn latency_json(res: &OneSided) -> Value {
 }
 
 pub(crate) fn inproc(opts: &Opts) -> Result<(OneSided, Value)> {
-    println!("== 2. One-sided operations, in-process fabric (inline links) ==");
+    println!("== 1. One-sided operations, in-process fabric (inline links) ==");
     let sizes = Sizes {
         lat_warmup: opts.pick(20_000, 5_000, 100),
         lat_iters: opts.pick(300_000, 50_000, 1_000),

@@ -1,18 +1,22 @@
 //! The soft device (`ibv_context`): configuration, the protection table, resource limits, the
-//! asynchronous event queue, and the transport that connects its QPs.
+//! QP numbers in use, the asynchronous event queue, and the transport that connects its QPs.
+//!
+//! The device sits below the objects made on it (PDs, CQs, QPs hold an `Arc` of it), so it
+//! names them only through traits: a transport is a [`Transport`], and the QP it connects a
+//! [`Connecting`] endpoint. The transports themselves (`soft::transport`) sit above the QPs.
 
 use super::arena::Pinning;
+use super::link::{Link, PacketSink};
 use super::mpt::{KeyPolicy, ProtectionTable};
-use super::qp::QpInner;
-use super::{SoftAddress, SoftListener, SoftProvider};
+use super::provider::{SoftAddress, SoftListener, SoftProvider};
 use crate::verbs::{
-    AcceptPolicy, AsyncEvent, Clock, DeviceAttr, QpNumber, RealClock, Resource, VerbsError,
+    AcceptPolicy, AsyncEvent, Clock, DeviceAttr, Psn, QpNumber, RealClock, Resource, VerbsError,
     VerbsResult,
 };
 use parking_lot::{Mutex, RwLock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -47,17 +51,37 @@ impl Default for SoftConfig {
     }
 }
 
-/// How a device's QPs reach other devices.
+/// How a device's QPs reach other devices (`soft::transport`: in-process or TCP).
 /// `Any` lets a transport's own API (e.g. the TCP engine's CPU time) find it behind a context.
 pub(crate) trait Transport: Send + Sync + fmt::Debug + std::any::Any {
     /// Starts accepting connections on this device.
-    fn listen(
+    fn listen(&self, policy: Arc<dyn AcceptPolicy<SoftProvider>>) -> VerbsResult<SoftListener>;
+    /// Connects `qp` (in RESET) to a listener: exchanges QP numbers, starting PSNs and private
+    /// data with the listener's side and establishes both QPs over a new link.
+    fn connect(
         &self,
-        dev: &SoftContext,
-        policy: Arc<dyn AcceptPolicy<SoftProvider>>,
-    ) -> VerbsResult<SoftListener>;
-    /// Connects `qp` (in RESET) to a listener.
-    fn connect(&self, qp: &Arc<QpInner>, to: &SoftAddress, private_data: &[u8]) -> VerbsResult<()>;
+        qp: &dyn Connecting,
+        to: &SoftAddress,
+        private_data: &[u8],
+    ) -> VerbsResult<()>;
+}
+
+/// A QP being connected, as a transport sees it (on either side of the handshake).
+pub(crate) trait Connecting: Send + Sync {
+    /// The QP's number.
+    fn qpn(&self) -> QpNumber;
+    /// A fresh starting PSN for a connection of this QP.
+    fn new_psn(&self) -> Psn;
+    /// Where the link delivers the peer's packets.
+    fn sink(&self) -> Weak<dyn PacketSink>;
+    /// RESET → RTS with the peer's QP number, both PSNs and the link to the peer.
+    fn establish(
+        &self,
+        peer_qp: QpNumber,
+        send_psn: Psn,
+        recv_psn: Psn,
+        link: Arc<dyn Link>,
+    ) -> VerbsResult<()>;
 }
 
 pub(crate) struct DeviceInner {
@@ -69,7 +93,8 @@ pub(crate) struct DeviceInner {
     next_pd: AtomicU32,
     next_qpn: AtomicU32,
     pub(crate) counts: ResourceCounts,
-    pub(crate) qps: RwLock<HashMap<QpNumber, Weak<QpInner>>>,
+    /// QP numbers of the live QPs (a number is never handed out twice while in use).
+    qps: RwLock<HashSet<QpNumber>>,
 }
 
 #[derive(Default)]
@@ -126,7 +151,7 @@ impl SoftContext {
                 next_pd: AtomicU32::new(1),
                 next_qpn: AtomicU32::new(first_qpn),
                 counts: ResourceCounts::default(),
-                qps: RwLock::new(HashMap::new()),
+                qps: RwLock::new(HashSet::new()),
                 config,
             }),
         }
@@ -159,23 +184,32 @@ impl DeviceInner {
         self.next_pd.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A fresh QP number: sequential, or random and unused.
-    pub(crate) fn new_qpn(&self) -> QpNumber {
-        let qps = self.qps.read();
+    /// Takes a fresh QP number (sequential, or random and unused), failing past `max_qp`.
+    /// The number is in use until [`release_qpn`](Self::release_qpn).
+    pub(crate) fn take_qpn(&self) -> VerbsResult<QpNumber> {
+        let mut qps = self.qps.write();
+        if qps.len() >= self.config.attr.max_qp as usize {
+            return Err(VerbsError::Exhausted(Resource::QueuePair));
+        }
         loop {
             let n = if self.config.sequential_qpns {
                 self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff
             } else {
                 self.rng.lock().random_range(1..0x0100_0000)
             };
-            if n != 0 && !qps.contains_key(&QpNumber(n)) {
-                return QpNumber(n);
+            if n != 0 && qps.insert(QpNumber(n)) {
+                return Ok(QpNumber(n));
             }
         }
     }
 
+    /// The QP numbered `qpn` is gone.
+    pub(crate) fn release_qpn(&self, qpn: QpNumber) {
+        self.qps.write().remove(&qpn);
+    }
+
     /// A random starting PSN (ReDMArk V6: never fixed).
-    pub(crate) fn new_psn(&self) -> crate::verbs::Psn {
-        crate::verbs::Psn::new(self.rng.lock().random())
+    pub(crate) fn new_psn(&self) -> Psn {
+        Psn::new(self.rng.lock().random())
     }
 }

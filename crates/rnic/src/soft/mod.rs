@@ -1,44 +1,63 @@
 //! The software RNIC provider.
 //!
+//! Layers, each using only those below it (checked by `scripts/import-cycles`):
+//!
+//! ```text
+//!  transport   inproc (SoftFabric) · tcp (TcpNode: engines, connections, handshake)
+//!  qp          RC queue pairs: sans-IO requester / responder cores and their glue
+//!  objects     PD, buffer, MR, MW handles          queues   CQs (drive QP timers), SRQs
+//!  device      configuration, QP numbers, events; the Transport / Connecting traits
+//!  link        packet movers: inline, queued (faults), tracing, faulty; the Link trait
+//!  mpt         protection table (regions, windows, bind and access checks)
+//!  wire · gate · arena · provider     messages · revocation barrier · raw memory · type family
+//! ```
+//!
 //! - [`arena`]: raw memory, accessed only atomically (the crate's one `unsafe` module).
 //! - [`gate`]: the per-entry revocation barrier.
 //! - [`mpt`]: the memory protection table (regions, windows, bind and access checks).
-//! - [`qp`]: RC queue pairs — sans-IO requester and responder cores plus their glue.
+//! - [`wire`]: transport messages and their byte encoding.
+//! - [`provider`]: the type-family marker, listener addresses and listeners.
+//! - [`link`]: links, which only move packets between two connected QPs (inline, queued with
+//!   faults, tracing), and the wrappers a transport stacks on each link it makes.
+//! - [`device`]: the device context and its configuration.
 //! - [`queues`]: completion and shared receive queues.
 //! - [`objects`]: PD, buffer, MR and MW handles.
-//! - [`wire`]: transport messages and their byte encoding.
-//! - [`link`]: links (inline, queued with faults, tracing, TCP).
-//! - [`fabric`]: in-process devices and their connections.
-//! - [`device`]: the device context and its configuration.
+//! - [`qp`]: RC queue pairs — sans-IO requester and responder cores plus their glue.
+//! - [`transport`]: how devices find each other and connect QPs: the in-process fabric and
+//!   the TCP transport, each making links and running the connection handshake.
+//!
+//! This module wires the type family: the [`Provider`] impl and the verbs traits that create
+//! objects of several layers (`Context`, `ProtectionDomain`), delegating to each layer.
 
 pub mod arena;
 pub mod device;
-pub mod fabric;
 pub mod gate;
 pub mod link;
 pub mod mpt;
 pub mod objects;
+pub mod provider;
 pub mod qp;
 pub mod queues;
+pub mod transport;
 pub mod wire;
 
 pub use arena::Pinning;
 pub use device::{SoftConfig, SoftContext};
-pub use fabric::{LinkMode, SoftFabric};
-pub use link::tcp::{TcpNode, TcpOptions, TcpStats, engine_cpu_time};
+pub use link::LinkStack;
 pub use mpt::KeyPolicy;
 pub use objects::{SoftBuffer, SoftMr, SoftMw, SoftPd};
+pub use provider::{SoftAddress, SoftListener, SoftProvider};
 pub use qp::SoftQp;
 pub use queues::{SoftCq, SoftSrq};
+pub use transport::inproc::{LinkMode, SoftFabric};
+pub use transport::tcp::{TcpNode, TcpOptions, TcpStats, engine_cpu_time};
 
-use crate::verbs::{AcceptPolicy, AsyncEvent, Clock, Context, DeviceAttr, Provider, VerbsResult};
-use std::fmt;
-use std::net::SocketAddr;
+use crate::verbs::{
+    AcceptPolicy, AccessFlags, AsyncEvent, Clock, Context, DeviceAttr, MwType, PdId,
+    ProtectionDomain, Provider, QpInit, VerbsResult,
+};
+use qp::QpInner;
 use std::sync::Arc;
-
-/// The software provider's type family.
-#[derive(Debug)]
-pub struct SoftProvider;
 
 impl Provider for SoftProvider {
     type Context = SoftContext;
@@ -51,39 +70,6 @@ impl Provider for SoftProvider {
     type Qp = SoftQp;
     type Address = SoftAddress;
     type Listener = SoftListener;
-}
-
-/// Where a soft listener can be reached.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum SoftAddress {
-    /// A listener on an in-process fabric.
-    InProc {
-        /// Device on the fabric.
-        node: u32,
-        /// Listener on the device.
-        port: u32,
-    },
-    /// A TCP listener.
-    Tcp(SocketAddr),
-}
-
-/// A listening endpoint; dropping it stops accepting new connections.
-pub struct SoftListener {
-    pub(crate) address: SoftAddress,
-    pub(crate) _registration: Box<dyn fmt::Debug + Send + Sync>,
-}
-
-impl fmt::Debug for SoftListener {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SoftListener({:?})", self.address)
-    }
-}
-
-impl SoftListener {
-    /// The address clients connect to.
-    pub fn address(&self) -> &SoftAddress {
-        &self.address
-    }
 }
 
 impl Context<SoftProvider> for SoftContext {
@@ -108,9 +94,33 @@ impl Context<SoftProvider> for SoftContext {
         self.inner.pop_event()
     }
     fn listen(&self, policy: Arc<dyn AcceptPolicy<SoftProvider>>) -> VerbsResult<SoftListener> {
-        self.inner.transport.listen(self, policy)
+        self.inner.transport.listen(policy)
     }
     fn listener_address(&self, listener: &SoftListener) -> SoftAddress {
         listener.address.clone()
+    }
+}
+
+impl ProtectionDomain<SoftProvider> for SoftPd {
+    fn id(&self) -> PdId {
+        self.inner.id
+    }
+    fn reg_mr(
+        &self,
+        buffer: &SoftBuffer,
+        offset: usize,
+        len: usize,
+        access: AccessFlags,
+    ) -> VerbsResult<SoftMr> {
+        self.register_mr(buffer, offset, len, access)
+    }
+    fn alloc_mw(&self, mw_type: MwType) -> VerbsResult<SoftMw> {
+        self.allocate_mw(mw_type)
+    }
+    fn create_srq(&self, capacity: u32) -> VerbsResult<SoftSrq> {
+        SoftSrq::new(&self.inner.dev, self.inner.id, capacity)
+    }
+    fn create_qp(&self, init: QpInit<'_, SoftProvider>) -> VerbsResult<SoftQp> {
+        QpInner::create(self, init)
     }
 }

@@ -3,16 +3,16 @@
 //! Each handle keeps its parent alive (an MR holds its PD, a PD its device). Dropping an MR
 //! deregisters it if no window is bound over it; dropping a window deallocates it, which
 //! invalidates its binding first.
+//!
+//! These are the objects below the QPs (a QP holds its PD and uses MRs and MWs); the PD's
+//! `ProtectionDomain` impl, which also makes SRQs and QPs, is wired in `soft/mod.rs`.
 
-use super::SoftProvider;
 use super::arena::MemoryBlock;
 use super::device::{DeviceInner, ResourceCounts};
 use super::mpt::MrEntry;
-use super::qp::{QpInner, SoftQp};
-use super::queues::SoftSrq;
 use crate::verbs::{
-    AccessFlags, Lkey, MemoryBuffer, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId,
-    ProtectionDomain, QpInit, Resource, Rkey, VerbsError, VerbsResult, VirtAddr,
+    AccessFlags, Lkey, MemoryBuffer, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, Resource,
+    Rkey, VerbsError, VerbsResult, VirtAddr,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -57,12 +57,9 @@ impl SoftPd {
     }
 }
 
-impl ProtectionDomain<SoftProvider> for SoftPd {
-    fn id(&self) -> PdId {
-        self.inner.id
-    }
-
-    fn reg_mr(
+impl SoftPd {
+    /// `ibv_reg_mr`: registers `len` bytes of `buffer` from `offset`.
+    pub(crate) fn register_mr(
         &self,
         buffer: &SoftBuffer,
         offset: usize,
@@ -108,7 +105,8 @@ impl ProtectionDomain<SoftProvider> for SoftPd {
         })
     }
 
-    fn alloc_mw(&self, mw_type: MwType) -> VerbsResult<SoftMw> {
+    /// `ibv_alloc_mw`.
+    pub(crate) fn allocate_mw(&self, mw_type: MwType) -> VerbsResult<SoftMw> {
         let dev = &self.inner.dev;
         let supported = match mw_type {
             MwType::Type1 => dev.config.attr.mw_type1,
@@ -125,14 +123,6 @@ impl ProtectionDomain<SoftProvider> for SoftPd {
             key: AtomicU32::new(key.0),
             mw_type,
         })
-    }
-
-    fn create_srq(&self, capacity: u32) -> VerbsResult<SoftSrq> {
-        SoftSrq::new(&self.inner.dev, self.inner.id, capacity)
-    }
-
-    fn create_qp(&self, init: QpInit<'_, SoftProvider>) -> VerbsResult<SoftQp> {
-        QpInner::create(self, init)
     }
 }
 

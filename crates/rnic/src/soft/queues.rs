@@ -2,18 +2,24 @@
 //!
 //! A CQ also drives the NIC's timers: polling progresses the QPs that asked for it (those with
 //! outstanding requests, pending retries or a pending flush), so retransmissions, RNR retries
-//! and error flushes happen on the thread that waits for them — no timer thread.
+//! and error flushes happen on the thread that waits for them — no timer thread. The queues sit
+//! below the QPs that use them: a CQ knows a QP only as something to [`Progress`].
 
 use super::device::{DeviceInner, ResourceCounts};
-use super::qp::QpInner;
 use crate::verbs::{
-    AsyncEvent, CompletionQueue, RecvWr, Resource, SharedReceiveQueue, VerbsError, VerbsResult,
-    WorkCompletion,
+    AsyncEvent, CompletionQueue, PdId, RecvWr, Resource, SharedReceiveQueue, VerbsError,
+    VerbsResult, WorkCompletion,
 };
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Arc, Weak};
+
+/// Work a CQ poll runs for those that asked (a QP's timers and flushes).
+pub(crate) trait Progress: Send + Sync {
+    /// Runs due timers and pending flushes.
+    fn progress(&self);
+}
 
 pub(crate) struct CqInner {
     dev: Arc<DeviceInner>,
@@ -21,7 +27,7 @@ pub(crate) struct CqInner {
     /// Signalled when a completion is queued (the completion channel).
     arrived: Condvar,
     capacity: usize,
-    watch: Mutex<Vec<Weak<QpInner>>>,
+    watch: Mutex<Vec<Weak<dyn Progress>>>,
 }
 
 impl Drop for CqInner {
@@ -82,7 +88,7 @@ impl CqInner {
     }
 
     /// Asks the next poll to progress `qp`.
-    pub(crate) fn watch(&self, qp: Weak<QpInner>) {
+    pub(crate) fn watch(&self, qp: Weak<dyn Progress>) {
         self.watch.lock().push(qp);
     }
 }
@@ -112,7 +118,7 @@ impl CompletionQueue for SoftCq {
 
 pub(crate) struct SrqInner {
     dev: Arc<DeviceInner>,
-    pub(crate) pd: crate::verbs::PdId,
+    pub(crate) pd: PdId,
     pub(crate) queue: Mutex<VecDeque<RecvWr>>,
     capacity: usize,
 }
@@ -139,11 +145,7 @@ impl fmt::Debug for SoftSrq {
 }
 
 impl SoftSrq {
-    pub(crate) fn new(
-        dev: &Arc<DeviceInner>,
-        pd: crate::verbs::PdId,
-        capacity: u32,
-    ) -> VerbsResult<Self> {
+    pub(crate) fn new(dev: &Arc<DeviceInner>, pd: PdId, capacity: u32) -> VerbsResult<Self> {
         if capacity == 0 || capacity > dev.config.attr.max_qp_wr {
             return Err(VerbsError::InvalidArgument("SRQ capacity out of range"));
         }

@@ -1,4 +1,5 @@
-//! Links move packets between two connected QPs; they know nothing of verbs.
+//! Links move packets between two connected QPs; they know nothing of verbs, addresses or
+//! handshakes (those are the transports', `soft::transport`).
 //!
 //! One trait, stackable wrappers (as smoltcp's `phy` devices):
 //! - [`inline::InlineLink`]: the in-process fast path — the requester's thread runs the peer's
@@ -6,24 +7,56 @@
 //! - [`queued::QueuedNetwork`]: an in-process network that holds packets until `step(now)`
 //!   releases them, with seeded delay, drop, reorder and kill faults, for deterministic tests.
 //! - [`tracing::TracingLink`]: records every packet that passes, around any other link.
-//! - `tcp`: one TCP connection per QP between processes or hosts.
+//! - [`faulty::FaultyLink`]: drops or kills on command, around any other link.
+//! - The TCP link (`transport::tcp`'s `TcpLink`) carries a QP's packets on its own TCP
+//!   connection; it lives with its transport, whose engines and handshake share its socket.
+//!
+//! A transport wraps every link it makes in its [`LinkStack`], so the tracing and fault
+//! wrappers stack on in-process and TCP links alike.
 //!
 //! Contract: a link delivers packets reliably and in order, or reports [`LinkDown`]; it never
 //! reorders on its own (the fault injector does so on purpose, and the QP treats the gap as a
-//! broken connection).
+//! broken connection). A packet that arrives on a QP's link is for that QP
+//! ([`check_destination`]).
 
+pub mod faulty;
 pub mod inline;
 pub mod queued;
-pub mod tcp;
 pub mod tracing;
 
 use crate::soft::wire::Packet;
+use crate::verbs::QpNumber;
+use faulty::{FaultyLink, LinkFaults};
 use std::fmt::Debug;
+use std::sync::Arc;
+use tracing::{PacketTrace, TracingLink};
 
 /// The link can no longer carry packets (peer gone, connection lost, killed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("link down")]
 pub struct LinkDown;
+
+/// A packet arrived on the link of one QP addressed to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("packet for QP {} on the connection of QP {}", .to.0, .link_of.0)]
+pub struct Misaddressed {
+    /// The packet's destination QP.
+    pub to: QpNumber,
+    /// The QP whose link carried it.
+    pub link_of: QpNumber,
+}
+
+/// The destination-QP check of every receiving path. Links are point-to-point: a connected
+/// QP's link carries only packets for that QP, so a packet for another one is forged or
+/// corrupt (the receiving side closes the connection or moves the QP to ERR).
+pub fn check_destination<D>(packet: &Packet<D>, link_of: QpNumber) -> Result<(), Misaddressed> {
+    let to = packet.dst_qp();
+    if to == link_of {
+        Ok(())
+    } else {
+        Err(Misaddressed { to, link_of })
+    }
+}
 
 /// Carries packets to one peer QP.
 pub trait Link: Send + Sync + Debug {
@@ -44,4 +77,73 @@ pub trait PacketSink: Send + Sync + Debug {
     fn deliver(&self, packet: &Packet<&[u8]>);
     /// The link to the peer is gone.
     fn link_down(&self);
+}
+
+impl<L: Link + ?Sized> Link for Arc<L> {
+    fn transmit(&self, packet: &Packet<&[u8]>) -> Result<(), LinkDown> {
+        (**self).transmit(packet)
+    }
+    fn close(&self) {
+        (**self).close();
+    }
+    fn poll_receive(&self) {
+        (**self).poll_receive();
+    }
+}
+
+/// One wrapper of a [`LinkStack`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Layer {
+    /// Records every transmitted packet ([`TracingLink`]).
+    Trace(Arc<PacketTrace>),
+    /// Drops or kills on command ([`FaultyLink`]).
+    Faults(Arc<LinkFaults>),
+}
+
+/// The wrappers a transport puts around every link it makes, innermost first. Empty by
+/// default: links are used bare.
+#[derive(Clone, Debug, Default)]
+pub struct LinkStack {
+    layers: Vec<Layer>,
+}
+
+impl LinkStack {
+    /// No wrappers.
+    pub fn new() -> Self {
+        LinkStack::default()
+    }
+
+    /// Adds a wrapper around those already on the stack.
+    pub fn with(mut self, layer: Layer) -> Self {
+        self.layers.push(layer);
+        self
+    }
+
+    /// Adds tracing into `trace`.
+    pub fn traced(self, trace: Arc<PacketTrace>) -> Self {
+        self.with(Layer::Trace(trace))
+    }
+
+    /// Adds the faults of `faults`.
+    pub fn faulty(self, faults: Arc<LinkFaults>) -> Self {
+        self.with(Layer::Faults(faults))
+    }
+
+    /// Whether there are no wrappers.
+    pub fn is_empty(&self) -> bool {
+        self.layers.is_empty()
+    }
+
+    /// `link` inside every wrapper of the stack.
+    pub fn wrap(&self, link: Arc<dyn Link>) -> Arc<dyn Link> {
+        self.layers
+            .iter()
+            .fold(link, |inner, layer| -> Arc<dyn Link> {
+                match layer {
+                    Layer::Trace(t) => Arc::new(TracingLink::new(inner, t.clone())),
+                    Layer::Faults(f) => FaultyLink::new(inner, f.clone()),
+                }
+            })
+    }
 }

@@ -52,4 +52,7 @@ impl<L: Link> Link for TracingLink<L> {
     fn close(&self) {
         self.inner.close();
     }
+    fn poll_receive(&self) {
+        self.inner.poll_receive();
+    }
 }

@@ -17,13 +17,13 @@ mod post;
 pub mod requester;
 pub mod responder;
 
-use super::device::DeviceInner;
-use super::link::{Link, LinkDown, PacketSink};
+use super::device::{Connecting, DeviceInner};
+use super::link::{Link, LinkDown, PacketSink, check_destination};
+use super::mpt::BindRequest;
 use super::objects::{SoftMr, SoftMw, SoftPd};
-use super::queues::{SoftCq, SoftSrq};
+use super::provider::{SoftAddress, SoftProvider};
+use super::queues::{Progress, SoftCq, SoftSrq};
 use super::wire::{Packet, Request, RequestOp, Response, ResponseKind};
-use super::{SoftAddress, SoftProvider};
-use crate::soft::mpt::BindRequest;
 use crate::verbs::{
     AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpState,
     QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult, WcOpcode,
@@ -93,7 +93,7 @@ impl Drop for QpInner {
         if let Some(link) = self.link.get_mut().take() {
             link.close();
         }
-        self.dev.qps.write().remove(&self.qpn);
+        self.dev.release_qpn(self.qpn);
         self.dev.mpt.invalidate_type2_of_qp(self.qpn);
     }
 }
@@ -144,10 +144,7 @@ impl QpInner {
         {
             return Err(VerbsError::PdMismatch);
         }
-        if dev.qps.read().len() >= attr.max_qp as usize {
-            return Err(VerbsError::Exhausted(Resource::QueuePair));
-        }
-        let qpn = dev.new_qpn();
+        let qpn = dev.take_qpn()?;
         let inner = Arc::new_cyclic(|this| QpInner {
             dev: dev.clone(),
             pd: pd.clone(),
@@ -171,7 +168,6 @@ impl QpInner {
             armed: AtomicBool::new(false),
             this: this.clone(),
         });
-        dev.qps.write().insert(qpn, Arc::downgrade(&inner));
         Ok(SoftQp { inner })
     }
 
@@ -188,11 +184,6 @@ impl QpInner {
         self.pd.inner.id
     }
 
-    /// As a packet sink, for links.
-    pub(crate) fn sink(&self) -> Weak<dyn PacketSink> {
-        self.this.clone()
-    }
-
     /// Moves to ERR (if not already), raising `event`, and schedules the flush.
     fn enter_error(&self, event: Option<AsyncEvent>) {
         let old = self.set_state(QpState::Error);
@@ -207,35 +198,12 @@ impl QpInner {
     /// Asks the QP's CQs to progress it at their next poll.
     fn arm(&self) {
         if !self.armed.swap(true, Ordering::SeqCst) {
-            self.send_cq.inner.watch(self.this.clone());
+            let me: Weak<dyn Progress> = self.this.clone();
+            self.send_cq.inner.watch(me.clone());
             if !Arc::ptr_eq(&self.send_cq.inner, &self.recv_cq.inner) {
-                self.recv_cq.inner.watch(self.this.clone());
+                self.recv_cq.inner.watch(me);
             }
         }
-    }
-
-    /// Timers and flushes; called from CQ polls.
-    pub(crate) fn progress(&self) {
-        self.armed.store(false, Ordering::SeqCst);
-        let link = self.link.read().clone();
-        if let Some(link) = link {
-            link.poll_receive();
-        }
-        let now = self.dev.config.clock.now();
-        if self.state() == QpState::Error {
-            self.flush_all();
-            return;
-        }
-        let Some(_tx) = self.tx.try_lock() else {
-            self.arm(); // a poster holds it; try again next poll
-            return;
-        };
-        let action = match self.req.lock().as_mut() {
-            Some(r) => r.on_timeout(now),
-            None => return,
-        };
-        self.after_action(action);
-        self.release_and_rearm();
     }
 
     fn after_action(&self, action: RequesterAction) {
@@ -300,40 +268,6 @@ impl QpInner {
             psn: r.psn,
             op: r.op.as_borrowed(),
         }))
-    }
-
-    /// Connection set-up: RESET → INIT → RTR → RTS with the peer's numbers and a link.
-    pub(crate) fn establish(
-        &self,
-        peer_qp: QpNumber,
-        send_psn: Psn,
-        recv_psn: Psn,
-        link: Arc<dyn Link>,
-    ) -> VerbsResult<()> {
-        let _tx = self.tx.lock();
-        if self.state() != QpState::Reset {
-            return Err(VerbsError::InvalidQpState {
-                qpn: self.qpn,
-                state: self.state().name(),
-                action: "connect",
-            });
-        }
-        self.set_state(QpState::Init);
-        {
-            let mut rx = self.rx.lock();
-            rx.responder = ResponderState::new(recv_psn);
-        }
-        *self.link.write() = Some(link);
-        self.peer.store(peer_qp.0, Ordering::SeqCst);
-        self.set_state(QpState::ReadyToReceive);
-        *self.req.lock() = Some(Requester::new(peer_qp, send_psn, self.timing));
-        self.set_state(QpState::ReadyToSend);
-        Ok(())
-    }
-
-    /// A fresh starting PSN for a connection.
-    pub(crate) fn new_psn(&self) -> Psn {
-        self.dev.new_psn()
     }
 
     fn handle_request(&self, req: &Request<&[u8]>) {
@@ -417,14 +351,78 @@ impl QpInner {
     }
 }
 
+impl Progress for QpInner {
+    /// Timers and flushes; called from CQ polls.
+    fn progress(&self) {
+        self.armed.store(false, Ordering::SeqCst);
+        let link = self.link.read().clone();
+        if let Some(link) = link {
+            link.poll_receive();
+        }
+        let now = self.dev.config.clock.now();
+        if self.state() == QpState::Error {
+            self.flush_all();
+            return;
+        }
+        let Some(_tx) = self.tx.try_lock() else {
+            self.arm(); // a poster holds it; try again next poll
+            return;
+        };
+        let action = match self.req.lock().as_mut() {
+            Some(r) => r.on_timeout(now),
+            None => return,
+        };
+        self.after_action(action);
+        self.release_and_rearm();
+    }
+}
+
+impl Connecting for QpInner {
+    fn qpn(&self) -> QpNumber {
+        self.qpn
+    }
+
+    fn new_psn(&self) -> Psn {
+        self.dev.new_psn()
+    }
+
+    fn sink(&self) -> Weak<dyn PacketSink> {
+        self.this.clone()
+    }
+
+    /// Connection set-up: RESET → INIT → RTR → RTS with the peer's numbers and a link.
+    fn establish(
+        &self,
+        peer_qp: QpNumber,
+        send_psn: Psn,
+        recv_psn: Psn,
+        link: Arc<dyn Link>,
+    ) -> VerbsResult<()> {
+        let _tx = self.tx.lock();
+        if self.state() != QpState::Reset {
+            return Err(VerbsError::InvalidQpState {
+                qpn: self.qpn,
+                state: self.state().name(),
+                action: "connect",
+            });
+        }
+        self.set_state(QpState::Init);
+        {
+            let mut rx = self.rx.lock();
+            rx.responder = ResponderState::new(recv_psn);
+        }
+        *self.link.write() = Some(link);
+        self.peer.store(peer_qp.0, Ordering::SeqCst);
+        self.set_state(QpState::ReadyToReceive);
+        *self.req.lock() = Some(Requester::new(peer_qp, send_psn, self.timing));
+        self.set_state(QpState::ReadyToSend);
+        Ok(())
+    }
+}
+
 impl PacketSink for QpInner {
     fn deliver(&self, packet: &Packet<&[u8]>) {
-        let dst = match packet {
-            Packet::Request(r) => r.dst_qp,
-            Packet::Response(r) => r.dst_qp,
-        };
-        if dst != self.qpn {
-            // Links are point-to-point: a packet for another QP is forged or corrupt.
+        if check_destination(packet, self.qpn).is_err() {
             if matches!(self.state(), QpState::ReadyToReceive | QpState::ReadyToSend) {
                 self.enter_error(Some(AsyncEvent::QpFatal(self.qpn)));
             }
@@ -462,7 +460,7 @@ impl QueuePair<SoftProvider> for SoftQp {
             });
         }
         let transport = self.inner.dev.transport.clone();
-        transport.connect(&self.inner, to, private_data)
+        transport.connect(&*self.inner, to, private_data)
     }
 
     fn reset(&self) -> VerbsResult<()> {

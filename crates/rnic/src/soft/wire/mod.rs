@@ -219,6 +219,14 @@ impl<D> ResponseKind<D> {
 }
 
 impl<D> Packet<D> {
+    /// The QP the packet is addressed to.
+    pub fn dst_qp(&self) -> QpNumber {
+        match self {
+            Packet::Request(r) => r.dst_qp,
+            Packet::Response(r) => r.dst_qp,
+        }
+    }
+
     /// The same packet with its payloads mapped by `f`.
     pub fn map_data<'a, E>(&'a self, f: impl FnOnce(&'a D) -> E) -> Packet<E> {
         match self {

@@ -1,43 +1,115 @@
-//! One TCP connection (one RC QP): its read side (a shared buffer parsed by one reader at a
-//! time), its write side (encode, write, bounded backlog), the server half of the handshake,
-//! and [`TcpLink`], the [`Link`] a QP transmits through.
+//! One TCP connection (one RC QP) — the TCP link proper: its read side (a shared buffer
+//! parsed by one reader at a time), its write side (encode, write, bounded backlog), and
+//! [`TcpLink`], the [`Link`] a QP transmits through.
+//!
+//! A connection knows neither its engine nor the accept policy: it asks its [`Owner`] (the
+//! engine that serves it) to look at it, and hands an accepted connection's first frame to an
+//! [`Accept`] (the server half of the handshake, in `handshake.rs`).
 //!
 //! Locks, innermost last: `reader` (held while frames are delivered, i.e. around QP locks),
 //! then the QP's locks, then `writer` (a leaf: nothing is called while holding it but socket
 //! I/O). `Link::close` takes only `writer`, so a QP may close its link from any context,
 //! including from inside a delivery on this very connection.
 
-use super::engine::{Command, Counters, EngineSet, EngineShared, Policy, in_engine};
-use crate::soft::link::{Link, LinkDown, PacketSink};
+use super::buffer::{KEEP_BUF, RecvBuffer};
+use super::limits::{Counters, Limits};
+use crate::soft::link::{Link, LinkDown, LinkStack, PacketSink, check_destination};
 use crate::soft::wire::codec::MAX_CM_FRAME_LEN;
-use crate::soft::wire::{
-    CmMessage, Frame, Packet, WIRE_VERSION, WireError, decode_frame, encode_frame, frame_len,
-};
-use crate::verbs::{QpNumber, QpState};
+use crate::soft::wire::{Frame, Packet, WireError, decode_frame, encode_frame, frame_len};
+use crate::verbs::QpNumber;
 use arc_swap::ArcSwapOption;
 use mio::Token;
 use mio::net::TcpStream;
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 
-/// Initial (and resting) size of a connection's read buffer.
-const READ_BUF: usize = 32 * 1024;
-/// A read or write buffer grown past this is released once empty.
-const KEEP_BUF: usize = 1 << 20;
 /// Bytes an application thread reads in one `poll_receive` before leaving the rest to the engine.
 pub(super) const APP_READ_BUDGET: usize = 256 * 1024;
 
 /// `read_pending` bits: someone found the reader busy and left the socket to its holder.
 const PENDING: u8 = 1;
 
+/// The engine serving a connection, as the connection sees it.
+pub(super) trait Owner: Send + Sync {
+    /// Asks the engine to look at `conn` now (closed, failed, or left with unread bytes).
+    fn kick(&self, conn: Arc<Conn>);
+    /// Whether the calling thread is an engine thread (which drops dead connections itself).
+    fn on_engine_thread(&self) -> bool;
+}
+
+/// The server half of the handshake, run on an accepted connection's first frame.
+pub(super) trait Accept: Send + Sync {
+    /// Handles the connection's first frame on the reader (under its lock): on success the
+    /// QP is established and `phase` is [`Phase::Established`].
+    fn accept(
+        self: Arc<Self>,
+        conn: &Arc<Conn>,
+        phase: &mut Phase,
+        frame: Frame<&[u8]>,
+    ) -> Result<(), Stop>;
+    /// Tells the connecting side that it was refused, and why.
+    fn reject(&self, conn: &Conn, reason: String);
+}
+
+/// What every connection of a device shares.
+pub(super) struct ConnShared {
+    pub(super) limits: Limits,
+    pub(super) counters: Counters,
+    /// Wrappers put around each connection's link (tracing, faults).
+    pub(super) links: LinkStack,
+    /// The latest connection of each QP, so a reconnect can wait out a delivery still running
+    /// on the previous connection (see [`ConnShared::replace_connection`]).
+    latest: Mutex<HashMap<QpNumber, Weak<Conn>>>,
+}
+
+impl fmt::Debug for ConnShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnShared")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnShared {
+    pub(super) fn new(limits: Limits, links: LinkStack) -> Self {
+        ConnShared {
+            limits,
+            counters: Counters::default(),
+            links,
+            latest: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records `next` as the connection of `qpn` and waits until no frame of its previous
+    /// connection is being delivered. The previous connection was closed (a QP is reset before
+    /// it reconnects, and reset closes the link), and a reader checks that flag under its lock
+    /// before each delivery; taking the lock once therefore guarantees that no stale packet or
+    /// `link_down` from the old connection reaches the QP once it is connected again.
+    ///
+    /// Called holding no QP lock.
+    pub(super) fn replace_connection(&self, qpn: QpNumber, next: &Arc<Conn>) {
+        let previous = {
+            let mut latest = self.latest.lock();
+            latest.retain(|_, c| c.strong_count() > 0);
+            latest.insert(qpn, Arc::downgrade(next))
+        };
+        if let Some(old) = previous.and_then(|w| w.upgrade())
+            && !Arc::ptr_eq(&old, next)
+        {
+            old.quiesce();
+        }
+    }
+}
+
 /// Where a connection is in its life, as seen by its reader.
 pub(super) enum Phase {
-    /// Accepted; the next frame must be a `ConnectRequest` for this policy.
-    Accepting(Policy),
+    /// Accepted; the next frame must be a `ConnectRequest`, handled by this acceptor.
+    Accepting(Arc<dyn Accept>),
     /// Set up: packets go to `sink`, and must be addressed to `qpn`.
     Established {
         sink: Weak<dyn PacketSink>,
@@ -57,7 +129,7 @@ impl Phase {
 }
 
 /// Why reading stopped for good.
-enum Stop {
+pub(super) enum Stop {
     /// The peer broke the protocol (malformed or out-of-place frame).
     Protocol(String),
     /// The accept policy (or the listener) refused the connection.
@@ -75,51 +147,9 @@ impl From<WireError> for Stop {
 }
 
 struct Reader {
-    /// `buf[start..end]` holds received, unparsed bytes; `buf.len()` is the room.
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
+    rx: RecvBuffer,
     phase: Phase,
     down_reported: bool,
-}
-
-impl Reader {
-    /// Makes room after `end`; grows the buffer only up to the declared length of the frame
-    /// being received (checked against the maximum beforehand), and only as bytes arrive.
-    fn make_room(&mut self, max_frame: usize) -> bool {
-        if self.end < self.buf.len() {
-            return true;
-        }
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-            if self.end < self.buf.len() {
-                return true;
-            }
-        }
-        // Full of one incomplete frame: its prefix is known and within `max_frame`.
-        let declared = match self.buf.get(..self.end).map(|b| frame_len(b, max_frame)) {
-            Some(Ok(Some(len))) => len,
-            _ => return false,
-        };
-        if declared <= self.buf.len() {
-            return false; // cannot happen: a complete frame would have been parsed
-        }
-        let grown = self.buf.len().saturating_mul(2).clamp(READ_BUF, declared);
-        self.buf.resize(grown, 0);
-        true
-    }
-
-    fn reset_if_empty(&mut self) {
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-            if self.buf.len() > KEEP_BUF {
-                self.buf = vec![0; READ_BUF];
-            }
-        }
-    }
 }
 
 struct Writer {
@@ -144,8 +174,8 @@ pub(crate) struct Conn {
     /// the engine drops the connection, even while a QP still holds its link.
     stream: ArcSwapOption<TcpStream>,
     token: Token,
-    engine: Arc<EngineShared>,
-    set: Arc<EngineSet>,
+    owner: Arc<dyn Owner>,
+    shared: Arc<ConnShared>,
     this: Weak<Conn>,
     reader: Mutex<Reader>,
     read_pending: AtomicU8,
@@ -172,25 +202,20 @@ impl Conn {
     pub(super) fn new(
         stream: TcpStream,
         token: Token,
-        engine: Arc<EngineShared>,
-        set: Arc<EngineSet>,
+        owner: Arc<dyn Owner>,
+        shared: Arc<ConnShared>,
         phase: Phase,
         leftover: Vec<u8>,
     ) -> Arc<Conn> {
         let accepting = matches!(phase, Phase::Accepting(_));
-        let end = leftover.len();
-        let mut buf = leftover;
-        buf.resize(end.max(READ_BUF), 0);
         Arc::new_cyclic(|this| Conn {
             stream: ArcSwapOption::from_pointee(stream),
             token,
-            engine,
-            set,
+            owner,
+            shared,
             this: this.clone(),
             reader: Mutex::new(Reader {
-                buf,
-                start: 0,
-                end,
+                rx: RecvBuffer::with_leftover(leftover),
                 phase,
                 down_reported: false,
             }),
@@ -230,10 +255,33 @@ impl Conn {
     }
 
     /// Asks the owning engine to look at this connection.
-    fn kick(&self) {
+    pub(super) fn kick(&self) {
         if let Some(me) = self.this.upgrade() {
-            self.engine.push(Command::Kick(me));
+            self.owner.kick(me);
         }
+    }
+
+    /// The device's connection counters.
+    pub(super) fn counters(&self) -> &Counters {
+        &self.shared.counters
+    }
+
+    /// Makes this the connection of `qpn` (see [`ConnShared::replace_connection`]).
+    pub(super) fn claim(self: &Arc<Self>, qpn: QpNumber) {
+        self.shared.replace_connection(qpn, self);
+    }
+
+    /// The link a QP transmits through: a [`TcpLink`] on this connection, wrapped in the
+    /// device's link stack.
+    pub(super) fn link(self: &Arc<Self>) -> Arc<dyn Link> {
+        self.shared
+            .links
+            .wrap(Arc::new(TcpLink { conn: self.clone() }))
+    }
+
+    /// No longer waiting for a handshake (the engine stops counting it as one).
+    pub(super) fn end_handshake(&self) {
+        self.accepting.store(false, Ordering::SeqCst);
     }
 
     // ---- read side ----
@@ -286,15 +334,15 @@ impl Conn {
                 report.more = true;
                 return report;
             }
-            let max = r.phase.max_frame(self.set.limits.max_frame);
-            if !r.make_room(max) {
+            let max = r.phase.max_frame(self.shared.limits.max_frame);
+            if !r.rx.make_room(max) {
                 self.stop(
                     r,
                     Stop::Protocol("receive buffer bookkeeping failed".into()),
                 );
                 return report;
             }
-            let Some(space) = r.buf.get_mut(r.end..) else {
+            let Some(space) = r.rx.room() else {
                 self.stop(
                     r,
                     Stop::Protocol("receive buffer bookkeeping failed".into()),
@@ -309,7 +357,7 @@ impl Conn {
                     return report;
                 }
                 Ok(n) => {
-                    r.end += n;
+                    r.rx.end += n;
                     got += n;
                     if let Err(stop) = self.dispatch(r, &mut report.frames) {
                         self.stop(r, stop);
@@ -337,15 +385,9 @@ impl Conn {
             if self.is_dead() {
                 break;
             }
-            let max = r.phase.max_frame(self.set.limits.max_frame);
-            let Reader {
-                buf,
-                start,
-                end,
-                phase,
-                ..
-            } = &mut *r;
-            let avail = buf.get(*start..*end).unwrap_or_default();
+            let max = r.phase.max_frame(self.shared.limits.max_frame);
+            let Reader { rx, phase, .. } = &mut *r;
+            let avail = rx.unparsed();
             // The declared length is checked against the maximum before anything is buffered
             // for the frame.
             let Some(len) = frame_len(avail, max)? else {
@@ -357,33 +399,25 @@ impl Conn {
             let frame = decode_frame(bytes)?;
             self.on_frame(phase, frame)?;
             *frames += 1;
-            *start += len;
+            rx.start += len;
         }
-        r.reset_if_empty();
+        r.rx.reset_if_empty();
         Ok(())
     }
 
     fn on_frame(&self, phase: &mut Phase, frame: Frame<&[u8]>) -> Result<(), Stop> {
         match phase {
             Phase::Dead => Ok(()),
-            Phase::Accepting(policy) => {
-                let policy = policy.clone();
-                self.accept_request(phase, policy, frame)
+            Phase::Accepting(acceptor) => {
+                let acceptor = acceptor.clone();
+                let me = self.this.upgrade().ok_or(Stop::Orphan)?;
+                acceptor.accept(&me, phase, frame)
             }
             Phase::Established { sink, qpn } => match frame {
                 Frame::Packet(packet) => {
-                    let dst = match &packet {
-                        Packet::Request(r) => r.dst_qp,
-                        Packet::Response(r) => r.dst_qp,
-                    };
-                    if dst != *qpn {
-                        return Err(Stop::Protocol(format!(
-                            "packet for QP {} on the connection of QP {}",
-                            dst.0, qpn.0
-                        )));
-                    }
+                    check_destination(&packet, *qpn).map_err(|e| Stop::Protocol(e.to_string()))?;
                     // Checked under the reader lock: after `Link::close`, nothing more is
-                    // delivered (see `EngineSet::replace_connection`).
+                    // delivered (see `ConnShared::replace_connection`).
                     if self.closed.load(Ordering::SeqCst) {
                         return Ok(());
                     }
@@ -398,63 +432,9 @@ impl Conn {
         }
     }
 
-    /// The server half of the handshake, on the engine thread: policy, establish, reply.
-    fn accept_request(
-        &self,
-        phase: &mut Phase,
-        policy: Policy,
-        frame: Frame<&[u8]>,
-    ) -> Result<(), Stop> {
-        let Frame::Cm(CmMessage::ConnectRequest {
-            version,
-            qp: peer_qp,
-            start_psn: peer_psn,
-            private_data,
-        }) = frame
-        else {
-            return Err(Stop::Protocol(
-                "the first frame must be a ConnectRequest".into(),
-            ));
-        };
-        if version != WIRE_VERSION {
-            return Err(Stop::Protocol(format!(
-                "unsupported wire version {version} (this node speaks {WIRE_VERSION})"
-            )));
-        }
-        let server = policy.create_qp(&private_data).map_err(Stop::Refused)?;
-        let qp = server.inner.clone();
-        if qp.state() != QpState::Reset {
-            return Err(Stop::Refused(
-                "accept policy returned a QP that is not in RESET".into(),
-            ));
-        }
-        let me = self.this.upgrade().ok_or(Stop::Orphan)?;
-        self.set.replace_connection(qp.qpn, &me);
-        let psn = qp.new_psn();
-        *phase = Phase::Established {
-            sink: qp.sink(),
-            qpn: qp.qpn,
-        };
-        self.accepting.store(false, Ordering::SeqCst);
-        if let Err(e) = qp.establish(peer_qp, psn, peer_psn, Arc::new(TcpLink { conn: me })) {
-            *phase = Phase::Accepting(policy);
-            return Err(Stop::Refused(format!("could not connect the QP: {e}")));
-        }
-        let reply = Frame::<&[u8]>::Cm(CmMessage::ConnectReply {
-            qp: qp.qpn,
-            start_psn: psn,
-        });
-        // The application learns of the QP before the client does (as in-process), so a
-        // client that uses the connection right after `connect` returns finds it registered.
-        Counters::bump(&self.set.counters.established);
-        policy.established(server, &private_data);
-        self.send(&reply).map_err(|LinkDown| Stop::Lost)?;
-        Ok(())
-    }
-
     /// Ends the connection from the read side: refuses a handshake, or tells the QP.
     fn stop(&self, r: &mut Reader, stop: Stop) {
-        let counters = &self.set.counters;
+        let counters = &self.shared.counters;
         let reject = match &stop {
             Stop::Protocol(reason) => {
                 Counters::bump(&counters.protocol_errors);
@@ -467,14 +447,14 @@ impl Conn {
             }
             Stop::Orphan => None,
         };
-        if let (Some(reason), Phase::Accepting(_)) = (reject, &r.phase) {
+        if let (Some(reason), Phase::Accepting(acceptor)) = (reject, &r.phase) {
             Counters::bump(&counters.rejected);
-            let _ = self.send(&Frame::<&[u8]>::Cm(CmMessage::ConnectReject { reason }));
+            acceptor.reject(self, reason);
         }
         self.failed.store(true, Ordering::SeqCst);
         self.report_down(r);
         self.shut_socket(false);
-        if !in_engine() {
+        if !self.owner.on_engine_thread() {
             self.kick(); // the engine drops it from its table
         }
     }
@@ -515,9 +495,7 @@ impl Conn {
         {
             let mut r = self.reader.lock();
             self.report_down(&mut r);
-            r.buf = Vec::new();
-            r.start = 0;
-            r.end = 0;
+            r.rx.release();
         }
         self.shut_socket(true);
         self.stream.store(None);
@@ -535,8 +513,8 @@ impl Conn {
             return Err(LinkDown);
         }
         let backlog = w.out.len() - w.sent;
-        if backlog > self.set.limits.out_limit {
-            Counters::bump(&self.set.counters.overflow_closes);
+        if backlog > self.shared.limits.out_limit {
+            Counters::bump(&self.shared.counters.overflow_closes);
             return Err(self.fail_locked(w));
         }
         encode_frame(frame, &mut w.out);
@@ -631,12 +609,6 @@ pub(crate) struct TcpLink {
     conn: Arc<Conn>,
 }
 
-impl TcpLink {
-    pub(super) fn new(conn: Arc<Conn>) -> Self {
-        TcpLink { conn }
-    }
-}
-
 impl Link for TcpLink {
     fn transmit(&self, packet: &Packet<&[u8]>) -> Result<(), LinkDown> {
         self.conn.send(&Frame::Packet(packet.clone()))
@@ -651,56 +623,5 @@ impl Link for TcpLink {
         if report.more {
             self.conn.kick(); // leave the rest to the engine
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reader(bytes: &[u8], room: usize) -> Reader {
-        let mut buf = bytes.to_vec();
-        buf.resize(room, 0);
-        Reader {
-            buf,
-            start: 0,
-            end: bytes.len(),
-            phase: Phase::Dead,
-            down_reported: false,
-        }
-    }
-
-    #[test]
-    fn make_room_compacts_before_growing() {
-        let mut r = reader(&[9; 100], 100);
-        r.start = 60;
-        assert!(r.make_room(1 << 20));
-        assert_eq!((r.start, r.end, r.buf.len()), (0, 40, 100));
-        assert_eq!(&r.buf[..40], &[9; 40]);
-    }
-
-    #[test]
-    fn make_room_grows_only_up_to_the_declared_frame() {
-        // A full buffer holding the start of a frame declaring 100 KiB.
-        let declared: u32 = 100 * 1024;
-        let mut head = declared.to_be_bytes().to_vec();
-        head.resize(READ_BUF, 0);
-        let mut r = reader(&head, READ_BUF);
-        assert!(r.make_room(1 << 20));
-        assert_eq!(r.buf.len(), 2 * READ_BUF);
-        r.end = r.buf.len();
-        assert!(r.make_room(1 << 20));
-        assert_eq!(r.buf.len(), declared as usize, "capped at the frame length");
-        // Over the maximum: no growth (the caller treats it as a protocol error).
-        let mut r = reader(&head, READ_BUF);
-        assert!(!r.make_room(64 * 1024));
-        assert_eq!(r.buf.len(), READ_BUF);
-    }
-
-    #[test]
-    fn an_empty_buffer_shrinks_back() {
-        let mut r = reader(&[], 4 * KEEP_BUF);
-        r.reset_if_empty();
-        assert_eq!(r.buf.len(), READ_BUF);
     }
 }

@@ -14,32 +14,38 @@
 //!   policy runs there), read frames and deliver them to QPs — so a memory node's responder
 //!   runs on engine threads, never on application threads. They spin on zero-timeout polls
 //!   for `spin_polls` idle rounds after work, then park in a blocking poll.
-//! - **Connections** ([`conn`]): one reader at a time per connection, parsing from one
+//! - **Connections** ([`conn`], the TCP link): one reader at a time per connection, parsing from one
 //!   per-connection buffer (frames are delivered in order whoever reads); the length prefix is
 //!   checked against the maximum frame before anything is buffered for the frame. Writes from
 //!   application threads (requests) and engines (responses) share the socket under a leaf
 //!   mutex; what the socket does not take waits in a bounded backlog that the engine flushes.
-//! - **Client handshake**: on the connecting thread, blocking with timeouts.
+//! - **Handshake** ([`handshake`]): the client half on the connecting thread, blocking with
+//!   timeouts; the server half on the engine that reads the connection's first frame.
+//! - **Link stack**: every connection's link is wrapped in [`TcpOptions::links`] (tracing,
+//!   faults), as the in-process fabric's are.
 //! - **Errors**: a malformed or out-of-place frame, a lost connection or an overflowing
 //!   backlog close the connection and move the QP to ERR (`PacketSink::link_down`).
 
+mod buffer;
 mod conn;
 mod engine;
+mod handshake;
+mod limits;
 
-use super::super::device::{SoftConfig, SoftContext, Transport};
-use super::super::qp::QpInner;
-use super::super::{SoftAddress, SoftListener};
+use super::{Policy, check_private_data};
+use crate::soft::device::{Connecting, SoftConfig, SoftContext, Transport};
+use crate::soft::link::LinkStack;
+use crate::soft::provider::{SoftAddress, SoftListener};
 use crate::soft::wire::codec::{MAX_CM_FRAME_LEN, MAX_PAYLOAD_OVERHEAD};
-use crate::soft::wire::{
-    CmMessage, Frame, MAX_PRIVATE_DATA, WIRE_VERSION, decode_frame, encode_frame, frame_len,
-};
-use crate::verbs::{Clock, Psn, QpNumber, Timestamp, VerbsError, VerbsResult};
-use conn::{Phase, TcpLink};
-use engine::{Command, Counters, EngineSet, EngineShared, Limits, Policy};
+use crate::verbs::{Clock, VerbsError, VerbsResult};
+use conn::{ConnShared, Phase};
+use engine::{Command, EngineSet, EngineShared};
+use handshake::{Acceptor, Deadline, client_handshake};
+use limits::{Counters, Limits};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -65,6 +71,8 @@ pub struct TcpOptions {
     /// Accepted connections per engine that may wait for their `ConnectRequest`; past this the
     /// oldest waiting one is refused and closed.
     pub max_pending_handshakes: usize,
+    /// Wrappers put around every link the device makes (e.g. tracing, fault injection).
+    pub links: LinkStack,
 }
 
 impl Default for TcpOptions {
@@ -75,6 +83,7 @@ impl Default for TcpOptions {
             out_buffer_limit: 4 << 20,
             connect_timeout: Duration::from_secs(5),
             max_pending_handshakes: 256,
+            links: LinkStack::default(),
         }
     }
 }
@@ -138,12 +147,16 @@ impl TcpNode {
             engines.push(shared);
             polls.push(poll);
         }
-        let set = Arc::new(EngineSet::new(engines, limits));
+        let set = Arc::new(EngineSet::new(
+            engines,
+            ConnShared::new(limits, options.links),
+        ));
         let transport = Arc::new(TcpTransport {
             bind,
             set: set.clone(),
             threads: Mutex::new(Vec::new()),
             connect_timeout: options.connect_timeout,
+            clock: config.clock.clone(),
         });
         for (i, (shared, poll)) in set.engines.iter().zip(polls).enumerate() {
             let (shared, set) = (shared.clone(), set.clone());
@@ -170,7 +183,7 @@ impl TcpNode {
     /// The device's connection counters, or `None` if `ctx` is not a TCP device.
     pub fn stats(ctx: &SoftContext) -> Option<TcpStats> {
         let t = TcpTransport::of(ctx)?;
-        let c = &t.set.counters;
+        let c = t.set.counters();
         let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         Some(TcpStats {
             accepted: get(&c.accepted),
@@ -206,6 +219,8 @@ struct TcpTransport {
     set: Arc<EngineSet>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     connect_timeout: Duration,
+    /// The device clock, which bounds the client handshake.
+    clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for TcpTransport {
@@ -270,7 +285,7 @@ fn no_engine() -> VerbsError {
 }
 
 impl Transport for TcpTransport {
-    fn listen(&self, _dev: &SoftContext, policy: Policy) -> VerbsResult<SoftListener> {
+    fn listen(&self, policy: Policy) -> VerbsResult<SoftListener> {
         use socket2::{Domain, Protocol, Socket, Type};
         let socket = Socket::new(
             Domain::for_address(self.bind),
@@ -293,7 +308,7 @@ impl Transport for TcpTransport {
         engine.push(Command::Listen {
             token,
             listener: listener.clone(),
-            policy,
+            acceptor: Acceptor::new(policy),
         });
         Ok(SoftListener {
             address: SoftAddress::Tcp(address),
@@ -306,22 +321,21 @@ impl Transport for TcpTransport {
         })
     }
 
-    fn connect(&self, qp: &Arc<QpInner>, to: &SoftAddress, private_data: &[u8]) -> VerbsResult<()> {
+    fn connect(
+        &self,
+        qp: &dyn Connecting,
+        to: &SoftAddress,
+        private_data: &[u8],
+    ) -> VerbsResult<()> {
         let SoftAddress::Tcp(addr) = to else {
             return Err(VerbsError::InvalidArgument(
                 "a TCP device connects to TCP addresses only",
             ));
         };
-        if private_data.len() > MAX_PRIVATE_DATA {
-            return Err(VerbsError::InvalidArgument("private data too long"));
-        }
-        let deadline = Deadline {
-            clock: qp.dev.config.clock.clone(),
-            start: qp.dev.config.clock.now(),
-            limit: self.connect_timeout,
-        };
+        check_private_data(private_data)?;
+        let deadline = Deadline::after(self.clock.clone(), self.connect_timeout);
         let my_psn = qp.new_psn();
-        let hs = client_handshake(*addr, qp.qpn, my_psn, private_data, &deadline)?;
+        let hs = client_handshake(*addr, qp.qpn(), my_psn, private_data, &deadline)?;
         hs.stream.set_read_timeout(None)?;
         hs.stream.set_write_timeout(None)?;
         hs.stream.set_nonblocking(true)?;
@@ -329,135 +343,16 @@ impl Transport for TcpTransport {
         let engine = self.set.pick().ok_or_else(no_engine)?;
         let phase = Phase::Established {
             sink: qp.sink(),
-            qpn: qp.qpn,
+            qpn: qp.qpn(),
         };
         let conn = self.set.adopt(&engine, stream, phase, hs.leftover)?;
-        self.set.replace_connection(qp.qpn, &conn);
-        let link = Arc::new(TcpLink::new(conn.clone()));
-        if let Err(e) = qp.establish(hs.peer_qp, my_psn, hs.peer_psn, link) {
+        conn.claim(qp.qpn());
+        if let Err(e) = qp.establish(hs.peer_qp, my_psn, hs.peer_psn, conn.link()) {
             conn.close_local();
             return Err(e);
         }
-        Counters::bump(&self.set.counters.connected);
+        Counters::bump(&self.set.counters().connected);
         engine.push(Command::AddConn(conn));
         Ok(())
-    }
-}
-
-/// The handshake's time bound, on the device clock.
-struct Deadline {
-    clock: Arc<dyn Clock>,
-    start: Timestamp,
-    limit: Duration,
-}
-
-impl Deadline {
-    /// Time left, or a timeout error.
-    fn left(&self) -> io::Result<Duration> {
-        let left = self
-            .limit
-            .saturating_sub(self.clock.now().since(self.start));
-        if left.is_zero() {
-            return Err(timed_out());
-        }
-        Ok(left)
-    }
-}
-
-fn timed_out() -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, "TCP handshake timed out")
-}
-
-struct Handshake {
-    stream: std::net::TcpStream,
-    peer_qp: QpNumber,
-    peer_psn: Psn,
-    /// Bytes the server sent after its reply (early packets), for the connection's reader.
-    leftover: Vec<u8>,
-}
-
-/// The client half of the handshake, blocking (with timeouts) on the connecting thread.
-fn client_handshake(
-    addr: SocketAddr,
-    qpn: QpNumber,
-    psn: Psn,
-    private_data: &[u8],
-    deadline: &Deadline,
-) -> VerbsResult<Handshake> {
-    let mut stream =
-        std::net::TcpStream::connect_timeout(&addr, deadline.left()?).map_err(|e| {
-            if e.kind() == io::ErrorKind::ConnectionRefused {
-                VerbsError::ConnectionRefused(format!("{addr}: {e}"))
-            } else {
-                VerbsError::Io(e)
-            }
-        })?;
-    stream.set_nodelay(true)?;
-    let mut out = Vec::with_capacity(MAX_CM_FRAME_LEN);
-    let request = Frame::<&[u8]>::Cm(CmMessage::ConnectRequest {
-        version: WIRE_VERSION,
-        qp: qpn,
-        start_psn: psn,
-        private_data: private_data.to_vec(),
-    });
-    encode_frame(&request, &mut out);
-    stream.set_write_timeout(Some(deadline.left()?))?;
-    stream.write_all(&out).map_err(handshake_io)?;
-
-    let mut buf = vec![0u8; 2 * MAX_CM_FRAME_LEN];
-    let mut have = 0usize;
-    let len = loop {
-        let got = buf.get(..have).unwrap_or_default();
-        match frame_len(got, MAX_CM_FRAME_LEN) {
-            Err(e) => return Err(VerbsError::Protocol(format!("handshake reply: {e}"))),
-            Ok(Some(len)) if have >= len => break len,
-            Ok(_) => {}
-        }
-        stream.set_read_timeout(Some(deadline.left()?))?;
-        let Some(space) = buf.get_mut(have..).filter(|s| !s.is_empty()) else {
-            return Err(VerbsError::Protocol("handshake reply too long".into()));
-        };
-        match stream.read(space) {
-            Ok(0) => {
-                return Err(VerbsError::ConnectionRefused(format!(
-                    "{addr} closed the connection during the handshake"
-                )));
-            }
-            Ok(n) => have += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(handshake_io(e)),
-        }
-    };
-    let frame = buf
-        .get(..len)
-        .ok_or_else(|| VerbsError::Protocol("handshake reply truncated".into()))?;
-    let (peer_qp, peer_psn) = match decode_frame(frame) {
-        Ok(Frame::Cm(CmMessage::ConnectReply { qp, start_psn })) => (qp, start_psn),
-        Ok(Frame::Cm(CmMessage::ConnectReject { reason })) => {
-            return Err(VerbsError::ConnectionRefused(reason));
-        }
-        Ok(_) => {
-            return Err(VerbsError::Protocol(
-                "expected ConnectReply or ConnectReject".into(),
-            ));
-        }
-        Err(e) => return Err(VerbsError::Protocol(format!("handshake reply: {e}"))),
-    };
-    let leftover = buf.get(len..have).unwrap_or_default().to_vec();
-    Ok(Handshake {
-        stream,
-        peer_qp,
-        peer_psn,
-        leftover,
-    })
-}
-
-fn handshake_io(e: io::Error) -> VerbsError {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => VerbsError::Io(timed_out()),
-        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
-            VerbsError::ConnectionRefused(format!("connection lost during the handshake: {e}"))
-        }
-        _ => VerbsError::Io(e),
     }
 }

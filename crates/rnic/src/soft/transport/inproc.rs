@@ -2,17 +2,17 @@
 //!
 //! `SoftFabric::new()` gives the fast path (inline links: the requester's thread runs the
 //! responder); `SoftFabric::queued(net)` routes every packet through a [`QueuedNetwork`] that a
-//! test steps explicitly. Either can record packets with a [`PacketTrace`].
+//! test steps explicitly. Either wraps its links in a [`LinkStack`] (e.g. to record packets
+//! with a [`PacketTrace`] or kill links with [`LinkFaults`](crate::soft::link::faulty::LinkFaults)).
 
-use super::device::{SoftConfig, SoftContext, Transport};
-use super::link::Link;
-use super::link::inline::InlineLink;
-use super::link::queued::QueuedNetwork;
-use super::link::tracing::{PacketTrace, TracingLink};
-use super::qp::QpInner;
-use super::wire::MAX_PRIVATE_DATA;
-use super::{SoftAddress, SoftListener, SoftProvider};
-use crate::verbs::{AcceptPolicy, QpState, QueuePair, VerbsError, VerbsResult};
+use super::{Policy, check_private_data, server_qp};
+use crate::soft::device::{Connecting, SoftConfig, SoftContext, Transport};
+use crate::soft::link::inline::InlineLink;
+use crate::soft::link::queued::QueuedNetwork;
+use crate::soft::link::tracing::PacketTrace;
+use crate::soft::link::{Link, LinkStack};
+use crate::soft::provider::{SoftAddress, SoftListener};
+use crate::verbs::{VerbsError, VerbsResult};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
@@ -28,11 +28,9 @@ pub enum LinkMode {
     Queued(Arc<QueuedNetwork>),
 }
 
-type Policy = Arc<dyn AcceptPolicy<SoftProvider>>;
-
 struct FabricInner {
     mode: LinkMode,
-    trace: Option<Arc<PacketTrace>>,
+    links: LinkStack,
     next_node: AtomicU32,
     next_port: AtomicU32,
     listeners: Mutex<HashMap<(u32, u32), Policy>>,
@@ -71,10 +69,19 @@ impl SoftFabric {
 
     /// A fabric with the given link mode, recording packets into `trace` if given.
     pub fn with_mode(mode: LinkMode, trace: Option<Arc<PacketTrace>>) -> Self {
+        let links = match trace {
+            Some(t) => LinkStack::new().traced(t),
+            None => LinkStack::new(),
+        };
+        Self::with_links(mode, links)
+    }
+
+    /// A fabric with the given link mode whose links are wrapped in `links`.
+    pub fn with_links(mode: LinkMode, links: LinkStack) -> Self {
         SoftFabric {
             inner: Arc::new(FabricInner {
                 mode,
-                trace,
+                links,
                 next_node: AtomicU32::new(1),
                 next_port: AtomicU32::new(1),
                 listeners: Mutex::new(HashMap::new()),
@@ -122,7 +129,7 @@ impl Drop for Registration {
 }
 
 impl Transport for InProcTransport {
-    fn listen(&self, _dev: &SoftContext, policy: Policy) -> VerbsResult<SoftListener> {
+    fn listen(&self, policy: Policy) -> VerbsResult<SoftListener> {
         let port = self.fabric.next_port.fetch_add(1, Ordering::Relaxed);
         let key = (self.node, port);
         self.fabric.listeners.lock().insert(key, policy);
@@ -138,15 +145,18 @@ impl Transport for InProcTransport {
         })
     }
 
-    fn connect(&self, qp: &Arc<QpInner>, to: &SoftAddress, private_data: &[u8]) -> VerbsResult<()> {
+    fn connect(
+        &self,
+        qp: &dyn Connecting,
+        to: &SoftAddress,
+        private_data: &[u8],
+    ) -> VerbsResult<()> {
         let SoftAddress::InProc { node, port } = to else {
             return Err(VerbsError::InvalidArgument(
                 "an in-process device connects to in-process addresses only",
             ));
         };
-        if private_data.len() > MAX_PRIVATE_DATA {
-            return Err(VerbsError::InvalidArgument("private data too long"));
-        }
+        check_private_data(private_data)?;
         let policy = self
             .fabric
             .listeners
@@ -154,39 +164,29 @@ impl Transport for InProcTransport {
             .get(&(*node, *port))
             .cloned()
             .ok_or_else(|| VerbsError::ConnectionRefused(format!("no listener at {to:?}")))?;
-        let server = policy
-            .create_qp(private_data)
-            .map_err(VerbsError::ConnectionRefused)?;
-        if server.state() != QpState::Reset {
-            return Err(VerbsError::ConnectionRefused(
-                "accept policy returned a QP that is not in RESET".into(),
-            ));
-        }
-        let s = &server.inner;
+        let server = server_qp(&policy, private_data).map_err(VerbsError::ConnectionRefused)?;
+        let s = &*server.inner;
         let (client_link, server_link): (Arc<dyn Link>, Arc<dyn Link>) = match &self.fabric.mode {
             LinkMode::Inline => {
                 let (to_server, to_client) = InlineLink::pair(s.sink(), qp.sink());
-                (self.traced(to_server), self.traced(to_client))
+                (self.wrap(to_server), self.wrap(to_client))
             }
             LinkMode::Queued(net) => {
                 let (a, b) = net.connect(qp.sink(), s.sink());
-                (self.traced(a), self.traced(b))
+                (self.wrap(a), self.wrap(b))
             }
         };
         let client_psn = qp.new_psn();
         let server_psn = s.new_psn();
-        s.establish(qp.qpn, server_psn, client_psn, server_link)?;
-        qp.establish(s.qpn, client_psn, server_psn, client_link)?;
+        s.establish(qp.qpn(), server_psn, client_psn, server_link)?;
+        qp.establish(s.qpn(), client_psn, server_psn, client_link)?;
         policy.established(server, private_data);
         Ok(())
     }
 }
 
 impl InProcTransport {
-    fn traced<L: Link + 'static>(&self, link: L) -> Arc<dyn Link> {
-        match &self.fabric.trace {
-            Some(t) => Arc::new(TracingLink::new(link, t.clone())),
-            None => Arc::new(link),
-        }
+    fn wrap<L: Link + 'static>(&self, link: L) -> Arc<dyn Link> {
+        self.fabric.links.wrap(Arc::new(link))
     }
 }

@@ -5,10 +5,12 @@
 //! registry directly (epoll registration is thread-safe), so an engine must service a
 //! connection or listener as soon as it learns of it: events that arrived before that were
 //! dropped as unknown tokens, and with edge-triggered readiness they will not come again.
+//!
+//! The engine sits above the connections it drives: it is their [`Owner`], and it hands each
+//! accepted connection the [`Accept`] of its listener.
 
-use super::conn::{Conn, Phase};
-use crate::soft::SoftProvider;
-use crate::verbs::{AcceptPolicy, QpNumber};
+use super::conn::{Accept, Conn, ConnShared, Owner, Phase};
+use super::limits::Counters;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use parking_lot::Mutex;
@@ -16,12 +18,9 @@ use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-/// The accept policy of a listener.
-pub(super) type Policy = Arc<dyn AcceptPolicy<SoftProvider>>;
 
 /// The token of an engine's waker; sockets get tokens from 1 up, never reused.
 const WAKER: Token = Token(0);
@@ -47,67 +46,35 @@ pub(super) fn in_engine() -> bool {
     IN_ENGINE.with(Cell::get)
 }
 
-/// Limits shared by a device's engines and connections.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Limits {
-    /// Largest frame accepted once a connection is set up (max message + header).
-    pub(super) max_frame: usize,
-    /// Unsent bytes a connection may hold before a further frame closes it.
-    pub(super) out_limit: usize,
-    /// Empty zero-timeout polls before an engine parks.
-    pub(super) spin_polls: u32,
-    /// Accepted connections per engine still waiting for their `ConnectRequest`.
-    pub(super) max_pending_handshakes: usize,
-}
-
-/// Event counters of a device's TCP transport.
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    pub(super) accepted: AtomicU64,
-    pub(super) connected: AtomicU64,
-    pub(super) established: AtomicU64,
-    pub(super) rejected: AtomicU64,
-    pub(super) protocol_errors: AtomicU64,
-    pub(super) overflow_closes: AtomicU64,
-    pub(super) lost: AtomicU64,
-    pub(super) closed: AtomicU64,
-}
-
-impl Counters {
-    pub(super) fn bump(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// A device's engines and what they share.
 pub(super) struct EngineSet {
     pub(super) engines: Vec<Arc<EngineShared>>,
     next: AtomicUsize,
-    pub(super) limits: Limits,
-    pub(super) counters: Counters,
-    /// The latest connection of each QP, so a reconnect can wait out a delivery still running
-    /// on the previous connection (see [`EngineSet::replace_connection`]).
-    latest: Mutex<HashMap<QpNumber, Weak<Conn>>>,
+    /// What the device's connections share (limits, counters, link stack).
+    pub(super) conns: Arc<ConnShared>,
 }
 
 impl fmt::Debug for EngineSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EngineSet")
             .field("engines", &self.engines.len())
-            .field("limits", &self.limits)
+            .field("conns", &self.conns)
             .finish_non_exhaustive()
     }
 }
 
 impl EngineSet {
-    pub(super) fn new(engines: Vec<Arc<EngineShared>>, limits: Limits) -> Self {
+    pub(super) fn new(engines: Vec<Arc<EngineShared>>, conns: ConnShared) -> Self {
         EngineSet {
             engines,
             next: AtomicUsize::new(0),
-            limits,
-            counters: Counters::default(),
-            latest: Mutex::new(HashMap::new()),
+            conns: Arc::new(conns),
         }
+    }
+
+    /// The device's connection counters.
+    pub(super) fn counters(&self) -> &Counters {
+        &self.conns.counters
     }
 
     /// The engine for the next connection or listener (round robin).
@@ -120,29 +87,9 @@ impl EngineSet {
         self.engines.get(i).cloned()
     }
 
-    /// Records `next` as the connection of `qpn` and waits until no frame of its previous
-    /// connection is being delivered. The previous connection was closed (a QP is reset before
-    /// it reconnects, and reset closes the link), and a reader checks that flag under its lock
-    /// before each delivery; taking the lock once therefore guarantees that no stale packet or
-    /// `link_down` from the old connection reaches the QP once it is connected again.
-    ///
-    /// Called holding no QP lock.
-    pub(super) fn replace_connection(&self, qpn: QpNumber, next: &Arc<Conn>) {
-        let previous = {
-            let mut latest = self.latest.lock();
-            latest.retain(|_, c| c.strong_count() > 0);
-            latest.insert(qpn, Arc::downgrade(next))
-        };
-        if let Some(old) = previous.and_then(|w| w.upgrade())
-            && !Arc::ptr_eq(&old, next)
-        {
-            old.quiesce();
-        }
-    }
-
     /// Registers `stream` with `engine` and wraps it in a connection.
     pub(super) fn adopt(
-        self: &Arc<Self>,
+        &self,
         engine: &Arc<EngineShared>,
         mut stream: TcpStream,
         phase: Phase,
@@ -156,7 +103,7 @@ impl EngineSet {
             stream,
             token,
             engine.clone(),
-            self.clone(),
+            self.conns.clone(),
             phase,
             leftover,
         ))
@@ -165,11 +112,11 @@ impl EngineSet {
 
 /// What other threads hand to an engine.
 pub(super) enum Command {
-    /// Accept connections on `listener` with `policy`.
+    /// Accept connections on `listener`, running the handshake with `acceptor`.
     Listen {
         token: Token,
         listener: Arc<TcpListener>,
-        policy: Policy,
+        acceptor: Arc<dyn Accept>,
     },
     /// Stop accepting on the listener registered under this token.
     Unlisten(Token),
@@ -254,13 +201,23 @@ impl EngineShared {
     }
 }
 
+impl Owner for EngineShared {
+    fn kick(&self, conn: Arc<Conn>) {
+        self.push(Command::Kick(conn));
+    }
+
+    fn on_engine_thread(&self) -> bool {
+        in_engine()
+    }
+}
+
 /// The thread-local half of an engine.
 struct Engine {
     poll: Poll,
     me: Arc<EngineShared>,
     set: Arc<EngineSet>,
     conns: HashMap<Token, Arc<Conn>>,
-    listeners: HashMap<Token, (Arc<TcpListener>, Policy)>,
+    listeners: HashMap<Token, (Arc<TcpListener>, Arc<dyn Accept>)>,
     /// Accepted connections still in their handshake, oldest first.
     handshakes: VecDeque<Arc<Conn>>,
     /// Connections that stopped reading at their budget; serviced again without an event.
@@ -294,7 +251,7 @@ impl Engine {
             }
             // Spin with zero-timeout polls while there was recent work, then park in a
             // blocking poll: an idle engine costs no CPU.
-            let park = self.again.is_empty() && idle >= self.set.limits.spin_polls;
+            let park = self.again.is_empty() && idle >= self.set.conns.limits.spin_polls;
             if park {
                 self.me.publish_cpu();
             }
@@ -355,9 +312,9 @@ impl Engine {
                 Command::Listen {
                     token,
                     listener,
-                    policy,
+                    acceptor,
                 } => {
-                    self.listeners.insert(token, (listener, policy));
+                    self.listeners.insert(token, (listener, acceptor));
                     self.accept(token);
                 }
                 Command::Unlisten(token) => {
@@ -384,7 +341,7 @@ impl Engine {
     /// Bounds the connections waiting for a `ConnectRequest`: past the limit, the oldest are
     /// closed (a peer that connects and never speaks cannot pin sockets forever).
     fn trim_handshakes(&mut self) {
-        let max = self.set.limits.max_pending_handshakes.max(1);
+        let max = self.set.conns.limits.max_pending_handshakes.max(1);
         if self.handshakes.len() <= max {
             return;
         }
@@ -400,13 +357,13 @@ impl Engine {
 
     fn accept(&mut self, token: Token) {
         loop {
-            let Some((listener, policy)) = self.listeners.get(&token) else {
+            let Some((listener, acceptor)) = self.listeners.get(&token) else {
                 return;
             };
             match listener.accept() {
                 Ok((stream, _peer)) => {
-                    let policy = policy.clone();
-                    self.adopt_accepted(stream, policy);
+                    let acceptor = acceptor.clone();
+                    self.adopt_accepted(stream, acceptor);
                 }
                 Err(e) => match e.kind() {
                     io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => continue,
@@ -418,18 +375,18 @@ impl Engine {
         }
     }
 
-    fn adopt_accepted(&mut self, stream: TcpStream, policy: Policy) {
+    fn adopt_accepted(&mut self, stream: TcpStream, acceptor: Arc<dyn Accept>) {
         let _ = stream.set_nodelay(true);
         let Some(target) = self.set.pick() else {
             return;
         };
         let Ok(conn) = self
             .set
-            .adopt(&target, stream, Phase::Accepting(policy), Vec::new())
+            .adopt(&target, stream, Phase::Accepting(acceptor), Vec::new())
         else {
             return;
         };
-        Counters::bump(&self.set.counters.accepted);
+        Counters::bump(&self.set.counters().accepted);
         if Arc::ptr_eq(&target, &self.me) {
             self.add(conn);
         } else {
@@ -461,7 +418,7 @@ impl Engine {
     fn remove(&mut self, conn: &Arc<Conn>) {
         conn.teardown();
         if self.conns.remove(&conn.token()).is_some() {
-            Counters::bump(&self.set.counters.closed);
+            Counters::bump(&self.set.counters().closed);
             self.me.live.store(self.conns.len(), Ordering::Relaxed);
         }
     }

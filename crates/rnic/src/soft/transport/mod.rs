@@ -1,0 +1,43 @@
+//! Transports: how soft devices find each other and connect their QPs.
+//!
+//! - [`inproc`]: devices of one process on a [`SoftFabric`](inproc::SoftFabric), connected by
+//!   inline or queued links.
+//! - [`tcp`]: devices in different processes or hosts, one TCP connection per RC QP, served
+//!   by NIC engine threads; its connection-management exchange is in `tcp/handshake.rs`.
+//!
+//! A transport implements the device's `Transport` trait: it registers listeners, runs the
+//! handshake (QP numbers, starting PSNs and private data both ways; the listener's accept
+//! policy decides), makes the link of each side — wrapped in the transport's [`LinkStack`]
+//! — and establishes both QPs. What every transport checks the same way is here.
+//!
+//! [`LinkStack`]: crate::soft::link::LinkStack
+
+pub mod inproc;
+pub mod tcp;
+
+use super::provider::SoftProvider;
+use super::qp::SoftQp;
+use super::wire::MAX_PRIVATE_DATA;
+use crate::verbs::{AcceptPolicy, QpState, QueuePair, VerbsError, VerbsResult};
+use std::sync::Arc;
+
+/// The accept policy of a listener.
+pub(crate) type Policy = Arc<dyn AcceptPolicy<SoftProvider>>;
+
+/// Refuses private data longer than a connect request carries.
+pub(crate) fn check_private_data(private_data: &[u8]) -> VerbsResult<()> {
+    if private_data.len() > MAX_PRIVATE_DATA {
+        return Err(VerbsError::InvalidArgument("private data too long"));
+    }
+    Ok(())
+}
+
+/// The listener side's first step on every transport: a QP from the accept policy, which must
+/// be in RESET. `Err` carries the refusal sent back to the connecting side.
+pub(crate) fn server_qp(policy: &Policy, private_data: &[u8]) -> Result<SoftQp, String> {
+    let server = policy.create_qp(private_data)?;
+    if server.state() != QpState::Reset {
+        return Err("accept policy returned a QP that is not in RESET".into());
+    }
+    Ok(server)
+}

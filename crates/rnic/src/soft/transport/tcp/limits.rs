@@ -1,0 +1,35 @@
+//! Bounds and counters of one TCP device, shared by its engines and connections.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Limits shared by a device's engines and connections.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// Largest frame accepted once a connection is set up (max message + header).
+    pub(super) max_frame: usize,
+    /// Unsent bytes a connection may hold before a further frame closes it.
+    pub(super) out_limit: usize,
+    /// Empty zero-timeout polls before an engine parks.
+    pub(super) spin_polls: u32,
+    /// Accepted connections per engine still waiting for their `ConnectRequest`.
+    pub(super) max_pending_handshakes: usize,
+}
+
+/// Event counters of a device's TCP transport.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) accepted: AtomicU64,
+    pub(super) connected: AtomicU64,
+    pub(super) established: AtomicU64,
+    pub(super) rejected: AtomicU64,
+    pub(super) protocol_errors: AtomicU64,
+    pub(super) overflow_closes: AtomicU64,
+    pub(super) lost: AtomicU64,
+    pub(super) closed: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
