@@ -4,7 +4,7 @@
 use crate::serve::{ServeOpts, TenantArg};
 use anyhow::{Context as _, Result};
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::manager::{MemoryNode, NodeConfig};
+use patronus_core::manager::MemoryNode;
 use patronus_core::proto::messages::{Access, Mode};
 use rnic_rdma::{RdmaConfig, RdmaContext, RdmaProvider};
 use std::io::Read;
@@ -29,17 +29,7 @@ pub fn serve(opts: &ServeOpts, device: Option<String>) -> Result<()> {
         ctx.device_name(),
         ctx.gid_index()
     );
-    let node = MemoryNode::<RdmaProvider>::start(
-        ctx,
-        NodeConfig {
-            pool_bytes: opts.pool_mib << 20,
-            max_lifetime_us: opts.max_lifetime_ms * 1000,
-            isolation: opts.isolation,
-            tenants: opts.tenants.clone(),
-            shards: opts.shards,
-            ..NodeConfig::default()
-        },
-    )?;
+    let node = MemoryNode::<RdmaProvider>::start(ctx, opts.node_config())?;
     println!("listening {}", node.address());
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);

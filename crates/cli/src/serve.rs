@@ -45,21 +45,25 @@ pub struct ServeOpts {
     pub shards: usize,
 }
 
+impl ServeOpts {
+    /// The memory node's configuration (whatever the provider).
+    pub fn node_config(&self) -> NodeConfig {
+        NodeConfig {
+            pool_bytes: self.pool_mib << 20,
+            max_lifetime_us: self.max_lifetime_ms * 1000,
+            isolation: self.isolation,
+            tenants: self.tenants.clone(),
+            shards: self.shards,
+            ..NodeConfig::default()
+        }
+    }
+}
+
 /// Serves until stdin reaches end of file; prints `listening <addr>` first.
 pub fn serve(opts: &ServeOpts) -> Result<()> {
     let ctx =
         TcpNode::open(SoftConfig::default(), opts.listen).context("opening the TCP device")?;
-    let node = MemoryNode::<SoftProvider>::start(
-        ctx,
-        NodeConfig {
-            pool_bytes: opts.pool_mib << 20,
-            max_lifetime_us: opts.max_lifetime_ms * 1000,
-            isolation: opts.isolation,
-            tenants: opts.tenants.clone(),
-            shards: opts.shards,
-            ..NodeConfig::default()
-        },
-    )?;
+    let node = MemoryNode::<SoftProvider>::start(ctx, opts.node_config())?;
     let SoftAddress::Tcp(addr) = node.address() else {
         bail!("TCP node without a TCP address");
     };

@@ -1,10 +1,8 @@
 //! The client end of the control channel (see the module docs of [`super`]).
 
+use super::slots::Slots;
 use super::{IdleWait, Protocol, RpcError};
-use rnic::{
-    AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryRegion, ProtectionDomain, Provider,
-    QueuePair, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
-};
+use rnic::{CompletionQueue, Provider, QueuePair, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -58,8 +56,7 @@ pub struct RpcClient<P: Provider, Pr: Protocol> {
     qp: P::Qp,
     cq: P::Cq,
     /// `slots` receive slots, then `slots` send slots.
-    buf: P::Buffer,
-    mr: P::Mr,
+    memory: Slots<P>,
     slots: u32,
     next_req: u64,
     /// Ids advance by this much (channels of one client to several servers use disjoint ids).
@@ -95,13 +92,10 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         slots: u32,
     ) -> Result<Self, RpcError> {
         let slots = slots.max(1);
-        let buf = ctx.alloc_buffer(2 * slots as usize * Pr::SLOT_SIZE)?;
-        let mr = pd.reg_mr(&buf, 0, buf.len(), AccessFlags::LOCAL_WRITE)?;
         let client: Self = RpcClient {
             qp,
             cq,
-            buf,
-            mr,
+            memory: Slots::new(ctx, pd, slots, Pr::SLOT_SIZE)?,
             slots,
             next_req: 1,
             id_step: 1,
@@ -144,14 +138,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     }
 
     fn recv_wr(&self, slot: u32) -> RecvWr {
-        RecvWr {
-            wr_id: TAG | slot as u64,
-            sge: Some(Sge {
-                addr: self.buf.addr() + (slot as usize * Pr::SLOT_SIZE) as u64,
-                length: Pr::SLOT_SIZE as u32,
-                lkey: self.mr.lkey(),
-            }),
-        }
+        self.memory.recv_wr(slot, TAG | slot as u64)
     }
 
     /// Sends `req` without waiting; returns its id. [`RpcError::Busy`] if every receive slot
@@ -338,9 +325,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         if slot >= self.slots {
             return Ok(true);
         }
-        let read = self
-            .buf
-            .read(slot as usize * Pr::SLOT_SIZE, &mut self.scratch);
+        let read = self.memory.read(slot, &mut self.scratch);
         self.qp.post_recv(&[self.recv_wr(slot)])?;
         read?;
         // A malformed answer is dropped: the request it answers times out.
@@ -395,23 +380,10 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     }
 
     fn send(&mut self, id: u64, req: &Pr::Request) -> Result<(), RpcError> {
-        let slot = self.slots + (id / self.id_step % self.slots as u64) as u32;
-        let off = slot as usize * Pr::SLOT_SIZE;
+        let slot = (id / self.id_step % self.slots as u64) as u32;
         Pr::encode_request(id, req, &mut self.scratch);
-        self.buf.write(off, &self.scratch)?;
-        let wr = SendWr {
-            wr_id: TAG | SEND | slot as u64,
-            signaled: false,
-            op: SendOp::Send {
-                local: Some(Sge {
-                    addr: self.buf.addr() + off as u64,
-                    length: Pr::SLOT_SIZE as u32,
-                    lkey: self.mr.lkey(),
-                }),
-            },
-        };
-        self.qp
-            .post_send(std::slice::from_ref(&wr))
-            .map_err(|(_, e)| RpcError::Verbs(e))
+        self.memory
+            .send(&self.qp, slot, TAG | SEND | slot as u64, &self.scratch)?;
+        Ok(())
     }
 }

@@ -22,6 +22,7 @@
 mod client;
 mod server;
 pub mod slot;
+mod slots;
 
 pub use client::{Orphan, RpcClient};
 pub use server::{Incoming, RpcServer};

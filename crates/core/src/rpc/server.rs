@@ -2,11 +2,11 @@
 //! client's control QP draws from it), a ring of reply slots, and the serving thread's
 //! spin-then-park wait (see the module docs of [`super`]).
 
+use super::slots::Slots;
 use super::{IdleWait, Protocol, SlotError};
 use rnic::{
-    AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryRegion, ProtectionDomain, Provider,
-    QpNumber, QueuePair, RecvWr, SendOp, SendWr, Sge, SharedReceiveQueue, VerbsError, WcOpcode,
-    WcStatus, WorkCompletion,
+    CompletionQueue, Context, ProtectionDomain, Provider, QpNumber, RecvWr, SharedReceiveQueue,
+    VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 use std::time::Duration;
 
@@ -29,8 +29,7 @@ pub struct RpcServer<P: Provider, Pr: Protocol> {
     recv_cq: P::Cq,
     send_cq: P::Cq,
     /// `depth` request slots, then `depth` reply slots.
-    buf: P::Buffer,
-    mr: P::Mr,
+    memory: Slots<P>,
     depth: u32,
     next_reply: u32,
     wcs: Vec<WorkCompletion>,
@@ -60,14 +59,11 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
         let srq = pd.create_srq(depth)?;
         let recv_cq = ctx.create_cq(depth * 2)?;
         let send_cq = ctx.create_cq(8192)?;
-        let buf = ctx.alloc_buffer(2 * depth as usize * Pr::SLOT_SIZE)?;
-        let mr = pd.reg_mr(&buf, 0, buf.len(), AccessFlags::LOCAL_WRITE)?;
         let server: Self = RpcServer {
             srq,
             recv_cq,
             send_cq,
-            buf,
-            mr,
+            memory: Slots::new(ctx, pd, depth, Pr::SLOT_SIZE)?,
             depth,
             next_reply: 0,
             wcs: vec![WorkCompletion::default(); max_batch.clamp(1, 256)],
@@ -96,14 +92,7 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
     }
 
     fn recv_wr(&self, slot: u32) -> RecvWr {
-        RecvWr {
-            wr_id: slot as u64,
-            sge: Some(Sge {
-                addr: self.buf.addr() + slot as u64 * Pr::SLOT_SIZE as u64,
-                length: Pr::SLOT_SIZE as u32,
-                lkey: self.mr.lkey(),
-            }),
-        }
+        self.memory.recv_wr(slot, slot as u64)
     }
 
     /// Takes the requests that arrived (at most the batch size), reposting their slots, and
@@ -119,10 +108,7 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
             }
             if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
                 let len = (wc.byte_len as usize).min(Pr::SLOT_SIZE);
-                let message = match self
-                    .buf
-                    .read(slot as usize * Pr::SLOT_SIZE, &mut self.scratch[..len])
-                {
+                let message = match self.memory.read(slot as u32, &mut self.scratch[..len]) {
                     Ok(()) => Pr::decode_request(&self.scratch[..len]),
                     Err(_) => Err(SlotError::Truncated {
                         got: 0,
@@ -146,23 +132,11 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
     /// Sends the reply to request `req_id` on `qp` from the next reply slot. An error means
     /// the client's QP is broken (it gets no reply; its leases end on their own).
     pub fn reply(&mut self, qp: &P::Qp, req_id: u64, reply: &Pr::Reply) -> Result<(), VerbsError> {
-        let slot = self.depth + self.next_reply;
+        let slot = self.next_reply;
         self.next_reply = (self.next_reply + 1) % self.depth;
-        let off = slot as usize * Pr::SLOT_SIZE;
         Pr::encode_reply(req_id, reply, &mut self.scratch);
-        self.buf.write(off, &self.scratch)?;
-        let wr = SendWr {
-            wr_id: REPLY | slot as u64,
-            signaled: false,
-            op: SendOp::Send {
-                local: Some(Sge {
-                    addr: self.buf.addr() + off as u64,
-                    length: Pr::SLOT_SIZE as u32,
-                    lkey: self.mr.lkey(),
-                }),
-            },
-        };
-        qp.post_send(std::slice::from_ref(&wr)).map_err(|(_, e)| e)
+        self.memory
+            .send(qp, slot, REPLY | slot as u64, &self.scratch)
     }
 
     /// Reaps reply completions (replies are unsignaled, so only failures show). Returns

@@ -1,0 +1,75 @@
+//! Registered message slots, the memory both ends of the control channel work in: receive
+//! slots that incoming messages land in, then as many send slots that outgoing ones leave from.
+
+use rnic::{
+    AccessFlags, Context, MemoryBuffer, MemoryRegion, ProtectionDomain, Provider, QueuePair,
+    RecvWr, SendOp, SendWr, Sge, VerbsError,
+};
+
+/// `count` receive slots followed by `count` send slots of `size` bytes, registered for local
+/// access only (nothing here is reachable remotely).
+pub(super) struct Slots<P: Provider> {
+    buf: P::Buffer,
+    mr: P::Mr,
+    count: u32,
+    size: usize,
+}
+
+impl<P: Provider> Slots<P> {
+    pub(super) fn new(
+        ctx: &P::Context,
+        pd: &P::Pd,
+        count: u32,
+        size: usize,
+    ) -> Result<Self, VerbsError> {
+        let buf = ctx.alloc_buffer(2 * count as usize * size)?;
+        let mr = pd.reg_mr(&buf, 0, buf.len(), AccessFlags::LOCAL_WRITE)?;
+        Ok(Slots {
+            buf,
+            mr,
+            count,
+            size,
+        })
+    }
+
+    fn sge(&self, slot: u32) -> Sge {
+        Sge {
+            addr: self.buf.addr() + slot as u64 * self.size as u64,
+            length: self.size as u32,
+            lkey: self.mr.lkey(),
+        }
+    }
+
+    /// A receive into receive slot `slot`, identified by `wr_id`.
+    pub(super) fn recv_wr(&self, slot: u32, wr_id: u64) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sge: Some(self.sge(slot)),
+        }
+    }
+
+    /// Copies receive slot `slot` into `out` (at most a slot's bytes).
+    pub(super) fn read(&self, slot: u32, out: &mut [u8]) -> Result<(), VerbsError> {
+        self.buf.read(slot as usize * self.size, out)
+    }
+
+    /// Writes `bytes` (one slot) into send slot `slot` and posts it unsignaled on `qp`.
+    pub(super) fn send(
+        &self,
+        qp: &P::Qp,
+        slot: u32,
+        wr_id: u64,
+        bytes: &[u8],
+    ) -> Result<(), VerbsError> {
+        let slot = self.count + slot % self.count;
+        self.buf.write(slot as usize * self.size, bytes)?;
+        let wr = SendWr {
+            wr_id,
+            signaled: false,
+            op: SendOp::Send {
+                local: Some(self.sge(slot)),
+            },
+        };
+        qp.post_send(std::slice::from_ref(&wr)).map_err(|(_, e)| e)
+    }
+}
