@@ -126,3 +126,27 @@ fn inproc_retries_are_idempotent() {
 fn tcp_retries_are_idempotent() {
     retries_are_idempotent(Transport::Tcp);
 }
+
+/// A device without type-2 windows refuses the type-2 isolation mode at start, with a clear
+/// error, instead of failing each client later (or falling back to a weaker isolation).
+#[test]
+fn type2_isolation_needs_type2_windows() {
+    use patronus_core::manager::{Isolation, MemoryNode, NodeError};
+    use rnic::soft::{SoftFabric, SoftProvider};
+    let mut device = SoftConfig::default();
+    device.attr.mw_type2 = false;
+    let ctx = SoftFabric::new().open_device(device);
+    let node = NodeConfig {
+        isolation: Isolation::Type2,
+        ..NodeConfig::default()
+    };
+    match MemoryNode::<SoftProvider>::start(ctx.clone(), node) {
+        Err(NodeError::Config(why)) => assert!(why.contains("type-2"), "{why}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    let shared = NodeConfig {
+        isolation: Isolation::PdPerClient,
+        ..NodeConfig::default()
+    };
+    assert!(MemoryNode::<SoftProvider>::start(ctx, shared).is_ok());
+}

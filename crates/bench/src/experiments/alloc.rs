@@ -188,7 +188,7 @@ fn allocate_many(
             in_flight += 1;
         }
         let reply = c
-            .poll_reply()
+            .wait_reply(Duration::from_millis(1))
             .with_context(|| format!("{what}: waiting for allocation {} of {n}", granted + 1))?;
         match reply {
             Some((_, Reply::Granted(g))) => {
@@ -207,7 +207,6 @@ fn allocate_many(
                 if now() - last > STALL {
                     bail!("{what}: the memory node stopped answering after {granted} of {n}");
                 }
-                std::thread::yield_now();
             }
         }
     }
@@ -229,7 +228,7 @@ fn free_many(c: &mut Client<SoftProvider>, grants: &[Grant], what: &str) -> Resu
             in_flight += 1;
         }
         let reply = c
-            .poll_reply()
+            .wait_reply(Duration::from_millis(1))
             .with_context(|| format!("{what}: waiting for a free"))?;
         match reply {
             Some((_, Reply::Revoked)) => {
@@ -242,7 +241,6 @@ fn free_many(c: &mut Client<SoftProvider>, grants: &[Grant], what: &str) -> Resu
                 if now() - last > STALL {
                     bail!("{what}: the memory node stopped answering frees");
                 }
-                std::thread::yield_now();
             }
         }
     }

@@ -307,7 +307,7 @@ fn summarize(exp: &mut Experiment, clients: u32) {
         value: mgr_sharded / mgr_all,
     });
     let see =
-        ". Where the time goes: docs/benchmarks.md, \"Figure 6: where the manager's time goes\"";
+        ". Where the time goes: docs/evaluation.md, \"Figure 6: where the manager's time goes\"";
     let why = |holds: bool| if holds { "" } else { see };
     exp.checks = vec![
         Check {

@@ -76,7 +76,6 @@ impl PatronusRig {
             if super::driver::now() > deadline {
                 bail!("allocating objects: the memory node stopped answering");
             }
-            std::hint::spin_loop();
             Ok(())
         };
         while addrs.len() < count {
@@ -89,7 +88,7 @@ impl PatronusRig {
                 issued += 1;
                 in_flight += 1;
             }
-            match c.poll_reply()? {
+            match c.wait_reply(Duration::from_millis(1))? {
                 Some((_, Reply::Granted(g))) => {
                     addrs.push(g.buffer_addr);
                     c.submit(Request::Revoke {
@@ -103,7 +102,7 @@ impl PatronusRig {
             }
         }
         while in_flight > 0 {
-            match c.poll_reply()? {
+            match c.wait_reply(Duration::from_millis(1))? {
                 Some((_, Reply::Revoked)) => in_flight -= 1,
                 Some((_, other)) => bail!("allocating objects: unexpected {other:?}"),
                 None => waiting()?,

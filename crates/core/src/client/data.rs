@@ -485,6 +485,7 @@ impl<P: Provider> Client<P> {
         let mut wcs = [WorkCompletion::default(); 32];
         let mut got = 0;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut idle = crate::rpc::IdleWait::default();
         while got < posted {
             let n = self.data_cq.poll(&mut wcs);
             for wc in &wcs[..n] {
@@ -503,8 +504,12 @@ impl<P: Provider> Client<P> {
                     }
                     break;
                 }
-                // The NIC may need this core (a TCP engine thread on a small machine).
-                std::thread::yield_now();
+                // Sleep on the CQ after a short spin: the NIC may need this core (a TCP
+                // engine thread on a small machine). At most 1 ms at a time, as polling
+                // drives the provider's timers.
+                idle.idle(&self.data_cq, std::time::Duration::from_millis(1));
+            } else {
+                idle.busy();
             }
         }
         out

@@ -530,6 +530,26 @@ impl<P: Provider> Client<P> {
         Ok(self.ctrl[k].replay(req_id, req, self.cfg.rpc_timeout)?)
     }
 
+    /// Waits up to `max` for a reply to any pipelined request (sleeping on the control CQ, not
+    /// spinning); `None` if none arrived.
+    pub fn wait_reply(&mut self, max: Duration) -> Result<Option<(u64, Reply)>, ClientError> {
+        if let Some(r) = self.poll_reply()? {
+            return Ok(Some(r));
+        }
+        let n = self.ctrl.len();
+        // Several shards: wait on each channel in turn for a share of the time.
+        let slice = max / n as u32;
+        for i in 0..n {
+            let k = (self.next_poll + i) % n;
+            if let Some(r) = self.ctrl[k].wait_any(slice)? {
+                self.next_poll = (k + 1) % n;
+                self.hand_back_orphans();
+                return Ok(Some(r));
+            }
+        }
+        self.poll_reply()
+    }
+
     /// Takes one arrived reply, if any, as (request id, reply).
     pub fn poll_reply(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
         let n = self.ctrl.len();

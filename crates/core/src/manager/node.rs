@@ -147,6 +147,16 @@ impl<P: Provider> MemoryNode<P> {
         if (cfg.mw_count as usize) < shards {
             return Err(NodeError::Config("fewer windows than shards"));
         }
+        let device = ctx.query_device();
+        if !device.mw_type1 {
+            return Err(NodeError::Config("the device has no type-1 memory windows"));
+        }
+        if cfg.isolation == Isolation::Type2 && !device.mw_type2 {
+            // Never a silent fall-back to a weaker isolation.
+            return Err(NodeError::Config(
+                "type-2 isolation needs type-2 memory windows, which the device lacks",
+            ));
+        }
         let header_bytes = (cfg.header_count * HEADER_SIZE) as u64;
         let total = header_bytes + cfg.pool_bytes;
         let pool = ctx.alloc_buffer(total as usize)?;

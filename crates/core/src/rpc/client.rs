@@ -248,6 +248,24 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         Ok(self.early.pop_front())
     }
 
+    /// Waits up to `max` (sleeping on the CQ after a short spin) until some answer has
+    /// arrived; returns the oldest, if any.
+    #[allow(clippy::disallowed_methods)] // a bound on a wait is wall time
+    pub fn wait_any(&mut self, max: Duration) -> Result<Option<(u64, Pr::Reply)>, RpcError> {
+        let deadline = Instant::now() + max;
+        let mut idle = IdleWait::default();
+        loop {
+            if let Some(r) = self.poll()? {
+                return Ok(Some(r));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            idle.idle(&self.cq, (deadline - now).min(MAX_SLEEP));
+        }
+    }
+
     /// Sends `req` and waits up to `timeout` for its answer; with `retry`, the request is
     /// sent once more halfway to the deadline (the server answers retries idempotently).
     pub fn call(
