@@ -379,6 +379,10 @@ pub struct ManagerCore {
     // ---- per-batch scratch (between `plan`'s start and the `Chain` it returns) ----
     /// NIC work planned so far, with what to do with each result.
     ops: Vec<(NicOp, Cont)>,
+    /// The vectors of the last finished batch's stages, reused by the next (no allocation per
+    /// batch once they have grown).
+    spare_checks: (Vec<NicOp>, Vec<ExpiryCheck>),
+    spare_chain: (Vec<NicOp>, Vec<Cont>),
     /// Windows that must stop covering their memory in this batch.
     pub(super) releasing: Vec<(MwId, ClientId)>,
     /// Windows the grants of this batch need: (perm, is buffer window, target, client).
@@ -425,6 +429,8 @@ impl ManagerCore {
             keys: cfg.key_seed.map(|seed| KeyBytes::new(seed, cfg.mw_count)),
             waiting: HashMap::new(),
             ops: Vec::new(),
+            spare_checks: (Vec::new(), Vec::new()),
+            spare_chain: (Vec::new(), Vec::new()),
             releasing: Vec::new(),
             needs: Vec::new(),
             grants: Vec::new(),
@@ -590,11 +596,10 @@ impl ManagerCore {
     /// Stage 1: lifetime CASes for the leases due at `now`. Waiters past their deadline fail
     /// here too.
     pub fn begin(&mut self, now: Timestamp) -> Checks {
-        let mut checks = Checks {
-            now,
-            ops: Vec::new(),
-            expiries: Vec::new(),
-        };
+        let (mut ops, mut expiries) = std::mem::take(&mut self.spare_checks);
+        ops.clear();
+        expiries.clear();
+        let mut checks = Checks { now, ops, expiries };
         for (at, timer) in self.deadlines.pop_due(now) {
             match timer {
                 Timer::Waiter(object) => self.expire_waiters(object, now),
@@ -655,7 +660,7 @@ impl ManagerCore {
     ) -> Chain {
         let now = checks.now;
         let mut results = cas_results.iter();
-        for check in checks.expiries {
+        for &check in &checks.expiries {
             match check {
                 ExpiryCheck::Unconditional(key) => self.expire(key, now),
                 ExpiryCheck::Cas { perm, expected } => match results.next() {
@@ -671,7 +676,14 @@ impl ManagerCore {
             self.handle_request(now, client, req_id, req);
         }
         self.assign_windows();
-        let (ops, conts) = std::mem::take(&mut self.ops).into_iter().unzip();
+        self.spare_checks = (checks.ops, checks.expiries);
+        let (mut ops, mut conts) = std::mem::take(&mut self.spare_chain);
+        ops.clear();
+        conts.clear();
+        for (op, cont) in self.ops.drain(..) {
+            ops.push(op);
+            conts.push(cont);
+        }
         Chain { now, ops, conts }
     }
 

@@ -160,6 +160,7 @@ impl ManagerCore {
             self.counters.granted += 1;
             self.replies.push(reply);
         }
+        self.spare_chain = (chain.ops, chain.conts);
         Finished {
             header_writes,
             scrubs,

@@ -28,7 +28,11 @@ impl<P: Provider> Runner<P> {
             for message in incoming.drain(..) {
                 self.on_receive(message, &mut requests);
             }
-            self.reap_send_completions();
+            // Replies are unsignaled: their CQ holds only failures, looked for every 64
+            // batches and whenever the manager is about to sleep.
+            if self.batches % 64 == 0 || self.sweep {
+                self.reap_send_completions();
+            }
             let now = clock.now();
             // Requests take every due expiry with them (`begin` collects all of them);
             // without requests, an expiry waits until it is `expiry_slack_us` late.
