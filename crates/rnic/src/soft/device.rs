@@ -2,8 +2,8 @@
 //! QP numbers in use, the asynchronous event queue, and the transport that connects its QPs.
 //!
 //! The device sits below the objects made on it (PDs, CQs, QPs hold an `Arc` of it), so it
-//! names them only through traits: a transport is a [`Transport`], and the QP it connects a
-//! [`Connecting`] endpoint. The transports themselves (`soft::transport`) sit above the QPs.
+//! names them only through traits: a transport is a `Transport`, and the QP it connects a
+//! `Connecting` endpoint. The transports themselves (`soft::transport`) sit above the QPs.
 
 use super::arena::Pinning;
 use super::link::{Link, PacketSink};

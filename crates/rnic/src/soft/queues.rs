@@ -3,7 +3,7 @@
 //! A CQ also drives the NIC's timers: polling progresses the QPs that asked for it (those with
 //! outstanding requests, pending retries or a pending flush), so retransmissions, RNR retries
 //! and error flushes happen on the thread that waits for them — no timer thread. The queues sit
-//! below the QPs that use them: a CQ knows a QP only as something to [`Progress`].
+//! below the QPs that use them: a CQ knows a QP only as something to `Progress`.
 
 use super::device::{DeviceInner, ResourceCounts};
 use crate::verbs::{

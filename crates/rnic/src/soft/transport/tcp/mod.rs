@@ -9,17 +9,17 @@
 //! # Ok(()) }
 //! ```
 //!
-//! - **Engines** ([`engine`]): `engine_threads` threads per device, each a `mio` poll loop over
+//! - **Engines** (`engine`): `engine_threads` threads per device, each a `mio` poll loop over
 //!   non-blocking sockets. They accept, run the server half of the handshake (the accept
 //!   policy runs there), read frames and deliver them to QPs — so a memory node's responder
 //!   runs on engine threads, never on application threads. They spin on zero-timeout polls
 //!   for `spin_polls` idle rounds after work, then park in a blocking poll.
-//! - **Connections** ([`conn`], the TCP link): one reader at a time per connection, parsing from one
+//! - **Connections** (`conn`, the TCP link): one reader at a time per connection, parsing from one
 //!   per-connection buffer (frames are delivered in order whoever reads); the length prefix is
 //!   checked against the maximum frame before anything is buffered for the frame. Writes from
 //!   application threads (requests) and engines (responses) share the socket under a leaf
 //!   mutex; what the socket does not take waits in a bounded backlog that the engine flushes.
-//! - **Handshake** ([`handshake`]): the client half on the connecting thread, blocking with
+//! - **Handshake** (`handshake`): the client half on the connecting thread, blocking with
 //!   timeouts; the server half on the engine that reads the connection's first frame.
 //! - **Link stack**: every connection's link is wrapped in [`TcpOptions::links`] (tracing,
 //!   faults), as the in-process fabric's are.
