@@ -201,6 +201,16 @@ impl Context<RdmaProvider> for RdmaContext {
     fn create_cq(&self, capacity: u32) -> VerbsResult<RdmaCq> {
         RdmaCq::new(self, capacity)
     }
+    fn create_channel(&self) -> VerbsResult<crate::queues::RdmaChannel> {
+        crate::queues::RdmaChannel::new(self)
+    }
+    fn create_cq_on(
+        &self,
+        capacity: u32,
+        channel: &crate::queues::RdmaChannel,
+    ) -> VerbsResult<RdmaCq> {
+        RdmaCq::new_on(self, capacity, channel)
+    }
     fn alloc_buffer(&self, len: usize) -> VerbsResult<RdmaBuffer> {
         RdmaBuffer::new(len)
     }

@@ -37,7 +37,7 @@ mod work;
 pub use context::{RdmaConfig, RdmaContext};
 pub use memory::{RdmaBuffer, RdmaMr, RdmaMw, RdmaPd};
 pub use qp::RdmaQp;
-pub use queues::{RdmaCq, RdmaSrq};
+pub use queues::{RdmaChannel, RdmaCq, RdmaSrq};
 
 use std::net::SocketAddr;
 
@@ -52,6 +52,7 @@ impl rnic::Provider for RdmaProvider {
     type Mr = RdmaMr;
     type Mw = RdmaMw;
     type Cq = RdmaCq;
+    type Channel = queues::RdmaChannel;
     type Srq = RdmaSrq;
     type Qp = RdmaQp;
     /// The out-of-band TCP endpoint of a listener.

@@ -1,7 +1,10 @@
 //! Completion queues (with completion channels for blocking waits) and shared receive queues.
 //!
 //! Invariants:
-//! - Every CQ has its own completion channel, so a channel event always names this CQ.
+//! - A CQ from `create_cq` has a completion channel of its own, which its `wait` sleeps on; a
+//!   CQ from `create_cq_on` reports to a channel shared with other CQs ([`RdmaChannel`]),
+//!   whose `wait` sleeps until any of them has work. Events are acknowledged on the CQ they
+//!   name, whichever channel they come from.
 //! - `wait` never loses a completion: it arms the CQ *before* polling, then sleeps on the
 //!   channel; completions it polls while waiting go to a stash that `poll` drains first, in
 //!   order, before polling the device again.
@@ -43,11 +46,54 @@ impl fmt::Debug for RdmaCq {
     }
 }
 
+/// A completion channel several CQs report to. Cloning shares it.
+#[derive(Clone)]
+pub struct RdmaChannel {
+    raw: Arc<ffi::Channel>,
+}
+
+impl fmt::Debug for RdmaChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RdmaChannel")
+    }
+}
+
+impl RdmaChannel {
+    pub(crate) fn new(ctx: &RdmaContext) -> VerbsResult<RdmaChannel> {
+        let raw = ffi::create_channel(&ctx.inner.dev)
+            .map_err(|e| alloc_error("ibv_create_comp_channel", Resource::CompletionQueue, e))?;
+        Ok(RdmaChannel { raw: Arc::new(raw) })
+    }
+}
+
+impl rnic::CompletionChannel for RdmaChannel {
+    fn wait(&self, timeout: Duration) -> bool {
+        if self.raw.drain_events() > 0 {
+            return true;
+        }
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
+        self.raw.wait_readable(ms) && self.raw.drain_events() > 0
+    }
+}
+
 impl RdmaCq {
     pub(crate) fn new(ctx: &RdmaContext, capacity: u32) -> VerbsResult<RdmaCq> {
-        let err = |e| alloc_error("ibv_create_cq", Resource::CompletionQueue, e);
+        let err = |e| alloc_error("ibv_create_comp_channel", Resource::CompletionQueue, e);
         let channel = Arc::new(ffi::create_channel(&ctx.inner.dev).map_err(err)?);
-        let raw = ffi::create_cq(&ctx.inner.dev, capacity.max(1), &channel).map_err(err)?;
+        Self::on(ctx, capacity, &channel)
+    }
+
+    pub(crate) fn new_on(
+        ctx: &RdmaContext,
+        capacity: u32,
+        channel: &RdmaChannel,
+    ) -> VerbsResult<RdmaCq> {
+        Self::on(ctx, capacity, &channel.raw)
+    }
+
+    fn on(ctx: &RdmaContext, capacity: u32, channel: &Arc<ffi::Channel>) -> VerbsResult<RdmaCq> {
+        let err = |e| alloc_error("ibv_create_cq", Resource::CompletionQueue, e);
+        let raw = ffi::create_cq(&ctx.inner.dev, capacity.max(1), channel).map_err(err)?;
         Ok(RdmaCq {
             inner: Arc::new(CqInner {
                 ctx: ctx.clone(),
@@ -149,6 +195,11 @@ impl CompletionQueue for RdmaCq {
                 self.inner.raw.drain_events();
             }
         }
+    }
+
+    fn req_notify(&self) {
+        // Fails only for a destroyed CQ, which the handle structure rules out.
+        let _ = self.inner.raw.req_notify();
     }
 }
 

@@ -127,8 +127,24 @@ impl<P: Provider> Client<P> {
         address: &P::Address,
         cfg: ClientConfig,
     ) -> Result<Self, ClientError> {
+        Self::connect_on(ctx, address, cfg, None)
+    }
+
+    /// Connects as [`Client::connect`] does, with the control CQs on `channel`: a thread that
+    /// drives several clients can [`arm`](Client::arm) them all and sleep on the one channel
+    /// until any has a reply ([`rnic::CompletionChannel::wait`]).
+    pub fn connect_on(
+        ctx: &P::Context,
+        address: &P::Address,
+        cfg: ClientConfig,
+        channel: Option<&P::Channel>,
+    ) -> Result<Self, ClientError> {
+        let control_cq = || match channel {
+            Some(ch) => ctx.create_cq_on(64, ch),
+            None => ctx.create_cq(64),
+        };
         let pd = ctx.alloc_pd()?;
-        let ctrl_cq = ctx.create_cq(64)?;
+        let ctrl_cq = control_cq()?;
         let data_cq = ctx.create_cq(4096)?;
         fn init<'a, P: Provider>(
             send: &'a P::Cq,
@@ -177,7 +193,7 @@ impl<P: Provider> Client<P> {
         ctrl.use_ids(1, n);
         let mut ctrls = vec![ctrl];
         for k in 1..n {
-            let cq = ctx.create_cq(64)?;
+            let cq = control_cq()?;
             let qp = pd.create_qp(init::<P>(&cq, &cq, RECV_SLOTS + 1, t))?;
             let intent = Intent {
                 role: Role::Control,
@@ -528,6 +544,15 @@ impl<P: Provider> Client<P> {
     pub fn replay(&mut self, req_id: u64, req: Request) -> Result<Reply, ClientError> {
         let k = (req_id.saturating_sub(1) % self.ctrl.len() as u64) as usize;
         Ok(self.ctrl[k].replay(req_id, req, self.cfg.rpc_timeout)?)
+    }
+
+    /// Arms the control CQs on the channel given to [`Client::connect_on`]: the next reply
+    /// raises an event there. Arm, poll ([`Client::poll_reply`]), and only if nothing came,
+    /// wait on the channel.
+    pub fn arm(&self) {
+        for c in &self.ctrl {
+            c.arm();
+        }
     }
 
     /// Waits up to `max` for a reply to any pipelined request (sleeping on the control CQ, not

@@ -122,6 +122,11 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         self.id_step = step;
     }
 
+    /// Arms the CQ (`req_notify`): its next completion raises an event on its channel.
+    pub fn arm(&self) {
+        self.cq.req_notify();
+    }
+
     /// The QP under the channel.
     pub fn qp(&self) -> &P::Qp {
         &self.qp

@@ -26,7 +26,7 @@ mod queues;
 
 pub use memory::{Mr, Mw, Pd, alloc_mw, alloc_pd, reg_mr};
 pub use qp::{Qp, QpCaps, QpModify, RawBind, RawSendWr, create_qp};
-pub use queues::{Cq, RawRecvWr, RawWc, Srq, create_channel, create_cq, create_srq};
+pub use queues::{Channel, Cq, RawRecvWr, RawWc, Srq, create_channel, create_cq, create_srq};
 
 use rdma_mummy_sys as sys;
 use std::ffi::{CStr, CString, c_int, c_void};

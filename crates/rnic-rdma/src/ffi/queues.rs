@@ -42,6 +42,26 @@ pub fn create_channel(dev: &Arc<Device>) -> io::Result<Channel> {
 }
 
 impl Channel {
+    /// Consumes and acknowledges the pending completion events of the channel (non-blocking),
+    /// each on the CQ it names; returns how many were pending.
+    pub fn drain_events(&self) -> u32 {
+        let mut n = 0;
+        loop {
+            let mut cq: *mut sys::ibv_cq = ptr::null_mut();
+            let mut cq_ctx: *mut c_void = ptr::null_mut();
+            // SAFETY: valid channel (non-blocking) and out-pointers.
+            let ret = unsafe { sys::ibv_get_cq_event(self.ptr.as_ptr(), &mut cq, &mut cq_ctx) };
+            if ret != 0 {
+                break;
+            }
+            n += 1;
+            // SAFETY: `cq` is the CQ the event names, alive (a CQ with unacknowledged events
+            // cannot be destroyed); one ack per event.
+            unsafe { sys::ibv_ack_cq_events(cq, 1) };
+        }
+        n
+    }
+
     /// Waits up to `timeout_ms` for the channel to become readable.
     pub fn wait_readable(&self, timeout_ms: i32) -> bool {
         let mut pfd = libc::pollfd {
@@ -154,24 +174,9 @@ impl Cq {
         check(unsafe { sys::ibv_req_notify_cq(self.ptr.as_ptr(), 0) })
     }
 
-    /// Consumes and acknowledges the pending completion events of the channel (non-blocking);
-    /// returns how many were pending.
+    /// Consumes and acknowledges the pending completion events of the CQ's channel.
     pub fn drain_events(&self) -> u32 {
-        let mut n = 0;
-        loop {
-            let mut cq: *mut sys::ibv_cq = ptr::null_mut();
-            let mut cq_ctx: *mut c_void = ptr::null_mut();
-            // SAFETY: valid channel (non-blocking) and out-pointers.
-            let ret =
-                unsafe { sys::ibv_get_cq_event(self.channel.ptr.as_ptr(), &mut cq, &mut cq_ctx) };
-            if ret != 0 {
-                break;
-            }
-            n += 1;
-            // SAFETY: the channel serves only this CQ, so `cq` is ours; one ack per event.
-            unsafe { sys::ibv_ack_cq_events(cq, 1) };
-        }
-        n
+        self.channel.drain_events()
     }
 
     /// The channel of this CQ.

@@ -48,7 +48,7 @@ pub use mpt::KeyPolicy;
 pub use objects::{SoftBuffer, SoftMr, SoftMw, SoftPd};
 pub use provider::{SoftAddress, SoftListener, SoftProvider};
 pub use qp::SoftQp;
-pub use queues::{SoftCq, SoftSrq};
+pub use queues::{SoftChannel, SoftCq, SoftSrq};
 pub use transport::inproc::{LinkMode, SoftFabric};
 pub use transport::tcp::{TcpNode, TcpOptions, TcpStats, engine_cpu_time};
 
@@ -66,6 +66,7 @@ impl Provider for SoftProvider {
     type Mr = SoftMr;
     type Mw = SoftMw;
     type Cq = SoftCq;
+    type Channel = SoftChannel;
     type Srq = SoftSrq;
     type Qp = SoftQp;
     type Address = SoftAddress;
@@ -83,7 +84,13 @@ impl Context<SoftProvider> for SoftContext {
         SoftPd::new(&self.inner)
     }
     fn create_cq(&self, capacity: u32) -> VerbsResult<SoftCq> {
-        SoftCq::new(&self.inner, capacity)
+        SoftCq::new(&self.inner, capacity, None)
+    }
+    fn create_channel(&self) -> VerbsResult<SoftChannel> {
+        Ok(SoftChannel::default())
+    }
+    fn create_cq_on(&self, capacity: u32, channel: &SoftChannel) -> VerbsResult<SoftCq> {
+        SoftCq::new(&self.inner, capacity, Some(channel.clone()))
     }
     fn alloc_buffer(&self, len: usize) -> VerbsResult<SoftBuffer> {
         Ok(SoftBuffer {

@@ -7,13 +7,52 @@
 
 use super::device::{DeviceInner, ResourceCounts};
 use crate::verbs::{
-    AsyncEvent, CompletionQueue, PdId, RecvWr, Resource, SharedReceiveQueue, VerbsError,
-    VerbsResult, WorkCompletion,
+    AsyncEvent, CompletionChannel, CompletionQueue, PdId, RecvWr, Resource, SharedReceiveQueue,
+    VerbsError, VerbsResult, WorkCompletion,
 };
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// A completion channel: events of armed CQs, counted, and a condition variable to sleep on.
+#[derive(Clone, Default)]
+pub struct SoftChannel {
+    inner: Arc<ChannelInner>,
+}
+
+#[derive(Default)]
+struct ChannelInner {
+    events: Mutex<u64>,
+    raised: Condvar,
+}
+
+impl fmt::Debug for SoftChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SoftChannel")
+            .field("events", &*self.inner.events.lock())
+            .finish()
+    }
+}
+
+impl SoftChannel {
+    fn raise(&self) {
+        *self.inner.events.lock() += 1;
+        self.inner.raised.notify_all();
+    }
+}
+
+impl CompletionChannel for SoftChannel {
+    fn wait(&self, timeout: Duration) -> bool {
+        let mut events = self.inner.events.lock();
+        if *events == 0 {
+            self.inner.raised.wait_for(&mut events, timeout);
+        }
+        std::mem::take(&mut *events) > 0
+    }
+}
 
 /// Work a CQ poll runs for those that asked (a QP's timers and flushes).
 pub(crate) trait Progress: Send + Sync {
@@ -28,6 +67,9 @@ pub(crate) struct CqInner {
     arrived: Condvar,
     capacity: usize,
     watch: Mutex<Vec<Weak<dyn Progress>>>,
+    /// The channel the CQ reports to when armed.
+    channel: Option<SoftChannel>,
+    armed: AtomicBool,
 }
 
 impl Drop for CqInner {
@@ -52,7 +94,11 @@ impl fmt::Debug for SoftCq {
 }
 
 impl SoftCq {
-    pub(crate) fn new(dev: &Arc<DeviceInner>, capacity: u32) -> VerbsResult<Self> {
+    pub(crate) fn new(
+        dev: &Arc<DeviceInner>,
+        capacity: u32,
+        channel: Option<SoftChannel>,
+    ) -> VerbsResult<Self> {
         if capacity == 0 || capacity > dev.config.attr.max_cqe {
             return Err(VerbsError::InvalidArgument("CQ capacity out of range"));
         }
@@ -68,6 +114,8 @@ impl SoftCq {
                 arrived: Condvar::new(),
                 capacity: capacity as usize,
                 watch: Mutex::new(Vec::new()),
+                channel,
+                armed: AtomicBool::new(false),
             }),
         })
     }
@@ -85,6 +133,11 @@ impl CqInner {
         q.push_back(wc);
         drop(q);
         self.arrived.notify_one();
+        if self.armed.swap(false, Ordering::AcqRel)
+            && let Some(channel) = &self.channel
+        {
+            channel.raise();
+        }
     }
 
     /// Asks the next poll to progress `qp`.
@@ -113,6 +166,10 @@ impl CompletionQueue for SoftCq {
             self.inner.arrived.wait_for(&mut q, timeout);
         }
         !q.is_empty()
+    }
+
+    fn req_notify(&self) {
+        self.inner.armed.store(true, Ordering::Release);
     }
 }
 

@@ -14,8 +14,9 @@ pub use clock::{Clock, RealClock, Timestamp, VirtualClock, process_cpu_time, thr
 pub use device::{AsyncEvent, DeviceAttr};
 pub use error::{Resource, VerbsError, VerbsResult};
 pub use provider::{
-    AcceptPolicy, CompletionQueue, Context, MemoryBuffer, MemoryRegion, MemoryWindow,
-    ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair, SharedReceiveQueue,
+    AcceptPolicy, CompletionChannel, CompletionQueue, Context, MemoryBuffer, MemoryRegion,
+    MemoryWindow, ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair,
+    SharedReceiveQueue,
 };
 pub use types::{AccessFlags, Lkey, MemoryKey, MwType, PdId, Psn, QpNumber, Rkey, VirtAddr};
 pub use work::{BindInfo, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};

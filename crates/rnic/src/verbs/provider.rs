@@ -33,6 +33,8 @@ pub trait Provider: Sized + Send + Sync + 'static {
     type Mw: MemoryWindow;
     /// Completion queue.
     type Cq: CompletionQueue;
+    /// Completion channel: where the CQs created on it report completions to a waiter.
+    type Channel: CompletionChannel;
     /// Shared receive queue.
     type Srq: SharedReceiveQueue;
     /// RC queue pair.
@@ -53,6 +55,12 @@ pub trait Context<P: Provider>: Clone + Send + Sync + Debug {
     fn alloc_pd(&self) -> VerbsResult<P::Pd>;
     /// Creates a completion queue with room for `capacity` completions.
     fn create_cq(&self, capacity: u32) -> VerbsResult<P::Cq>;
+    /// Creates a completion channel (`ibv_create_comp_channel`).
+    fn create_channel(&self) -> VerbsResult<P::Channel>;
+    /// Creates a completion queue that reports to `channel` when armed
+    /// ([`CompletionQueue::req_notify`]): one thread can then sleep until any of several CQs
+    /// has work ([`CompletionChannel::wait`]).
+    fn create_cq_on(&self, capacity: u32, channel: &P::Channel) -> VerbsResult<P::Cq>;
     /// Allocates `len` bytes of page-aligned, zeroed memory that can be registered.
     fn alloc_buffer(&self, len: usize) -> VerbsResult<P::Buffer>;
     /// Takes the next asynchronous event, if any (non-blocking `ibv_get_async_event`).
@@ -232,7 +240,21 @@ pub trait CompletionQueue: Clone + Send + Sync + Debug {
     /// Polling also drives the provider's timers (retransmissions, RNR retries).
     fn poll(&self, out: &mut [WorkCompletion]) -> usize;
     /// Blocks until a completion is queued or `timeout` passes; returns whether one is queued
-    /// (the analogue of `ibv_req_notify_cq` + `ibv_get_cq_event` on a completion channel).
+    /// (the analogue of `ibv_req_notify_cq` + `ibv_get_cq_event` on a completion channel of
+    /// its own). Use it on CQs created with [`Context::create_cq`].
+    fn wait(&self, timeout: std::time::Duration) -> bool;
+    /// Arms the CQ (`ibv_req_notify_cq`): the next completion queued after this call raises
+    /// one event on the channel the CQ was created on (none for a CQ without one). The usual
+    /// pattern is arm, poll, and only if the poll found nothing, wait on the channel.
+    fn req_notify(&self);
+}
+
+/// A completion channel (`ibv_comp_channel`): the CQs created on it raise an event when they
+/// get a completion after being armed.
+pub trait CompletionChannel: Clone + Send + Sync + Debug {
+    /// Blocks until an armed CQ of this channel got a completion, or `timeout` passes; returns
+    /// whether one did. Consumes (and acknowledges) every pending event; the CQs are disarmed
+    /// by their events and must be armed again before the next wait.
     fn wait(&self, timeout: std::time::Duration) -> bool;
 }
 
