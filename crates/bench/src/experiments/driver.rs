@@ -14,11 +14,17 @@ use anyhow::{Context as _, Result, anyhow};
 use patronus_core::cluster::Transport;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rnic::soft::{SoftConfig, SoftContext, SoftFabric, TcpNode, TcpOptions};
+use rnic::CompletionChannel;
+use rnic::soft::{SoftChannel, SoftConfig, SoftContext, SoftFabric, TcpNode, TcpOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// Unproductive rounds a thread yields through before it sleeps on its completion channel:
+/// under load a reply is usually a few rounds away, and a sleeping client costs whoever
+/// completes its work a wake-up (in process, the manager's thread).
+const SLEEP_AFTER_IDLE_ROUNDS: u32 = 64;
 
 /// Client threads: the machine has 2 cores, one of which the memory node's thread shares.
 pub const CLIENT_THREADS: usize = 1;
@@ -85,6 +91,13 @@ pub struct StepCtx<'a> {
 pub trait Logical: Send {
     /// Advances the client: polls what it waits for, or issues its next operation.
     fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()>;
+    /// Arms the client's completion queues on its thread's completion channel, if it waits
+    /// only for completions (not for the clock) and its CQs are on that channel; returns
+    /// whether it did. When every client of a thread is armed and a further round completed
+    /// nothing, the thread sleeps on the channel instead of yielding the core.
+    fn arm(&mut self) -> bool {
+        false
+    }
 }
 
 /// What a driven run measured.
@@ -122,9 +135,24 @@ impl Driven {
 
 /// Runs `groups` (one group of logical clients per thread) until `target` measured operations
 /// completed, or `budget` wall time passed. Every thread is seeded from `seed`.
-#[allow(clippy::disallowed_methods)] // an experiment driver: threads and wall time
 pub fn drive(
     groups: Vec<Vec<Box<dyn Logical>>>,
+    target: u64,
+    budget: Duration,
+    seed: u64,
+    what: &str,
+) -> Result<Driven> {
+    let channels = vec![None; groups.len()];
+    drive_on(groups, channels, target, budget, seed, what)
+}
+
+/// [`drive`], with each group's completion channel (the one its clients' CQs report to): a
+/// thread whose clients all [`arm`](Logical::arm) sleeps on it when a round completes nothing;
+/// without one, it yields the core.
+#[allow(clippy::disallowed_methods)] // an experiment driver: threads and wall time
+pub fn drive_on(
+    groups: Vec<Vec<Box<dyn Logical>>>,
+    channels: Vec<Option<SoftChannel>>,
     target: u64,
     budget: Duration,
     seed: u64,
@@ -140,7 +168,9 @@ pub fn drive(
     let t0 = Arc::new(parking_lot::Mutex::new(None::<Instant>));
     let results = std::thread::scope(|s| -> Result<Vec<Latency>> {
         let mut handles = Vec::new();
+        let mut channels = channels.into_iter();
         for (t, mut group) in groups.into_iter().enumerate() {
+            let channel = channels.next().flatten();
             let (done, stop, start_line) = (done.clone(), stop.clone(), start_line.clone());
             let (finished, t0, progress) = (finished.clone(), t0.clone(), progress.clone());
             handles.push(
@@ -155,6 +185,10 @@ pub fn drive(
                         start_line.wait();
                         let started = t0.lock().unwrap_or_else(Instant::now);
                         let mut rounds = 0u64;
+                        // Every client was armed before the last round, which completed nothing.
+                        let mut armed = false;
+                        // Rounds in a row that completed nothing.
+                        let mut idle_rounds = 0u32;
                         while !stop.load(Ordering::Relaxed) {
                             let mut local = 0u64;
                             for client in group.iter_mut() {
@@ -171,6 +205,8 @@ pub fn drive(
                             }
                             rounds += 1;
                             if local > 0 {
+                                armed = false;
+                                idle_rounds = 0;
                                 let n = done.fetch_add(local, Ordering::Relaxed) + local;
                                 if t == 0 && rounds % 64 == 0 {
                                     progress.set_position(n.min(target));
@@ -182,10 +218,23 @@ pub fn drive(
                                     }
                                     stop.store(true, Ordering::Relaxed);
                                 }
+                            } else if let (Some(ch), true) = (&channel, armed) {
+                                // Armed, and a whole round since completed nothing: sleep until
+                                // a completion (polling drives the NIC's timers: at most 1 ms).
+                                ch.wait(Duration::from_millis(1));
+                                armed = false;
+                            } else if channel.is_some()
+                                && idle_rounds >= SLEEP_AFTER_IDLE_ROUNDS
+                                && group.iter_mut().all(|c| c.arm())
+                            {
+                                // One more round before sleeping: completions that came before
+                                // the arming raise no event, the round's polls find them.
+                                armed = true;
                             } else {
-                                // Nothing completed in a whole round: give the core to the
-                                // memory node's threads (2 cores, oversubscribed), which a
-                                // spinning client would otherwise starve for a time slice.
+                                // Nothing completed in a whole round (and not long enough to
+                                // sleep, or no channel to sleep on): give the core to the memory
+                                // node's threads, which a spinning client would starve.
+                                idle_rounds += 1;
                                 std::thread::yield_now();
                             }
                             if rounds % 256 == 0 && started.elapsed() >= budget {

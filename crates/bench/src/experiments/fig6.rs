@@ -148,6 +148,12 @@ impl Logical for Acquirer {
         }
         Ok(())
     }
+
+    /// It waits only for control replies.
+    fn arm(&mut self) -> bool {
+        self.client.arm();
+        true
+    }
 }
 
 /// Runs Figure 6 / Table 4 on `opts.transport`.

@@ -1,12 +1,13 @@
 //! Setting up Patronus for an experiment: a memory node on the rig's memory-node device,
 //! clients on the per-thread compute-node devices, and objects allocated up front.
 
-use super::driver::{Driven, Logical, Rig, drive, spread};
+use super::driver::{Driven, Logical, Rig, drive_on, spread};
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{Client, ClientConfig};
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, Techniques};
 use patronus_core::proto::messages::{Mode, Reply, Request};
-use rnic::soft::{SoftContext, SoftProvider};
+use rnic::Context as _;
+use rnic::soft::{SoftChannel, SoftContext, SoftProvider};
 use std::time::Duration;
 
 /// A running Patronus memory node and the devices its clients connect from.
@@ -18,6 +19,8 @@ pub struct PatronusRig {
     pub node_dev: SoftContext,
     /// One compute-node device per client thread.
     pub client_devs: Vec<SoftContext>,
+    /// One completion channel per client thread: its clients' control CQs report there.
+    pub channels: Vec<SoftChannel>,
 }
 
 /// Client settings for throughput runs: no spare QPs (no fault is injected), no recovery
@@ -41,10 +44,15 @@ impl PatronusRig {
         let client_devs = (0..threads.max(1))
             .map(|_| rig.device())
             .collect::<Result<Vec<_>>>()?;
+        let channels = client_devs
+            .iter()
+            .map(|d| d.create_channel())
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(PatronusRig {
             node,
             node_dev,
             client_devs,
+            channels,
         })
     }
 
@@ -53,9 +61,15 @@ impl PatronusRig {
     pub fn clients(&self, n: usize, cfg: &ClientConfig) -> Result<Vec<Client<SoftProvider>>> {
         (0..n)
             .map(|i| {
-                let dev = &self.client_devs[i % self.client_devs.len()];
-                Client::connect(dev, self.node.address(), cfg.clone())
-                    .with_context(|| format!("connecting client {i}"))
+                let t = i % self.client_devs.len();
+                let dev = &self.client_devs[t];
+                Client::connect_on(
+                    dev,
+                    self.node.address(),
+                    cfg.clone(),
+                    Some(&self.channels[t]),
+                )
+                .with_context(|| format!("connecting client {i}"))
             })
             .collect()
     }
@@ -136,8 +150,9 @@ impl PatronusRig {
         what: &str,
     ) -> Result<(Driven, Duration, Duration)> {
         let (m0, e0) = self.cpu();
-        let d = drive(
+        let d = drive_on(
             spread(logicals, self.client_devs.len()),
+            self.channels.iter().cloned().map(Some).collect(),
             ops,
             budget,
             seed,

@@ -114,6 +114,12 @@ impl Logical for PatronusLogical {
         }
         Ok(())
     }
+
+    /// It waits only for control replies (its accesses are synchronous within a step).
+    fn arm(&mut self) -> bool {
+        self.client.arm();
+        true
+    }
 }
 
 /// Which baseline mechanism a [`BaselineLogical`] runs.
