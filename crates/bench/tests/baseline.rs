@@ -8,8 +8,8 @@ use patronus_bench::baseline::{
 };
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftMr, SoftMw, SoftProvider, TcpNode};
 use rnic::{
-    AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryRegion, ProtectionDomain, QpInit,
-    QpTiming, QueuePair, SendOp, SendWr, Sge, WcStatus,
+    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QpTiming,
+    QueuePair, SendOp, SendWr, Sge, WcStatus,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

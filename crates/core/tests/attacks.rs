@@ -23,8 +23,8 @@ use patronus_core::proto::header::LIFETIME_OFFSET;
 use patronus_core::proto::messages::{Access, Mode, PermissionId, Reply, Request, Status};
 use rnic::soft::SoftProvider;
 use rnic::{
-    AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryKey, MemoryRegion, ProtectionDomain,
-    QpInit, QpTiming, QueuePair, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, MemoryKey, MemoryRegion, ProtectionDomain, QpInit,
+    QpTiming, QueuePair, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use std::time::{Duration, Instant};
 use support::bed::{Bed, bed, late_client, no_wait, two, wait_for, wait_node};

@@ -18,51 +18,16 @@ use crate::queues::RdmaSrq;
 use crate::translate::{access_to_ibv, mw_type_to_ibv, verbs_error};
 use rnic::soft::arena::MemoryBlock;
 use rnic::{
-    AccessFlags, MemoryBuffer, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId,
-    ProtectionDomain, QpInit, Resource, Rkey, VerbsError, VerbsResult, VirtAddr,
+    AccessFlags, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, ProtectionDomain, QpInit,
+    Resource, Rkey, VerbsError, VerbsResult, VirtAddr,
 };
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Page-aligned, zeroed memory that can be registered. Cloning shares it.
-#[derive(Clone, Debug)]
-pub struct RdmaBuffer {
-    pub(crate) block: MemoryBlock,
-}
-
-impl RdmaBuffer {
-    pub(crate) fn new(len: usize) -> VerbsResult<RdmaBuffer> {
-        Ok(RdmaBuffer {
-            block: MemoryBlock::new(len)?,
-        })
-    }
-}
-
-impl MemoryBuffer for RdmaBuffer {
-    fn addr(&self) -> VirtAddr {
-        self.block.addr()
-    }
-    fn len(&self) -> usize {
-        self.block.len()
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) -> VerbsResult<()> {
-        self.block.read(offset, dst)
-    }
-    fn write(&self, offset: usize, src: &[u8]) -> VerbsResult<()> {
-        self.block.write(offset, src)
-    }
-    fn load_u64(&self, offset: usize) -> VerbsResult<u64> {
-        Ok(self.block.word(offset)?.load(Ordering::SeqCst))
-    }
-    fn store_u64(&self, offset: usize, value: u64) -> VerbsResult<()> {
-        self.block.word(offset)?.store(value, Ordering::SeqCst);
-        Ok(())
-    }
-    fn fill_zero(&self, offset: usize, len: usize) -> VerbsResult<()> {
-        self.block.zero(offset, len)
-    }
-}
+/// Registrable memory: the software RNIC's atomic arena, whose `MemoryBuffer` implementation
+/// serves both providers. Cloning shares it.
+pub type RdmaBuffer = MemoryBlock;
 
 /// A protection domain. Cloning shares it.
 #[derive(Clone)]
@@ -107,7 +72,7 @@ impl ProtectionDomain<RdmaProvider> for RdmaPd {
         if offset.checked_add(len).is_none_or(|end| end > buffer.len()) {
             return Err(VerbsError::InvalidArgument("region outside the buffer"));
         }
-        let raw = ffi::reg_mr(&self.raw, &buffer.block, offset, len, access_to_ibv(access))
+        let raw = ffi::reg_mr(&self.raw, buffer, offset, len, access_to_ibv(access))
             .map_err(|e| verbs_error("ibv_reg_mr", Resource::MemoryRegion, e))?;
         Ok(RdmaMr {
             _pd: self.clone(),

@@ -3,7 +3,7 @@
 
 use anyhow::{Result, anyhow, bail};
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftMr, SoftMw};
-use rnic::{Context, MemoryBuffer, MemoryRegion, Rkey, SendOp, SendWr, Sge};
+use rnic::{Context, MemoryRegion, Rkey, SendOp, SendWr, Sge};
 use serde_json::{Value, json};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};

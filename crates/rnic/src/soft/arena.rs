@@ -13,7 +13,7 @@
 //!   the last one goes.
 #![allow(unsafe_code)]
 
-use crate::verbs::{Resource, VerbsError, VerbsResult};
+use crate::verbs::{MemoryBuffer, Resource, VerbsError, VerbsResult, VirtAddr};
 use parking_lot::Mutex;
 use std::fmt;
 use std::ptr::NonNull;
@@ -351,6 +351,34 @@ fn write_words(words: &[AtomicU64], offset: usize, src: &[u8]) {
         }
         done += n;
         pos += n;
+    }
+}
+
+/// The one implementation of registrable memory, for every provider whose memory is an
+/// anonymous mapping (the software RNIC's and the rdma-core provider's): byte copies and words
+/// are atomic, so remote and local users may race on them.
+impl MemoryBuffer for MemoryBlock {
+    fn addr(&self) -> VirtAddr {
+        MemoryBlock::addr(self)
+    }
+    fn len(&self) -> usize {
+        MemoryBlock::len(self)
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) -> VerbsResult<()> {
+        MemoryBlock::read(self, offset, dst)
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> VerbsResult<()> {
+        MemoryBlock::write(self, offset, src)
+    }
+    fn load_u64(&self, offset: usize) -> VerbsResult<u64> {
+        Ok(self.word(offset)?.load(Ordering::SeqCst))
+    }
+    fn store_u64(&self, offset: usize, value: u64) -> VerbsResult<()> {
+        self.word(offset)?.store(value, Ordering::SeqCst);
+        Ok(())
+    }
+    fn fill_zero(&self, offset: usize, len: usize) -> VerbsResult<()> {
+        self.zero(offset, len)
     }
 }
 

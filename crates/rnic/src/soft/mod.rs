@@ -93,9 +93,7 @@ impl Context<SoftProvider> for SoftContext {
         SoftCq::new(&self.inner, capacity, Some(channel.clone()))
     }
     fn alloc_buffer(&self, len: usize) -> VerbsResult<SoftBuffer> {
-        Ok(SoftBuffer {
-            block: arena::MemoryBlock::new(len)?,
-        })
+        SoftBuffer::new(len)
     }
     fn poll_async_event(&self) -> Option<AsyncEvent> {
         self.inner.pop_event()

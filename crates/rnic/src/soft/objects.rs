@@ -11,8 +11,8 @@ use super::arena::MemoryBlock;
 use super::device::{DeviceInner, ResourceCounts};
 use super::mpt::MrEntry;
 use crate::verbs::{
-    AccessFlags, Lkey, MemoryBuffer, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, Resource,
-    Rkey, VerbsError, VerbsResult, VirtAddr,
+    AccessFlags, Lkey, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, Resource, Rkey,
+    VerbsError, VerbsResult, VirtAddr,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -66,10 +66,7 @@ impl SoftPd {
         len: usize,
         access: AccessFlags,
     ) -> VerbsResult<SoftMr> {
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > buffer.block.len())
-        {
+        if offset.checked_add(len).is_none_or(|end| end > buffer.len()) {
             return Err(VerbsError::InvalidArgument("MR range outside the buffer"));
         }
         if access.needs_local_write() && !access.contains(AccessFlags::LOCAL_WRITE) {
@@ -81,7 +78,7 @@ impl SoftPd {
         let dev = &self.inner.dev;
         let entry = MrEntry::register(
             self.inner.id,
-            &buffer.block,
+            buffer,
             offset,
             len,
             access,
@@ -91,7 +88,7 @@ impl SoftPd {
         let key = match dev.mpt.insert_mr(entry) {
             Ok(k) => k,
             Err(e) => {
-                buffer.block.unpin(offset, len);
+                buffer.unpin(offset, len);
                 return Err(e);
             }
         };
@@ -126,36 +123,10 @@ impl SoftPd {
     }
 }
 
-/// Registrable memory: a page-aligned anonymous mapping. Cloning shares it.
-#[derive(Clone, Debug)]
-pub struct SoftBuffer {
-    pub(crate) block: MemoryBlock,
-}
-
-impl MemoryBuffer for SoftBuffer {
-    fn addr(&self) -> VirtAddr {
-        self.block.addr()
-    }
-    fn len(&self) -> usize {
-        self.block.len()
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) -> VerbsResult<()> {
-        self.block.read(offset, dst)
-    }
-    fn write(&self, offset: usize, src: &[u8]) -> VerbsResult<()> {
-        self.block.write(offset, src)
-    }
-    fn load_u64(&self, offset: usize) -> VerbsResult<u64> {
-        Ok(self.block.word(offset)?.load(Ordering::SeqCst))
-    }
-    fn store_u64(&self, offset: usize, value: u64) -> VerbsResult<()> {
-        self.block.word(offset)?.store(value, Ordering::SeqCst);
-        Ok(())
-    }
-    fn fill_zero(&self, offset: usize, len: usize) -> VerbsResult<()> {
-        self.block.zero(offset, len)
-    }
-}
+/// Registrable memory: a page-aligned anonymous mapping ([`MemoryBlock`], which implements
+/// [`MemoryBuffer`](crate::verbs::MemoryBuffer) for every provider that registers it). Cloning
+/// shares it.
+pub type SoftBuffer = MemoryBlock;
 
 /// A registered memory region. Not `Clone`: deregistration consumes it.
 pub struct SoftMr {

@@ -8,9 +8,7 @@ use super::protection::device_pair;
 use crate::harness::Latency;
 use anyhow::{Context as _, Result, anyhow, bail};
 use patronus_core::cluster::Transport;
-use rnic::{
-    AccessFlags, Context, MemoryBuffer, MemoryRegion, ProtectionDomain, SendOp, SendWr, Sge,
-};
+use rnic::{AccessFlags, Context, MemoryRegion, ProtectionDomain, SendOp, SendWr, Sge};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

@@ -8,8 +8,8 @@ use anyhow::{Result, anyhow, bail};
 use patronus_core::cluster::Transport;
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, TcpNode};
 use rnic::{
-    AccessFlags, BindInfo, Context, MemoryBuffer, MemoryRegion, MwType, ProtectionDomain, QpState,
-    QueuePair, SendOp, SendWr,
+    AccessFlags, BindInfo, Context, MemoryRegion, MwType, ProtectionDomain, QpState, QueuePair,
+    SendOp, SendWr,
 };
 use std::net::SocketAddr;
 use std::time::Instant;
