@@ -1,7 +1,7 @@
 //! The RC QP handle: state changes and posting.
 
 use super::memory::{Mr, Mw, Pd};
-use super::queues::{Cq, RawRecvWr, Srq, post_recv_list};
+use super::queues::{Cq, RawRecvWr, Srq, post_error, post_recv_list, sge_list};
 use super::{check, last_error};
 use rdma_mummy_sys as sys;
 use std::ffi::c_int;
@@ -211,13 +211,7 @@ impl Qp {
         if wrs.is_empty() {
             return Ok(());
         }
-        let mut sges: Vec<sys::ibv_sge> = wrs
-            .iter()
-            .map(|w| {
-                let (addr, length, lkey) = w.sge.unwrap_or((0, 0, 0));
-                sys::ibv_sge { addr, length, lkey }
-            })
-            .collect();
+        let mut sges = sge_list(wrs.iter().map(|w| w.sge));
         let mut list: Vec<sys::ibv_send_wr> = wrs
             .iter()
             .map(|w| {
@@ -271,16 +265,10 @@ impl Qp {
         // SAFETY: valid QP; the list, its SGEs and the bound MW/MR handles (borrowed by `wrs`)
         // outlive the call; the provider copies the requests into its queue.
         let ret = unsafe { sys::ibv_post_send(self.ptr.as_ptr(), head, &mut bad) };
-        if ret == 0 {
-            return Ok(());
+        match ret {
+            0 => Ok(()),
+            ret => Err(post_error(ret, bad, head)),
         }
-        let index = if bad.is_null() {
-            0
-        } else {
-            // SAFETY: `bad` points into `list`.
-            (unsafe { bad.offset_from(head) }).max(0) as usize
-        };
-        Err((index, io::Error::from_raw_os_error(ret.abs())))
     }
 
     /// `ibv_post_recv`.

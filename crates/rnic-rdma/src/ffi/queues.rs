@@ -227,6 +227,28 @@ pub struct RawRecvWr {
     pub sge: Option<(u64, u32, u32)>,
 }
 
+/// The scatter/gather entries of a list of requests, one (possibly empty) per request.
+pub(super) fn sge_list(sges: impl Iterator<Item = Option<(u64, u32, u32)>>) -> Vec<sys::ibv_sge> {
+    sges.map(|sge| {
+        let (addr, length, lkey) = sge.unwrap_or((0, 0, 0));
+        sys::ibv_sge { addr, length, lkey }
+    })
+    .collect()
+}
+
+/// What a failed `ibv_post_*` reports: the index of the request `bad` names in the list
+/// starting at `head` (0 if it named none), and the error.
+pub(super) fn post_error<T>(ret: c_int, bad: *mut T, head: *mut T) -> (usize, io::Error) {
+    let index = if bad.is_null() {
+        0
+    } else {
+        // SAFETY: a non-null `bad` points into the list starting at `head` (the provider
+        // names the failed request of the list it was given).
+        (unsafe { bad.offset_from(head) }).max(0) as usize
+    };
+    (index, io::Error::from_raw_os_error(ret.abs()))
+}
+
 /// Builds a linked list of C receive requests and hands it to `post`; returns the index of
 /// the first rejected request with the error.
 pub(super) fn post_recv_list(
@@ -236,13 +258,7 @@ pub(super) fn post_recv_list(
     if wrs.is_empty() {
         return Ok(());
     }
-    let mut sges: Vec<sys::ibv_sge> = wrs
-        .iter()
-        .map(|w| {
-            let (addr, length, lkey) = w.sge.unwrap_or((0, 0, 0));
-            sys::ibv_sge { addr, length, lkey }
-        })
-        .collect();
+    let mut sges = sge_list(wrs.iter().map(|w| w.sge));
     let mut list: Vec<sys::ibv_recv_wr> = wrs
         .iter()
         .map(|w| sys::ibv_recv_wr {
@@ -261,17 +277,10 @@ pub(super) fn post_recv_list(
     }
     let mut bad: *mut sys::ibv_recv_wr = ptr::null_mut();
     let head: *mut sys::ibv_recv_wr = &mut list[0];
-    let ret = post(head, &mut bad);
-    if ret == 0 {
-        return Ok(());
+    match post(head, &mut bad) {
+        0 => Ok(()),
+        ret => Err(post_error(ret, bad, head)),
     }
-    let index = if bad.is_null() {
-        0
-    } else {
-        // SAFETY: a non-null `bad` points into `list` (the provider names the failed request).
-        (unsafe { bad.offset_from(head) }).max(0) as usize
-    };
-    Err((index, io::Error::from_raw_os_error(ret.abs())))
 }
 
 impl Srq {
