@@ -25,7 +25,9 @@ const INDEX_MASK: u64 = (1 << SHARD_SHIFT) - 1;
 /// id) and leaves the others' in their mailboxes.
 pub(super) struct SharedCq<P: Provider> {
     cq: P::Cq,
+    /// Per shard; with one shard there is nothing to sort and no lock is taken.
     mailboxes: Arc<Mutex<Vec<Vec<WorkCompletion>>>>,
+    shards: usize,
 }
 
 impl<P: Provider> Clone for SharedCq<P> {
@@ -33,6 +35,7 @@ impl<P: Provider> Clone for SharedCq<P> {
         SharedCq {
             cq: self.cq.clone(),
             mailboxes: self.mailboxes.clone(),
+            shards: self.shards,
         }
     }
 }
@@ -42,6 +45,7 @@ impl<P: Provider> SharedCq<P> {
         SharedCq {
             cq,
             mailboxes: Arc::new(Mutex::new(vec![Vec::new(); shards])),
+            shards,
         }
     }
 
@@ -52,26 +56,24 @@ impl<P: Provider> SharedCq<P> {
 
     /// Moves up to `out.len()` of `shard`'s completions into `out`.
     fn poll(&self, shard: usize, out: &mut [WorkCompletion]) -> usize {
-        let mut boxes = self.mailboxes.lock();
-        if boxes.len() > 1 {
-            let mut wcs = [WorkCompletion::default(); 32];
-            let n = self.cq.poll(&mut wcs);
-            for wc in &wcs[..n] {
-                let owner = (wc.wr_id >> SHARD_SHIFT) as usize;
-                // A completion no shard posted (a flushed receive) is dropped.
-                if let Some(b) = boxes.get_mut(owner) {
-                    b.push(*wc);
-                }
-            }
-            let mine = &mut boxes[shard];
-            let n = mine.len().min(out.len());
-            out[..n].copy_from_slice(&mine[..n]);
-            mine.drain(..n);
-            n
-        } else {
-            drop(boxes);
-            self.cq.poll(out)
+        if self.shards == 1 {
+            return self.cq.poll(out);
         }
+        let mut boxes = self.mailboxes.lock();
+        let mut wcs = [WorkCompletion::default(); 32];
+        let n = self.cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            let owner = (wc.wr_id >> SHARD_SHIFT) as usize;
+            // A completion no shard posted (a flushed receive) is dropped.
+            if let Some(b) = boxes.get_mut(owner) {
+                b.push(*wc);
+            }
+        }
+        let mine = &mut boxes[shard];
+        let n = mine.len().min(out.len());
+        out[..n].copy_from_slice(&mine[..n]);
+        mine.drain(..n);
+        n
     }
 }
 
