@@ -4,6 +4,7 @@ use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{Client, ClientConfig};
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, TenantSecret};
 use patronus_core::proto::messages::{Access, Mode};
+use rnic::Provider;
 use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode};
 use std::io::Read;
 use std::net::SocketAddr;
@@ -68,6 +69,11 @@ pub fn serve(opts: &ServeOpts) -> Result<()> {
         bail!("TCP node without a TCP address");
     };
     println!("listening {addr}");
+    serve_until_eof(node)
+}
+
+/// Keeps `node` serving until stdin reaches end of file, then prints what it served.
+pub fn serve_until_eof<P: Provider>(node: MemoryNode<P>) -> Result<()> {
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
     let s = node.fresh_stats();
@@ -81,13 +87,24 @@ pub fn serve(opts: &ServeOpts) -> Result<()> {
 /// Connects (as `tenant`, if given), allocates, writes, reads, revokes.
 pub fn probe(connect: SocketAddr, tenant: Option<TenantArg>) -> Result<()> {
     let ctx = TcpNode::open(SoftConfig::default(), SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let text = probe_on::<SoftProvider>(&ctx, &SoftAddress::Tcp(connect), tenant)?;
+    println!("probe ok: {text}");
+    Ok(())
+}
+
+/// The probe's lifecycle on any provider: allocate, write, revoke, acquire, read, revoke.
+/// Returns the text read back.
+pub fn probe_on<P: Provider>(
+    ctx: &P::Context,
+    connect: &P::Address,
+    tenant: Option<TenantArg>,
+) -> Result<String> {
     let mut cfg = ClientConfig::default();
     if let Some(t) = tenant {
         cfg.tenant = t.tenant;
         cfg.tenant_secret = t.secret;
     }
-    let mut c = Client::<SoftProvider>::connect(&ctx, &SoftAddress::Tcp(connect), cfg)
-        .context("connecting to the memory node")?;
+    let mut c = Client::<P>::connect(ctx, connect, cfg).context("connecting to the memory node")?;
     let p = c.allocate(256, Duration::from_secs(1), Mode::Exclusive)?;
     c.write(&p, 0, b"across processes")?;
     let addr = p.addr();
@@ -96,6 +113,5 @@ pub fn probe(connect: SocketAddr, tenant: Option<TenantArg>) -> Result<()> {
     let mut buf = [0u8; 16];
     c.read(&q, 0, &mut buf)?;
     c.revoke(q)?;
-    println!("probe ok: {}", String::from_utf8_lossy(&buf));
-    Ok(())
+    Ok(String::from_utf8_lossy(&buf).into_owned())
 }

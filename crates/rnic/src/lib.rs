@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod endpoints;
 pub mod soft;
 pub mod verbs;
 

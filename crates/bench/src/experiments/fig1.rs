@@ -16,7 +16,7 @@ use crate::harness::{
     Series, bar,
 };
 use anyhow::{Result, bail};
-use endpoints::{MemoryNode, Requester};
+use endpoints::{Requester, memory_node};
 use patronus_core::cluster::Transport;
 use protection::SizeCosts;
 use rnic::soft::{SoftConfig, SoftFabric};
@@ -108,8 +108,8 @@ fn run_plan(opts: &BenchOpts, plan: &Plan) -> Result<Experiment> {
 /// the binds (as Patronus' manager does).
 fn sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
     let fabric = SoftFabric::new();
-    let mn = MemoryNode::new(fabric.open_device(SoftConfig::default()))?;
-    let manager = Requester::connect_on(&mn.ctx, &mn.pd, mn.address())?;
+    let mn = memory_node(fabric.open_device(SoftConfig::default()))?;
+    let manager = Requester::connect(&mn.ctx, &mn.pd, mn.address(), b"fig1")?;
     let progress = bar(plan.sizes.len() as u64, "fig1 MR/MW sizes");
     let mut costs = Vec::new();
     for &size in &plan.sizes {

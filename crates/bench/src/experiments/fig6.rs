@@ -5,9 +5,7 @@
 
 use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
-use crate::harness::{
-    BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
-};
+use crate::harness::{BenchOpts, Check, Experiment, Figure, PaperRef, Ratio, Row};
 use anyhow::{Result, bail};
 use patronus_core::client::Client;
 use patronus_core::manager::{Counters, NodeConfig, Techniques};
@@ -398,47 +396,16 @@ fn summarize(exp: &mut Experiment, clients: u32) {
         "\"RPC (bare)\" is the network/RPC bound: the same clients sending requests the manager answers without any permission work.".into(),
         "One manager thread serves everything; on this 2-core machine it shares the cores with the client threads, so throughput here is bounded well below the paper's dedicated memory-node cores.".into(),
     ];
-    let names: Vec<&str> = exp.rows.iter().map(|r| r.mechanism.as_str()).collect();
-    let bars = |f: &dyn Fn(&Row) -> f64| -> Vec<Point> {
-        names
-            .iter()
-            .filter_map(|n| exp.row(n, clients))
-            .map(|r| Point::bar(r.mechanism.clone(), f(r)))
-            .collect()
-    };
-    exp.figure = Figure {
-        title: "Figure 6 analogue: permission acquisition per technique".into(),
-        panels: vec![
-            Panel {
-                title: "(a) throughput".into(),
-                x_label: "configuration".into(),
-                y_label: "Kops/s".into(),
-                x_log: false,
-                y_log: false,
-                kind: PanelKind::Bars,
-                series: vec![Series {
-                    name: "acquisitions".into(),
-                    points: bars(&|r| r.throughput_ops / 1e3),
-                }],
-            },
-            Panel {
-                title: "(b) latency".into(),
-                x_label: "configuration".into(),
-                y_label: "µs".into(),
-                x_log: false,
-                y_log: false,
-                kind: PanelKind::Bars,
-                series: vec![
-                    Series {
-                        name: "p50".into(),
-                        points: bars(&|r| r.p50_us),
-                    },
-                    Series {
-                        name: "p99".into(),
-                        points: bars(&|r| r.p99_us),
-                    },
-                ],
-            },
-        ],
-    };
+    let rows: Vec<&Row> = exp
+        .rows
+        .iter()
+        .map(|r| r.mechanism.as_str())
+        .filter_map(|n| exp.row(n, clients))
+        .collect();
+    exp.figure = Figure::throughput_and_latency(
+        "Figure 6 analogue: permission acquisition per technique",
+        "configuration",
+        "acquisitions",
+        &rows,
+    );
 }

@@ -5,9 +5,7 @@
 
 use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now, us_per_op};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
-use crate::harness::{
-    BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
-};
+use crate::harness::{BenchOpts, Check, Experiment, Figure, PaperRef, Ratio, Row};
 use anyhow::{Result, bail};
 use patronus_core::client::{Client, ClientError, Perm};
 use patronus_core::manager::Techniques;
@@ -244,46 +242,11 @@ fn summarize(exp: &mut Experiment, clients: u32) {
         "Acquires and RPC extensions are pipelined across logical clients; a CN extension is a one-sided CAS on the header's lifetime word, synchronous like every data access, and never reaches the manager's CPU.".into(),
         "In-process, a one-sided CAS executes on the client's thread, so CN extension costs the memory node nothing; over TCP the node's NIC engine thread executes it (the engine column).".into(),
     ];
-    let bars = |f: &dyn Fn(&Row) -> f64| -> Vec<Point> {
-        SCHEMES
-            .iter()
-            .filter_map(|n| exp.row(n, clients))
-            .map(|r| Point::bar(r.mechanism.clone(), f(r)))
-            .collect()
-    };
-    exp.figure = Figure {
-        title: format!("Figure 7 analogue: leases with {EXTENSIONS} extensions"),
-        panels: vec![
-            Panel {
-                title: "(a) throughput".into(),
-                x_label: "scheme".into(),
-                y_label: "Kops/s".into(),
-                x_log: false,
-                y_log: false,
-                kind: PanelKind::Bars,
-                series: vec![Series {
-                    name: "lease ops".into(),
-                    points: bars(&|r| r.throughput_ops / 1e3),
-                }],
-            },
-            Panel {
-                title: "(b) latency".into(),
-                x_label: "scheme".into(),
-                y_label: "µs".into(),
-                x_log: false,
-                y_log: false,
-                kind: PanelKind::Bars,
-                series: vec![
-                    Series {
-                        name: "p50".into(),
-                        points: bars(&|r| r.p50_us),
-                    },
-                    Series {
-                        name: "p99".into(),
-                        points: bars(&|r| r.p99_us),
-                    },
-                ],
-            },
-        ],
-    };
+    let rows: Vec<&Row> = SCHEMES.iter().filter_map(|n| exp.row(n, clients)).collect();
+    exp.figure = Figure::throughput_and_latency(
+        format!("Figure 7 analogue: leases with {EXTENSIONS} extensions"),
+        "scheme",
+        "lease ops",
+        &rows,
+    );
 }

@@ -158,6 +158,59 @@ pub struct Figure {
     pub panels: Vec<Panel>,
 }
 
+impl Figure {
+    /// Two bar panels over `rows`, one bar per row: "(a) throughput" in Kops/s (series
+    /// `what`) and "(b) latency" (p50 and p99, µs). Figures 6 and 7 draw this.
+    pub fn throughput_and_latency(
+        title: impl Into<String>,
+        x_label: &str,
+        what: &str,
+        rows: &[&Row],
+    ) -> Self {
+        let bars = |f: &dyn Fn(&Row) -> f64| -> Vec<Point> {
+            rows.iter()
+                .map(|r| Point::bar(r.mechanism.clone(), f(r)))
+                .collect()
+        };
+        let panel = |title: &str, y_label: &str, series: Vec<Series>| Panel {
+            title: title.into(),
+            x_label: x_label.into(),
+            y_label: y_label.into(),
+            x_log: false,
+            y_log: false,
+            kind: PanelKind::Bars,
+            series,
+        };
+        Figure {
+            title: title.into(),
+            panels: vec![
+                panel(
+                    "(a) throughput",
+                    "Kops/s",
+                    vec![Series {
+                        name: what.into(),
+                        points: bars(&|r| r.throughput_ops / 1e3),
+                    }],
+                ),
+                panel(
+                    "(b) latency",
+                    "µs",
+                    vec![
+                        Series {
+                            name: "p50".into(),
+                            points: bars(&|r| r.p50_us),
+                        },
+                        Series {
+                            name: "p99".into(),
+                            points: bars(&|r| r.p99_us),
+                        },
+                    ],
+                ),
+            ],
+        }
+    }
+}
+
 /// Everything one experiment produced in one run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Experiment {

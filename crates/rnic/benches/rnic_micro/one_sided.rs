@@ -153,7 +153,7 @@ pub(crate) fn one_sided(
     let mn = MemoryNode::new(mn_ctx, 4096 * (max_threads + 1))?;
     let cpd = cn.alloc_pd()?;
     let clients: Vec<Client> = (0..max_threads)
-        .map(|_| Client::connect(cn, &cpd, mn.address()))
+        .map(|_| Ok(Client::connect(cn, &cpd, mn.address(), b"rnic_micro")?))
         .collect::<Result<_>>()?;
     let slots: Vec<Slot> = (0..max_threads)
         .map(|t| Slot {

@@ -3,7 +3,7 @@
 //! NIC's transports, and, when `ucx_perftest` is installed, UCX's one-sided get/put over TCP
 //! and shared memory for the same size.
 
-use super::endpoints::{MemoryNode, Requester};
+use super::endpoints::{execute, memory_node, requester};
 use super::protection::device_pair;
 use crate::harness::Latency;
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -111,10 +111,10 @@ fn relax(spins: u32) {
 #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
 pub(super) fn soft_read(transport: Transport, iters: u64) -> Result<Latency> {
     let (mn_ctx, cn_ctx, _fabric) = device_pair(transport)?;
-    let mn = MemoryNode::new(mn_ctx)?;
+    let mn = memory_node(mn_ctx)?;
     let region = mn.ctx.alloc_buffer(4096)?;
     let mr = mn.pd.reg_mr(&region, 0, 4096, AccessFlags::REMOTE_READ)?;
-    let client = Requester::connect(&cn_ctx, mn.address())?;
+    let client = requester(&cn_ctx, mn.address())?;
     let mut lat = Latency::new();
     let warmup = iters / 10;
     for i in 0..warmup + iters {
@@ -132,7 +132,7 @@ pub(super) fn soft_read(transport: Transport, iters: u64) -> Result<Latency> {
             },
         };
         let t0 = Instant::now();
-        client.execute(wr)?;
+        execute(&client, wr)?;
         if i >= warmup {
             lat.record(t0.elapsed());
         }

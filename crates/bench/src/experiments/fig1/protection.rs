@@ -2,7 +2,7 @@
 //! registration + deregistration, a type-1 MW rebind, a QP access-flag change, and a QP
 //! recovery (reset + reconnect, i.e. a new handshake).
 
-use super::endpoints::{MemoryNode, Requester};
+use super::endpoints::{MemoryNode, Requester, execute, last_accepted, memory_node, requester};
 use crate::harness::Latency;
 use anyhow::{Result, anyhow, bail};
 use patronus_core::cluster::Transport;
@@ -90,7 +90,7 @@ pub(super) fn mr_and_mw(
             },
         };
         let t0 = Instant::now();
-        manager.execute(wr)?;
+        execute(manager, wr)?;
         if i >= warmup {
             mw_lat.record(t0.elapsed());
         }
@@ -113,9 +113,9 @@ pub(super) fn mr_and_mw(
 #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
 pub(super) fn qp_flag_change(iters: u64) -> Result<Latency> {
     let fabric = SoftFabric::new();
-    let mn = MemoryNode::new(fabric.open_device(SoftConfig::default()))?;
-    let client = Requester::connect(&fabric.open_device(SoftConfig::default()), mn.address())?;
-    let responder = mn.last_accepted()?;
+    let mn = memory_node(fabric.open_device(SoftConfig::default()))?;
+    let client = requester(&fabric.open_device(SoftConfig::default()), mn.address())?;
+    let responder = last_accepted(&mn)?;
     let flags = [AccessFlags::REMOTE_READ, AccessFlags::REMOTE_ALL];
     let mut lat = Latency::new();
     let warmup = iters / 10;
@@ -159,8 +159,8 @@ pub(super) fn qp_recovery(
     mut tick: impl FnMut(),
 ) -> Result<Latency> {
     let (mn_ctx, cn_ctx, _fabric) = device_pair(transport)?;
-    let mn = MemoryNode::new(mn_ctx)?;
-    let client = Requester::connect(&cn_ctx, mn.address())?;
+    let mn = memory_node(mn_ctx)?;
+    let client = requester(&cn_ctx, mn.address())?;
     let mut lat = Latency::new();
     let warmup = (iters / 10).min(20);
     for i in 0..warmup + iters {
