@@ -224,7 +224,7 @@ fn access_after_expiry_fails() {
             0,
             "the expiry CAS committed (lifetime → 0)"
         );
-        let c = sim.core.counters();
+        let c = sim.counters();
         assert_eq!((c.expired, c.forced, c.ended), (1, 0, 1));
         assert_eq!(sim.revoke(1, g.id, false), expect_not_found());
         assert_eq!(sim.occupancy().permissions, 0);
@@ -266,7 +266,7 @@ fn forced_invalidation_at_max_lifetime_despite_client_extensions() {
             !sim.reaches(&g, g.buffer_addr, g.buffer_len),
             "{t:?}: survived max lifetime"
         );
-        let c = sim.core.counters();
+        let c = sim.counters();
         assert_eq!(c.forced, 1, "{t:?}");
         assert!(c.extended_by_client >= 1, "{t:?}: {c:?}");
         assert_eq!(sim.occupancy().permissions, 0);
@@ -292,7 +292,7 @@ fn cn_collaborated_extension_survives_the_old_deadline() {
         }),
         "the manager checks the lease with a CAS"
     );
-    assert_eq!(sim.core.counters().extended_by_client, 1);
+    assert_eq!(sim.counters().extended_by_client, 1);
     assert_eq!(
         sim.nic.word(g.lifetime_addr()),
         3000,
@@ -308,14 +308,14 @@ fn cn_collaborated_extension_survives_the_old_deadline() {
     assert_eq!(sim.client_cas_extend(&g, 4000, 5000), Some(4000));
     sim.now = Timestamp(s + 3000);
     sim.run();
-    assert_eq!(sim.core.counters().extended_by_client, 2);
+    assert_eq!(sim.counters().extended_by_client, 2);
     sim.now = Timestamp(s + 4999);
     sim.run();
     assert!(sim.can_write(&g));
     sim.now = Timestamp(s + 5000);
     sim.run();
     assert!(!sim.can_read(&g), "ends at the last extended deadline");
-    assert_eq!(sim.core.counters().expired, 1);
+    assert_eq!(sim.counters().expired, 1);
 }
 
 /// A conflicting exclusive waiter makes the manager zero the lifetime: the holder's next CAS
@@ -858,9 +858,10 @@ fn permission_granted_and_freed_in_one_batch_is_not_left_on_freed_memory() {
 #[test]
 fn handover_never_lets_an_old_rkey_reach_the_new_owner() {
     for t in all_techniques().into_iter().filter(|t| t.handover) {
-        let mut sim = Sim::new(test_config(t));
+        // One shard: a handover needs the release and the grant in one shard's batch.
+        let mut sim = Sim::one_shard(test_config(t));
         let a = sim.allocate(1, 64, 5000);
-        let before = sim.core.counters().handovers;
+        let before = sim.counters().handovers;
         // Revoke A and grant B in the same batch.
         let rb = sim.submit(
             2,
@@ -879,10 +880,7 @@ fn handover_never_lets_an_old_rkey_reach_the_new_owner() {
         );
         let out = sim.run();
         let b = expect_grant(reply_to(&out, rb).expect("granted"));
-        assert!(
-            sim.core.counters().handovers > before,
-            "{t:?}: handover used"
-        );
+        assert!(sim.counters().handovers > before, "{t:?}: handover used");
         assert_eq!(sim.last_bind_counts().1, 0, "{t:?}: no separate unbind");
         let a_windows = [a.buffer_rkey.index(), a.lifetime_rkey.index()];
         assert!(
@@ -1358,7 +1356,7 @@ fn failed_binds_fail_the_grant_and_return_every_resource() {
             );
             assert_eq!(o.headers_free, o.headers_capacity, "{t:?}");
             assert_eq!(o.mw_free + o.mw_stale, o.mw_capacity, "{t:?}: {o:?}");
-            assert_eq!(sim.core.counters().granted, 0);
+            assert_eq!(sim.counters().granted, 0);
             let g = sim.allocate(1, 64, 1000);
             assert!(sim.can_write(&g));
         }
@@ -1489,7 +1487,8 @@ fn capacity_checked_grants_get_their_windows() {
                 ..t
             })
         };
-        let mut sim = Sim::new(cfg);
+        // One shard: its window pool is the capacity under test.
+        let mut sim = Sim::one_shard(cfg);
         let a = sim.allocate(1, 1, 1);
         sim.advance(1);
         // In one batch: A expires (its header window goes stale under delayed unbinding),
@@ -1521,7 +1520,8 @@ fn capacity_checked_grants_get_their_windows() {
 
 #[test]
 fn revoke_reply_waits_until_a_failed_unbind_was_retried() {
-    let mut sim = Sim::new(test_config(Techniques::NONE));
+    // One shard: it reads the core's pending work.
+    let mut sim = Sim::one_shard(test_config(Techniques::NONE));
     let g = sim.allocate(1, 64, 1000);
     sim.nic.fail_next_unbinds = 1;
     let id = sim.submit(
@@ -1537,11 +1537,11 @@ fn revoke_reply_waits_until_a_failed_unbind_was_retried() {
         None,
         "no Revoked while an unbind of the permission failed"
     );
-    assert!(sim.core.has_pending_work());
+    assert!(sim.core().has_pending_work());
     let second = sim.run_once();
     assert_eq!(reply_to(&second, id), Some(Reply::Revoked));
     assert!(!sim.reaches(&g, g.buffer_addr, g.buffer_len));
-    assert!(!sim.core.has_pending_work());
+    assert!(!sim.core().has_pending_work());
 }
 
 #[test]

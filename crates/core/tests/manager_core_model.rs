@@ -125,10 +125,10 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(cfg: ManagerConfig, clients: u32) -> Self {
+    fn new(cfg: ManagerConfig, clients: u32, shards: usize) -> Self {
         Harness {
             t: cfg.techniques,
-            sim: Sim::new(cfg),
+            sim: Sim::with_shards(cfg, shards),
             clients,
             perms: Vec::new(),
             by_id: HashMap::new(),
@@ -733,9 +733,12 @@ proptest! {
         headers in prop_oneof![Just(2usize), Just(8), Just(64)],
         mws in prop_oneof![Just(3u32), Just(8), Just(64)],
         watermark in prop_oneof![Just(0u64), Just(16u64 << 10), Just(u64::MAX)],
+        shards in prop_oneof![Just(1usize), Just(test_shards().max(2))],
         ops in proptest::collection::vec(op_strategy(), 1..60),
     ) {
-        let mut h = Harness::new(model_config(techniques_of(bits), headers, mws, watermark), 3);
+        let cfg = model_config(techniques_of(bits), headers, mws, watermark);
+        let shards = feasible_shards(&cfg, shards);
+        let mut h = Harness::new(cfg, 3, shards);
         for op in &ops {
             h.apply(op);
         }
@@ -745,12 +748,13 @@ proptest! {
 }
 
 /// Many clients, thousands of random operations, then every lease runs out: nothing leaks.
+/// With one manager shard and with four.
 #[test]
 fn storm_of_clients_then_every_pool_drains() {
-    for bits in 0..8u8 {
+    for (bits, shards) in (0..8u8).flat_map(|b| [(b, 1), (b, 4)]) {
         let mut rng = support::Rng::new(0x5708 + bits as u64);
         let cfg = model_config(techniques_of(bits), 48, 96, 8 << 10);
-        let mut h = Harness::new(cfg, 8);
+        let mut h = Harness::new(cfg, 8, shards);
         for _ in 0..3000 {
             let op = random_op(&mut rng);
             h.apply(&op);
@@ -762,9 +766,9 @@ fn storm_of_clients_then_every_pool_drains() {
             h.perms.len()
         );
         h.drain_and_check_leaks();
-        let c = h.sim.core.counters();
+        let c = h.sim.counters();
         println!(
-            "storm {:?}: {} grants, {} checks, {} batches, {c:?}",
+            "storm {:?} on {shards} shard(s): {} grants, {} checks, {} batches, {c:?}",
             techniques_of(bits),
             h.perms.len(),
             h.checks,

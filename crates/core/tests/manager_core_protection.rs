@@ -88,7 +88,8 @@ fn failed_bind_fails_only_grants_of_its_domain() {
 fn failed_bind_in_the_shared_domain_fails_the_chain() {
     // One PD for everyone: a failed bind may leave a shared window where it was, so every
     // grant of the chain fails (a verbs QP would flush the rest of the chain anyway).
-    let mut sim = Sim::new(test_config(Techniques::ALL));
+    // One shard: the injected fault counts binds of one chain.
+    let mut sim = Sim::one_shard(test_config(Techniques::ALL));
     let alloc = Request::Allocate {
         size: 64,
         lease_us: 5_000,
@@ -139,7 +140,7 @@ fn idle_scrub_takes_only_memory_no_window_covers() {
     let g = sim.allocate(1, 64, 5_000);
     assert_eq!(sim.revoke(1, g.id, true), Reply::Revoked);
     assert!(
-        sim.core.scrub_idle(8).is_empty(),
+        sim.core_mut().scrub_idle(8).is_empty(),
         "a stale window still covers it"
     );
     assert_eq!(sim.occupancy().dirty_objects, 1);
@@ -151,13 +152,13 @@ fn idle_scrub_takes_only_memory_no_window_covers() {
     );
     // Idle time first unbinds the stale window (in a batch without requests), then scrubs.
     assert_eq!(sim.revoke(2, h.id, true), Reply::Revoked);
-    assert!(sim.core.scrub_idle(8).is_empty());
+    assert!(sim.core_mut().scrub_idle(8).is_empty());
     assert!(
-        sim.core.unbind_idle(8),
+        sim.core_mut().unbind_idle(8),
         "the stale window is queued for unbinding"
     );
     assert!(
-        sim.core.scrub_idle(8).is_empty(),
+        sim.core_mut().scrub_idle(8).is_empty(),
         "not before the unbind ran"
     );
     sim.run();
@@ -165,7 +166,7 @@ fn idle_scrub_takes_only_memory_no_window_covers() {
         sim.nic.windows_over(h.buffer_addr, 64).is_empty(),
         "unbound"
     );
-    assert_eq!(sim.core.scrub_idle(8), vec![(h.buffer_addr, 64)]);
+    assert_eq!(sim.core_mut().scrub_idle(8), vec![(h.buffer_addr, 64)]);
     let i = sim.allocate(3, 64, 5_000);
     assert_eq!(i.buffer_addr, h.buffer_addr);
     assert_eq!(
@@ -179,7 +180,7 @@ fn idle_scrub_takes_only_memory_no_window_covers() {
     let mut sim = Sim::new(one_object(t, Scrub::Idle));
     let g = sim.allocate(1, 64, 5_000);
     assert_eq!(sim.revoke(1, g.id, true), Reply::Revoked);
-    assert_eq!(sim.core.scrub_idle(8), vec![(g.buffer_addr, 64)]);
+    assert_eq!(sim.core_mut().scrub_idle(8), vec![(g.buffer_addr, 64)]);
     assert_eq!(sim.occupancy().dirty_objects, 0);
     sim.allocate(2, 64, 5_000);
     assert!(
@@ -190,10 +191,11 @@ fn idle_scrub_takes_only_memory_no_window_covers() {
 
 #[test]
 fn another_tenants_object_looks_like_no_object() {
-    let mut sim = Sim::new(test_config(Techniques::ALL));
-    sim.core.set_tenant(1, 10);
-    sim.core.set_tenant(2, 20);
-    sim.core.set_tenant(3, 10);
+    // One shard: tenants are set on the core.
+    let mut sim = Sim::one_shard(test_config(Techniques::ALL));
+    sim.core_mut().set_tenant(1, 10);
+    sim.core_mut().set_tenant(2, 20);
+    sim.core_mut().set_tenant(3, 10);
     let g = sim.allocate(1, 64, 5_000);
     let stranger = sim.acquire(2, g.buffer_addr, 8, 5_000, Access::Read, Mode::Shared);
     let nothing = sim.acquire(
@@ -275,7 +277,8 @@ fn objects_of_two_mib_and_more_have_a_header() {
         },
         ..test_config(Techniques::ALL)
     };
-    let mut sim = Sim::new(cfg);
+    // One shard: the object needs the whole buffer pool.
+    let mut sim = Sim::one_shard(cfg);
     for size in [2 << 20, 8 << 20] {
         let g = sim.allocate(1, size, 5_000);
         let words = [0, 8, 16, 24].map(|o| sim.nic.word(g.id.header_addr + o));

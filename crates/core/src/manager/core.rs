@@ -41,6 +41,7 @@ use super::state::*;
 use super::tenants::{TenantId, Tenants};
 use crate::proto::header::{Header, LIFETIME_OFFSET};
 use crate::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
+use crate::proto::shards::{ShardError, ShardMap};
 use rnic::{AccessFlags, MemoryKey, Timestamp};
 use std::collections::{HashMap, VecDeque};
 
@@ -72,6 +73,43 @@ pub struct ManagerConfig {
     /// Draw each bind's key byte at random from this seed (never one of the window's recent
     /// ones); `None` leaves key bytes to the NIC (+1 per bind, `ibv_inc_rkey`).
     pub key_seed: Option<u64>,
+}
+
+impl ManagerConfig {
+    /// How this manager's pools split into `shards` shards (each gets at least one slab).
+    pub fn shard_map(&self, shards: usize) -> Result<ShardMap, ShardError> {
+        ShardMap::split(
+            shards,
+            self.header_base,
+            self.header_count,
+            self.buffer_base,
+            self.buffer_len,
+            self.slab.slab_bytes.min(self.buffer_len),
+        )
+    }
+
+    /// The configuration of shard `k` of `map` (from [`shard_map`](Self::shard_map)): its
+    /// slice of the header and buffer pools, its share of the windows (the last shard takes the
+    /// remainder) and of the watermark, and its own key seed.
+    pub fn shard(&self, map: &ShardMap, k: usize) -> ManagerConfig {
+        let shards = map.shards as usize;
+        let slice = map.slice(k, self.header_count, self.buffer_len);
+        let mw_per_shard = self.mw_count / shards as u32;
+        ManagerConfig {
+            header_base: slice.header_base,
+            header_count: slice.header_count,
+            buffer_base: slice.buffer_base,
+            buffer_len: slice.buffer_len,
+            mw_count: if k + 1 == shards {
+                self.mw_count - mw_per_shard * k as u32
+            } else {
+                mw_per_shard
+            },
+            buffer_watermark: self.buffer_watermark / shards as u64,
+            key_seed: self.key_seed.map(|s| s.wrapping_add(k as u64)),
+            ..self.clone()
+        }
+    }
 }
 
 /// When the manager zeroes freed memory (hole 1 of issue 8: a new tenant must never see an

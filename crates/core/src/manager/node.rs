@@ -161,14 +161,27 @@ impl<P: Provider> MemoryNode<P> {
         let total = header_bytes + cfg.pool_bytes;
         let pool = ctx.alloc_buffer(total as usize)?;
         let pool_addr = pool.addr();
-        let map = ShardMap::split(
-            shards,
-            pool_addr,
-            cfg.header_count,
-            pool_addr + header_bytes,
-            cfg.pool_bytes,
-            cfg.slab.slab_bytes.min(cfg.pool_bytes),
-        )?;
+        let mut techniques = cfg.techniques;
+        if cfg.isolation == Isolation::Type2 {
+            techniques.handover = false;
+        }
+        let whole = ManagerConfig {
+            techniques,
+            max_lifetime_us: cfg.max_lifetime_us,
+            header_base: pool_addr,
+            header_count: cfg.header_count,
+            buffer_base: pool_addr + header_bytes,
+            buffer_len: cfg.pool_bytes,
+            slab: cfg.slab.clone(),
+            mw_count: cfg.mw_count,
+            buffer_watermark: cfg.buffer_watermark,
+            scrub: cfg.scrub,
+            max_wait_us: cfg.max_wait_us,
+            key_seed: cfg
+                .random_key_bytes
+                .then(|| cfg.key_seed.unwrap_or_else(|| rand::rng().random())),
+        };
+        let map = whole.shard_map(shards)?;
         let client_pd = ctx.alloc_pd()?;
         let manager_pd = ctx.alloc_pd()?;
         // Clients' domain: no remote rights on the region itself — windows are the only way in.
@@ -226,23 +239,10 @@ impl<P: Provider> MemoryNode<P> {
         });
         let listener = ctx.listen(policy)?;
         let address = ctx.listener_address(&listener);
-        let mut techniques = cfg.techniques;
-        if cfg.isolation == Isolation::Type2 {
-            techniques.handover = false;
-        }
-        let key_seed = cfg
-            .random_key_bytes
-            .then(|| cfg.key_seed.unwrap_or_else(|| rand::rng().random()));
-        let mw_per_shard = cfg.mw_count / shards as u32;
         let mut runners = Vec::with_capacity(shards);
         for (k, rpc) in rpcs.into_iter().enumerate() {
-            let slice = map.slice(k, cfg.header_count, cfg.pool_bytes);
-            let mw_count = if k + 1 == shards {
-                cfg.mw_count - mw_per_shard * k as u32
-            } else {
-                mw_per_shard
-            };
-            let mws = (0..mw_count)
+            let shard_cfg = whole.shard(&map, k);
+            let mws = (0..shard_cfg.mw_count)
                 .map(|_| client_pd.alloc_mw(MwType::Type1))
                 .collect::<Result<Vec<_>, _>>()?;
             let op_cq = ctx.create_cq(8192)?;
@@ -260,20 +260,7 @@ impl<P: Provider> MemoryNode<P> {
             let scratch = ctx.alloc_buffer(CAS_SLOTS * 8)?;
             let scratch_mr =
                 manager_pd.reg_mr(&scratch, 0, scratch.len(), AccessFlags::LOCAL_WRITE)?;
-            let core = ManagerCore::new(ManagerConfig {
-                techniques,
-                max_lifetime_us: cfg.max_lifetime_us,
-                header_base: slice.header_base,
-                header_count: slice.header_count,
-                buffer_base: slice.buffer_base,
-                buffer_len: slice.buffer_len,
-                slab: cfg.slab.clone(),
-                mw_count,
-                buffer_watermark: cfg.buffer_watermark / shards as u64,
-                scrub: cfg.scrub,
-                max_wait_us: cfg.max_wait_us,
-                key_seed: key_seed.map(|s| s.wrapping_add(k as u64)),
-            });
+            let core = ManagerCore::new(shard_cfg);
             let mw_domain = vec![0; mws.len()];
             runners.push(Runner::<P> {
                 ctx: ctx.clone(),

@@ -8,11 +8,12 @@
 //! are not modelled except the words the manager or clients CAS and the header words.
 
 use patronus_core::manager::{
-    BindTarget, ClientId, ManagerConfig, ManagerCore, MwId, NicOp, NicResult, Occupancy, Outgoing,
-    Scrub, SlabConfig, Techniques,
+    BindTarget, ClientId, Counters, ManagerConfig, ManagerCore, MwId, NicOp, NicResult, Occupancy,
+    Outgoing, Scrub, SlabConfig, Techniques,
 };
 use patronus_core::proto::header::{HEADER_SIZE, LIFETIME_OFFSET};
 use patronus_core::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
+use patronus_core::proto::shards::{Route, ShardMap};
 use rnic::{AccessFlags, MemoryKey, Timestamp};
 use std::collections::HashMap;
 
@@ -97,6 +98,11 @@ impl FakeNic {
             return false;
         };
         self.regions.iter().any(|&(s, e)| addr >= s && end <= e)
+    }
+
+    /// Windows so far.
+    pub fn window_count(&self) -> MwId {
+        self.windows.len() as MwId
     }
 
     /// Adds `n` unbound windows (a new client's protection domain).
@@ -353,21 +359,35 @@ pub struct Issued {
     pub at: Timestamp,
 }
 
-/// The driver: a virtual clock, the core and the fake NIC, plus invariant checks on every reply.
+/// The driver: a virtual clock, the manager's shards (one core each, as the memory node runs
+/// them) over one fake NIC, plus invariant checks on every reply.
+///
+/// With several shards, requests are routed as clients route them ([`ShardMap::route`]): by
+/// the address they name, allocations round-robin, per-client state to every shard. Each shard
+/// owns a disjoint range of the NIC's windows (its local window ids are translated), so an
+/// rkey of one shard is never valid at another. A batch steps every shard in turn.
 #[derive(Debug)]
 pub struct Sim {
-    /// The core under test.
-    pub core: ManagerCore,
+    /// The shards' cores.
+    pub cores: Vec<ManagerCore>,
+    /// How requests are routed to them.
+    pub map: ShardMap,
     /// The fake NIC and memory.
     pub nic: FakeNic,
-    /// Its configuration.
+    /// Its configuration (the whole memory node's).
     pub cfg: ManagerConfig,
     /// Virtual time.
     pub now: Timestamp,
+    /// Per shard: the NIC's window behind each local window id.
+    windows: Vec<Vec<MwId>>,
     next_req: u64,
+    next_any: usize,
     pending: Vec<(ClientId, u64, Request)>,
     in_flight: HashMap<u64, InFlight>,
-    /// Every op of the last [`run`](Self::run) (all its batches, `begin` ones included).
+    /// Replies still owed to a request sent to every shard, beyond the first.
+    owed: HashMap<u64, usize>,
+    /// Every op of the last [`run`](Self::run) (all its batches, `begin` ones included), with
+    /// windows as the NIC numbers them.
     pub last_ops: Vec<NicOp>,
     /// Every grant ever issued, in order.
     pub issued: Vec<Issued>,
@@ -378,17 +398,65 @@ pub struct Sim {
     pub scrubbed: Vec<(u64, u64)>,
 }
 
+/// The shard count the simulator tests use unless a test names one: `PATRONUS_TEST_SHARDS`
+/// (CI runs the suite with 1 and with 4), else 1.
+pub fn test_shards() -> usize {
+    std::env::var("PATRONUS_TEST_SHARDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The largest shard count up to `want` that `cfg`'s pools can be split into (every shard
+/// needs a header, a slab and a window).
+pub fn feasible_shards(cfg: &ManagerConfig, want: usize) -> usize {
+    (1..=want.max(1))
+        .rev()
+        .find(|&n| cfg.shard_map(n).is_ok() && cfg.mw_count as usize >= n)
+        .unwrap_or(1)
+}
+
 impl Sim {
-    /// A simulation of a fresh manager at time 1000 µs.
+    /// A simulation of a fresh manager at time 1000 µs, with [`test_shards`] shards (as many
+    /// as the pools allow).
     pub fn new(cfg: ManagerConfig) -> Self {
+        let shards = feasible_shards(&cfg, test_shards());
+        Self::with_shards(cfg, shards)
+    }
+
+    /// A simulation of a one-shard manager, whatever [`test_shards`] says: for tests of one
+    /// core's exact behaviour (its pool capacities, its batches, its fault positions).
+    pub fn one_shard(cfg: ManagerConfig) -> Self {
+        Self::with_shards(cfg, 1)
+    }
+
+    /// A simulation of a fresh manager split into `shards` shards (panics if the pools are too
+    /// small for that many; see [`feasible_shards`]).
+    pub fn with_shards(cfg: ManagerConfig, shards: usize) -> Self {
+        let map = cfg
+            .shard_map(shards)
+            .expect("pools too small for the shards");
+        let mut cores = Vec::with_capacity(shards);
+        let mut windows = Vec::with_capacity(shards);
+        let mut next_mw = 0;
+        for k in 0..shards {
+            let shard = cfg.shard(&map, k);
+            windows.push((next_mw..next_mw + shard.mw_count).collect());
+            next_mw += shard.mw_count;
+            cores.push(ManagerCore::new(shard));
+        }
         Sim {
-            core: ManagerCore::new(cfg.clone()),
+            cores,
+            map,
             nic: FakeNic::new(&cfg),
             cfg,
             now: Timestamp(1000),
+            windows,
             next_req: 1,
+            next_any: 0,
             pending: Vec::new(),
             in_flight: HashMap::new(),
+            owed: HashMap::new(),
             last_ops: Vec::new(),
             issued: Vec::new(),
             last_start: HashMap::new(),
@@ -397,10 +465,47 @@ impl Sim {
         }
     }
 
-    /// Gives `client` its own protection domain with `windows` windows (PD per client).
+    /// The core of a one-shard simulation (panics with several shards: say which).
+    pub fn core(&self) -> &ManagerCore {
+        assert_eq!(
+            self.cores.len(),
+            1,
+            "a sharded simulation has one core per shard"
+        );
+        &self.cores[0]
+    }
+
+    /// The core of a one-shard simulation, mutably.
+    pub fn core_mut(&mut self) -> &mut ManagerCore {
+        assert_eq!(
+            self.cores.len(),
+            1,
+            "a sharded simulation has one core per shard"
+        );
+        &mut self.cores[0]
+    }
+
+    /// Counters summed over the shards.
+    pub fn counters(&self) -> Counters {
+        self.cores
+            .iter()
+            .fold(Counters::default(), |sum, c| sum.plus(&c.counters()))
+    }
+
+    /// Gives `client` its own protection domain with `windows` windows in every shard (PD per
+    /// client).
     pub fn add_client_domain(&mut self, client: ClientId, windows: u32) {
-        self.core.add_client_domain(client, windows);
-        self.nic.add_windows(windows);
+        for (core, map) in self.cores.iter_mut().zip(&mut self.windows) {
+            let local = core.add_client_domain(client, windows);
+            assert_eq!(
+                local.start as usize,
+                map.len(),
+                "local window ids are dense"
+            );
+            let first = self.nic.window_count();
+            self.nic.add_windows(windows);
+            map.extend(first..first + windows);
+        }
     }
 
     /// Queues another copy of request `id` (a client's retry), without a new id.
@@ -419,6 +524,9 @@ impl Sim {
         self.next_req += 1;
         self.pending.push((client, id, request));
         self.in_flight.insert(id, InFlight { client, request });
+        if self.map.route(&request) == Route::All && self.cores.len() > 1 {
+            self.owed.insert(id, self.cores.len() - 1);
+        }
         id
     }
 
@@ -429,8 +537,11 @@ impl Sim {
         let reqs = std::mem::take(&mut self.pending);
         let mut out = self.batch(&reqs);
         for _ in 0..64 {
-            if self.core.next_deadline().is_none_or(|d| d > self.now)
-                && !self.core.has_pending_work()
+            let now = self.now;
+            if self
+                .cores
+                .iter()
+                .all(|c| c.next_deadline().is_none_or(|d| d > now) && !c.has_pending_work())
             {
                 return out;
             }
@@ -461,13 +572,53 @@ impl Sim {
         reply_to(&out, id).unwrap_or_else(|| panic!("no reply to {request:?}"))
     }
 
+    /// One batch: each shard steps on the requests routed to it, in shard order.
     fn batch(&mut self, reqs: &[(ClientId, u64, Request)]) -> Vec<Outgoing> {
+        let shards = self.cores.len();
+        let mut routed: Vec<Vec<(ClientId, u64, Request)>> = vec![Vec::new(); shards];
+        for &(client, id, request) in reqs {
+            match self.map.route(&request) {
+                Route::Shard(k) => routed[k].push((client, id, request)),
+                Route::Any => {
+                    routed[self.next_any % shards].push((client, id, request));
+                    self.next_any += 1;
+                }
+                Route::All => routed
+                    .iter_mut()
+                    .for_each(|r| r.push((client, id, request))),
+            }
+        }
+        let mut out = Vec::new();
+        for (k, reqs) in routed.iter().enumerate() {
+            out.extend(self.shard_batch(k, reqs));
+        }
+        out
+    }
+
+    fn shard_batch(&mut self, k: usize, reqs: &[(ClientId, u64, Request)]) -> Vec<Outgoing> {
         self.batches += 1;
-        // The same `step` as the memory node's runner, on the simulated NIC.
-        let (nic, last_ops) = (&mut self.nic, &mut self.last_ops);
-        let fin = self.core.step(self.now, reqs, &mut |ops: &[NicOp]| {
-            last_ops.extend_from_slice(ops);
-            nic.execute(ops)
+        // The same `step` as the memory node's runner, on the simulated NIC; the shard's window
+        // ids are translated to the NIC's.
+        let (nic, last_ops, windows) = (&mut self.nic, &mut self.last_ops, &self.windows[k]);
+        let mut global = Vec::new();
+        let fin = self.cores[k].step(self.now, reqs, &mut |ops: &[NicOp]| {
+            global.clear();
+            global.extend(ops.iter().map(|op| match *op {
+                NicOp::Bind {
+                    mw,
+                    client,
+                    target,
+                    key,
+                } => NicOp::Bind {
+                    mw: windows[mw as usize],
+                    client,
+                    target,
+                    key,
+                },
+                cas => cas,
+            }));
+            last_ops.extend_from_slice(&global);
+            nic.execute(&global)
         });
         for (addr, words) in &fin.header_writes {
             self.nic.write_header(*addr, *words);
@@ -502,7 +653,18 @@ impl Sim {
 
     /// Invariants every reply must satisfy when it leaves.
     fn check_reply(&mut self, o: &Outgoing, batch_keys: &[MemoryKey]) {
-        let Some(req) = self.in_flight.remove(&o.req_id) else {
+        let req = match self.owed.get_mut(&o.req_id) {
+            // A request sent to every shard: each answers it once.
+            Some(left) => {
+                *left -= 1;
+                if *left == 0 {
+                    self.owed.remove(&o.req_id);
+                }
+                self.in_flight.get(&o.req_id).copied()
+            }
+            None => self.in_flight.remove(&o.req_id),
+        };
+        let Some(req) = req else {
             panic!("reply to an unknown or already answered request: {o:?}");
         };
         assert!(o.copies >= 1, "a reply for no copy: {o:?}");
@@ -611,7 +773,11 @@ impl Sim {
 
     /// Pool occupancy.
     pub fn occupancy(&self) -> Occupancy {
-        self.core.occupancy()
+        self.cores
+            .iter()
+            .map(|c| c.occupancy())
+            .reduce(|a, b| a.plus(&b))
+            .expect("at least one shard")
     }
 
     // ------------------------------------------------------------ client-side helpers

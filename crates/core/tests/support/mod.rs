@@ -4,6 +4,8 @@
 //!   that executes [`NicOp`](patronus_core::manager::NicOp)s like the soft NIC does, and a
 //!   [`Sim`] driver with a virtual clock that pumps the sans-IO core (`begin` → CASes → `plan`
 //!   → chain → `finish` → header writes → replies) exactly as the memory node's runner does.
+//!   It runs the manager split into shards as the node does (`PATRONUS_TEST_SHARDS`, default
+//!   1; the model tests always run both 1 and several), routing requests as clients do.
 //! - [`bed`]: an embedded cluster on a virtual clock for end-to-end tests.
 #![allow(dead_code)]
 
