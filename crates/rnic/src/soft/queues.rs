@@ -13,7 +13,7 @@ use crate::verbs::{
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -66,7 +66,13 @@ pub(crate) struct CqInner {
     /// Signalled when a completion is queued (the completion channel).
     arrived: Condvar,
     capacity: usize,
+    /// Completions queued: `queue`'s length, kept beside it (written under its lock) so an
+    /// empty poll takes no lock.
+    queued: AtomicUsize,
     watch: Mutex<Vec<Weak<dyn Progress>>>,
+    /// Whether `watch` may be non-empty (set after a push to it, cleared by the poll that
+    /// takes it), so a poll with nothing to progress takes no lock.
+    watched: AtomicBool,
     /// The channel the CQ reports to when armed.
     channel: Option<SoftChannel>,
     armed: AtomicBool,
@@ -113,7 +119,9 @@ impl SoftCq {
                 queue: Mutex::new(VecDeque::with_capacity(capacity.min(4096) as usize)),
                 arrived: Condvar::new(),
                 capacity: capacity as usize,
+                queued: AtomicUsize::new(0),
                 watch: Mutex::new(Vec::new()),
+                watched: AtomicBool::new(false),
                 channel,
                 armed: AtomicBool::new(false),
             }),
@@ -131,6 +139,7 @@ impl CqInner {
             return;
         }
         q.push_back(wc);
+        self.queued.store(q.len(), Ordering::Release);
         drop(q);
         self.arrived.notify_one();
         if self.armed.swap(false, Ordering::AcqRel)
@@ -143,20 +152,30 @@ impl CqInner {
     /// Asks the next poll to progress `qp`.
     pub(crate) fn watch(&self, qp: Weak<dyn Progress>) {
         self.watch.lock().push(qp);
+        self.watched.store(true, Ordering::Release);
     }
 }
 
 impl CompletionQueue for SoftCq {
     fn poll(&self, out: &mut [WorkCompletion]) -> usize {
-        let watched = std::mem::take(&mut *self.inner.watch.lock());
-        for qp in watched.iter().filter_map(Weak::upgrade) {
-            qp.progress();
+        // A QP that arms after the swap sets the flag again for the next poll.
+        if self.inner.watched.swap(false, Ordering::AcqRel) {
+            let watched = std::mem::take(&mut *self.inner.watch.lock());
+            for qp in watched.iter().filter_map(Weak::upgrade) {
+                qp.progress();
+            }
+        }
+        // A completion queued after this load is found by the next poll, as one queued just
+        // after the lock would be.
+        if self.inner.queued.load(Ordering::Acquire) == 0 {
+            return 0;
         }
         let mut q = self.inner.queue.lock();
         let n = out.len().min(q.len());
         for (slot, wc) in out.iter_mut().zip(q.drain(..n)) {
             *slot = wc;
         }
+        self.inner.queued.store(q.len(), Ordering::Release);
         n
     }
 
