@@ -162,6 +162,12 @@ impl Logical for Churner {
         }
         Ok(())
     }
+
+    /// It waits only for control replies.
+    fn arm(&mut self) -> bool {
+        self.client.arm();
+        true
+    }
 }
 
 /// Allocates `n` objects of `size` bytes, `IN_FLIGHT` requests at a time, handing each grant

@@ -135,6 +135,12 @@ impl Logical for Extender {
         }
         Ok(())
     }
+
+    /// It waits only for control replies (a CN extension is synchronous within a step).
+    fn arm(&mut self) -> bool {
+        self.client.arm();
+        true
+    }
 }
 
 /// Runs Figure 7 on `opts.transport`.

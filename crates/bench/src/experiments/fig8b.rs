@@ -125,6 +125,15 @@ impl Logical for Contender {
         }
         Ok(())
     }
+
+    /// It waits for control replies, except while it plays a hung client (then for the clock).
+    fn arm(&mut self) -> bool {
+        if self.hung.is_some() {
+            return false;
+        }
+        self.client.arm();
+        true
+    }
 }
 
 /// Runs Figure 8(b) on `opts.transport`.
