@@ -168,6 +168,10 @@ impl Logical for Churner {
         self.client.arm();
         true
     }
+
+    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
+        Some(self.client.stats())
+    }
 }
 
 /// Allocates `n` objects of `size` bytes, `IN_FLIGHT` requests at a time, handing each grant

@@ -11,6 +11,7 @@
 
 use crate::harness::{Latency, Row, bar};
 use anyhow::{Context as _, Result, anyhow};
+use patronus_core::client::ClientStats;
 use patronus_core::cluster::Transport;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -98,6 +99,10 @@ pub trait Logical: Send {
     fn arm(&mut self) -> bool {
         false
     }
+    /// What the client library counted (Patronus clients), for the report.
+    fn client_stats(&self) -> Option<ClientStats> {
+        None
+    }
 }
 
 /// What a driven run measured.
@@ -109,6 +114,9 @@ pub struct Driven {
     pub wall: Duration,
     /// Latency of every measured operation.
     pub latency: Latency,
+    /// The Patronus client library's counts, summed over the logical clients (`None` when no
+    /// client reported any: a baseline mechanism).
+    pub clients: Option<ClientStats>,
 }
 
 impl Driven {
@@ -124,6 +132,9 @@ impl Driven {
         r.p50_us = self.latency.p50_us();
         r.p99_us = self.latency.p99_us();
         r.mn_cpu_us_per_op = us_per_op(manager + engine, self.ops);
+        if let Some(c) = &self.clients {
+            r = with_client_stats(r, c);
+        }
         r
     }
 
@@ -166,7 +177,7 @@ pub fn drive_on(
     // calling thread only joins, so it takes no core from the clients or the memory node.
     let finished: Arc<parking_lot::Mutex<Option<Duration>>> = Arc::default();
     let t0 = Arc::new(parking_lot::Mutex::new(None::<Instant>));
-    let results = std::thread::scope(|s| -> Result<Vec<Latency>> {
+    let results = std::thread::scope(|s| -> Result<Vec<(Latency, Option<ClientStats>)>> {
         let mut handles = Vec::new();
         let mut channels = channels.into_iter();
         for (t, mut group) in groups.into_iter().enumerate() {
@@ -176,7 +187,7 @@ pub fn drive_on(
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("bench-client-{t}"))
-                    .spawn_scoped(s, move || -> Result<Latency> {
+                    .spawn_scoped(s, move || -> Result<(Latency, Option<ClientStats>)> {
                         let mut rng = StdRng::seed_from_u64(seed ^ (t as u64).wrapping_mul(0x9e37));
                         let mut latency = Latency::new();
                         if start_line.wait().is_leader() {
@@ -245,7 +256,11 @@ pub fn drive_on(
                                 stop.store(true, Ordering::Relaxed);
                             }
                         }
-                        Ok(latency)
+                        let mut stats: Option<ClientStats> = None;
+                        for c in group.iter().filter_map(|c| c.client_stats()) {
+                            stats.get_or_insert_with(ClientStats::default).merge(&c);
+                        }
+                        Ok((latency, stats))
                     })
                     .context("spawning a client thread")?,
             );
@@ -263,14 +278,53 @@ pub fn drive_on(
     let lats = results?;
     let wall = finished.lock().unwrap_or(budget);
     let mut latency = Latency::new();
-    for l in &lats {
+    let mut clients: Option<ClientStats> = None;
+    for (l, c) in &lats {
         latency.merge(l);
+        if let Some(c) = c {
+            clients.get_or_insert_with(ClientStats::default).merge(c);
+        }
     }
     Ok(Driven {
         ops: done.load(Ordering::Relaxed),
         wall,
         latency,
+        clients,
     })
+}
+
+/// `row` with the client library's lease and control-path counts (the evidence the report's
+/// explanations quote).
+pub fn with_client_stats(row: Row, c: &ClientStats) -> Row {
+    row.with("grants", c.grants)
+        .with("grants_wasted", c.wasted)
+        .with("grants_wasted_pct", 100.0 * c.wasted_fraction())
+        .with("grants_dead_on_arrival", c.dead_on_arrival)
+        .with("local_expiries", c.local_expiries)
+        .with("cas_extensions", c.cas_extensions)
+        .with("rpc_extensions", c.rpc_extensions)
+        .with("extension_refusals", c.extension_refusals)
+        .with("rpc_retries", c.rpc_retries)
+        .with("overloaded", c.overloaded)
+        .with("ctrl_rtt_p50_us", c.rtt_us.value_at_quantile(0.5))
+        .with("ctrl_rtt_p99_us", c.rtt_us.value_at_quantile(0.99))
+        .with("lease_slack_us", c.slack_us)
+}
+
+/// One line on a run's leases for the console: grants, how many were wasted and why, the
+/// control round trip and the slack the client library added.
+pub fn lease_line(c: &ClientStats) -> String {
+    format!(
+        "          leases: {} grants, {:.2} % wasted ({} dead on arrival, {} local expiries), ctrl RTT p50 {} µs p99 {} µs, slack {} µs, {} retries",
+        c.grants,
+        100.0 * c.wasted_fraction(),
+        c.dead_on_arrival,
+        c.local_expiries,
+        c.rtt_us.value_at_quantile(0.5),
+        c.rtt_us.value_at_quantile(0.99),
+        c.slack_us,
+        c.rpc_retries
+    )
 }
 
 /// Splits `items` round-robin into `threads` groups.

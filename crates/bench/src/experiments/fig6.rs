@@ -152,6 +152,10 @@ impl Logical for Acquirer {
         self.client.arm();
         true
     }
+
+    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
+        Some(self.client.stats())
+    }
 }
 
 /// Runs Figure 6 / Table 4 on `opts.transport`.

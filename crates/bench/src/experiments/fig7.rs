@@ -141,6 +141,10 @@ impl Logical for Extender {
         self.client.arm();
         true
     }
+
+    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
+        Some(self.client.stats())
+    }
 }
 
 /// Runs Figure 7 on `opts.transport`.

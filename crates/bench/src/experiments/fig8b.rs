@@ -134,6 +134,10 @@ impl Logical for Contender {
         self.client.arm();
         true
     }
+
+    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
+        Some(self.client.stats())
+    }
 }
 
 /// Runs Figure 8(b) on `opts.transport`.

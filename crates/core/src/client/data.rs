@@ -125,8 +125,24 @@ impl<P: Provider> Client<P> {
     pub fn extend(&mut self, perm: &Perm, lease: std::time::Duration) -> Result<(), ClientError> {
         let lease_us = super::micros(lease);
         if self.clock.now() >= perm.expiry() {
+            self.stats.local_expiries += 1;
+            perm.mark_wasted(&mut self.stats);
             return Err(ClientError::LeaseExpired);
         }
+        let r = self.extend_cas(perm, lease_us);
+        match r {
+            Ok(()) => {
+                // Kept alive: the grant served its holder even without a data access.
+                perm.mark_used();
+                self.stats.cas_extensions += 1;
+            }
+            Err(ClientError::ExtensionRefused) => self.stats.extension_refusals += 1,
+            Err(_) => {}
+        }
+        r
+    }
+
+    fn extend_cas(&mut self, perm: &Perm, lease_us: u64) -> Result<(), ClientError> {
         for _ in 0..2 {
             let current = perm.lifetime_us();
             if current >= perm.max_lifetime_us() {
@@ -176,12 +192,17 @@ fn atomic(r: Result<OpResult, ClientError>) -> Result<u64, ClientError> {
 }
 
 impl<P: Provider> Batch<'_, P> {
-    fn checked(&self, perm: &Perm, offset: u64, len: u64) -> Result<u64, ClientError> {
+    fn checked(&mut self, perm: &Perm, offset: u64, len: u64) -> Result<u64, ClientError> {
         if self.client.cfg.check_local_expiry && self.client.clock.now() >= perm.expiry() {
+            self.client.stats.local_expiries += 1;
+            perm.mark_wasted(&mut self.client.stats);
             return Err(ClientError::LeaseExpired);
         }
         match offset.checked_add(len) {
-            Some(end) if end <= perm.len() => Ok(perm.addr() + offset),
+            Some(end) if end <= perm.len() => {
+                perm.mark_used();
+                Ok(perm.addr() + offset)
+            }
             _ => Err(ClientError::InvalidArgument(
                 "access outside the permission",
             )),

@@ -12,12 +12,14 @@
 
 mod data;
 mod error;
+mod lease;
 mod perm;
 mod renew;
 mod vqp;
 
 pub use data::{Batch, OpResult};
 pub use error::ClientError;
+pub use lease::{ClientStats, LeasePolicy, RttEstimator};
 pub use perm::Perm;
 pub use renew::LongLease;
 pub use vqp::SwitchKind;
@@ -61,6 +63,9 @@ pub struct ClientConfig {
     /// Refuse data ops on a locally expired lease without issuing them (default). Turning it
     /// off lets tests and demos show what the NIC does with a late access.
     pub check_local_expiry: bool,
+    /// Round-trip bounds added to every lease asked for, so the lease asked for is what is
+    /// left when the grant arrives ([`LeasePolicy`]; 0 asks for leases as given).
+    pub lease_slack_rtts: u32,
 }
 
 impl Default for ClientConfig {
@@ -76,6 +81,7 @@ impl Default for ClientConfig {
             staging_bytes: 1 << 20,
             qp_timing: QpTiming::default(),
             check_local_expiry: true,
+            lease_slack_rtts: 2,
         }
     }
 }
@@ -105,6 +111,12 @@ pub struct Client<P: Provider> {
     client_id: u32,
     /// Windows are type 2, bound to the active QP: a QP switch needs `UseQp` + `Rebind`.
     type2: bool,
+    /// How long a lease to ask for, from the measured control round trip.
+    lease: LeasePolicy,
+    /// What the client counted.
+    stats: ClientStats,
+    /// Pipelined requests in flight: (id, sent at, an extension?), for their round trip.
+    in_flight: Vec<(u64, Timestamp, bool)>,
     /// Permissions that may be alive, for rebinding after a QP switch (type 2).
     live: Vec<(
         crate::proto::messages::PermissionId,
@@ -241,8 +253,24 @@ impl<P: Provider> Client<P> {
             live: Vec::new(),
             epoch: 0,
             client_id,
+            lease: LeasePolicy::new(cfg.lease_slack_rtts),
+            stats: ClientStats::default(),
+            in_flight: Vec::new(),
             cfg,
         })
+    }
+
+    /// Turns a grant of a request sent at `sent` into a permission, counting it.
+    fn take_grant(&mut self, grant: Grant, access: Access, mode: Mode, sent: Timestamp) -> Perm {
+        self.lease
+            .learn_max_lifetime(u64::from(grant.max_lifetime_us));
+        let perm = Perm::new(grant, access, mode, sent, micros(self.cfg.lease_margin));
+        self.stats.grants += 1;
+        if self.clock.now() >= perm.expiry() {
+            self.stats.dead_on_arrival += 1;
+            perm.mark_wasted(&mut self.stats);
+        }
+        self.track(perm)
     }
 
     fn track(&mut self, perm: Perm) -> Perm {
@@ -318,13 +346,7 @@ impl<P: Provider> Client<P> {
             lease_us: micros(lease),
             mode,
         })? {
-            Reply::Granted(g) => Ok(self.track(Perm::new(
-                g,
-                Access::ReadWrite,
-                mode,
-                sent,
-                micros(self.cfg.lease_margin),
-            ))),
+            Reply::Granted(g) => Ok(self.take_grant(g, Access::ReadWrite, mode, sent)),
             other => Err(unexpected(other)),
         }
     }
@@ -348,13 +370,7 @@ impl<P: Provider> Client<P> {
             mode,
             wait_us: micros(self.cfg.acquire_wait).min(wait_cap),
         })? {
-            Reply::Granted(g) => Ok(self.track(Perm::new(
-                g,
-                access,
-                mode,
-                sent,
-                micros(self.cfg.lease_margin),
-            ))),
+            Reply::Granted(g) => Ok(self.take_grant(g, access, mode, sent)),
             other => Err(unexpected(other)),
         }
     }
@@ -364,13 +380,7 @@ impl<P: Provider> Client<P> {
     /// permission, as [`Client::acquire`] does for a blocking one. The local expiry counts
     /// from `sent`, so a late adoption never overestimates the lease.
     pub fn adopt(&mut self, grant: Grant, access: Access, mode: Mode, sent: Timestamp) -> Perm {
-        self.track(Perm::new(
-            grant,
-            access,
-            mode,
-            sent,
-            micros(self.cfg.lease_margin),
-        ))
+        self.take_grant(grant, access, mode, sent)
     }
 
     /// RPC-based extension (the baseline CN-collaborated extension is compared against).
@@ -382,9 +392,15 @@ impl<P: Provider> Client<P> {
             Reply::Extended { lifetime_us } => {
                 perm.lifetime_us
                     .store(lifetime_us, std::sync::atomic::Ordering::SeqCst);
+                self.stats.rpc_extensions += 1;
                 Ok(())
             }
-            other => Err(unexpected(other)),
+            other => {
+                if other == Reply::Failed(Status::ExtensionRefused) {
+                    self.stats.extension_refusals += 1;
+                }
+                Err(unexpected(other))
+            }
         }
     }
 
@@ -469,6 +485,31 @@ impl<P: Provider> Client<P> {
     /// allocation that a shard cannot serve (no memory, no header or window) tries the other
     /// shards in turn; a request for every shard (`UseQp`) goes to each.
     pub(crate) fn rpc(&mut self, req: Request) -> Result<Reply, ClientError> {
+        let req = self.with_slack(req);
+        let sent = self.clock.now();
+        let reply = self.rpc_unmeasured(req);
+        if reply.is_ok() {
+            self.lease.observe(sent, self.clock.now(), &mut self.stats);
+        }
+        reply
+    }
+
+    /// `req` with the lease policy's slack added to the lease it asks for.
+    fn with_slack(&mut self, mut req: Request) -> Request {
+        match &mut req {
+            Request::Allocate { lease_us, .. }
+            | Request::Acquire { lease_us, .. }
+            | Request::Extend { lease_us, .. }
+            | Request::Renew { lease_us, .. } => {
+                *lease_us = self.lease.wire_lease_us(*lease_us);
+                self.stats.slack_us = self.lease.slack_us();
+            }
+            _ => {}
+        }
+        req
+    }
+
+    fn rpc_unmeasured(&mut self, req: Request) -> Result<Reply, ClientError> {
         let timeout = self.cfg.rpc_timeout;
         let reply = match self.shards.route(&req) {
             Route::All => {
@@ -534,8 +575,45 @@ impl<P: Provider> Client<P> {
     /// [`MAX_OUTSTANDING_RPCS`] unanswered at a time per shard). Returns its request id.
     /// Allocations go round the shards (no retry on another shard).
     pub fn submit(&mut self, req: Request) -> Result<u64, ClientError> {
+        let req = self.with_slack(req);
         let k = self.channel_for(&req);
-        Ok(self.ctrl[k].submit(req)?)
+        let id = self.ctrl[k].submit(req)?;
+        let extend = matches!(req, Request::Extend { .. });
+        // Bounded by the channels' slots: a request whose reply never comes is forgotten
+        // with the oldest.
+        if self.in_flight.len() >= 4 * MAX_OUTSTANDING_RPCS as usize * self.ctrl.len() {
+            self.in_flight.remove(0);
+        }
+        self.in_flight.push((id, self.clock.now(), extend));
+        Ok(id)
+    }
+
+    /// Counts a pipelined reply: its round trip, and what it says about leases.
+    fn on_pipelined_reply(&mut self, id: u64, reply: &Reply) {
+        let Some(i) = self.in_flight.iter().position(|&(rid, _, _)| rid == id) else {
+            return;
+        };
+        let (_, sent, extend) = self.in_flight.swap_remove(i);
+        self.lease.observe(sent, self.clock.now(), &mut self.stats);
+        match reply {
+            Reply::Extended { .. } => self.stats.rpc_extensions += 1,
+            Reply::Failed(Status::ExtensionRefused | Status::NotFound) if extend => {
+                self.stats.extension_refusals += 1
+            }
+            _ => {}
+        }
+    }
+
+    /// What this client counted so far.
+    pub fn stats(&self) -> ClientStats {
+        let mut s = self.stats.clone();
+        s.rpc_retries = self.ctrl.iter().map(RpcClient::resent).sum();
+        s
+    }
+
+    /// The lease policy (its round-trip estimate and the slack it adds).
+    pub fn lease_policy(&self) -> &LeasePolicy {
+        &self.lease
     }
 
     /// Tamper helper: sends `req` again under an earlier id, as a retry (or a replayed
@@ -569,6 +647,7 @@ impl<P: Provider> Client<P> {
             if let Some(r) = self.ctrl[k].wait_any(slice)? {
                 self.next_poll = (k + 1) % n;
                 self.hand_back_orphans();
+                self.on_pipelined_reply(r.0, &r.1);
                 return Ok(Some(r));
             }
         }
@@ -588,6 +667,9 @@ impl<P: Provider> Client<P> {
             }
         }
         self.hand_back_orphans();
+        if let Some((id, reply)) = &found {
+            self.on_pipelined_reply(*id, reply);
+        }
         Ok(found)
     }
 }

@@ -3,7 +3,14 @@
 use crate::proto::messages::{Access, Grant, Mode, PermissionId};
 use rnic::{MemoryKey, Timestamp};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+/// [`Perm::first_use`]: no access tried yet.
+const UNUSED: u8 = 0;
+/// An access went out under the lease.
+const USED: u8 = 1;
+/// Counted as wasted: the lease had ended before the first access.
+const WASTED: u8 = 2;
 
 /// A granted permission: remote address, rkeys, id (header address + start time) and the
 /// client's conservative expiry. Obtained from `allocate`/`acquire`; ended by `revoke`.
@@ -20,6 +27,8 @@ pub struct Perm {
     /// Current rkeys (buffer << 32 | lifetime), shared with the client so that a rebind after a
     /// QP switch (type-2 isolation) refreshes them without the application noticing.
     pub(crate) rkeys: Arc<AtomicU64>,
+    /// Whether an access went out under the lease, or it was counted as wasted.
+    first_use: AtomicU8,
 }
 
 pub(crate) fn pack(buffer: MemoryKey, lifetime: MemoryKey) -> u64 {
@@ -42,8 +51,28 @@ impl Perm {
             mode,
             sent_at,
             margin_us,
+            first_use: AtomicU8::new(UNUSED),
         }
     }
+
+    /// Notes an access issued under the lease.
+    pub(crate) fn mark_used(&self) {
+        let _ = self
+            .first_use
+            .compare_exchange(UNUSED, USED, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// Notes that the lease ended before any access; counts the grant as wasted once.
+    pub(crate) fn mark_wasted(&self, stats: &mut super::ClientStats) {
+        if self
+            .first_use
+            .compare_exchange(UNUSED, WASTED, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            stats.wasted += 1;
+        }
+    }
+
     /// The permission id.
     pub fn id(&self) -> PermissionId {
         self.grant.id
@@ -142,6 +171,7 @@ impl Perm {
             sent_at: self.sent_at,
             margin_us: self.margin_us,
             rkeys: Arc::new(AtomicU64::new(self.rkeys.load(Ordering::SeqCst))),
+            first_use: AtomicU8::new(self.first_use.load(Ordering::Relaxed)),
         }
     }
 

@@ -69,6 +69,7 @@ pub struct RpcClient<P: Provider, Pr: Protocol> {
     orphans: Vec<Orphan<Pr>>,
     scratch: Vec<u8>,
     submitted: u64,
+    resent: u64,
 }
 
 impl<P: Provider, Pr: Protocol> std::fmt::Debug for RpcClient<P, Pr> {
@@ -105,6 +106,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
             orphans: Vec::new(),
             scratch: vec![0; Pr::SLOT_SIZE],
             submitted: 0,
+            resent: 0,
         };
         let wrs: Vec<RecvWr> = (0..slots).map(|s| client.recv_wr(s)).collect();
         client.qp.post_recv(&wrs)?;
@@ -135,6 +137,11 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     /// Requests submitted so far (retries not counted).
     pub fn submitted(&self) -> u64 {
         self.submitted
+    }
+
+    /// Requests sent again so far ([`RpcClient::resend`]).
+    pub fn resent(&self) -> u64 {
+        self.resent
     }
 
     /// Most answers the channel can be owed at once.
@@ -191,6 +198,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         self.send(id, &req)?;
         self.pending[i].owed += 1;
         self.owed += 1;
+        self.resent += 1;
         Ok(())
     }
 

@@ -54,10 +54,17 @@ impl CompletionChannel for SoftChannel {
     }
 }
 
+/// A poll that finds more QPs than this to progress leaves reading their links to the
+/// transport's engine threads: reading a socket costs a system call even when it is empty,
+/// so a server's CQ shared by many connections would pay one per connection per poll, while a
+/// client's CQ with a few QPs gains latency by reading its own.
+const READ_LINKS_UP_TO: usize = 4;
+
 /// Work a CQ poll runs for those that asked (a QP's timers and flushes).
 pub(crate) trait Progress: Send + Sync {
-    /// Runs due timers and pending flushes.
-    fn progress(&self);
+    /// Runs due timers and pending flushes; with `read_link`, first takes what the QP's link
+    /// has received (else the transport delivers it).
+    fn progress(&self, read_link: bool);
 }
 
 pub(crate) struct CqInner {
@@ -161,8 +168,9 @@ impl CompletionQueue for SoftCq {
         // A QP that arms after the swap sets the flag again for the next poll.
         if self.inner.watched.swap(false, Ordering::AcqRel) {
             let watched = std::mem::take(&mut *self.inner.watch.lock());
+            let read_links = watched.len() <= READ_LINKS_UP_TO;
             for qp in watched.iter().filter_map(Weak::upgrade) {
-                qp.progress();
+                qp.progress(read_links);
             }
         }
         // A completion queued after this load is found by the next poll, as one queued just

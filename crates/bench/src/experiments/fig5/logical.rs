@@ -120,6 +120,10 @@ impl Logical for PatronusLogical {
         self.client.arm();
         true
     }
+
+    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
+        Some(self.client.stats())
+    }
 }
 
 /// Which baseline mechanism a [`BaselineLogical`] runs.

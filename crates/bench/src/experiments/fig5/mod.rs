@@ -5,7 +5,9 @@
 mod logical;
 
 use crate::baseline::{BaselineClient, BaselineConfig, BaselineNode};
-use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, drive, engine_cpu, spread};
+use crate::experiments::driver::{
+    CLIENT_THREADS, Logical, Rig, drive, engine_cpu, lease_line, spread,
+};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
@@ -148,6 +150,9 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                 row.p99_us,
                 row.mn_cpu_us_per_op
             );
+            if let Some(c) = &driven.clients {
+                println!("{}", lease_line(c));
+            }
             exp.rows.push(row);
         }
     }

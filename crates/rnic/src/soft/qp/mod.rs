@@ -353,11 +353,13 @@ impl QpInner {
 
 impl Progress for QpInner {
     /// Timers and flushes; called from CQ polls.
-    fn progress(&self) {
+    fn progress(&self, read_link: bool) {
         self.armed.store(false, Ordering::SeqCst);
-        let link = self.link.read().clone();
-        if let Some(link) = link {
-            link.poll_receive();
+        if read_link {
+            let link = self.link.read().clone();
+            if let Some(link) = link {
+                link.poll_receive();
+            }
         }
         let now = self.dev.config.clock.now();
         if self.state() == QpState::Error {
