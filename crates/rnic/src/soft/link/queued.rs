@@ -144,6 +144,13 @@ impl QueuedNetwork {
         conns.len()
     }
 
+    /// When the earliest packet in flight is due (`None`: none in flight). A driver of a
+    /// virtual clock moves the clock there and [`step`](Self::step)s, so packets spend exactly
+    /// their delay on the wire and no virtual time passes while nothing is in flight.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        self.state.lock().in_flight.iter().map(|f| f.due).min()
+    }
+
     /// Packets waiting for delivery.
     pub fn in_flight(&self) -> usize {
         self.state.lock().in_flight.len()
