@@ -1559,3 +1559,46 @@ fn only_a_writer_may_free_memory() {
     assert_eq!(sim.revoke(1, g.id, true), Reply::Revoked);
     assert!(!sim.reaches(&r, r.buffer_addr, r.buffer_len));
 }
+
+/// Issue 10: the manager never grants a lease shorter than a few of its own turns (a request
+/// received now may have waited a turn, its reply leaves after this one), and when even the
+/// maximum lifetime is shorter than that it refuses new permissions as overloaded instead of
+/// granting leases that end before they arrive; ending and extending stay served.
+#[test]
+fn leases_stay_above_the_managers_turns_and_a_hopeless_backlog_is_refused() {
+    // One shard: the turn is reported to its core.
+    let mut sim = Sim::one_shard(test_config(Techniques::ALL)); // max lifetime 10 ms
+    let g = sim.allocate(1, 64, 100);
+    assert_eq!(g.lifetime_us, 100, "no turn reported: the lease as asked");
+    sim.core_mut().note_turn(300);
+    let h = sim.allocate(1, 64, 100);
+    assert_eq!(h.lifetime_us, 600, "two turns of 300 µs");
+    let long = sim.allocate(1, 64, 5_000);
+    assert_eq!(long.lifetime_us, 5_000, "longer than the floor: as asked");
+    assert_eq!(sim.counters().leases_floored, 1);
+
+    sim.core_mut().note_turn(6_000); // floor 12 ms > maximum lifetime 10 ms
+    let alloc = Request::Allocate {
+        size: 64,
+        lease_us: 100,
+        mode: Mode::Shared,
+    };
+    assert_eq!(sim.call(1, alloc), Reply::Failed(Status::Overloaded));
+    let acquire = sim.acquire(1, long.buffer_addr, 8, 100, Access::Read, Mode::Shared);
+    assert_eq!(acquire, Reply::Failed(Status::Overloaded));
+    assert_eq!(sim.counters().overloaded, 2);
+    assert!(matches!(
+        sim.call(
+            1,
+            Request::Extend {
+                id: long.id,
+                lease_us: 1_000
+            }
+        ),
+        Reply::Extended { .. }
+    ));
+    assert_eq!(sim.revoke(1, h.id, false), Reply::Revoked);
+
+    sim.core_mut().note_turn(10);
+    assert_eq!(sim.allocate(1, 64, 100).lifetime_us, 100, "caught up");
+}

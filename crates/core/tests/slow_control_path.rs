@@ -6,7 +6,7 @@
 //! much of it a round trip takes still depends on when the manager's thread runs, so the
 //! test asserts bounds, not exact times).
 //!
-//! Without the lease policy's slack every grant is dead on arrival and the client restarts
+//! Without the client's lease slack (and the manager's floor) every grant is dead on arrival and the client restarts
 //! forever (this is the cliff of issue 10, shown here so the test can tell the two apart); with
 //! it, the client learns the round trip from its first request and every later grant arrives
 //! usable.
@@ -38,7 +38,7 @@ impl Drop for StopOnDrop<'_> {
 
 /// `ROUNDS` times: acquire the object for `LEASE_US`, read it. Returns the reads that
 /// succeeded and the client's counts.
-fn acquire_and_read(slack_rtts: u32) -> (usize, ClientStats) {
+fn acquire_and_read(slack_rtts: u32, floor_turns: u32) -> (usize, ClientStats) {
     let clock = VirtualClock::new();
     let net = QueuedNetwork::new(clock.clone(), 11);
     let fabric = SoftFabric::queued(net.clone());
@@ -73,6 +73,7 @@ fn acquire_and_read(slack_rtts: u32) -> (usize, ClientStats) {
             device(1),
             NodeConfig {
                 max_lifetime_us: 10_000_000,
+                lease_floor_turns: floor_turns,
                 ..NodeConfig::default()
             },
         )
@@ -116,8 +117,8 @@ fn acquire_and_read(slack_rtts: u32) -> (usize, ClientStats) {
 }
 
 #[test]
-fn without_slack_every_grant_is_dead_on_arrival() {
-    let (reads, stats) = acquire_and_read(0);
+fn without_slack_or_floor_every_grant_is_dead_on_arrival() {
+    let (reads, stats) = acquire_and_read(0, 0);
     assert_eq!(reads, 0, "{stats:?}");
     assert_eq!(stats.dead_on_arrival, ROUNDS as u64, "{stats:?}");
     // The allocation's lease (5 s) was long enough; every acquisition's was not.
@@ -126,7 +127,14 @@ fn without_slack_every_grant_is_dead_on_arrival() {
 
 #[test]
 fn with_slack_a_slow_control_path_costs_time_not_grants() {
-    let (reads, stats) = acquire_and_read(2);
+    // The client's policy alone (the manager's floor off), then both (the defaults).
+    for floor_turns in [0, 2] {
+        slack_saves_every_grant(floor_turns);
+    }
+}
+
+fn slack_saves_every_grant(floor_turns: u32) {
+    let (reads, stats) = acquire_and_read(2, floor_turns);
     // The allocation taught the client the round trip: no grant after it was wasted.
     assert_eq!(reads, ROUNDS, "{stats:?}");
     assert_eq!((stats.wasted, stats.dead_on_arrival), (0, 0), "{stats:?}");

@@ -33,6 +33,9 @@ pub enum ClientError {
     /// The object belongs to another tenant: only its owner may free or share it.
     #[error("the object belongs to another tenant")]
     NotOwner,
+    /// The memory node stayed overloaded (admission control) through the client's back-offs.
+    #[error("the memory node is overloaded")]
+    Overloaded,
     // ---- local checks ----
     /// The lease has expired by the client's conservative clock; the op was not issued.
     #[error("lease expired locally")]
@@ -91,6 +94,7 @@ impl ClientError {
             Status::BindFailed => ClientError::BindFailed,
             Status::Unauthorized => ClientError::Unauthorized,
             Status::NotOwner => ClientError::NotOwner,
+            Status::Overloaded => ClientError::Overloaded,
         }
     }
 }

@@ -484,14 +484,43 @@ impl<P: Provider> Client<P> {
     /// memory node answers a retry with the reply it gave (or gives) the original. An
     /// allocation that a shard cannot serve (no memory, no header or window) tries the other
     /// shards in turn; a request for every shard (`UseQp`) goes to each.
+    ///
+    /// A memory node that refuses as overloaded is asked again after a jittered, doubling
+    /// back-off (from the smoothed round trip, at least 50 µs), while the RPC timeout lasts.
+    #[allow(clippy::disallowed_methods)] // back-off and the RPC timeout are wall time
     pub(crate) fn rpc(&mut self, req: Request) -> Result<Reply, ClientError> {
-        let req = self.with_slack(req);
-        let sent = self.clock.now();
-        let reply = self.rpc_unmeasured(req);
-        if reply.is_ok() {
+        let deadline = std::time::Instant::now() + self.cfg.rpc_timeout;
+        let mut backoff = Duration::from_micros(self.lease.rtt().srtt_us().max(50));
+        loop {
+            let req = self.with_slack(req);
+            let sent = self.clock.now();
+            let reply = self.rpc_unmeasured(req)?;
             self.lease.observe(sent, self.clock.now(), &mut self.stats);
+            if reply != Reply::Failed(Status::Overloaded) {
+                return Ok(reply);
+            }
+            self.stats.overloaded += 1;
+            let pause = backoff.mul_f64(rand::random_range(0.5..1.5));
+            if std::time::Instant::now() + pause >= deadline {
+                return Ok(reply);
+            }
+            self.pause(pause);
+            backoff = (backoff * 2).min(self.cfg.rpc_timeout / 8);
         }
-        reply
+    }
+
+    /// Blocks the thread for `d` of wall time (parked: no spinning; an early unpark only
+    /// parks again for the rest).
+    #[allow(clippy::disallowed_methods)] // a back-off is wall time
+    fn pause(&self, d: Duration) {
+        let until = std::time::Instant::now() + d;
+        loop {
+            let now = std::time::Instant::now();
+            if now >= until {
+                return;
+            }
+            std::thread::park_timeout(until - now);
+        }
     }
 
     /// `req` with the lease policy's slack added to the lease it asks for.

@@ -73,6 +73,13 @@ pub struct ManagerConfig {
     /// Draw each bind's key byte at random from this seed (never one of the window's recent
     /// ones); `None` leaves key bytes to the NIC (+1 per bind, `ibv_inc_rkey`).
     pub key_seed: Option<u64>,
+    /// The shortest lease granted, µs: a shorter request gets this much (within the maximum
+    /// lifetime).
+    pub lease_floor_us: u64,
+    /// The floor also stays above this many of the driver's last turns (see
+    /// [`ManagerCore::note_turn`]), so no grant ends before its reply can leave; 0 turns that
+    /// off (and with it admission control).
+    pub lease_floor_turns: u32,
 }
 
 impl ManagerConfig {
@@ -408,6 +415,8 @@ pub struct ManagerCore {
     deadlines: Deadlines,
     last_start: HashMap<u64, u64>,
     counters: Counters,
+    /// Wall time of the driver's last busy turn, µs ([`ManagerCore::note_turn`]).
+    turn_us: u64,
     /// Owners of objects, shares, and each client's tenant.
     pub(super) tenants: Tenants,
     /// Key bytes of windows' next binds (random, none of the recent ones).
@@ -463,6 +472,7 @@ impl ManagerCore {
             deadlines: Deadlines::default(),
             last_start: HashMap::new(),
             counters: Counters::default(),
+            turn_us: 0,
             tenants: Tenants::default(),
             keys: cfg.key_seed.map(|seed| KeyBytes::new(seed, cfg.mw_count)),
             waiting: HashMap::new(),
@@ -476,6 +486,36 @@ impl ManagerCore {
             deferred_revokes: Vec::new(),
             cfg,
         }
+    }
+
+    /// The driver reports how long its last busy turn took (receive, step, replies), µs. A
+    /// request received now may have waited that long already, and its reply leaves after
+    /// this turn: the manager keeps every lease above a few of them
+    /// ([`ManagerConfig::lease_floor_turns`], [`ManagerCore::lease_floor_us`])
+    /// and, when even the maximum lifetime is below that, refuses new permissions as
+    /// [`Status::Overloaded`] instead of granting leases that end before they arrive.
+    pub fn note_turn(&mut self, turn_us: u64) {
+        self.turn_us = turn_us;
+    }
+
+    /// The shortest lease granted now, µs.
+    pub fn lease_floor_us(&self) -> u64 {
+        let turns = u64::from(self.cfg.lease_floor_turns).saturating_mul(self.turn_us);
+        self.cfg.lease_floor_us.max(turns)
+    }
+
+    /// Admission control: whether a new permission could outlive the manager's own delay.
+    pub(super) fn overloaded(&self) -> bool {
+        self.lease_floor_us() > self.cfg.max_lifetime_us
+    }
+
+    /// A requested lease raised to the floor, within the maximum lifetime.
+    pub(super) fn floored_lease(&mut self, lease_us: u64) -> u64 {
+        let floor = self.lease_floor_us();
+        if lease_us < floor {
+            self.counters.leases_floored += 1;
+        }
+        lease_us.max(floor).min(self.cfg.max_lifetime_us)
     }
 
     /// Gives `client` its own domain (a PD per client) with `windows` windows; returns their

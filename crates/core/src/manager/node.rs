@@ -180,6 +180,8 @@ impl<P: Provider> MemoryNode<P> {
             key_seed: cfg
                 .random_key_bytes
                 .then(|| cfg.key_seed.unwrap_or_else(|| rand::rng().random())),
+            lease_floor_us: cfg.lease_floor_us,
+            lease_floor_turns: cfg.lease_floor_turns,
         };
         let map = whole.shard_map(shards)?;
         let client_pd = ctx.alloc_pd()?;

@@ -228,6 +228,11 @@ pub struct Counters {
     pub extended_by_client: u64,
     /// Permissions whose windows were bound again after their client switched QPs (type 2).
     pub rebinds_for_qp_switch: u64,
+    /// Grants whose lease was raised to the manager's floor (it would have ended before the
+    /// reply could arrive).
+    pub leases_floored: u64,
+    /// Requests refused as overloaded (admission control).
+    pub overloaded: u64,
 }
 
 impl Counters {
@@ -246,6 +251,8 @@ impl Counters {
             forced: self.forced + o.forced,
             extended_by_client: self.extended_by_client + o.extended_by_client,
             rebinds_for_qp_switch: self.rebinds_for_qp_switch + o.rebinds_for_qp_switch,
+            leases_floored: self.leases_floored + o.leases_floored,
+            overloaded: self.overloaded + o.overloaded,
         }
     }
 
@@ -264,6 +271,8 @@ impl Counters {
             forced: self.forced - earlier.forced,
             extended_by_client: self.extended_by_client - earlier.extended_by_client,
             rebinds_for_qp_switch: self.rebinds_for_qp_switch - earlier.rebinds_for_qp_switch,
+            leases_floored: self.leases_floored - earlier.leases_floored,
+            overloaded: self.overloaded - earlier.overloaded,
         }
     }
 }

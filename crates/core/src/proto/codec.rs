@@ -120,7 +120,7 @@ fn mode_of(b: u8) -> Result<Mode, ProtoError> {
     }
 }
 
-const STATUSES: [Status; 10] = [
+const STATUSES: [Status; 11] = [
     Status::Ok,
     Status::NoMemory,
     Status::PoolExhausted,
@@ -131,6 +131,7 @@ const STATUSES: [Status; 10] = [
     Status::BindFailed,
     Status::Unauthorized,
     Status::NotOwner,
+    Status::Overloaded,
 ];
 
 fn status_code(s: Status) -> u8 {

@@ -155,6 +155,9 @@ pub enum Status {
     Unauthorized,
     /// The object belongs to another tenant (freeing or sharing it is the owner's right).
     NotOwner,
+    /// The manager is too far behind to grant a lease that would still be alive when its
+    /// reply arrives (admission control): back off and ask again.
+    Overloaded,
 }
 
 /// A granted permission, as sent to the client.

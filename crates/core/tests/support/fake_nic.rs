@@ -332,6 +332,8 @@ pub fn test_config(techniques: Techniques) -> ManagerConfig {
         scrub: Scrub::OnGrant,
         max_wait_us: u64::MAX,
         key_seed: None,
+        lease_floor_us: 0,
+        lease_floor_turns: 2,
     }
 }
 

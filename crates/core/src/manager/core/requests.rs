@@ -11,6 +11,12 @@ impl ManagerCore {
         req_id: u64,
         req: Request,
     ) {
+        let new_permission = matches!(req, Request::Allocate { .. } | Request::Acquire { .. });
+        // A retry of an acquire already waiting joins it: it costs nothing more.
+        if new_permission && self.overloaded() && !self.waiting.contains_key(&(client, req_id)) {
+            self.counters.overloaded += 1;
+            return self.fail(client, req_id, Status::Overloaded);
+        }
         match req {
             Request::Allocate {
                 size,
@@ -297,7 +303,7 @@ impl ManagerCore {
         let last = self.last_start.get(&header_addr).copied().unwrap_or(0);
         let start = now.0.max(last + 1);
         self.last_start.insert(header_addr, start);
-        let lifetime = lease_us.min(self.cfg.max_lifetime_us);
+        let lifetime = self.floored_lease(lease_us);
         let (buf_addr, buf_len) = obj.buffer();
         let p = Permission {
             id: PermissionId {

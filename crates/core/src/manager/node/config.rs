@@ -54,6 +54,12 @@ pub struct NodeConfig {
     pub random_key_bytes: bool,
     /// Seed of those draws (`None`: from the OS; tests set one to replay exactly).
     pub key_seed: Option<u64>,
+    /// The shortest lease the manager grants, µs (a shorter request gets this much, within
+    /// the maximum lifetime).
+    pub lease_floor_us: u64,
+    /// The manager also keeps every lease above this many of its last busy turns, and refuses
+    /// new permissions as overloaded when that exceeds the maximum lifetime (0: neither).
+    pub lease_floor_turns: u32,
     /// Manager threads. Each owns a slice of the headers, buffers and windows and its own
     /// receive queue; clients connect to every shard and route requests by address (see
     /// `proto::shards`). Conflicts are per object, so shards never coordinate.
@@ -131,6 +137,8 @@ impl Default for NodeConfig {
             tenants: Vec::new(),
             random_key_bytes: true,
             key_seed: None,
+            lease_floor_us: 0,
+            lease_floor_turns: 2,
             shards: default_shards(),
         }
     }

@@ -101,6 +101,7 @@ impl<P: Provider> Runner<P> {
                 }
             }
             self.batches += 1;
+            self.core.note_turn(clock.now().0.saturating_sub(now.0));
             if self.batches % 64 == 0 {
                 if let Some(start) = streak_cpu.replace(thread_cpu()) {
                     self.busy_cpu += thread_cpu().saturating_sub(start);
