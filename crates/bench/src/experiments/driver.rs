@@ -311,22 +311,6 @@ pub fn with_client_stats(row: Row, c: &ClientStats) -> Row {
         .with("lease_slack_us", c.slack_us)
 }
 
-/// One line on a run's leases for the console: grants, how many were wasted and why, the
-/// control round trip and the slack the client library added.
-pub fn lease_line(c: &ClientStats) -> String {
-    format!(
-        "          leases: {} grants, {:.2} % wasted ({} dead on arrival, {} local expiries), ctrl RTT p50 {} µs p99 {} µs, slack {} µs, {} retries",
-        c.grants,
-        100.0 * c.wasted_fraction(),
-        c.dead_on_arrival,
-        c.local_expiries,
-        c.rtt_us.value_at_quantile(0.5),
-        c.rtt_us.value_at_quantile(0.99),
-        c.slack_us,
-        c.rpc_retries
-    )
-}
-
 /// Splits `items` round-robin into `threads` groups.
 pub fn spread<T>(items: Vec<T>, threads: usize) -> Vec<Vec<T>> {
     let mut groups: Vec<Vec<T>> = (0..threads.max(1)).map(|_| Vec::new()).collect();

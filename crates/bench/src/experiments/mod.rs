@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod driver;
+pub mod evidence;
 pub mod fig1;
 pub mod fig5;
 pub mod fig6;

@@ -120,10 +120,11 @@ impl<P: Provider> Client<P> {
     }
 
     /// CN-collaborated extension (§5.3): CAS the header's lifetime field from its current
-    /// value to `current + lease` through the lifetime window. Fails with
-    /// `ExtensionRefused` once the manager zeroed the field.
+    /// value to `current + lease` through the lifetime window (plus the lease policy's slack,
+    /// as for every lease the client asks for: the holder's next turn may be a round trip
+    /// away). Fails with `ExtensionRefused` once the manager zeroed the field.
     pub fn extend(&mut self, perm: &Perm, lease: std::time::Duration) -> Result<(), ClientError> {
-        let lease_us = super::micros(lease);
+        let lease_us = self.lease.wire_lease_us(super::micros(lease));
         if self.clock.now() >= perm.expiry() {
             self.stats.local_expiries += 1;
             perm.mark_wasted(&mut self.stats);

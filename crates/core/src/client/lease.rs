@@ -164,9 +164,18 @@ impl LeasePolicy {
         self.max_lifetime_us = Some(max_lifetime_us);
     }
 
-    /// The slack added to a lease now, µs.
+    /// The slack added to a lease now, µs: the round-trip bounds, rounded up to a power of two
+    /// so that leases do not jitter with every sample. Clients whose round trips are alike then
+    /// ask for the same lease, and permissions expire in the order and batches they were
+    /// granted in, which is what lets the manager hand an expiring permission's windows over to
+    /// a new grant in one batch (§5.4) instead of unbinding them.
     pub fn slack_us(&self) -> u64 {
-        u64::from(self.slack_rtts).saturating_mul(self.rtt.bound_us())
+        let slack = u64::from(self.slack_rtts).saturating_mul(self.rtt.bound_us());
+        if slack == 0 {
+            0
+        } else {
+            slack.checked_next_power_of_two().unwrap_or(u64::MAX)
+        }
     }
 
     /// The lease to ask the memory node for when the application wants `requested_us`.
@@ -216,8 +225,12 @@ mod tests {
                 &mut stats,
             );
         }
-        assert_eq!(p.slack_us(), 2 * 500);
-        assert_eq!(p.wire_lease_us(1000), 2000);
+        assert_eq!(
+            p.slack_us(),
+            1024,
+            "2 × 500 µs, rounded up to a power of two"
+        );
+        assert_eq!(p.wire_lease_us(1000), 2024);
         p.learn_max_lifetime(1500);
         assert_eq!(
             p.wire_lease_us(1000),

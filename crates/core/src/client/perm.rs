@@ -73,6 +73,11 @@ impl Perm {
         }
     }
 
+    /// The grant as the memory node sent it.
+    pub fn grant(&self) -> Grant {
+        self.grant
+    }
+
     /// The permission id.
     pub fn id(&self) -> PermissionId {
         self.grant.id
