@@ -23,6 +23,10 @@
 //!   timeouts; the server half on the engine that reads the connection's first frame.
 //! - **Link stack**: every connection's link is wrapped in [`TcpOptions::links`] (tracing,
 //!   faults), as the in-process fabric's are.
+//! - **Loopback**: a QP that connects to a listener of its own device (a memory node's manager
+//!   reaching its own memory) gets an inline link to the accepted QP, no socket: an RNIC
+//!   serves such a connection inside the NIC, without the wire, and so does this one (the
+//!   responder runs on the requester's thread, as on the in-process fabric).
 //! - **Errors**: a malformed or out-of-place frame, a lost connection or an overflowing
 //!   backlog close the connection and move the QP to ERR (`PacketSink::link_down`).
 
@@ -32,9 +36,10 @@ mod engine;
 mod handshake;
 mod limits;
 
-use super::{Policy, check_private_data};
+use super::{Policy, check_private_data, server_qp};
 use crate::soft::device::{Connecting, SoftConfig, SoftContext, Transport};
 use crate::soft::link::LinkStack;
+use crate::soft::link::inline::InlineLink;
 use crate::soft::provider::{SoftAddress, SoftListener};
 use crate::soft::wire::codec::{MAX_CM_FRAME_LEN, MAX_PAYLOAD_OVERHEAD};
 use crate::verbs::{Clock, VerbsError, VerbsResult};
@@ -44,6 +49,7 @@ use handshake::{Acceptor, Deadline, client_handshake};
 use limits::{Counters, Limits};
 use parking_lot::Mutex;
 use std::any::Any;
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -157,6 +163,7 @@ impl TcpNode {
             threads: Mutex::new(Vec::new()),
             connect_timeout: options.connect_timeout,
             clock: config.clock.clone(),
+            own: OwnListeners::default(),
         });
         for (i, (shared, poll)) in set.engines.iter().zip(polls).enumerate() {
             let (shared, set) = (shared.clone(), set.clone());
@@ -221,7 +228,12 @@ struct TcpTransport {
     connect_timeout: Duration,
     /// The device clock, which bounds the client handshake.
     clock: Arc<dyn Clock>,
+    /// This device's listeners, for loopback connections (entries leave with their listener).
+    own: OwnListeners,
 }
+
+/// A device's own listeners by address.
+type OwnListeners = Arc<Mutex<HashMap<SocketAddr, Policy>>>;
 
 impl fmt::Debug for TcpTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -249,6 +261,48 @@ impl Drop for TcpTransport {
 }
 
 impl TcpTransport {
+    /// The policy of this device's listener at `addr` (one bound to an unspecified address
+    /// answers on every local one, at its port).
+    fn own_listener(&self, addr: SocketAddr) -> Option<Policy> {
+        let own = self.own.lock();
+        own.get(&addr).cloned().or_else(|| {
+            own.iter()
+                .find(|(a, _)| {
+                    a.ip().is_unspecified() && a.port() == addr.port() && addr.ip().is_loopback()
+                })
+                .map(|(_, p)| p.clone())
+        })
+    }
+
+    /// Connects `qp` to a QP the device's own listener accepts, through an inline link pair.
+    fn connect_loopback(
+        &self,
+        qp: &dyn Connecting,
+        policy: &Policy,
+        private_data: &[u8],
+    ) -> VerbsResult<()> {
+        let server = server_qp(policy, private_data).map_err(VerbsError::ConnectionRefused)?;
+        let s = &*server.inner;
+        let (to_server, to_client) = InlineLink::pair(s.sink(), qp.sink());
+        let links = &self.set.conns.links;
+        let client_psn = qp.new_psn();
+        let server_psn = s.new_psn();
+        s.establish(
+            qp.qpn(),
+            server_psn,
+            client_psn,
+            links.wrap(Arc::new(to_client)),
+        )?;
+        qp.establish(
+            s.qpn(),
+            client_psn,
+            server_psn,
+            links.wrap(Arc::new(to_server)),
+        )?;
+        policy.established(server, private_data);
+        Ok(())
+    }
+
     fn of(ctx: &SoftContext) -> Option<&TcpTransport> {
         let t: &dyn Any = &*ctx.inner.transport;
         t.downcast_ref::<TcpTransport>()
@@ -261,6 +315,7 @@ struct ListenGuard {
     token: mio::Token,
     address: SocketAddr,
     listener: Arc<mio::net::TcpListener>,
+    own: OwnListeners,
 }
 
 impl fmt::Debug for ListenGuard {
@@ -271,6 +326,7 @@ impl fmt::Debug for ListenGuard {
 
 impl Drop for ListenGuard {
     fn drop(&mut self) {
+        self.own.lock().remove(&self.address);
         // Stop accepting now, not when the engine gets to it: shutting a listening socket down
         // refuses new connections and resets those waiting in its backlog.
         let _ = socket2::SockRef::from(&*self.listener).shutdown(std::net::Shutdown::Both);
@@ -305,6 +361,7 @@ impl Transport for TcpTransport {
             .registry
             .register(&mut listener, token, mio::Interest::READABLE)?;
         let listener = Arc::new(listener);
+        self.own.lock().insert(address, policy.clone());
         engine.push(Command::Listen {
             token,
             listener: listener.clone(),
@@ -317,6 +374,7 @@ impl Transport for TcpTransport {
                 token,
                 address,
                 listener,
+                own: self.own.clone(),
             }),
         })
     }
@@ -333,6 +391,9 @@ impl Transport for TcpTransport {
             ));
         };
         check_private_data(private_data)?;
+        if let Some(policy) = self.own_listener(*addr) {
+            return self.connect_loopback(qp, &policy, private_data);
+        }
         let deadline = Deadline::after(self.clock.clone(), self.connect_timeout);
         let my_psn = qp.new_psn();
         let hs = client_handshake(*addr, qp.qpn(), my_psn, private_data, &deadline)?;
