@@ -11,11 +11,12 @@
 
 use crate::harness::{Latency, Row, bar};
 use anyhow::{Context as _, Result, anyhow};
-use patronus_core::client::ClientStats;
+use patronus_core::client::{Client, ClientStats};
 use patronus_core::cluster::Transport;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rnic::CompletionChannel;
+use rnic::soft::SoftProvider;
 use rnic::soft::{SoftChannel, SoftConfig, SoftContext, SoftFabric, TcpNode, TcpOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -92,16 +93,22 @@ pub struct StepCtx<'a> {
 pub trait Logical: Send {
     /// Advances the client: polls what it waits for, or issues its next operation.
     fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()>;
+    /// The Patronus client this logical client drives, if it is one: it waits for that
+    /// client's control replies only (see [`Logical::arm`]) and reports its counts.
+    fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
+        None
+    }
     /// Arms the client's completion queues on its thread's completion channel, if it waits
     /// only for completions (not for the clock) and its CQs are on that channel; returns
     /// whether it did. When every client of a thread is armed and a further round completed
-    /// nothing, the thread sleeps on the channel instead of yielding the core.
+    /// nothing, the thread sleeps on the channel instead of yielding the core. By default a
+    /// Patronus client arms its control CQs (its data accesses are synchronous in a step).
     fn arm(&mut self) -> bool {
-        false
+        self.patronus_client().map(Client::arm).is_some()
     }
     /// What the client library counted (Patronus clients), for the report.
     fn client_stats(&self) -> Option<ClientStats> {
-        None
+        self.patronus_client().map(Client::stats)
     }
 }
 

@@ -167,14 +167,8 @@ impl Logical for Acquirer {
         Ok(())
     }
 
-    /// It waits only for control replies.
-    fn arm(&mut self) -> bool {
-        self.client.arm();
-        true
-    }
-
-    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
-        Some(self.client.stats())
+    fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
+        Some(&self.client)
     }
 }
 

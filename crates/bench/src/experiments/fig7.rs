@@ -137,14 +137,8 @@ impl Logical for Extender {
         Ok(())
     }
 
-    /// It waits only for control replies (a CN extension is synchronous within a step).
-    fn arm(&mut self) -> bool {
-        self.client.arm();
-        true
-    }
-
-    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
-        Some(self.client.stats())
+    fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
+        Some(&self.client)
     }
 }
 

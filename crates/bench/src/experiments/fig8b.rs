@@ -135,8 +135,8 @@ impl Logical for Contender {
         true
     }
 
-    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
-        Some(self.client.stats())
+    fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
+        Some(&self.client)
     }
 }
 

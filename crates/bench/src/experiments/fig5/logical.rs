@@ -115,14 +115,8 @@ impl Logical for PatronusLogical {
         Ok(())
     }
 
-    /// It waits only for control replies (its accesses are synchronous within a step).
-    fn arm(&mut self) -> bool {
-        self.client.arm();
-        true
-    }
-
-    fn client_stats(&self) -> Option<patronus_core::client::ClientStats> {
-        Some(self.client.stats())
+    fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
+        Some(&self.client)
     }
 }
 

@@ -5,7 +5,7 @@
 //! test steps explicitly. Either wraps its links in a [`LinkStack`] (e.g. to record packets
 //! with a [`PacketTrace`] or kill links with [`LinkFaults`](crate::soft::link::faulty::LinkFaults)).
 
-use super::{Policy, check_private_data, server_qp};
+use super::{Policy, check_private_data, connect_in_process};
 use crate::soft::device::{Connecting, SoftConfig, SoftContext, Transport};
 use crate::soft::link::inline::InlineLink;
 use crate::soft::link::queued::QueuedNetwork;
@@ -164,24 +164,18 @@ impl Transport for InProcTransport {
             .get(&(*node, *port))
             .cloned()
             .ok_or_else(|| VerbsError::ConnectionRefused(format!("no listener at {to:?}")))?;
-        let server = server_qp(&policy, private_data).map_err(VerbsError::ConnectionRefused)?;
-        let s = &*server.inner;
-        let (client_link, server_link): (Arc<dyn Link>, Arc<dyn Link>) = match &self.fabric.mode {
-            LinkMode::Inline => {
-                let (to_server, to_client) = InlineLink::pair(s.sink(), qp.sink());
-                (self.wrap(to_server), self.wrap(to_client))
+        connect_in_process(qp, &policy, private_data, |server, client| {
+            match &self.fabric.mode {
+                LinkMode::Inline => {
+                    let (to_server, to_client) = InlineLink::pair(server, client);
+                    (self.wrap(to_server), self.wrap(to_client))
+                }
+                LinkMode::Queued(net) => {
+                    let (a, b) = net.connect(client, server);
+                    (self.wrap(a), self.wrap(b))
+                }
             }
-            LinkMode::Queued(net) => {
-                let (a, b) = net.connect(qp.sink(), s.sink());
-                (self.wrap(a), self.wrap(b))
-            }
-        };
-        let client_psn = qp.new_psn();
-        let server_psn = s.new_psn();
-        s.establish(qp.qpn(), server_psn, client_psn, server_link)?;
-        qp.establish(s.qpn(), client_psn, server_psn, client_link)?;
-        policy.established(server, private_data);
-        Ok(())
+        })
     }
 }
 

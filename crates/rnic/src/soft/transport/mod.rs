@@ -15,11 +15,13 @@
 pub mod inproc;
 pub mod tcp;
 
+use super::device::Connecting;
+use super::link::{Link, PacketSink};
 use super::provider::SoftProvider;
 use super::qp::SoftQp;
 use super::wire::MAX_PRIVATE_DATA;
 use crate::verbs::{AcceptPolicy, QpState, QueuePair, VerbsError, VerbsResult};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The accept policy of a listener.
 pub(crate) type Policy = Arc<dyn AcceptPolicy<SoftProvider>>;
@@ -29,6 +31,27 @@ pub(crate) fn check_private_data(private_data: &[u8]) -> VerbsResult<()> {
     if private_data.len() > MAX_PRIVATE_DATA {
         return Err(VerbsError::InvalidArgument("private data too long"));
     }
+    Ok(())
+}
+
+/// Connects `qp` to a QP `policy` accepts without a handshake on the wire (both ends are in
+/// this process): `links` makes the two directions from the ends' sinks (server first), as
+/// (towards the server, towards the client); then both ends are established and the policy
+/// told.
+pub(crate) fn connect_in_process(
+    qp: &dyn Connecting,
+    policy: &Policy,
+    private_data: &[u8],
+    links: impl FnOnce(Weak<dyn PacketSink>, Weak<dyn PacketSink>) -> (Arc<dyn Link>, Arc<dyn Link>),
+) -> VerbsResult<()> {
+    let server = server_qp(policy, private_data).map_err(VerbsError::ConnectionRefused)?;
+    let s = &*server.inner;
+    let (client_link, server_link) = links(s.sink(), qp.sink());
+    let client_psn = qp.new_psn();
+    let server_psn = s.new_psn();
+    s.establish(qp.qpn(), server_psn, client_psn, server_link)?;
+    qp.establish(s.qpn(), client_psn, server_psn, client_link)?;
+    policy.established(server, private_data);
     Ok(())
 }
 

@@ -36,7 +36,7 @@ mod engine;
 mod handshake;
 mod limits;
 
-use super::{Policy, check_private_data, server_qp};
+use super::{Policy, check_private_data, connect_in_process};
 use crate::soft::device::{Connecting, SoftConfig, SoftContext, Transport};
 use crate::soft::link::LinkStack;
 use crate::soft::link::inline::InlineLink;
@@ -281,26 +281,14 @@ impl TcpTransport {
         policy: &Policy,
         private_data: &[u8],
     ) -> VerbsResult<()> {
-        let server = server_qp(policy, private_data).map_err(VerbsError::ConnectionRefused)?;
-        let s = &*server.inner;
-        let (to_server, to_client) = InlineLink::pair(s.sink(), qp.sink());
         let links = &self.set.conns.links;
-        let client_psn = qp.new_psn();
-        let server_psn = s.new_psn();
-        s.establish(
-            qp.qpn(),
-            server_psn,
-            client_psn,
-            links.wrap(Arc::new(to_client)),
-        )?;
-        qp.establish(
-            s.qpn(),
-            client_psn,
-            server_psn,
-            links.wrap(Arc::new(to_server)),
-        )?;
-        policy.established(server, private_data);
-        Ok(())
+        connect_in_process(qp, policy, private_data, |server, client| {
+            let (to_server, to_client) = InlineLink::pair(server, client);
+            (
+                links.wrap(Arc::new(to_server)),
+                links.wrap(Arc::new(to_client)),
+            )
+        })
     }
 
     fn of(ctx: &SoftContext) -> Option<&TcpTransport> {
