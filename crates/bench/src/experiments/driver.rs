@@ -5,9 +5,10 @@
 //! The driver's contract: a logical client is a state machine whose [`Logical::step`] never
 //! waits for the memory node's CPU. Permission operations (acquire, revoke, register, flip QP
 //! flags) are submitted and polled, so they are pipelined across the logical clients of a
-//! thread, as the paper's coroutines are (§7 setup). A data access is synchronous for its own
-//! round trip in every mechanism (the RPC mechanism's accesses included), so no mechanism gets
-//! pipelining the others lack. Throughput is a fixed op count over the wall time to reach it.
+//! thread, as the paper's coroutines are (§7 setup); so are fig7's CN extensions, the
+//! one-sided CASes that experiment compares with RPCs (`Client::post_extend`). Any other data
+//! access is synchronous for its own round trip in every mechanism (the RPC mechanism's
+//! accesses included), so no mechanism gets pipelining the others lack. Throughput is a fixed op count over the wall time to reach it.
 
 use crate::harness::{Latency, Row, bar};
 use anyhow::{Context as _, Result, anyhow};

@@ -279,7 +279,8 @@ impl<P: Provider> Batch<'_, P> {
         let mut todo = Vec::new();
         let mut ops_ok: Vec<Option<Op>> = Vec::with_capacity(ops.len());
         let mut cursor = 0usize;
-        let staging_len = client.staging.len();
+        // The end of the staging buffer holds posted extensions' results.
+        let staging_len = client.staging.len() - super::posted::POSTED_STAGING;
         for (i, op) in ops.into_iter().enumerate() {
             match op {
                 Ok(mut op) => {
@@ -425,7 +426,7 @@ fn next_step(status: WcStatus, fault: Fault, is_read: bool) -> Next {
 impl<P: Provider> Client<P> {
     /// Replaces the broken active QP (promoting a spare) and, under type-2 isolation, has the
     /// permissions' windows bound to the new one.
-    fn switch_qp(&mut self) -> Result<(), ClientError> {
+    pub(super) fn switch_qp(&mut self) -> Result<(), ClientError> {
         self.vqp.fail_over()?;
         self.rebind_after_switch()
     }
@@ -447,7 +448,8 @@ impl<P: Provider> Client<P> {
     /// Posts the ops at `indexes` on the active QP; returns (index, status) for each.
     #[allow(clippy::disallowed_methods)] // a wall-time bound on a dead transport
     fn run(&mut self, ops: &[Option<Op>], indexes: &[usize]) -> Vec<(usize, WcStatus)> {
-        self.epoch += 1;
+        // 31 bits: a batch's ids never carry the posted-extension tag.
+        self.epoch = (self.epoch + 1) & 0x7fff_ffff;
         let epoch = self.epoch;
         let lkey = self.staging_mr.lkey();
         let base = self.staging.addr();
@@ -511,6 +513,9 @@ impl<P: Provider> Client<P> {
         while got < posted {
             let n = self.data_cq.poll(&mut wcs);
             for wc in &wcs[..n] {
+                if self.posted.file(wc) {
+                    continue; // a posted extension's: its poll takes it
+                }
                 if wc.qp_num != qpn || wc.wr_id >> 32 != epoch {
                     continue; // from a QP or batch already given up on
                 }

@@ -36,6 +36,9 @@ pub enum ClientError {
     /// The memory node stayed overloaded (admission control) through the client's back-offs.
     #[error("the memory node is overloaded")]
     Overloaded,
+    /// [`MAX_POSTED`](super::MAX_POSTED) extensions are posted and not yet polled.
+    #[error("too many posted operations in flight")]
+    TooManyPosted,
     // ---- local checks ----
     /// The lease has expired by the client's conservative clock; the op was not issued.
     #[error("lease expired locally")]

@@ -14,6 +14,7 @@ mod data;
 mod error;
 mod lease;
 mod perm;
+mod posted;
 mod renew;
 mod vqp;
 
@@ -21,6 +22,7 @@ pub use data::{Batch, OpResult};
 pub use error::ClientError;
 pub use lease::{ClientStats, LeasePolicy, RttEstimator};
 pub use perm::Perm;
+pub use posted::{MAX_POSTED, PostedExtend};
 pub use renew::LongLease;
 pub use vqp::SwitchKind;
 
@@ -117,6 +119,8 @@ pub struct Client<P: Provider> {
     stats: ClientStats,
     /// Pipelined requests in flight: (id, sent at, an extension?), for their round trip.
     in_flight: Vec<(u64, Timestamp, bool)>,
+    /// Extensions posted without waiting ([`Client::post_extend`]).
+    posted: posted::PostedOps,
     /// Permissions that may be alive, for rebinding after a QP switch (type 2).
     live: Vec<(
         crate::proto::messages::PermissionId,
@@ -256,6 +260,7 @@ impl<P: Provider> Client<P> {
             lease: LeasePolicy::new(cfg.lease_slack_rtts),
             stats: ClientStats::default(),
             in_flight: Vec::new(),
+            posted: posted::PostedOps::default(),
             cfg,
         })
     }

@@ -1,0 +1,164 @@
+//! CN-collaborated extensions posted without waiting: [`Client::post_extend`] posts the
+//! lifetime CAS and returns at once, [`Client::poll_extend`] takes its outcome later. A
+//! thread that drives many clients (the paper's coroutines) thereby overlaps their extensions'
+//! round trips, as it overlaps their control RPCs.
+//!
+//! Invariants:
+//! - A posted CAS has its own 8-byte result slot at the end of the staging buffer, which
+//!   batches never use, and a work-request id tagged [`POSTED`]; a batch that polls the data CQ
+//!   while extensions are in flight files their completions here instead of dropping them.
+//! - Exactly once: a posted CAS is never posted again. A failed one reports `Denied` when the
+//!   NIC refused it, and `OutcomeUnknown` otherwise (it may have executed); the broken QP is
+//!   replaced before the next batch or post.
+
+use super::{Client, ClientError, Perm};
+use rnic::{
+    CompletionQueue, MemoryBuffer, MemoryRegion, Provider, QueuePair, SendOp, SendWr, Sge,
+    WcStatus, WorkCompletion,
+};
+use std::sync::atomic::Ordering;
+
+/// Tag of posted extensions' work-request ids (batches' ids never set it).
+pub(super) const POSTED: u64 = 1 << 63;
+/// Extensions a client may have posted and not yet polled.
+pub const MAX_POSTED: usize = 64;
+/// Staging bytes reserved for posted extensions' results, at the end of the buffer.
+pub(super) const POSTED_STAGING: usize = MAX_POSTED * 8;
+
+/// An extension posted by [`Client::post_extend`], to be polled with [`Client::poll_extend`].
+#[derive(Debug)]
+#[must_use = "a posted extension holds a result slot until it is polled"]
+pub struct PostedExtend {
+    wr_id: u64,
+    slot: usize,
+    current: u64,
+    new: u64,
+}
+
+/// Posted extensions in flight and their arrived completions.
+#[derive(Debug, Default)]
+pub(super) struct PostedOps {
+    /// Bit `i`: result slot `i` is in use.
+    busy: u64,
+    next: u64,
+    /// Completions of posted ops that arrived before their poll.
+    done: Vec<WorkCompletion>,
+}
+
+impl PostedOps {
+    /// Files `wc` if it is a posted op's completion; returns whether it was.
+    pub(super) fn file(&mut self, wc: &WorkCompletion) -> bool {
+        if wc.wr_id & POSTED == 0 {
+            return false;
+        }
+        self.done.push(*wc);
+        true
+    }
+}
+
+impl<P: Provider> Client<P> {
+    /// Posts a CN-collaborated extension of `perm` by `lease` (with the lease policy's slack,
+    /// as [`Client::extend`]) and returns without waiting for it.
+    pub fn post_extend(
+        &mut self,
+        perm: &Perm,
+        lease: std::time::Duration,
+    ) -> Result<PostedExtend, ClientError> {
+        let lease_us = self.lease.wire_lease_us(super::micros(lease));
+        if self.clock.now() >= perm.expiry() {
+            self.stats.local_expiries += 1;
+            perm.mark_wasted(&mut self.stats);
+            return Err(ClientError::LeaseExpired);
+        }
+        let current = perm.lifetime_us();
+        if current >= perm.max_lifetime_us() {
+            self.stats.extension_refusals += 1;
+            return Err(ClientError::ExtensionRefused);
+        }
+        let slot = (!self.posted.busy).trailing_zeros() as usize;
+        if slot >= MAX_POSTED {
+            return Err(ClientError::TooManyPosted);
+        }
+        if self.vqp.active().state() != rnic::QpState::ReadyToSend {
+            self.switch_qp()?;
+        }
+        let new = current.saturating_add(lease_us);
+        let offset = self.staging.len() - POSTED_STAGING + 8 * slot;
+        self.posted.next += 1;
+        let wr_id = POSTED | (self.posted.next << 8) | slot as u64;
+        let wr = SendWr {
+            wr_id,
+            signaled: true,
+            op: SendOp::CompareSwap {
+                local: Sge {
+                    addr: self.staging.addr() + offset as u64,
+                    length: 8,
+                    lkey: self.staging_mr.lkey(),
+                },
+                remote_addr: perm.grant.lifetime_addr(),
+                rkey: perm.lifetime_rkey(),
+                compare: current,
+                swap: new,
+            },
+        };
+        self.vqp
+            .active()
+            .post_send(&[wr])
+            .map_err(|(_, e)| ClientError::Verbs(e))?;
+        self.posted.busy |= 1 << slot;
+        Ok(PostedExtend {
+            wr_id,
+            slot,
+            current,
+            new,
+        })
+    }
+
+    /// The outcome of a posted extension of `perm`, if it has completed: `Ok(true)` extended,
+    /// `Ok(false)` the lifetime had moved meanwhile (an RPC extension; the permission adopts
+    /// it, post again to extend further), `ExtensionRefused` once the manager ended it.
+    pub fn poll_extend(
+        &mut self,
+        perm: &Perm,
+        posted: &PostedExtend,
+    ) -> Option<Result<bool, ClientError>> {
+        if !self.posted.done.iter().any(|wc| wc.wr_id == posted.wr_id) {
+            let mut wcs = [WorkCompletion::default(); 16];
+            let n = self.data_cq.poll(&mut wcs);
+            for wc in &wcs[..n] {
+                // Anything else is from a batch already given up on, as `run` drops it.
+                self.posted.file(wc);
+            }
+        }
+        let i = self
+            .posted
+            .done
+            .iter()
+            .position(|wc| wc.wr_id == posted.wr_id)?;
+        let wc = self.posted.done.swap_remove(i);
+        self.posted.busy &= !(1 << posted.slot);
+        Some(match wc.status {
+            WcStatus::Success => {
+                let offset = self.staging.len() - POSTED_STAGING + 8 * posted.slot;
+                let old = self.staging.load_u64(offset).unwrap_or(0);
+                if old == posted.current {
+                    perm.lifetime_us.fetch_max(posted.new, Ordering::SeqCst);
+                    perm.mark_used();
+                    self.stats.cas_extensions += 1;
+                    Ok(true)
+                } else if old == 0 {
+                    self.stats.extension_refusals += 1;
+                    Err(ClientError::ExtensionRefused)
+                } else {
+                    perm.lifetime_us.fetch_max(old, Ordering::SeqCst);
+                    Ok(false)
+                }
+            }
+            s @ (WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError) => {
+                Err(ClientError::Denied(s))
+            }
+            // It may have executed: never posted again.
+            s => Err(ClientError::OutcomeUnknown(s)),
+        })
+    }
+}
