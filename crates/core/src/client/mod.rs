@@ -180,7 +180,8 @@ impl<P: Provider> Client<P> {
         }
         let t = cfg.qp_timing;
         let ctrl_qp = pd.create_qp(init::<P>(&ctrl_cq, &ctrl_cq, RECV_SLOTS + 1, t))?;
-        let staging = ctx.alloc_buffer(cfg.staging_bytes.max(4096))?;
+        // `staging_bytes` for batches, and the posted extensions' result slots after them.
+        let staging = ctx.alloc_buffer(cfg.staging_bytes.max(4096) + posted::POSTED_STAGING)?;
         let staging_mr = pd.reg_mr(&staging, 0, staging.len(), AccessFlags::LOCAL_WRITE)?;
         let control = Intent {
             role: Role::Control,
