@@ -12,8 +12,9 @@
 //! decides), and a failed completion ends the wait with its status.
 
 use crate::verbs::{
-    AcceptPolicy, AccessFlags, Clock, CompletionQueue, Context, ProtectionDomain, Provider, QpInit,
-    QpState, QpTiming, QueuePair, VerbsError, WcStatus, WorkCompletion,
+    AcceptPolicy, AccessFlags, Clock, CompletionQueue, Context, MemoryBuffer, MemoryRegion,
+    ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair, Rkey, SendOp, SendWr, Sge,
+    VerbsError, VirtAddr, WcStatus, WorkCompletion,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -163,6 +164,30 @@ impl<P: Provider> std::fmt::Debug for Requester<P> {
 }
 
 impl<P: Provider> Requester<P> {
+    /// A signaled READ of `len` bytes at `remote_addr` (through `rkey`) into the start of the
+    /// staging buffer.
+    pub fn read_wr(
+        &self,
+        wr_id: u64,
+        len: u32,
+        remote_addr: VirtAddr,
+        rkey: Rkey,
+    ) -> SendWr<'static, P::Mw, P::Mr> {
+        SendWr {
+            wr_id,
+            signaled: true,
+            op: SendOp::Read {
+                local: Sge {
+                    addr: self.buf.addr(),
+                    length: len,
+                    lkey: self.mr.lkey(),
+                },
+                remote_addr,
+                rkey,
+            },
+        }
+    }
+
     /// Creates a QP on `pd` and connects it to `to`, sending `private_data` in the handshake.
     pub fn connect(
         ctx: &P::Context,
@@ -228,8 +253,8 @@ pub fn wait_completions<P: Provider>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Timestamp;
     use crate::soft::{SoftConfig, SoftFabric, SoftProvider};
-    use crate::{MemoryRegion, SendOp, SendWr, Sge, Timestamp};
     use std::sync::atomic::{AtomicU64, Ordering};
 
     /// A clock that moves 100 ms every time it is read.
@@ -263,19 +288,7 @@ mod tests {
         let pd = cn.alloc_pd().unwrap();
         let req = Requester::<SoftProvider>::connect(&cn, &pd, node.address(), b"t").unwrap();
         assert!(node.last_accepted().is_some());
-        let read = SendWr {
-            wr_id: 7,
-            signaled: true,
-            op: SendOp::Read {
-                local: Sge {
-                    addr: req.buf.addr(),
-                    length: 8,
-                    lkey: req.mr.lkey(),
-                },
-                remote_addr: buf.addr(),
-                rkey: mr.rkey(),
-            },
-        };
+        let read = req.read_wr(7, 8, buf.addr(), mr.rkey());
         req.qp.post_send(&[read]).unwrap();
         let clock = SteppingClock::default();
         wait_completions::<SoftProvider>(&req.cq, 1, &clock, Duration::from_secs(1)).unwrap();

@@ -5,10 +5,7 @@
 
 use rnic::endpoints::{OpenResponder, Requester, wait_completions};
 use rnic::soft::{SoftConfig, SoftProvider, TcpNode};
-use rnic::{
-    AccessFlags, Context, MemoryRegion, ProtectionDomain, QueuePair, RealClock, SendOp, SendWr,
-    Sge, WcStatus,
-};
+use rnic::{AccessFlags, Context, MemoryRegion, ProtectionDomain, QueuePair, RealClock, WcStatus};
 use std::time::Duration;
 
 #[test]
@@ -28,19 +25,7 @@ fn a_connection_to_the_devices_own_listener_opens_no_socket() {
         .unwrap();
     let req = Requester::<SoftProvider>::connect(&ctx, &node.pd, node.address(), b"me").unwrap();
     assert!(node.last_accepted().is_some(), "the policy accepted the QP");
-    let read = |rkey| SendWr {
-        wr_id: 1,
-        signaled: true,
-        op: SendOp::Read {
-            local: Sge {
-                addr: req.buf.addr(),
-                length: 8,
-                lkey: req.mr.lkey(),
-            },
-            remote_addr: buf.addr(),
-            rkey,
-        },
-    };
+    let read = |rkey| req.read_wr(1, 8, buf.addr(), rkey);
     req.qp.post_send(&[read(mr.rkey())]).unwrap();
     let clock = RealClock::new();
     wait_completions::<SoftProvider>(&req.cq, 1, &clock, Duration::from_secs(5)).unwrap();

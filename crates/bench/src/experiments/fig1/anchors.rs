@@ -8,7 +8,7 @@ use super::protection::device_pair;
 use crate::harness::Latency;
 use anyhow::{Context as _, Result, anyhow, bail};
 use patronus_core::cluster::Transport;
-use rnic::{AccessFlags, Context, MemoryRegion, ProtectionDomain, SendOp, SendWr, Sge};
+use rnic::{AccessFlags, Context, MemoryRegion, ProtectionDomain};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -118,19 +118,7 @@ pub(super) fn soft_read(transport: Transport, iters: u64) -> Result<Latency> {
     let mut lat = Latency::new();
     let warmup = iters / 10;
     for i in 0..warmup + iters {
-        let wr = SendWr {
-            wr_id: i,
-            signaled: true,
-            op: SendOp::Read {
-                local: Sge {
-                    addr: client.buf.addr(),
-                    length: PAYLOAD as u32,
-                    lkey: client.mr.lkey(),
-                },
-                remote_addr: region.addr(),
-                rkey: mr.rkey(),
-            },
-        };
+        let wr = client.read_wr(i, PAYLOAD as u32, region.addr(), mr.rkey());
         let t0 = Instant::now();
         execute(&client, wr)?;
         if i >= warmup {
