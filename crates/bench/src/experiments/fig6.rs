@@ -334,6 +334,11 @@ fn summarize(exp: &mut Experiment, clients: u32) {
     let see =
         ". Where the time goes: docs/evaluation.md, \"Figure 6: where the manager's time goes\"";
     let why = |holds: bool| if holds { "" } else { see };
+    // What the named configurations measured per permission, for an explanation.
+    let measured = |names: &[&str]| -> String {
+        let rows = names.iter().filter_map(|n| exp.row(n, clients));
+        rows.map(per_permission).collect::<Vec<_>>().join("; ")
+    };
     exp.checks = vec![
         Check {
             claim: "all techniques together at least double Baseline's permission throughput (§7.2.1)"
@@ -347,11 +352,9 @@ fn summarize(exp: &mut Experiment, clients: u32) {
                 if all >= 2.0 * base {
                     String::new()
                 } else {
-                    let rows = [exp.row("Baseline", clients), exp.row("+ Expr", clients)];
-                    let measured: Vec<String> = rows.into_iter().flatten().map(per_permission).collect();
                     format!(
                         ". Measured in this run: {}. The MW and RPC savings did not shrink the manager's CPU per permission in proportion{see}",
-                        measured.join("; ")
+                        measured(&["Baseline", "+ Expr"])
                     )
                 }
             ),
@@ -392,9 +395,7 @@ fn summarize(exp: &mut Experiment, clients: u32) {
                 if mgr_sharded <= 1.1 * mgr_all {
                     String::new()
                 } else {
-                    let rows = [exp.row("+ Expr", clients), exp.row(SHARDED, clients)];
-                    let measured: Vec<String> = rows.into_iter().flatten().map(per_permission).collect();
-                    format!(". Measured in this run: {}", measured.join("; "))
+                    format!(". Measured in this run: {}", measured(&["+ Expr", SHARDED]))
                 }
             ),
         },
