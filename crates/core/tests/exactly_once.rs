@@ -8,14 +8,17 @@
 //! in `client/data.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
+mod support;
+
 use patronus_core::client::{Client, ClientConfig, ClientError};
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig};
 use patronus_core::proto::messages::Mode;
-use rnic::soft::link::queued::{Faults, QueuedNetwork};
-use rnic::soft::{SoftConfig, SoftFabric, SoftProvider};
-use rnic::{Clock, VirtualClock, WcStatus};
+use rnic::soft::SoftProvider;
+use rnic::soft::link::queued::Faults;
+use rnic::{Clock, WcStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use support::queued::{QueuedBed, StopOnDrop};
 
 /// Spins (yielding) until `cond` holds; bounded in wall time.
 #[allow(clippy::disallowed_methods)]
@@ -27,27 +30,10 @@ fn until(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
-/// Stops the pump when dropped, also when an assertion fails (else the scope would wait for
-/// the pump forever).
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 fn lost_response_of_an_faa_is_reported_not_rerun(iso: Isolation) {
-    let clock = VirtualClock::new();
-    let net = QueuedNetwork::new(clock.clone(), 5);
-    let fabric = SoftFabric::queued(net.clone());
-    let device = |seed| {
-        fabric.open_device(SoftConfig {
-            clock: clock.clone(),
-            seed: Some(seed),
-            ..SoftConfig::default()
-        })
-    };
+    let bed = QueuedBed::new(5);
+    let (clock, net) = (&bed.clock, &bed.net);
+    let device = |seed| bed.device(seed);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {

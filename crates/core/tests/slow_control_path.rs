@@ -12,14 +12,17 @@
 //! usable.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
+mod support;
+
 use patronus_core::client::{Client, ClientConfig, ClientError, ClientStats};
 use patronus_core::manager::{MemoryNode, NodeConfig};
 use patronus_core::proto::messages::{Access, Mode};
-use rnic::soft::link::queued::{Faults, QueuedNetwork};
-use rnic::soft::{SoftConfig, SoftFabric, SoftProvider};
-use rnic::{Clock, VirtualClock};
+use rnic::Clock;
+use rnic::soft::SoftProvider;
+use rnic::soft::link::queued::Faults;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use support::queued::{QueuedBed, StopOnDrop};
 
 /// One-way delay of every packet, µs.
 const WIRE_US: u64 = 2_000;
@@ -27,28 +30,12 @@ const WIRE_US: u64 = 2_000;
 const LEASE_US: u64 = 500;
 const ROUNDS: usize = 20;
 
-/// Stops the pump when dropped, also when an assertion fails.
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 /// `ROUNDS` times: acquire the object for `LEASE_US`, read it. Returns the reads that
 /// succeeded and the client's counts.
 fn acquire_and_read(slack_rtts: u32, floor_turns: u32) -> (usize, ClientStats) {
-    let clock = VirtualClock::new();
-    let net = QueuedNetwork::new(clock.clone(), 11);
-    let fabric = SoftFabric::queued(net.clone());
-    let device = |seed| {
-        fabric.open_device(SoftConfig {
-            clock: clock.clone(),
-            seed: Some(seed),
-            ..SoftConfig::default()
-        })
-    };
+    let bed = QueuedBed::new(11);
+    let (clock, net) = (&bed.clock, &bed.net);
+    let device = |seed| bed.device(seed);
     net.set_faults(Faults {
         delay_us: (WIRE_US, WIRE_US),
         ..Faults::default()

@@ -7,6 +7,7 @@
 //!   It runs the manager split into shards as the node does (`PATRONUS_TEST_SHARDS`, default
 //!   1; the model tests always run both 1 and several), routing requests as clients do.
 //! - [`bed`]: an embedded cluster on a virtual clock for end-to-end tests.
+//! - [`queued`]: devices on a queued network (delays, faults) timed by a virtual clock.
 #![allow(dead_code)]
 
 /// `every_mode! { name => body; ... }` stamps out one `#[test] fn name` per test bed: both
@@ -45,6 +46,7 @@ macro_rules! every_mode {
 
 pub mod bed;
 pub mod fake_nic;
+pub mod queued;
 
 #[allow(unused_imports)]
 pub use fake_nic::*;
