@@ -8,7 +8,7 @@
 #[macro_use]
 mod support;
 
-use patronus_core::client::{Client, ClientError, Perm, PostedExtend};
+use patronus_core::client::{Client, ClientError, MAX_POSTED, Perm, PostedExtend};
 use patronus_core::cluster::Transport;
 use patronus_core::manager::Isolation;
 use patronus_core::proto::messages::Mode;
@@ -77,6 +77,28 @@ fn posted_extensions_keep_a_lease_and_fail_once(t: Transport, iso: Isolation) {
     a.read(&p, 0, &mut word).unwrap();
     let s = a.stats();
     assert_eq!(s.cas_extensions, 2, "{s:?}");
+
+    // A forgotten extension still executes; its slot comes back once its completion arrives
+    // (here, filed by the next batch); at most MAX_POSTED may be held at once.
+    let held: Vec<PostedExtend> = (0..MAX_POSTED)
+        .map(|_| a.post_extend(&p, Duration::from_millis(1)).unwrap())
+        .collect();
+    assert!(matches!(
+        a.post_extend(&p, Duration::from_millis(1)),
+        Err(ClientError::TooManyPosted)
+    ));
+    for x in held {
+        a.forget_extend(x);
+    }
+    let mut tries = 0;
+    while a.posted_in_flight() > 0 {
+        a.read(&p, 0, &mut word).unwrap();
+        tries += 1;
+        assert!(tries < 10_000, "forgotten slots never came back");
+    }
+    assert!(p.lifetime_us() >= before + 11_000);
+    let again = a.post_extend(&p, Duration::from_millis(1)).unwrap();
+    outcome(a, &p, &again).unwrap();
 }
 
 every_mode! {

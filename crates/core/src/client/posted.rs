@@ -25,9 +25,10 @@ pub const MAX_POSTED: usize = 64;
 /// Staging bytes reserved for posted extensions' results, at the end of the buffer.
 pub(super) const POSTED_STAGING: usize = MAX_POSTED * 8;
 
-/// An extension posted by [`Client::post_extend`], to be polled with [`Client::poll_extend`].
+/// An extension posted by [`Client::post_extend`], to be polled with [`Client::poll_extend`]
+/// (or given up with [`Client::forget_extend`]).
 #[derive(Debug)]
-#[must_use = "a posted extension holds a result slot until it is polled"]
+#[must_use = "a posted extension holds a result slot until it is polled or forgotten"]
 pub struct PostedExtend {
     wr_id: u64,
     slot: usize,
@@ -43,6 +44,8 @@ pub(super) struct PostedOps {
     next: u64,
     /// Completions of posted ops that arrived before their poll.
     done: Vec<WorkCompletion>,
+    /// Posted ops nobody will poll: their completion frees their slot and is dropped.
+    forgotten: Vec<u64>,
 }
 
 impl PostedOps {
@@ -51,7 +54,12 @@ impl PostedOps {
         if wc.wr_id & POSTED == 0 {
             return false;
         }
-        self.done.push(*wc);
+        if let Some(i) = self.forgotten.iter().position(|&id| id == wc.wr_id) {
+            self.forgotten.swap_remove(i);
+            self.busy &= !(1 << (wc.wr_id & 0xff));
+        } else {
+            self.done.push(*wc);
+        }
         true
     }
 }
@@ -112,6 +120,30 @@ impl<P: Provider> Client<P> {
             current,
             new,
         })
+    }
+
+    /// Gives up on a posted extension: its outcome is never reported (it may still execute),
+    /// and its result slot is free again once its completion arrives (the NIC may write the
+    /// slot until then).
+    pub fn forget_extend(&mut self, posted: PostedExtend) {
+        match self
+            .posted
+            .done
+            .iter()
+            .position(|wc| wc.wr_id == posted.wr_id)
+        {
+            Some(i) => {
+                self.posted.done.swap_remove(i);
+                self.posted.busy &= !(1 << posted.slot);
+            }
+            None => self.posted.forgotten.push(posted.wr_id),
+        }
+    }
+
+    /// Extensions posted whose result slot is still held (not yet polled, or forgotten and not
+    /// yet completed).
+    pub fn posted_in_flight(&self) -> usize {
+        self.posted.busy.count_ones() as usize
     }
 
     /// The outcome of a posted extension of `perm`, if it has completed: `Ok(true)` extended,
