@@ -423,6 +423,12 @@ pub struct ManagerCore {
     keys: Option<KeyBytes>,
     /// Waiting acquires by (client, request id) → object, so a retry joins its original.
     pub(super) waiting: HashMap<(ClientId, u64), u64>,
+    /// Clients that left, to be cleared out at the next batch ([`ManagerCore::depart`]).
+    departing: Vec<ClientId>,
+    /// Departed clients whose domain waits for its windows' unbinds before it retires.
+    retiring: Vec<ClientId>,
+    /// Retired domains' windows, for the driver to deallocate ([`ManagerCore::take_retired`]).
+    retired: Vec<(ClientId, std::ops::Range<MwId>)>,
     // ---- per-batch scratch (between `plan`'s start and the `Chain` it returns) ----
     /// NIC work planned so far, with what to do with each result.
     ops: Vec<(NicOp, Cont)>,
@@ -476,6 +482,9 @@ impl ManagerCore {
             tenants: Tenants::default(),
             keys: cfg.key_seed.map(|seed| KeyBytes::new(seed, cfg.mw_count)),
             waiting: HashMap::new(),
+            departing: Vec::new(),
+            retiring: Vec::new(),
+            retired: Vec::new(),
             ops: Vec::new(),
             spare_checks: (Vec::new(), Vec::new()),
             spare_chain: (Vec::new(), Vec::new()),
@@ -520,8 +529,30 @@ impl ManagerCore {
 
     /// Gives `client` its own domain (a PD per client) with `windows` windows; returns their
     /// ids, which the driver allocates in the client's PD. Windows never leave their domain.
+    /// The ids of a domain retired by a departed client come back first (see
+    /// [`take_retired`](Self::take_retired)), so clients coming and going do not grow the
+    /// tables.
     pub fn add_client_domain(&mut self, client: ClientId, windows: u32) -> std::ops::Range<MwId> {
-        self.mws.add_client_domain(client, windows)
+        self.mws.add_client_domain(client, windows).1
+    }
+
+    /// `client` is gone (its connection closed, or it went silent). At the next batch (a
+    /// batch runs for it: [`has_pending_work`](Self::has_pending_work)) its permissions end
+    /// and their windows are unbound, its waiting requests are dropped unanswered, and its
+    /// windows left bound over freed memory are unbound too; its objects stay its tenant's.
+    /// Once every window of its domain is unbound, the domain retires
+    /// ([`take_retired`](Self::take_retired)).
+    pub fn depart(&mut self, client: ClientId) {
+        if !self.departing.contains(&client) {
+            self.departing.push(client);
+        }
+    }
+
+    /// Domains of departed clients that retired since the last call, with their window ids:
+    /// every window is unbound and no permission refers to it, so the driver deallocates them
+    /// (and the domain's PD); a later client's domain gets the same ids with new windows.
+    pub fn take_retired(&mut self) -> Vec<(ClientId, std::ops::Range<MwId>)> {
+        std::mem::take(&mut self.retired)
     }
 
     /// The domain whose PD binds `client`'s windows (0: the shared PD).
@@ -622,7 +653,9 @@ impl ManagerCore {
 
     /// Whether a batch must run even without requests or due deadlines (unbinds to retry).
     pub fn has_pending_work(&self) -> bool {
-        !self.releasing.is_empty() || !self.deferred_revokes.is_empty()
+        !self.releasing.is_empty()
+            || !self.deferred_revokes.is_empty()
+            || !self.departing.is_empty()
     }
 
     /// The earliest deadline the driver must wake up for.
@@ -749,6 +782,7 @@ impl ManagerCore {
                 },
             }
         }
+        self.clear_departed(now);
         for &(client, req_id, req) in requests {
             self.counters.rpcs += 1;
             self.handle_request(now, client, req_id, req);
@@ -839,6 +873,7 @@ impl Occupancy {
     }
 }
 
+mod departure;
 mod finish;
 mod lifecycle;
 mod requests;

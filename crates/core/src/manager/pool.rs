@@ -305,16 +305,30 @@ pub struct MwPool {
     /// Delayed-unbound windows, oldest first; the first candidates for handover.
     stale: VecDeque<MwId>,
     capacity: usize,
+    /// The first of the pool's windows (a pool's window ids are contiguous).
+    first: MwId,
+    /// The domain's client left; the windows wait for the next client (counted nowhere).
+    retired: bool,
 }
 
 impl MwPool {
     /// Windows `0..count`.
     pub fn new(count: u32) -> Self {
+        Self::with_ids(0..count)
+    }
+
+    fn with_ids(ids: std::ops::Range<MwId>) -> Self {
         MwPool {
-            free: (0..count).collect(),
+            free: ids.clone().collect(),
             stale: VecDeque::new(),
-            capacity: count as usize,
+            capacity: ids.len(),
+            first: ids.start,
+            retired: false,
         }
+    }
+
+    fn ids(&self) -> std::ops::Range<MwId> {
+        self.first..self.first + self.capacity as MwId
     }
     /// Takes an unbound window.
     pub fn take_free(&mut self) -> Option<MwId> {
@@ -342,8 +356,11 @@ impl MwPool {
             None => false,
         }
     }
-    /// (free, stale, capacity).
+    /// (free, stale, capacity); nothing for a retired pool.
     pub fn counts(&self) -> (usize, usize, usize) {
+        if self.retired {
+            return (0, 0, 0);
+        }
         (self.free.len(), self.stale.len(), self.capacity)
     }
 }
@@ -433,6 +450,9 @@ pub struct WindowPools {
     owner: Vec<u32>,
     /// Domain of each client (absent: the shared domain).
     clients: HashMap<u32, u32>,
+    /// Domains whose client left, every window unbound: reused by the next client (their
+    /// window ids with them), so departures do not grow the tables.
+    retired: Vec<u32>,
 }
 
 impl WindowPools {
@@ -442,23 +462,62 @@ impl WindowPools {
             pools: vec![MwPool::new(count)],
             owner: vec![0; count as usize],
             clients: HashMap::new(),
+            retired: Vec::new(),
         }
     }
 
-    /// Adds a domain for `client` with `count` new windows; returns their ids.
-    pub fn add_client_domain(&mut self, client: u32, count: u32) -> std::ops::Range<MwId> {
+    /// Gives `client` a domain with `count` windows: a retired domain of that size if there
+    /// is one (its window ids with it), else a new one. Returns the domain and its window ids.
+    pub fn add_client_domain(&mut self, client: u32, count: u32) -> (u32, std::ops::Range<MwId>) {
+        let reusable = self
+            .retired
+            .iter()
+            .position(|&d| self.pools[d as usize].capacity == count as usize);
+        if let Some(i) = reusable {
+            let domain = self.retired.swap_remove(i);
+            let pool = &mut self.pools[domain as usize];
+            *pool = MwPool::with_ids(pool.ids());
+            self.clients.insert(client, domain);
+            return (domain, pool.ids());
+        }
         let domain = self.pools.len() as u32;
         let first = self.owner.len() as MwId;
         let ids = first..first + count;
-        self.pools.push(MwPool {
-            free: ids.clone().collect(),
-            stale: VecDeque::new(),
-            capacity: count as usize,
-        });
+        self.pools.push(MwPool::with_ids(ids.clone()));
         self.owner
             .extend(std::iter::repeat_n(domain, count as usize));
         self.clients.insert(client, domain);
-        ids
+        (domain, ids)
+    }
+
+    /// Whether a client's domain (not the shared one) has every window unbound.
+    pub fn all_unbound(&self, domain: u32) -> bool {
+        domain != 0
+            && self
+                .pools
+                .get(domain as usize)
+                .is_some_and(|p| p.free.len() == p.capacity && p.stale.is_empty())
+    }
+
+    /// Retires `client`'s domain, every window of which is unbound (see
+    /// [`all_unbound`](Self::all_unbound)): its windows leave the pool until a later client
+    /// reuses the domain. Returns their ids (the driver deallocates them).
+    pub fn retire(&mut self, client: u32) -> Option<std::ops::Range<MwId>> {
+        let domain = *self.clients.get(&client)?;
+        if !self.all_unbound(domain) {
+            return None;
+        }
+        self.clients.remove(&client);
+        let pool = &mut self.pools[domain as usize];
+        pool.free.clear();
+        pool.retired = true;
+        self.retired.push(domain);
+        Some(pool.ids())
+    }
+
+    /// Whether `client` has a domain of its own.
+    pub fn has_domain(&self, client: u32) -> bool {
+        self.clients.contains_key(&client)
     }
 
     /// The domain `client` binds in.
@@ -515,9 +574,12 @@ impl WindowPools {
             .iter()
             .map(|p| (p.free.capacity() + p.stale.capacity()) * 4)
             .sum();
-        (lists + self.owner.capacity() * 4 + self.clients.capacity() * 9) as u64
+        (lists
+            + self.owner.capacity() * 4
+            + self.clients.capacity() * 9
+            + self.retired.capacity() * 4) as u64
     }
-    /// (free, stale, capacity) over all domains.
+    /// (free, stale, capacity) over all domains in use (retired ones are not counted).
     pub fn counts(&self) -> (usize, usize, usize) {
         self.pools
             .iter()

@@ -284,12 +284,14 @@ pub struct PermTable {
     free: Vec<PermKey>,
     /// Active permission by header address (for revoke / extend lookups).
     pub by_header: HashMap<u64, PermKey>,
+    /// Each client's permissions (for ending them all when the client leaves).
+    by_client: HashMap<ClientId, Vec<PermKey>>,
 }
 
 impl PermTable {
     /// Inserts a record.
     pub fn insert(&mut self, p: Permission) -> PermKey {
-        let header = p.id.header_addr;
+        let (header, client) = (p.id.header_addr, p.client);
         let key = match self.free.pop() {
             Some(k) => {
                 self.slots[k as usize] = Some(p);
@@ -301,14 +303,27 @@ impl PermTable {
             }
         };
         self.by_header.insert(header, key);
+        self.by_client.entry(client).or_default().push(key);
         key
     }
     /// Removes a record.
     pub fn remove(&mut self, key: PermKey) -> Option<Permission> {
         let p = self.slots.get_mut(key as usize)?.take()?;
         self.by_header.remove(&p.id.header_addr);
+        if let Some(keys) = self.by_client.get_mut(&p.client) {
+            if let Some(i) = keys.iter().position(|&k| k == key) {
+                keys.swap_remove(i);
+            }
+            if keys.is_empty() {
+                self.by_client.remove(&p.client);
+            }
+        }
         self.free.push(key);
         Some(p)
+    }
+    /// The permissions `client` holds.
+    pub fn of_client(&self, client: ClientId) -> &[PermKey] {
+        self.by_client.get(&client).map_or(&[], Vec::as_slice)
     }
     /// A record.
     pub fn get(&self, key: PermKey) -> Option<&Permission> {
@@ -326,6 +341,8 @@ impl PermTable {
     pub fn metadata_bytes(&self) -> u64 {
         (self.slots.capacity() * std::mem::size_of::<Option<Permission>>()
             + self.free.capacity() * 4
-            + self.by_header.capacity() * 13) as u64
+            + self.by_header.capacity() * 13
+            + self.by_client.capacity() * 29
+            + self.by_header.len() * 4) as u64
     }
 }

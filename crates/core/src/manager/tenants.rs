@@ -32,6 +32,11 @@ impl Tenants {
         self.clients.insert(client, tenant);
     }
 
+    /// `client` left (its objects stay its tenant's).
+    pub fn forget_client(&mut self, client: ClientId) {
+        self.clients.remove(&client);
+    }
+
     /// The tenant `client` acts for.
     pub fn tenant_of(&self, client: ClientId) -> TenantId {
         self.clients.get(&client).copied().unwrap_or(DEFAULT_TENANT)

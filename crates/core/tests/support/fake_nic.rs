@@ -499,6 +499,10 @@ impl Sim {
     pub fn add_client_domain(&mut self, client: ClientId, windows: u32) {
         for (core, map) in self.cores.iter_mut().zip(&mut self.windows) {
             let local = core.add_client_domain(client, windows);
+            if (local.end as usize) <= map.len() {
+                // A retired domain's ids, reused: their fake windows are all unbound.
+                continue;
+            }
             assert_eq!(
                 local.start as usize,
                 map.len(),
@@ -508,6 +512,26 @@ impl Sim {
             self.nic.add_windows(windows);
             map.extend(first..first + windows);
         }
+    }
+
+    /// `client` leaves: every shard clears it out in the next batch, which runs now. Returns
+    /// that batch's replies (to others) and the window ids (per shard, local) of the domains
+    /// that retired.
+    pub fn depart(&mut self, client: ClientId) -> (Vec<Outgoing>, Vec<Vec<std::ops::Range<MwId>>>) {
+        for core in &mut self.cores {
+            core.depart(client);
+        }
+        let out = self.run();
+        assert!(
+            out.iter().all(|o| o.client != client),
+            "nothing is answered to a departed client: {out:?}"
+        );
+        let retired = self
+            .cores
+            .iter_mut()
+            .map(|c| c.take_retired().into_iter().map(|(_, ids)| ids).collect())
+            .collect();
+        (out, retired)
     }
 
     /// Queues another copy of request `id` (a client's retry), without a new id.

@@ -161,6 +161,7 @@ impl ManagerCore {
             self.replies.push(reply);
         }
         self.spare_chain = (chain.ops, chain.conts);
+        self.retire_domains();
         Finished {
             header_writes,
             scrubs,

@@ -289,7 +289,7 @@ impl ManagerCore {
         }
     }
 
-    fn take_stale_window(&mut self, domain: u32) -> Option<MwId> {
+    pub(super) fn take_stale_window(&mut self, domain: u32) -> Option<MwId> {
         let mw = self.mws.take_stale(domain)?;
         match self.stale_owner.remove(&mw) {
             Some(StaleOwner::Object(addr)) => {
