@@ -25,4 +25,6 @@ pub use state::{ClientId, Counters, Techniques};
 pub use tenants::{DEFAULT_TENANT, TenantId};
 pub mod node;
 pub use node::Isolation;
-pub use node::{MemoryNode, NodeConfig, NodeError, NodeStats, TenantSecret};
+pub use node::{
+    Held, MemoryNode, NodeConfig, NodeError, NodeLimits, NodeStats, SessionEnds, TenantSecret,
+};

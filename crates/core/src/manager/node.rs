@@ -23,8 +23,10 @@ mod config;
 mod nic;
 mod recent;
 mod runner;
+mod sessions;
 
-pub use config::{Isolation, NodeConfig, NodeError, NodeStats, TenantSecret};
+pub use config::{Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantSecret};
+pub use sessions::SessionEnds;
 
 use super::core::{ManagerConfig, ManagerCore};
 use super::state::ClientId;
@@ -42,7 +44,7 @@ use rnic::{
 };
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -70,6 +72,13 @@ struct Shared<P: Provider> {
     /// Per-client protection domains and their registration of the pool (isolation by PD):
     /// data QPs of a client are created in it, and every shard binds windows in it.
     client_domains: Mutex<HashMap<ClientId, ClientDomain<P>>>,
+    /// When each authenticated client was last heard on any shard's control path, µs.
+    heard: Mutex<HashMap<ClientId, Arc<AtomicU64>>>,
+    /// Per shard: clients whose session another shard ended.
+    ended: Vec<Mutex<Vec<ClientId>>>,
+    /// Per shard: QPs the device reported broken (shard 0 reads the device's asynchronous
+    /// events and tells every shard; a shard ends the session whose control QP it is).
+    broken: Vec<Mutex<Vec<QpNumber>>>,
     loop_secret: u64,
 }
 
@@ -113,20 +122,21 @@ struct Runner<P: Provider> {
     /// What runs the batches' NIC work.
     nic: nic::NodeNic<P>,
     windows_per_client: u32,
-    /// Recent requests per client, by id, with their replies (retries get the same reply).
-    recent: HashMap<ClientId, recent::RecentRequests>,
     /// Tenants and secrets (empty: everyone is the default tenant).
     tenants: HashMap<TenantId, u64>,
-    /// Clients that authenticated (their `Hello` was accepted), with their tenant.
-    authenticated: HashMap<ClientId, TenantId>,
+    /// Client sessions on this shard, and the client of each control QP.
+    sessions: HashMap<ClientId, sessions::Session<P>>,
+    by_qpn: HashMap<QpNumber, ClientId>,
+    /// Sessions ended (counted by the shard that ended them).
+    ended: SessionEnds,
+    limits: NodeLimits,
+    /// When sessions were last swept for broken QPs and timeouts.
+    last_sweep: rnic::Timestamp,
     /// Extra copies of requests of the current batch (a retry arriving with its original).
     batch_copies: HashMap<(ClientId, u64), u32>,
     /// The control channel's server end: request slots in an SRQ, reply slots.
     rpc: RpcServer<P, ControlProtocol>,
-    control: HashMap<QpNumber, (ClientId, P::Qp)>,
-    /// Each client's control QP, for replies (the same QPs as `control`, by client).
-    reply_qp: HashMap<ClientId, P::Qp>,
-    /// A control send failed: sweep `control` for broken QPs.
+    /// A control send failed: sweep the sessions for broken QPs.
     sweep: bool,
     others: Vec<P::Qp>,
     next_client: u32,
@@ -222,6 +232,9 @@ impl<P: Provider> MemoryNode<P> {
             secrets: Mutex::new(HashMap::new()),
             tenants_of: Mutex::new(HashMap::new()),
             client_domains: Mutex::new(HashMap::new()),
+            heard: Mutex::new(HashMap::new()),
+            ended: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            broken: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
             loop_secret: rand::rng().random::<u64>() | 1,
         });
         let policy = Arc::new(accept::Policy::<P> {
@@ -245,7 +258,7 @@ impl<P: Provider> MemoryNode<P> {
         for (k, rpc) in rpcs.into_iter().enumerate() {
             let shard_cfg = whole.shard(&map, k);
             let mws = (0..shard_cfg.mw_count)
-                .map(|_| client_pd.alloc_mw(MwType::Type1))
+                .map(|_| client_pd.alloc_mw(MwType::Type1).map(Some))
                 .collect::<Result<Vec<_>, _>>()?;
             let op_cq = ctx.create_cq(8192)?;
             let loop_intent = Intent {
@@ -278,11 +291,11 @@ impl<P: Provider> MemoryNode<P> {
                     manager_mr: manager_mr.clone(),
                     mws,
                     mw_domain,
-                    domains: vec![Domain {
+                    domains: vec![Some(Domain {
                         pd: client_pd.clone(),
                         mr: client_mr.clone(),
                         bind_qp,
-                    }],
+                    })],
                     manager_pd: manager_pd.clone(),
                     cas_qp,
                     isolation: cfg.isolation,
@@ -295,13 +308,20 @@ impl<P: Provider> MemoryNode<P> {
                     scratch_mr,
                 },
                 windows_per_client: cfg.windows_per_client.max(2),
-                recent: HashMap::new(),
                 tenants: cfg.tenants.iter().map(|t| (t.tenant, t.secret)).collect(),
-                authenticated: HashMap::new(),
+                sessions: HashMap::new(),
+                by_qpn: HashMap::new(),
+                ended: SessionEnds::default(),
+                limits: NodeLimits {
+                    idle_timeout_us: cfg
+                        .limits
+                        .idle_timeout_us
+                        .max(cfg.max_lifetime_us.saturating_mul(2)),
+                    ..cfg.limits
+                },
+                last_sweep: rnic::Timestamp::ZERO,
                 batch_copies: HashMap::new(),
                 rpc,
-                control: HashMap::new(),
-                reply_qp: HashMap::new(),
                 sweep: false,
                 others: Vec::new(),
                 next_client: 1,

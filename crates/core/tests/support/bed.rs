@@ -36,6 +36,7 @@ pub fn late_client() -> ClientConfig {
 }
 
 /// A cluster and the virtual clock every device in it reads.
+#[derive(Debug)]
 pub struct Bed {
     /// The cluster.
     pub cluster: EmbeddedCluster,

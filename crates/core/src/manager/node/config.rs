@@ -6,6 +6,7 @@ use super::super::core::{Occupancy, Scrub};
 use super::super::pool::SlabConfig;
 use super::super::state::{Counters, Techniques};
 use super::super::tenants::TenantId;
+use super::sessions::SessionEnds;
 use crate::proto::shards::ShardError;
 use rnic::{QpTiming, VerbsError};
 use std::time::Duration;
@@ -64,6 +65,29 @@ pub struct NodeConfig {
     /// receive queue; clients connect to every shard and route requests by address (see
     /// `proto::shards`). Conflicts are per object, so shards never coordinate.
     pub shards: usize,
+    /// What a client may hold and how long a silent one is kept (see `docs/threat-model.md`).
+    pub limits: NodeLimits,
+}
+
+/// Limits that keep one client from holding the node's resources for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// A client silent on the control path of every shard this long, µs, is disconnected and
+    /// everything it held is reclaimed (raised to twice the maximum lifetime: a client holding
+    /// a permission talks to the node at least that often).
+    pub idle_timeout_us: u64,
+    /// A connection that has not authenticated (`Hello`) this long after it was accepted, µs,
+    /// is closed.
+    pub hello_timeout_us: u64,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        NodeLimits {
+            idle_timeout_us: 30_000_000,
+            hello_timeout_us: 2_000_000,
+        }
+    }
 }
 
 /// One manager shard — or, in builds with the `testing` feature, the number the
@@ -140,6 +164,7 @@ impl Default for NodeConfig {
             lease_floor_us: 0,
             lease_floor_turns: 2,
             shards: default_shards(),
+            limits: NodeLimits::default(),
         }
     }
 }
@@ -173,6 +198,11 @@ pub struct NodeStats {
     pub batches: u64,
     /// Connected clients.
     pub clients: usize,
+    /// Sessions ended, by reason.
+    pub sessions_ended: SessionEnds,
+    /// What the node holds for its clients (a leak check: back to its starting values once
+    /// every client left and its memory was freed).
+    pub held: Held,
     /// Pool bytes held by live objects and headers in use.
     pub pool_bytes_in_use: u64,
     /// Estimated bytes of the manager's tables (see [`ManagerCore::metadata_bytes`]).
@@ -194,9 +224,43 @@ impl NodeStats {
             busy_cpu: self.busy_cpu + o.busy_cpu,
             batches: self.batches + o.batches,
             clients: self.clients.max(o.clients),
+            sessions_ended: self.sessions_ended.plus(&o.sessions_ended),
+            held: self.held.plus(&o.held),
             pool_bytes_in_use: self.pool_bytes_in_use + o.pool_bytes_in_use,
             metadata_bytes: self.metadata_bytes + o.metadata_bytes,
             shards: self.shards + o.shards,
+        }
+    }
+}
+
+/// What the node holds for its clients, summed over the shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Client sessions (one per client and shard).
+    pub sessions: usize,
+    /// Clients' data QPs (per shard that knows them).
+    pub data_qps: usize,
+    /// Clients' own protection domains (per shard).
+    pub client_domains: usize,
+    /// Memory windows allocated (the shared pool's and every client domain's).
+    pub windows: usize,
+    /// Requests remembered for retries.
+    pub recent_requests: usize,
+    /// Node-wide client records (secrets, tenants, last-heard times, PDs): the largest of
+    /// them, counted once.
+    pub client_records: usize,
+}
+
+impl Held {
+    /// The sum of two shards' counts (node-wide records are counted once).
+    pub fn plus(&self, o: &Held) -> Held {
+        Held {
+            sessions: self.sessions + o.sessions,
+            data_qps: self.data_qps + o.data_qps,
+            client_domains: self.client_domains + o.client_domains,
+            windows: self.windows + o.windows,
+            recent_requests: self.recent_requests + o.recent_requests,
+            client_records: self.client_records.max(o.client_records),
         }
     }
 }

@@ -85,19 +85,21 @@ pub(super) struct NodeNic<P: Provider> {
     pub(super) loop_secret: u64,
     pub(super) timing: QpTiming,
     pub(super) manager_mr: Arc<P::Mr>,
-    /// Every window, indexed by the core's window id.
-    pub(super) mws: Vec<P::Mw>,
+    /// Every window, indexed by the core's window id (`None`: its client left and the domain
+    /// waits for the next client).
+    pub(super) mws: Vec<Option<P::Mw>>,
     /// Domain of each window.
     pub(super) mw_domain: Vec<u32>,
-    /// Domain 0 is the shared PD; with a PD per client, one more per client.
-    pub(super) domains: Vec<Domain<P>>,
+    /// Domain 0 is the shared PD; with a PD per client, one more per connected client
+    /// (`None`: free for the next client).
+    pub(super) domains: Vec<Option<Domain<P>>>,
     pub(super) manager_pd: P::Pd,
     pub(super) cas_qp: P::Qp,
     pub(super) isolation: Isolation,
     /// Completions of work posted on clients' data QPs (type-2 binds and invalidations).
     pub(super) data_cq: SharedCq<P>,
-    /// Clients' data QPs by (client, slot), and each client's current slot (type 2).
-    pub(super) data_qps: HashMap<(ClientId, u8), P::Qp>,
+    /// Clients' data QPs by client and slot, and each client's current slot (type 2).
+    pub(super) data_qps: HashMap<ClientId, HashMap<u8, P::Qp>>,
     pub(super) active_slot: HashMap<ClientId, u8>,
     /// The QP each type-2 window is bound to.
     pub(super) mw_qp: HashMap<MwId, P::Qp>,
@@ -158,11 +160,7 @@ impl<P: Provider> NodeNic<P> {
                 NicOp::Bind {
                     mw, target, key, ..
                 } => {
-                    let Some(window) = self.mws.get(mw as usize) else {
-                        continue;
-                    };
-                    let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
-                    let Some(domain) = self.domains.get(d) else {
+                    let Some((window, d, domain)) = self.window_in_domain(mw) else {
                         continue;
                     };
                     binds[d].push(SendWr {
@@ -211,7 +209,10 @@ impl<P: Provider> NodeNic<P> {
             }
         }
         for (d, chain) in binds.iter().enumerate() {
-            if !chain.is_empty() && self.domains[d].bind_qp.post_send(chain).is_ok() {
+            let Some(domain) = self.domains[d].as_ref() else {
+                continue;
+            };
+            if !chain.is_empty() && domain.bind_qp.post_send(chain).is_ok() {
                 expected += chain.len();
             }
         }
@@ -259,6 +260,84 @@ impl<P: Provider> NodeNic<P> {
         }
     }
 
+    /// A window, its domain's index and the domain.
+    fn window_in_domain(&self, mw: MwId) -> Option<(&P::Mw, usize, &Domain<P>)> {
+        let window = self.mws.get(mw as usize)?.as_ref()?;
+        let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
+        Some((window, d, self.domains.get(d)?.as_ref()?))
+    }
+
+    /// Installs a client's domain with its windows under the core's window ids `ids` (new
+    /// ones, or those of a retired domain); returns the domain's index.
+    pub(super) fn install_domain(
+        &mut self,
+        domain: Domain<P>,
+        ids: std::ops::Range<MwId>,
+        windows: Vec<P::Mw>,
+    ) -> u32 {
+        let d = match self.domains.iter().position(Option::is_none) {
+            Some(free) => {
+                self.domains[free] = Some(domain);
+                free
+            }
+            None => {
+                self.domains.push(Some(domain));
+                self.domains.len() - 1
+            }
+        } as u32;
+        let end = ids.end as usize;
+        if self.mws.len() < end {
+            self.mws.resize_with(end, || None);
+            self.mw_domain.resize(end, 0);
+        }
+        for (id, window) in ids.zip(windows) {
+            self.mws[id as usize] = Some(window);
+            self.mw_domain[id as usize] = d;
+        }
+        d
+    }
+
+    /// A departed client's domain retired (every window unbound): its windows are deallocated
+    /// and, with the last of them, its bind QP and this shard's hold on its PD.
+    pub(super) fn retire_domain(&mut self, ids: std::ops::Range<MwId>) {
+        let Some(&d) = self.mw_domain.get(ids.start as usize) else {
+            return;
+        };
+        for id in ids {
+            self.mw_qp.remove(&id);
+            if let Some(w) = self.mws.get_mut(id as usize) {
+                *w = None;
+            }
+        }
+        if d > 0
+            && let Some(slot) = self.domains.get_mut(d as usize)
+        {
+            *slot = None;
+        }
+    }
+
+    /// A client's session ended: its data QPs are broken off (type-2 windows bound to them
+    /// are unbound by the departure batch, by resetting them) and forgotten.
+    pub(super) fn drop_client(&mut self, client: ClientId) {
+        for qp in self
+            .data_qps
+            .remove(&client)
+            .into_iter()
+            .flat_map(|q| q.into_values())
+        {
+            qp.set_error();
+        }
+        self.active_slot.remove(&client);
+    }
+
+    /// Live verbs objects this shard holds for clients: (data QPs, client domains, windows).
+    pub(super) fn held(&self) -> (usize, usize, usize) {
+        let qps = self.data_qps.values().map(HashMap::len).sum();
+        let domains = self.domains.iter().skip(1).flatten().count();
+        let windows = self.mws.iter().flatten().count();
+        (qps, domains, windows)
+    }
+
     fn apply_mw_qp(&mut self, updates: Vec<(MwId, Option<P::Qp>)>) {
         for (mw, qp) in updates {
             match qp {
@@ -269,7 +348,7 @@ impl<P: Provider> NodeNic<P> {
     }
 
     fn bound(&self, mw: MwId) -> NicResult {
-        match self.mws.get(mw as usize) {
+        match self.mws.get(mw as usize).and_then(Option::as_ref) {
             Some(w) => NicResult::Bound(w.rkey()),
             None => NicResult::Failed,
         }
@@ -287,11 +366,7 @@ impl<P: Provider> NodeNic<P> {
         key: Option<u8>,
     ) -> (Type2Post, Option<P::Qp>) {
         let current = self.mw_qp.get(&mw).cloned();
-        let Some(window) = self.mws.get(mw as usize) else {
-            return (Type2Post::Failed, current);
-        };
-        let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
-        let Some(domain) = self.domains.get(d) else {
+        let Some((window, _, domain)) = self.window_in_domain(mw) else {
             return (Type2Post::Failed, current);
         };
         match target {
@@ -319,7 +394,12 @@ impl<P: Provider> NodeNic<P> {
             }
             Some(t) => {
                 let slot = self.active_slot.get(&client).copied().unwrap_or(0);
-                let Some(qp) = self.data_qps.get(&(client, slot)).cloned() else {
+                let qp = self
+                    .data_qps
+                    .get(&client)
+                    .and_then(|q| q.get(&slot))
+                    .cloned();
+                let Some(qp) = qp else {
                     return (Type2Post::Failed, current);
                 };
                 let wr = SendWr {
@@ -353,15 +433,15 @@ impl<P: Provider> NodeNic<P> {
             slot: self.shard as u8,
         }
         .encode();
-        for d in 0..self.domains.len() {
-            if self.domains[d].bind_qp.state() == QpState::ReadyToSend {
+        for domain in self.domains.iter_mut().flatten() {
+            if domain.bind_qp.state() == QpState::ReadyToSend {
                 continue;
             }
-            let Ok(fresh) = loopback_qp::<P>(&self.domains[d].pd, &self.op_cq, self.timing) else {
+            let Ok(fresh) = loopback_qp::<P>(&domain.pd, &self.op_cq, self.timing) else {
                 continue;
             };
             if fresh.connect(&self.address, &intent).is_ok() {
-                self.domains[d].bind_qp = fresh;
+                domain.bind_qp = fresh;
             }
         }
         if self.cas_qp.state() != QpState::ReadyToSend

@@ -47,6 +47,11 @@ impl RecentRequests {
         }
     }
 
+    /// Requests remembered.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Records the reply a recorded request got (the first one counts).
     pub(super) fn answer(&mut self, req_id: u64, reply: &Reply) {
         if let Some(entry) = self.entries.iter_mut().find(|(id, _, _)| *id == req_id) {

@@ -4,6 +4,10 @@
 use super::recent::Seen;
 use super::*;
 
+/// How often, µs, sessions are checked for broken QPs and timeouts while the manager is busy
+/// (and whenever it is about to sleep, and after a failed reply).
+const SWEEP_EVERY_US: u64 = 10_000;
+
 impl<P: Provider> Runner<P> {
     pub(super) fn run(&mut self) {
         let clock = self.ctx.clock();
@@ -14,26 +18,33 @@ impl<P: Provider> Runner<P> {
         // when it ends, not around every batch.
         let mut streak_cpu: Option<Duration> = None;
         while !self.shared.stop.load(Ordering::SeqCst) {
-            if self.shared.publish[self.shard].load(Ordering::SeqCst) {
-                self.publish_stats();
-            }
             requests.clear();
             if self.rpc.receive(&mut incoming) > 0 && streak_cpu.is_none() {
                 // Messages answered on arrival (`Hello`, `UseQp`, retries) are work too.
                 streak_cpu = Some(thread_cpu());
             }
+            let now = clock.now();
+            self.take_broken_qps();
+            self.take_ended_elsewhere();
             // After polling: a connection is registered before its client learns it is
             // connected, so every QP a polled request came from (or names) is adopted by now.
-            self.adopt_incoming();
+            self.adopt_incoming(now);
+            // After adopting: a snapshot asked for after a connection was established counts
+            // it.
+            if self.shared.publish[self.shard].load(Ordering::SeqCst) {
+                self.publish_stats();
+            }
             for message in incoming.drain(..) {
-                self.on_receive(message, &mut requests);
+                self.on_receive(message, now, &mut requests);
             }
             // Replies are unsignaled: their CQ holds only failures, looked for every 64
             // batches and whenever the manager is about to sleep.
-            if self.batches % 64 == 0 || self.sweep {
-                self.reap_send_completions();
+            if self.batches % 64 == 0 {
+                self.sweep |= self.rpc.reap_replies();
             }
-            let now = clock.now();
+            if std::mem::take(&mut self.sweep) || now.0 >= self.last_sweep.0 + SWEEP_EVERY_US {
+                self.sweep_sessions(now);
+            }
             // Requests take every due expiry with them (`begin` collects all of them);
             // without requests, an expiry waits until it is `expiry_slack_us` late.
             let due = self
@@ -58,10 +69,12 @@ impl<P: Provider> Runner<P> {
                 if self.rpc.is_parking() {
                     if published != self.batches {
                         published = self.batches;
+                        // Idle: a good time to end sessions whose QPs broke without a failed
+                        // reply (their departure runs as the next batch).
+                        self.rpc.reap_replies();
+                        self.sweep_sessions(now);
                         self.publish_stats();
-                        // Idle: a good time to forget QPs that broke without a failed reply.
-                        self.sweep = true;
-                        self.reap_send_completions();
+                        continue;
                     }
                     let wait = self
                         .core
@@ -82,6 +95,7 @@ impl<P: Provider> Runner<P> {
                 streak_cpu = Some(thread_cpu());
             }
             let finished = self.core.step(now, &requests, &mut self.nic);
+            self.retire_domains();
             for (addr, words) in finished.header_writes {
                 let off = (addr - self.pool.addr()) as usize;
                 for (i, w) in words.iter().enumerate() {
@@ -135,7 +149,25 @@ impl<P: Provider> Runner<P> {
         s.manager_cpu = thread_cpu();
         s.busy_cpu = self.busy_cpu;
         s.batches = self.batches;
-        s.clients = self.control.len();
+        s.clients = self.sessions.len();
+        s.sessions_ended = self.ended;
+        let (data_qps, client_domains, windows) = self.nic.held();
+        s.held = Held {
+            sessions: self.sessions.len(),
+            data_qps,
+            client_domains,
+            windows,
+            recent_requests: self.sessions.values().map(|c| c.recent.len()).sum(),
+            client_records: [
+                self.shared.secrets.lock().len(),
+                self.shared.tenants_of.lock().len(),
+                self.shared.heard.lock().len(),
+                self.shared.client_domains.lock().len(),
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or(0),
+        };
         s.pool_bytes_in_use = self.core.pool_bytes_in_use();
         s.metadata_bytes = self.core.metadata_bytes();
         drop(all);
@@ -144,7 +176,7 @@ impl<P: Provider> Runner<P> {
         }
     }
 
-    fn adopt_incoming(&mut self) {
+    fn adopt_incoming(&mut self, now: rnic::Timestamp) {
         let incoming = {
             let mut pending = self.shared.incoming[self.shard].lock();
             if pending.is_empty() {
@@ -157,49 +189,57 @@ impl<P: Provider> Runner<P> {
                 Role::Control if intent.client_id == 0 => {
                     // A client's first connection (shard 0's). Its protection domain comes
                     // with a successful `Hello`: a connection that never authenticates costs
-                    // no registration and no windows.
+                    // no registration and no windows, and is closed after the hello timeout.
                     let id = self.next_client;
                     self.next_client += 1;
-                    self.reply_qp.insert(id, qp.clone());
-                    self.control.insert(qp.qp_num(), (id, qp));
+                    let heard = Arc::new(AtomicU64::new(now.0));
+                    self.open_session(id, qp, None, heard, now);
                 }
-                Role::Control => self.join_client(intent.client_id, qp),
+                Role::Control => self.join_client(intent.client_id, qp, now),
                 Role::Data => {
+                    // A client whose session ended since its connection was accepted is not
+                    // served (its secret is forgotten first).
+                    if !self.shared.secrets.lock().contains_key(&intent.client_id) {
+                        qp.set_error();
+                        continue;
+                    }
+                    // A reconnected slot replaces the broken QP (which type-2 windows bound
+                    // to it may still name until they are unbound).
                     self.nic
                         .data_qps
-                        .insert((intent.client_id, intent.slot), qp.clone());
-                    self.others.push(qp);
+                        .entry(intent.client_id)
+                        .or_default()
+                        .insert(intent.slot, qp);
                 }
                 Role::Loopback => self.others.push(qp),
             }
         }
-        // Forget server-side QPs that broke; their clients reconnect with new ones.
-        self.others.retain(|qp| qp.state() != QpState::Error);
     }
 
     /// An authenticated client (shard 0 accepted its `Hello`) connects to this shard: it is
     /// served here as the tenant it authenticated as, in its own domain if clients have one.
-    fn join_client(&mut self, client: ClientId, qp: P::Qp) {
+    fn join_client(&mut self, client: ClientId, qp: P::Qp, now: rnic::Timestamp) {
         let tenant = self.shared.tenants_of.lock().get(&client).copied();
-        let Some(tenant) = tenant else {
-            qp.set_error(); // the accept policy checked its secret: not reachable
+        let heard = self.shared.heard.lock().get(&client).cloned();
+        let (Some(tenant), Some(heard)) = (tenant, heard) else {
+            qp.set_error(); // its session ended since the accept policy checked its secret
             return;
         };
-        if self.nic.isolation != Isolation::SharedPd && self.add_client_domain(client).is_err() {
+        let needs_domain =
+            self.nic.isolation != Isolation::SharedPd && self.core.domain_of_client(client) == 0;
+        if needs_domain && self.add_client_domain(client).is_err() {
             // No isolated domain, no service: never a silent fall-back to a weaker isolation.
             qp.set_error();
             return;
         }
-        self.authenticated.insert(client, tenant);
         self.core.set_tenant(client, tenant);
-        self.reply_qp.insert(client, qp.clone());
-        self.control.insert(qp.qp_num(), (client, qp));
+        self.open_session(client, qp, Some(tenant), heard, now);
     }
 
     /// Gives a client its own PD in this shard: the client's PD and registration of the pool
     /// (made by the first shard that needs them, shared by all), this shard's windows in it,
     /// and a bind QP. Registering the whole pool again is the honest cost of this isolation
-    /// mode.
+    /// mode. The windows take the ids of a domain a departed client left, if any.
     fn add_client_domain(&mut self, client: ClientId) -> Result<(), VerbsError> {
         let (pd, mr) = {
             let mut domains = self.shared.client_domains.lock();
@@ -237,88 +277,90 @@ impl<P: Provider> Runner<P> {
         .encode();
         bind_qp.connect(&self.nic.address, &intent)?;
         let ids = self.core.add_client_domain(client, self.windows_per_client);
-        let domain = self.nic.domains.len() as u32;
-        debug_assert_eq!(ids.start as usize, self.nic.mws.len());
-        self.nic.mws.extend(windows);
         self.nic
-            .mw_domain
-            .extend(std::iter::repeat_n(domain, ids.len()));
-        self.nic.domains.push(Domain { pd, mr, bind_qp });
+            .install_domain(Domain { pd, mr, bind_qp }, ids, windows);
         Ok(())
     }
 
     fn on_receive(
         &mut self,
         message: Incoming<Request>,
+        now: rnic::Timestamp,
         requests: &mut Vec<(ClientId, u64, Request)>,
     ) {
-        {
-            let client = self.control.get(&message.qp_num).map(|(id, _)| *id);
-            match (client, message.message) {
-                (Some(client), Ok((req_id, Request::Hello { tenant, secret }))) => {
-                    if let Err(status) = self.authenticate(client, tenant, secret) {
-                        self.transmit(client, req_id, &Reply::Failed(status));
-                        return;
-                    }
-                    let secret = self
-                        .shared
-                        .secrets
-                        .lock()
-                        .entry(client)
-                        .or_insert_with(|| rand::rng().random::<u64>() | 1)
-                        .to_owned();
-                    self.send_reply(
-                        client,
-                        req_id,
-                        &Reply::Welcome {
-                            client_id: client,
-                            secret,
-                            type2: self.nic.isolation == Isolation::Type2,
-                            shards: self.shared.map,
-                        },
-                    );
+        // From a QP that is no session's (any more): dropped.
+        let Some(&client) = self.by_qpn.get(&message.qp_num) else {
+            return;
+        };
+        let Some(session) = self.sessions.get_mut(&client) else {
+            return;
+        };
+        session.heard.store(now.0, Ordering::Relaxed);
+        let authenticated = session.tenant.is_some();
+        match message.message {
+            Ok((req_id, Request::Hello { tenant, secret })) => {
+                if let Err(status) = self.authenticate(client, tenant, secret) {
+                    self.transmit(client, req_id, &Reply::Failed(status));
+                    return;
                 }
-                (Some(client), Ok((req_id, _))) if !self.authenticated.contains_key(&client) => {
-                    // Nothing is served before the client authenticated as a tenant.
-                    self.transmit(client, req_id, &Reply::Failed(Status::Unauthorized));
-                }
-                (Some(client), Ok((req_id, Request::UseQp { slot }))) => {
-                    // Applied before the batch this arrived with, so its rebinds use the slot.
-                    self.nic.active_slot.insert(client, slot);
-                    let secret = self.shared.secrets.lock().get(&client).copied();
-                    self.send_reply(
-                        client,
-                        req_id,
-                        &Reply::Welcome {
-                            client_id: client,
-                            secret: secret.unwrap_or(0),
-                            type2: self.nic.isolation == Isolation::Type2,
-                            shards: self.shared.map,
-                        },
-                    );
-                }
-                (Some(client), Ok((req_id, req))) => {
-                    // Request ids make retries idempotent (`recent.rs`): an answered copy
-                    // gets the same reply, a copy in this batch one reply more, a copy of a
-                    // waiting request joins it in the core, another body is refused.
-                    let seen = self.recent.entry(client).or_default().observe(req_id, &req);
-                    if let Seen::Answered(reply) = seen {
-                        self.transmit(client, req_id, &reply);
-                    } else if seen == Seen::Conflicting {
-                        self.transmit(client, req_id, &Reply::Failed(Status::InvalidArgument));
-                    } else if requests
-                        .iter()
-                        .any(|(c, id, _)| *c == client && *id == req_id)
-                    {
-                        // The same request twice in one batch: handled once, answered twice.
-                        *self.batch_copies.entry((client, req_id)).or_default() += 1;
-                    } else {
-                        requests.push((client, req_id, req));
-                    }
-                }
-                // Malformed or from an unknown QP: dropped (the sender's RPC times out).
-                _ => {}
+                let secret = self
+                    .shared
+                    .secrets
+                    .lock()
+                    .entry(client)
+                    .or_insert_with(|| rand::rng().random::<u64>() | 1)
+                    .to_owned();
+                self.send_reply(
+                    client,
+                    req_id,
+                    &Reply::Welcome {
+                        client_id: client,
+                        secret,
+                        type2: self.nic.isolation == Isolation::Type2,
+                        shards: self.shared.map,
+                    },
+                );
             }
+            Ok((req_id, _)) if !authenticated => {
+                // Nothing is served before the client authenticated as a tenant.
+                self.transmit(client, req_id, &Reply::Failed(Status::Unauthorized));
+            }
+            Ok((req_id, Request::UseQp { slot })) => {
+                // Applied before the batch this arrived with, so its rebinds use the slot.
+                self.nic.active_slot.insert(client, slot);
+                let secret = self.shared.secrets.lock().get(&client).copied();
+                self.send_reply(
+                    client,
+                    req_id,
+                    &Reply::Welcome {
+                        client_id: client,
+                        secret: secret.unwrap_or(0),
+                        type2: self.nic.isolation == Isolation::Type2,
+                        shards: self.shared.map,
+                    },
+                );
+            }
+            Ok((req_id, req)) => {
+                // Request ids make retries idempotent (`recent.rs`): an answered copy gets the
+                // same reply, a copy in this batch one reply more, a copy of a waiting request
+                // joins it in the core, another body is refused.
+                let seen = session.recent.observe(req_id, &req);
+                if let Seen::Answered(reply) = seen {
+                    self.transmit(client, req_id, &reply);
+                } else if seen == Seen::Conflicting {
+                    self.transmit(client, req_id, &Reply::Failed(Status::InvalidArgument));
+                } else if requests
+                    .iter()
+                    .any(|(c, id, _)| *c == client && *id == req_id)
+                {
+                    // The same request twice in one batch: handled once, answered twice.
+                    *self.batch_copies.entry((client, req_id)).or_default() += 1;
+                } else {
+                    requests.push((client, req_id, req));
+                }
+            }
+            // Malformed: dropped (the sender's RPC times out).
+            Err(_) => {}
         }
     }
 
@@ -337,8 +379,11 @@ impl<P: Provider> Runner<P> {
         } else {
             self.tenants.get(&tenant) == Some(&secret)
         };
-        match self.authenticated.get(&client) {
-            Some(&t) if t == tenant && known => return Ok(()),
+        let Some(session) = self.sessions.get(&client) else {
+            return Err(Status::Unauthorized);
+        };
+        match session.tenant {
+            Some(t) if t == tenant && known => return Ok(()),
             Some(_) => return Err(Status::Unauthorized),
             None if !known => return Err(Status::Unauthorized),
             None => {}
@@ -347,43 +392,36 @@ impl<P: Provider> Runner<P> {
             // No isolated domain, no service: never a silent fall-back to a weaker isolation.
             return Err(Status::PoolExhausted);
         }
-        self.authenticated.insert(client, tenant);
         self.core.set_tenant(client, tenant);
+        let Some(session) = self.sessions.get_mut(&client) else {
+            return Err(Status::Unauthorized);
+        };
+        session.tenant = Some(tenant);
         // Before the `Welcome`: the client's connections to the other shards find it.
+        self.shared
+            .heard
+            .lock()
+            .insert(client, session.heard.clone());
         self.shared.tenants_of.lock().insert(client, tenant);
         Ok(())
     }
 
     /// Sends a reply and remembers it for retries of the same request.
     fn send_reply(&mut self, client: ClientId, req_id: u64, reply: &Reply) {
-        if let Some(recent) = self.recent.get_mut(&client) {
-            recent.answer(req_id, reply);
+        if let Some(session) = self.sessions.get_mut(&client) {
+            session.recent.answer(req_id, reply);
         }
         self.transmit(client, req_id, reply);
     }
 
     /// Sends a reply without remembering it (refusals that are not a request's outcome).
     fn transmit(&mut self, client: ClientId, req_id: u64, reply: &Reply) {
-        let Some(qp) = self.reply_qp.get(&client).cloned() else {
+        let Some(session) = self.sessions.get(&client) else {
             return;
         };
-        // A client whose control QP broke gets no reply; its permissions end by lease.
-        if self.rpc.reply(&qp, req_id, reply).is_err() {
+        // A client whose control QP broke gets no reply: the next sweep ends its session.
+        if self.rpc.reply(&session.control, req_id, reply).is_err() {
             self.sweep = true;
-        }
-    }
-
-    fn reap_send_completions(&mut self) {
-        self.sweep |= self.rpc.reap_replies();
-        if std::mem::take(&mut self.sweep) {
-            // A reply failed: its client's control QP broke. Forget broken QPs.
-            self.control
-                .retain(|_, (_, qp)| qp.state() != QpState::Error);
-            let live: std::collections::HashSet<ClientId> =
-                self.control.values().map(|(id, _)| *id).collect();
-            self.reply_qp.retain(|id, _| live.contains(id));
-            self.batch_copies.retain(|(id, _), _| live.contains(id));
-            self.others.retain(|qp| qp.state() != QpState::Error);
         }
     }
 }

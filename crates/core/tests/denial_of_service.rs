@@ -1,0 +1,75 @@
+//! Denial of service (issue 11): what one client — careless or hostile — can do to the memory
+//! node and to the other clients, one hole per module. Each test runs on both transports and
+//! in every isolation mode where the hole applies; it asserts that the honest client keeps
+//! making progress during the abuse and is fully served after, and that the node's resource
+//! counts (sessions, QPs, windows, protection domains, pool bytes) return to their starting
+//! values. Loops are bounded in count; the tens of thousands of cycles live in the `#[ignore]`d
+//! soak test (`churn::soak`), run by the README's soak command.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod support;
+
+#[path = "denial_of_service/churn.rs"]
+mod churn;
+
+use patronus_core::manager::{Held, MemoryNode, NodeStats};
+use rnic::soft::{SoftContext, SoftProvider};
+use support::bed::{Bed, wait_node};
+
+/// What the node holds, counted where it is kept: the node's own tables, its pool and the
+/// device's verbs objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    pub held: Held,
+    pub pool_bytes_in_use: u64,
+    pub device_qps: usize,
+}
+
+impl Footprint {
+    /// The live sessions' reply caches are not compared (the honest client's grows with its
+    /// requests, up to its bound), only checked against that bound.
+    pub fn of(stats: &NodeStats, ctx: &SoftContext) -> Self {
+        assert!(
+            stats.held.recent_requests <= 128 * stats.held.sessions,
+            "reply caches are bounded per session: {stats:?}"
+        );
+        Footprint {
+            held: Held {
+                recent_requests: 0,
+                ..stats.held
+            },
+            pool_bytes_in_use: stats.pool_bytes_in_use,
+            device_qps: ctx.qp_count(),
+        }
+    }
+}
+
+/// The node's footprint once it settled (nothing in flight, nothing pending).
+pub fn footprint(b: &Bed) -> Footprint {
+    let s = b.cluster.node.fresh_stats();
+    Footprint::of(&s, &b.cluster.node_ctx)
+}
+
+/// Waits (bounded) until the node's footprint is back to `start`.
+pub fn wait_back_to(node: &MemoryNode<SoftProvider>, ctx: &SoftContext, start: Footprint) {
+    let mut last = None;
+    let settled = wait_node_or(node, |s| {
+        let now = Footprint::of(s, ctx);
+        last = Some(now);
+        now == start
+    });
+    assert!(
+        settled,
+        "the node's footprint did not return to its start:\n start {start:?}\n now   {last:?}"
+    );
+}
+
+/// `wait_node` that reports instead of panicking on its bounded wait.
+fn wait_node_or(node: &MemoryNode<SoftProvider>, mut cond: impl FnMut(&NodeStats) -> bool) -> bool {
+    let cell = std::cell::RefCell::new(&mut cond);
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_node(node, "footprint", |s| (cell.borrow_mut())(s))
+    }))
+    .is_ok()
+}
