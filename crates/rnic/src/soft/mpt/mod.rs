@@ -250,11 +250,12 @@ impl ProtectionTable {
         Some(entry.state(slot.gate.snapshot()))
     }
 
-    /// Number of allocated regions and windows (for leak checks).
+    /// Number of allocated regions and windows (for leak checks): the table sizes less the
+    /// free lists, so O(1).
     pub fn in_use(&self) -> (usize, usize) {
         (
-            self.mrs.len() - self.free_mrs.lock().len(),
-            self.mws.len() - self.free_mws.lock().len(),
+            self.mrs.len().saturating_sub(self.free_mrs.lock().len()),
+            self.mws.len().saturating_sub(self.free_mws.lock().len()),
         )
     }
 }
