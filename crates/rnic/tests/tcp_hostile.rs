@@ -401,3 +401,81 @@ fn tcp_idle_handshakes_are_bounded() {
     c.qp.connect(&s.addr, b"").unwrap();
     legit_round_trip(&s, &c, 0, 9);
 }
+
+/// Garbage written after a huge frame header, at most.
+const FLOOD: usize = 8 << 20;
+
+/// Writes a frame header declaring `declared` bytes, then up to [`FLOOD`] bytes of garbage,
+/// stopping early if the node resets the connection; then reads until the node closes it and
+/// returns the frames it sent first. The node must close without waiting for the frame (it
+/// gets at most `FLOOD` of its `declared` bytes); a node that buffered it instead would leave
+/// the read (or a write) blocked until the socket timeout, which only guards against hanging.
+fn flood_declared_frame(raw: &mut Raw, declared: u32) -> Vec<Frame<Vec<u8>>> {
+    let mut header = declared.to_be_bytes().to_vec();
+    header.extend_from_slice(&[1, 2, 0, 0]);
+    let garbage = vec![0xa5u8; 64 * 1024];
+    let mut sent = raw.send(&header).map(|()| 0);
+    while let Ok(n) = sent
+        && n < FLOOD
+    {
+        sent = raw.send(&garbage).map(|()| n + garbage.len());
+    }
+    if let Err(e) = sent {
+        assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+            ),
+            "the node stopped reading without closing: {e}"
+        );
+    }
+    raw.read_until_closed()
+}
+
+#[test]
+fn tcp_huge_declared_frames_close_the_connection_before_buffering() {
+    let small = SoftConfig {
+        attr: DeviceAttr {
+            max_msg_size: 64 * 1024,
+            ..DeviceAttr::default()
+        },
+        ..SoftConfig::default()
+    };
+    for (config, declared) in [
+        (small, 1u32 << 30),
+        // The default maximum message is 1 GiB: a frame of 4 GiB is still refused.
+        (SoftConfig::default(), u32::MAX),
+    ] {
+        let s = Server::with(config, TcpOptions::default());
+        let c = Client::new();
+        c.qp.connect(&s.addr, b"").unwrap();
+        let errors = |s: &Server| TcpNode::stats(&s.ctx).unwrap().protocol_errors;
+
+        // Before the handshake (where the limit is a handshake frame's).
+        let mut raw = Raw::connect(s.sock);
+        let frames = flood_declared_frame(&mut raw, declared);
+        assert!(
+            frames
+                .iter()
+                .all(|f| matches!(f, Frame::Cm(CmMessage::ConnectReject { .. }))),
+            "{frames:?}"
+        );
+        wait_until("a protocol error counted", || errors(&s) == 1);
+        assert_eq!(s.policy.count(), 1, "no QP for the hostile peer");
+
+        // After it (the limit is the largest message's frame).
+        let mut raw = Raw::connect(s.sock);
+        raw.handshake(77, 0);
+        let sqp = s.wait_qps(2);
+        let frames = flood_declared_frame(&mut raw, declared);
+        assert!(frames.is_empty(), "{frames:?}");
+        wait_until("a second protocol error counted", || errors(&s) == 2);
+        wait_until("the hostile QP in ERR", || sqp.state() == QpState::Error);
+
+        legit_round_trip(&s, &c, 0, 0x42);
+        let stats = TcpNode::stats(&s.ctx).unwrap();
+        assert_eq!(stats.protocol_errors, 2, "{stats:?}");
+    }
+}

@@ -1,5 +1,7 @@
 //! The soft device (`ibv_context`): configuration, the protection table, resource limits, the
 //! QP numbers in use, the asynchronous event queue, and the transport that connects its QPs.
+//! The live objects of each kind are counted ([`SoftContext::resources`]): a count rises when
+//! an object is made and falls when its last handle is dropped.
 //!
 //! The device sits below the objects made on it (PDs, CQs, QPs hold an `Arc` of it), so it
 //! names them only through traits: a transport is a `Transport`, and the QP it connects a
@@ -166,6 +168,44 @@ impl SoftContext {
     pub fn qp_count(&self) -> usize {
         self.inner.qps.read().len()
     }
+
+    /// The verbs objects alive on this device now, so a test can check that everything a
+    /// connection held was released. Each count is read on its own (a snapshot of a device
+    /// in use may mix moments); every one is O(1). A TCP device's connections are counted in
+    /// [`TcpStats::live`](super::TcpStats::live).
+    pub fn resources(&self) -> DeviceResources {
+        let d = &self.inner;
+        let count = |c: &AtomicU32| c.load(Ordering::SeqCst) as usize;
+        let (mrs, mws) = d.mpt.in_use();
+        DeviceResources {
+            pds: count(&d.counts.pds),
+            cqs: count(&d.counts.cqs),
+            srqs: count(&d.counts.srqs),
+            qps: self.qp_count(),
+            mrs,
+            mws,
+        }
+    }
+}
+
+/// Live verbs objects of a soft device, by kind ([`SoftContext::resources`]). The default is
+/// a device with nothing alive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceResources {
+    /// Protection domains.
+    pub pds: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+    /// Queue pairs (each holds its QP number until dropped).
+    pub qps: usize,
+    /// Registered memory regions, including one whose handle was dropped while windows were
+    /// bound over it (it stays registered until they are unbound).
+    pub mrs: usize,
+    /// Allocated memory windows, bound or not.
+    pub mws: usize,
 }
 
 impl DeviceInner {

@@ -42,7 +42,7 @@ pub mod transport;
 pub mod wire;
 
 pub use arena::Pinning;
-pub use device::{SoftConfig, SoftContext};
+pub use device::{DeviceResources, SoftConfig, SoftContext};
 pub use link::LinkStack;
 pub use mpt::KeyPolicy;
 pub use objects::{SoftBuffer, SoftMr, SoftMw, SoftPd};

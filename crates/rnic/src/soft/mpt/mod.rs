@@ -11,10 +11,15 @@
 //! - A rejected access or bind changes nothing.
 //! - Freed window indexes are reused first-in first-out, so a stale key can match again only
 //!   after 256 rebinds of the same window.
+//! - The type-2 windows bound to each QP are indexed (`qp_windows.rs`), so a QP's reset or
+//!   destruction frees them without scanning the table.
 
 mod access;
 mod mr;
 mod mw;
+mod qp_windows;
+#[cfg(test)]
+mod tests;
 
 pub use access::{AccessError, AccessGrant, LocalGrant, RemoteOp};
 pub use mr::MrEntry;
@@ -24,6 +29,7 @@ use crate::soft::gate::KeyGate;
 use crate::verbs::{DeviceAttr, MemoryKey, MwType, PdId, Resource, VerbsError, VerbsResult};
 use arc_swap::ArcSwapOption;
 use parking_lot::Mutex;
+use qp_windows::QpWindows;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
@@ -66,8 +72,8 @@ pub struct ProtectionTable {
     free_mws: Mutex<VecDeque<u32>>,
     policy: KeyPolicy,
     rng: Mutex<StdRng>,
-    /// Set once a type-2 window was bound (enables the scan on QP reset/destroy).
-    pub(crate) type2_used: std::sync::atomic::AtomicBool,
+    /// The type-2 windows bound to each QP.
+    qp_windows: QpWindows,
 }
 
 impl std::fmt::Debug for ProtectionTable {
@@ -107,7 +113,7 @@ impl ProtectionTable {
             free_mws: Mutex::new((0..max_mw).collect()),
             policy,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
-            type2_used: std::sync::atomic::AtomicBool::new(false),
+            qp_windows: QpWindows::default(),
         }
     }
 
@@ -213,55 +219,21 @@ impl ProtectionTable {
         Ok(MemoryKey::new(index | MW_INDEX_BIT, key))
     }
 
-    /// Returns to FREE every type-2 window bound to `qp` (the QP is being reset or destroyed:
-    /// its number may come back on another connection, which must not inherit the windows).
-    /// Scans the window table, but only on devices that ever bound a type-2 window.
-    pub fn invalidate_type2_of_qp(&self, qp: crate::verbs::QpNumber) {
-        if !self.type2_used.load(std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
-        for slot in self.mws.iter() {
-            let bound_here = slot
-                .entry
-                .load()
-                .as_ref()
-                .and_then(|e| e.binding.as_ref())
-                .is_some_and(|b| b.qp == Some(qp));
-            if !bound_here {
-                continue;
-            }
-            let _bind = slot.bind_lock.lock();
-            let Some(entry) = slot.entry.load_full() else {
-                continue;
-            };
-            if entry.binding.as_ref().is_none_or(|b| b.qp != Some(qp)) {
-                continue;
-            }
-            let (key, _) = slot.gate.snapshot();
-            slot.gate.close();
-            slot.gate.drain();
-            if let Some(old) = slot
-                .entry
-                .swap(Some(Arc::new(MwEntry::unbound(entry.pd, entry.mw_type))))
-            {
-                old.release_mr();
-            }
-            slot.gate.set_closed_key(key);
-        }
-    }
-
     /// Deallocates a window (`ibv_dealloc_mw`), invalidating any binding first.
     pub fn dealloc_mw(&self, key: MemoryKey) {
         let Some(slot) = self.mw_slot(key) else {
             return;
         };
+        let index = key.index() & !MW_INDEX_BIT;
         let _bind = slot.bind_lock.lock();
         slot.gate.close();
         slot.gate.drain();
+        // A slot already free (a second deallocation) is not queued twice.
         if let Some(old) = slot.entry.swap(None) {
+            self.qp_windows.rebound(index, old.bound_qp(), None);
             old.release_mr();
+            self.free_mws.lock().push_back(index);
         }
-        self.free_mws.lock().push_back(key.index() & !MW_INDEX_BIT);
     }
 
     pub(crate) fn mw_slot(&self, key: MemoryKey) -> Option<&MwSlot> {
@@ -278,11 +250,12 @@ impl ProtectionTable {
         Some(entry.state(slot.gate.snapshot()))
     }
 
-    /// Number of allocated regions and windows (for leak checks).
+    /// Number of allocated regions and windows (for leak checks): the table sizes less the
+    /// free lists, so O(1).
     pub fn in_use(&self) -> (usize, usize) {
         (
-            self.mrs.len() - self.free_mrs.lock().len(),
-            self.mws.len() - self.free_mws.lock().len(),
+            self.mrs.len().saturating_sub(self.free_mrs.lock().len()),
+            self.mws.len().saturating_sub(self.free_mws.lock().len()),
         )
     }
 }

@@ -2,9 +2,11 @@
 //! `rxe_invalidate_mw` and their IB-spec rule numbers.
 //!
 //! A window's binding is an immutable [`MwEntry`] swapped as a whole; the swap happens only
-//! between closing and reopening the slot's gate, after draining it (see `soft::gate`).
+//! between closing and reopening the slot's gate, after draining it (see `soft::gate`), and
+//! under the slot's `bind_lock`, which also covers the update of the QP index
+//! (`qp_windows.rs`).
 
-use super::{MW_INDEX_BIT, MrEntry, ProtectionTable};
+use super::{MW_INDEX_BIT, MrEntry, MwSlot, ProtectionTable};
 use crate::verbs::{AccessFlags, MemoryKey, MwType, PdId, QpNumber, VirtAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -44,6 +46,11 @@ impl MwEntry {
         }
     }
 
+    /// The QP a type-2 binding ties the window to.
+    pub(super) fn bound_qp(&self) -> Option<QpNumber> {
+        self.binding.as_ref().and_then(|b| b.qp)
+    }
+
     /// Drops this entry's reference on its region's bound-window count.
     pub(super) fn release_mr(&self) {
         if let Some(b) = &self.binding {
@@ -61,6 +68,24 @@ impl MwEntry {
             },
             _ => MwState::Unbound { key_byte: key },
         }
+    }
+}
+
+impl MwSlot {
+    /// Returns this slot's window (whose current entry is `entry`) to unbound, keeping its key
+    /// byte closed: drains the gate, swaps in an unbound entry and drops the region reference.
+    /// The caller holds `bind_lock` and updates the QP index.
+    pub(super) fn free_locked(&self, entry: &MwEntry) {
+        let (key, _) = self.gate.snapshot();
+        self.gate.close();
+        self.gate.drain();
+        if let Some(old) = self
+            .entry
+            .swap(Some(Arc::new(MwEntry::unbound(entry.pd, entry.mw_type))))
+        {
+            old.release_mr();
+        }
+        self.gate.set_closed_key(key);
     }
 }
 
@@ -209,9 +234,6 @@ impl ProtectionTable {
                 qp: (entry.mw_type == MwType::Type2).then_some(req.qp),
             })
         };
-        if entry.mw_type == MwType::Type2 {
-            self.type2_used.store(true, Ordering::SeqCst);
-        }
         let (old_key, _) = slot.gate.snapshot();
         let key = req.key.unwrap_or_else(|| self.next_key_byte(old_key));
         slot.gate.close();
@@ -220,12 +242,17 @@ impl ProtectionTable {
             b.mr.bound_windows.fetch_add(1, Ordering::SeqCst);
         }
         let bound = binding.is_some();
+        let new_qp = binding.as_ref().and_then(|b| b.qp);
         let new_entry = MwEntry {
             pd: entry.pd,
             mw_type: entry.mw_type,
             binding,
         };
-        if let Some(old) = slot.entry.swap(Some(Arc::new(new_entry))) {
+        let old = slot.entry.swap(Some(Arc::new(new_entry)));
+        let old_qp = old.as_ref().and_then(|e| e.bound_qp());
+        self.qp_windows
+            .rebound(req.mw.index() & !MW_INDEX_BIT, old_qp, new_qp);
+        if let Some(old) = old {
             old.release_mr();
         }
         if bound {
@@ -268,15 +295,9 @@ impl ProtectionTable {
         {
             return Err(BindError::WrongQp);
         }
-        slot.gate.close();
-        slot.gate.drain();
-        if let Some(old) = slot
-            .entry
-            .swap(Some(Arc::new(MwEntry::unbound(entry.pd, entry.mw_type))))
-        {
-            old.release_mr();
-        }
-        slot.gate.set_closed_key(key);
+        slot.free_locked(&entry);
+        self.qp_windows
+            .rebound(rkey.index() & !MW_INDEX_BIT, binding.qp, None);
         Ok(())
     }
 }

@@ -93,8 +93,10 @@ impl Drop for QpInner {
         if let Some(link) = self.link.get_mut().take() {
             link.close();
         }
-        self.dev.release_qpn(self.qpn);
+        // Windows first: once the number is released, a new QP may take it, and must find
+        // none of them bound to it.
         self.dev.mpt.invalidate_type2_of_qp(self.qpn);
+        self.dev.release_qpn(self.qpn);
     }
 }
 
