@@ -14,7 +14,7 @@ mod support;
 mod churn;
 
 use patronus_core::manager::{Held, MemoryNode, NodeStats};
-use rnic::soft::{SoftContext, SoftProvider};
+use rnic::soft::{DeviceResources, SoftContext, SoftProvider};
 use support::bed::{Bed, wait_node};
 
 /// What the node holds, counted where it is kept: the node's own tables, its pool and the
@@ -23,7 +23,7 @@ use support::bed::{Bed, wait_node};
 pub struct Footprint {
     pub held: Held,
     pub pool_bytes_in_use: u64,
-    pub device_qps: usize,
+    pub device: DeviceResources,
 }
 
 impl Footprint {
@@ -40,7 +40,7 @@ impl Footprint {
                 ..stats.held
             },
             pool_bytes_in_use: stats.pool_bytes_in_use,
-            device_qps: ctx.qp_count(),
+            device: ctx.resources(),
         }
     }
 }
@@ -51,8 +51,14 @@ pub fn footprint(b: &Bed) -> Footprint {
     Footprint::of(&s, &b.cluster.node_ctx)
 }
 
-/// Waits (bounded) until the node's footprint is back to `start`.
-pub fn wait_back_to(node: &MemoryNode<SoftProvider>, ctx: &SoftContext, start: Footprint) {
+/// Waits (bounded) until the node's footprint is back to `start` (plus `extra_pool_bytes`:
+/// objects left allocated, which stay their tenant's).
+pub fn wait_back_to(b: &Bed, start: Footprint, extra_pool_bytes: u64) {
+    let (node, ctx) = (&b.cluster.node, &b.cluster.node_ctx);
+    let start = Footprint {
+        pool_bytes_in_use: start.pool_bytes_in_use + extra_pool_bytes,
+        ..start
+    };
     let mut last = None;
     let settled = wait_node_or(node, |s| {
         let now = Footprint::of(s, ctx);
