@@ -156,9 +156,16 @@ impl CqInner {
         }
     }
 
-    /// Asks the next poll to progress `qp`.
+    /// Asks the next poll to progress `qp`. A CQ nobody polls (a memory node's CQ of data
+    /// QPs, say) still holds no more than its live QPs' entries: the dead ones are dropped
+    /// each time the list doubles.
     pub(crate) fn watch(&self, qp: Weak<dyn Progress>) {
-        self.watch.lock().push(qp);
+        let mut watch = self.watch.lock();
+        if watch.len() >= 64 && watch.len().is_power_of_two() {
+            watch.retain(|w| w.strong_count() > 0);
+        }
+        watch.push(qp);
+        drop(watch);
         self.watched.store(true, Ordering::Release);
     }
 }

@@ -341,6 +341,14 @@ impl Engine {
     /// Bounds the connections waiting for a `ConnectRequest`: past the limit, the oldest are
     /// closed (a peer that connects and never speaks cannot pin sockets forever).
     fn trim_handshakes(&mut self) {
+        // Connections past their handshake (or dead) leave from the front as they are found.
+        while self
+            .handshakes
+            .front()
+            .is_some_and(|c| !c.is_accepting() || c.is_dead())
+        {
+            self.handshakes.pop_front();
+        }
         let max = self.set.conns.limits.max_pending_handshakes.max(1);
         if self.handshakes.len() <= max {
             return;
