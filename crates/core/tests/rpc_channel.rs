@@ -80,7 +80,7 @@ fn pair() -> Pair {
     let server = RpcServer::<SoftProvider, Echo>::new(&mn, &mpd, 16, 16).unwrap();
     let accept = Arc::new(Accept {
         pd: mpd.clone(),
-        srq: server.srq().clone(),
+        srq: server.srq().unwrap().clone(),
         send_cq: server.send_cq().clone(),
         recv_cq: server.recv_cq().clone(),
         got: Mutex::new(None),
@@ -114,7 +114,7 @@ impl Pair {
     /// Every request the server has received, as (id, value).
     fn received(&mut self) -> Vec<(u64, u64)> {
         let mut got: Vec<Incoming<u64>> = Vec::new();
-        self.server.receive(&mut got);
+        self.server.receive(&mut got, |_| None);
         got.into_iter().map(|m| m.message.unwrap()).collect()
     }
 

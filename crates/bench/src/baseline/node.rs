@@ -182,6 +182,10 @@ impl<P: Provider> BaselineNode<P> {
         };
         let depth = cfg.srq_depth.max(16);
         let rpc = RpcServer::<P, BaselineProtocol>::new(&ctx, &pd, depth, cfg.max_batch)?;
+        let srq = rpc
+            .srq()
+            .cloned()
+            .ok_or(rnic::VerbsError::InvalidArgument("no shared receive queue"))?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             publish: AtomicBool::new(false),
@@ -191,7 +195,7 @@ impl<P: Provider> BaselineNode<P> {
         let listener = ctx.listen(Arc::new(Policy::<P> {
             shared: shared.clone(),
             pd: pd.clone(),
-            srq: rpc.srq().clone(),
+            srq,
             send_cq: rpc.send_cq().clone(),
             recv_cq: rpc.recv_cq().clone(),
             timing: cfg.qp_timing,

@@ -48,8 +48,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Connections accepted and not yet adopted by a shard's thread.
-type Pending<P> = Mutex<Vec<(Intent, <P as Provider>::Qp)>>;
+/// Connections accepted and not yet adopted by a shard's thread (a control connection with
+/// its block of receive slots, under flow control).
+type Pending<P> = Mutex<Vec<(Intent, <P as Provider>::Qp, Option<u32>)>>;
 /// A client's protection domain and its registration of the pool.
 type ClientDomain<P> = (<P as Provider>::Pd, Arc<<P as Provider>::Mr>);
 
@@ -210,17 +211,29 @@ impl<P: Provider> MemoryNode<P> {
             AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ,
         )?);
         let depth = cfg.srq_depth.max(16);
+        let credits = cfg.limits.control_credits;
+        if credits > 0 && credits < crate::client::MAX_OUTSTANDING_RPCS {
+            return Err(NodeError::Config(
+                "control credits below the requests the client library keeps in flight",
+            ));
+        }
         // Completions of work posted on clients' data QPs (type-2 binds), shared by the shards.
         let data_cq = nic::SharedCq::<P>::new(ctx.create_cq(4096)?, shards);
         let mut rpcs = Vec::with_capacity(shards);
         for _ in 0..shards {
             // Request and reply slots, in the clients' domain (control QPs live there).
-            rpcs.push(RpcServer::<P, ControlProtocol>::new(
-                &ctx,
-                &client_pd,
-                depth,
-                cfg.max_batch.max(1),
-            )?);
+            let batch = cfg.max_batch.max(1);
+            rpcs.push(if credits == 0 {
+                RpcServer::<P, ControlProtocol>::new(&ctx, &client_pd, depth, batch)?
+            } else {
+                RpcServer::<P, ControlProtocol>::with_credits(
+                    &ctx,
+                    &client_pd,
+                    cfg.limits.max_connections,
+                    credits,
+                    batch,
+                )?
+            });
         }
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
@@ -244,7 +257,8 @@ impl<P: Provider> MemoryNode<P> {
             control: rpcs
                 .iter()
                 .map(|r| accept::ControlQueues {
-                    srq: r.srq().clone(),
+                    srq: r.srq().cloned(),
+                    slots: r.connection_slots().cloned(),
                     send_cq: r.send_cq().clone(),
                     recv_cq: r.recv_cq().clone(),
                 })

@@ -7,8 +7,9 @@
 //! - [`RpcClient`]: a connected QP with a receive slot posted per answer it may be owed and a
 //!   send slot per request id; submits, resends (retries under the same id), stashes replies
 //!   that arrive while it waits for another, and hands back replies nobody waits for any more.
-//! - [`RpcServer`]: a shared receive queue of request slots, a ring of reply slots, and
-//!   [`IdleWait`], the spin-then-park policy of a serving thread.
+//! - [`RpcServer`]: request slots — a shared receive queue, or a block of credits per
+//!   connection ([`ConnectionSlots`]) —, a ring of reply slots, and [`IdleWait`], the
+//!   spin-then-park policy of a serving thread.
 //!
 //! Invariants:
 //! - A client never has more answers owed than it has receive slots posted (a retry owes a
@@ -25,7 +26,7 @@ pub mod slot;
 mod slots;
 
 pub use client::{Orphan, RpcClient};
-pub use server::{Incoming, RpcServer};
+pub use server::{ConnectionSlots, Incoming, RpcServer};
 pub use slot::{SlotError, SlotReader, SlotWriter};
 
 use rnic::{CompletionQueue, VerbsError, WcStatus};

@@ -1,13 +1,25 @@
-//! The server end of the control channel: request slots in a shared receive queue (every
-//! client's control QP draws from it), a ring of reply slots, and the serving thread's
-//! spin-then-park wait (see the module docs of [`super`]).
+//! The server end of the control channel: request slots, a ring of reply slots, and the
+//! serving thread's spin-then-park wait (see the module docs of [`super`]).
+//!
+//! Requests land in one of two ways:
+//! - **Shared** ([`RpcServer::new`]): one shared receive queue every connection draws from
+//!   (the paper's design: the fewest slots). A client that sends faster than the server
+//!   drains takes slots from everyone: the others meet receiver-not-ready and, past their
+//!   retries, lose their QP.
+//! - **Credits** ([`RpcServer::with_credits`]): each connection gets its own block of
+//!   `credits` slots posted on its own receive queue ([`ConnectionSlots`]), reposted as its
+//!   requests are taken. A connection that sends more than its credits meets
+//!   receiver-not-ready on its own QP only: the NIC enforces the flow control, whatever the
+//!   client runs. A well-behaved client never has more requests unanswered than its credits.
 
 use super::slots::Slots;
 use super::{IdleWait, Protocol, SlotError};
+use parking_lot::Mutex;
 use rnic::{
-    CompletionQueue, Context, ProtectionDomain, Provider, QpNumber, RecvWr, SharedReceiveQueue,
-    VerbsError, WcOpcode, WcStatus, WorkCompletion,
+    CompletionQueue, Context, ProtectionDomain, Provider, QpNumber, QueuePair, RecvWr,
+    SharedReceiveQueue, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Set on the ids of reply sends, to tell them from receives in error reports.
@@ -23,13 +35,91 @@ pub struct Incoming<R> {
     pub message: Result<(u64, R), SlotError>,
 }
 
+/// The request slots of a server with credits: a block of `credits` slots per connection.
+/// Cloning shares them (the accept path attaches connections, the serving thread reposts and
+/// releases).
+pub struct ConnectionSlots<P: Provider> {
+    inner: Arc<BlocksInner<P>>,
+}
+
+struct BlocksInner<P: Provider> {
+    memory: Arc<Slots<P>>,
+    credits: u32,
+    blocks: u32,
+    /// Blocks not attached to a connection.
+    free: Mutex<Vec<u32>>,
+}
+
+impl<P: Provider> Clone for ConnectionSlots<P> {
+    fn clone(&self) -> Self {
+        ConnectionSlots {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<P: Provider> std::fmt::Debug for ConnectionSlots<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionSlots")
+            .field("credits", &self.inner.credits)
+            .field("free_blocks", &self.inner.free.lock().len())
+            .finish()
+    }
+}
+
+impl<P: Provider> ConnectionSlots<P> {
+    /// Requests a connection may have in flight.
+    pub fn credits(&self) -> u32 {
+        self.inner.credits
+    }
+
+    /// Blocks not attached to a connection.
+    pub fn available(&self) -> usize {
+        self.inner.free.lock().len()
+    }
+
+    /// Blocks attached to connections.
+    pub fn attached(&self) -> usize {
+        self.inner.blocks as usize - self.available()
+    }
+
+    /// Gives `qp` (created without a shared receive queue, with room for `credits` receives)
+    /// a block and posts its slots on it; returns the block (release it with
+    /// [`release`](Self::release) once the QP is broken off). `None`: no block is free, or the
+    /// QP refused the receives.
+    pub fn attach(&self, qp: &P::Qp) -> Option<u32> {
+        let block = self.inner.free.lock().pop()?;
+        let first = block * self.inner.credits;
+        let wrs: Vec<RecvWr> = (first..first + self.inner.credits)
+            .map(|slot| self.inner.memory.recv_wr(slot, slot as u64))
+            .collect();
+        if qp.post_recv(&wrs).is_err() {
+            self.inner.free.lock().push(block);
+            return None;
+        }
+        Some(block)
+    }
+
+    /// Returns a block whose connection is broken off (its QP in the error state, so nothing
+    /// lands in the block any more).
+    pub fn release(&self, block: u32) {
+        self.inner.free.lock().push(block);
+    }
+}
+
+/// Where requests land.
+enum Receives<P: Provider> {
+    Shared(P::Srq),
+    Credits(ConnectionSlots<P>),
+}
+
 /// The server end of a control channel.
 pub struct RpcServer<P: Provider, Pr: Protocol> {
-    srq: P::Srq,
+    receives: Receives<P>,
     recv_cq: P::Cq,
     send_cq: P::Cq,
     /// `depth` request slots, then `depth` reply slots.
-    memory: Slots<P>,
+    memory: Arc<Slots<P>>,
     depth: u32,
     next_reply: u32,
     wcs: Vec<WorkCompletion>,
@@ -57,28 +147,78 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
     ) -> Result<Self, VerbsError> {
         let depth = depth.max(1);
         let srq = pd.create_srq(depth)?;
-        let recv_cq = ctx.create_cq(depth * 2)?;
+        let server = Self::build(ctx, pd, depth, max_batch, |_| Receives::Shared(srq))?;
+        let wrs: Vec<RecvWr> = (0..depth).map(|s| server.recv_wr(s)).collect();
+        if let Receives::Shared(srq) = &server.receives {
+            srq.post_recv(&wrs)?;
+        }
+        Ok(server)
+    }
+
+    /// A server with `credits` request slots for each of at most `connections` connections
+    /// (each attached with [`connection_slots`](Self::connection_slots)), taking at most
+    /// `max_batch` requests per [`RpcServer::receive`].
+    pub fn with_credits(
+        ctx: &P::Context,
+        pd: &P::Pd,
+        connections: u32,
+        credits: u32,
+        max_batch: usize,
+    ) -> Result<Self, VerbsError> {
+        let (connections, credits) = (connections.max(1), credits.max(1));
+        let depth = connections
+            .checked_mul(credits)
+            .ok_or(VerbsError::InvalidArgument("too many control slots"))?;
+        Self::build(ctx, pd, depth, max_batch, |memory| {
+            Receives::Credits(ConnectionSlots {
+                inner: Arc::new(BlocksInner {
+                    memory,
+                    credits,
+                    blocks: connections,
+                    free: Mutex::new((0..connections).rev().collect()),
+                }),
+            })
+        })
+    }
+
+    fn build(
+        ctx: &P::Context,
+        pd: &P::Pd,
+        depth: u32,
+        max_batch: usize,
+        receives: impl FnOnce(Arc<Slots<P>>) -> Receives<P>,
+    ) -> Result<Self, VerbsError> {
+        let recv_cq = ctx.create_cq(depth.saturating_mul(2))?;
         let send_cq = ctx.create_cq(8192)?;
-        let server: Self = RpcServer {
-            srq,
+        let memory = Arc::new(Slots::new(ctx, pd, depth, Pr::SLOT_SIZE)?);
+        Ok(RpcServer {
+            receives: receives(memory.clone()),
             recv_cq,
             send_cq,
-            memory: Slots::new(ctx, pd, depth, Pr::SLOT_SIZE)?,
+            memory,
             depth,
             next_reply: 0,
             wcs: vec![WorkCompletion::default(); max_batch.clamp(1, 256)],
             scratch: vec![0; Pr::SLOT_SIZE],
             idle: IdleWait::new(256),
             _protocol: std::marker::PhantomData,
-        };
-        let wrs: Vec<RecvWr> = (0..depth).map(|s| server.recv_wr(s)).collect();
-        server.srq.post_recv(&wrs)?;
-        Ok(server)
+        })
     }
 
-    /// The shared receive queue control QPs must be created with.
-    pub fn srq(&self) -> &P::Srq {
-        &self.srq
+    /// The shared receive queue connections must be created with (shared mode).
+    pub fn srq(&self) -> Option<&P::Srq> {
+        match &self.receives {
+            Receives::Shared(srq) => Some(srq),
+            Receives::Credits(_) => None,
+        }
+    }
+
+    /// The per-connection slots to attach connections to (credit mode).
+    pub fn connection_slots(&self) -> Option<&ConnectionSlots<P>> {
+        match &self.receives {
+            Receives::Shared(_) => None,
+            Receives::Credits(slots) => Some(slots),
+        }
     }
 
     /// The CQ of requests (control QPs' receive CQ).
@@ -97,8 +237,17 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
 
     /// Takes the requests that arrived (at most the batch size), reposting their slots, and
     /// appends them to `out`. Returns how many completions were taken (failed receives are
-    /// counted but not appended).
-    pub fn receive(&mut self, out: &mut Vec<Incoming<Pr::Request>>) -> usize {
+    /// counted but not appended). With credits, a slot goes back to the QP `qp_of` names for
+    /// the request's QP number (none: the connection is being broken off, and its block is
+    /// released with it).
+    pub fn receive<'q>(
+        &mut self,
+        out: &mut Vec<Incoming<Pr::Request>>,
+        qp_of: impl Fn(QpNumber) -> Option<&'q P::Qp>,
+    ) -> usize
+    where
+        P::Qp: 'q,
+    {
         let n = self.recv_cq.poll(&mut self.wcs);
         for i in 0..n {
             let wc = self.wcs[i];
@@ -120,8 +269,21 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
                     message,
                 });
             }
-            // Cannot fail short of a provider bug: the slot was just taken from the SRQ.
-            let _ = self.srq.post_recv(&[self.recv_wr(slot as u32)]);
+            let wr = self.recv_wr(slot as u32);
+            match &self.receives {
+                // Cannot fail short of a provider bug: the slot was just taken from the SRQ.
+                Receives::Shared(srq) => {
+                    let _ = srq.post_recv(&[wr]);
+                }
+                // A flushed receive (its QP broke) is not reposted; nor is a slot whose QP
+                // failed to take it back (it is broken: the block goes with the connection).
+                Receives::Credits(_) if wc.status == WcStatus::Success => {
+                    if let Some(qp) = qp_of(wc.qp_num) {
+                        let _ = qp.post_recv(&[wr]);
+                    }
+                }
+                Receives::Credits(_) => {}
+            }
         }
         if n > 0 {
             self.idle.busy();

@@ -66,6 +66,7 @@ fn short_timeouts() -> patronus_core::manager::NodeConfig {
         limits: patronus_core::manager::NodeLimits {
             idle_timeout_us: 5_000_000,
             hello_timeout_us: 1_000_000,
+            ..Default::default()
         },
         ..node_cfg()
     }
@@ -148,6 +149,11 @@ every_mode! {
     a_connection_without_hello_is_cut_off => no_hello;
 }
 
+/// Connections a TCP device serves (`None`: not a TCP device).
+fn tcp_links(ctx: &rnic::soft::SoftContext) -> Option<u64> {
+    rnic::soft::TcpNode::stats(ctx).map(|s| s.live)
+}
+
 /// Resident memory of this process, bytes (Linux; 0 elsewhere).
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -185,12 +191,17 @@ fn soak(t: Transport, iso: Isolation, sessions: usize) {
             });
             let rss = rss_bytes();
             println!(
-                "  {i:>8}   {:>13}  {:>8}  {:>7}  {:>7}  {:>10}  {:>10}   {:>7.1}",
+                "  {i:>8}   {:>13}  {:>8}  {:>7}  {:>7}  {:>10}  {:>25}  {:>10}   {:>7.1}",
                 s.held.sessions,
                 s.held.data_qps,
                 s.held.client_domains,
                 s.held.windows,
                 b.cluster.node_ctx.resources().qps,
+                format!(
+                    "{:?}, {:?}",
+                    tcp_links(&b.cluster.node_ctx),
+                    tcp_links(&b.cluster.client_ctxs[0])
+                ),
                 s.metadata_bytes,
                 rss as f64 / (1 << 20) as f64
             );
@@ -221,13 +232,21 @@ fn soak(t: Transport, iso: Isolation, sessions: usize) {
 #[test]
 #[ignore = "soak: 20,000 sessions (minutes); run by the README's soak command"]
 fn soak_tcp_pd_per_client() {
-    soak(Transport::Tcp, Isolation::PdPerClient, 20_000);
+    soak(Transport::Tcp, Isolation::PdPerClient, soak_sessions());
 }
 
 #[test]
 #[ignore = "soak: 20,000 sessions (minutes); run by the README's soak command"]
 fn soak_inproc_type2() {
-    soak(Transport::InProc, Isolation::Type2, 20_000);
+    soak(Transport::InProc, Isolation::Type2, soak_sessions());
+}
+
+/// 20,000 sessions, or as many as `SOAK_SESSIONS` says.
+fn soak_sessions() -> usize {
+    std::env::var("SOAK_SESSIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000)
 }
 
 #[test]

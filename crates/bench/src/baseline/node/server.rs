@@ -13,7 +13,7 @@ impl<P: Provider> Server<P> {
                 self.publish();
                 self.shared.publish.store(false, Ordering::SeqCst);
             }
-            let n = self.rpc.receive(&mut incoming);
+            let n = self.rpc.receive(&mut incoming, |_| None);
             // After polling: a connection is adopted before its client learns it is
             // connected, so every QP a polled request came from is known by now.
             self.adopt_incoming();

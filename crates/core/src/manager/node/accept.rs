@@ -1,7 +1,9 @@
 //! Which PD, queues and rights each incoming connection gets, from its connection intent.
 //!
-//! - A control QP goes to the shard its intent names, in the clients' PD, on that shard's
-//!   shared receive queue. Shard 0's control connection is a client's first (its `Hello`
+//! - A control QP goes to the shard its intent names, in the clients' PD, with its own block
+//!   of receive slots posted before its client learns it is connected (flow control) — or on
+//!   that shard's shared receive queue (without). None is accepted once the shard's blocks
+//!   are all taken. Shard 0's control connection is a client's first (its `Hello`
 //!   authenticates it); one to another shard must present the client id and secret of an
 //!   authenticated client.
 //! - A data QP must present its client's id and secret; it is created in the client's own PD
@@ -10,12 +12,14 @@
 //! - A loopback QP (the manager's own) must present the node's loopback secret.
 
 use super::{Intent, Role, Shared};
-use rnic::{AcceptPolicy, AccessFlags, ProtectionDomain, Provider, QpInit, QpTiming};
+use crate::rpc::ConnectionSlots;
+use rnic::{AcceptPolicy, AccessFlags, ProtectionDomain, Provider, QpInit, QpTiming, QueuePair};
 use std::sync::Arc;
 
-/// One shard's control queues.
+/// One shard's control queues: a shared receive queue, or a block of slots per connection.
 pub(super) struct ControlQueues<P: Provider> {
-    pub(super) srq: P::Srq,
+    pub(super) srq: Option<P::Srq>,
+    pub(super) slots: Option<ConnectionSlots<P>>,
     pub(super) send_cq: P::Cq,
     pub(super) recv_cq: P::Cq,
 }
@@ -41,13 +45,13 @@ impl<P: Provider> Policy<P> {
 impl<P: Provider> AcceptPolicy<P> for Policy<P> {
     fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String> {
         let intent = Intent::decode(private_data).ok_or("malformed connection intent")?;
-        let init = |pd: &P::Pd, send: &P::Cq, recv: &P::Cq, srq, access| {
+        let init = |pd: &P::Pd, send: &P::Cq, recv: &P::Cq, srq, max_recv_wr, access| {
             pd.create_qp(QpInit {
                 send_cq: send,
                 recv_cq: recv,
                 srq,
                 max_send_wr: 1024,
-                max_recv_wr: 16,
+                max_recv_wr,
                 access,
                 timing: self.timing,
             })
@@ -62,11 +66,16 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                 if intent.slot > 0 && !self.known_client(&intent) {
                     return Err("unknown client or wrong secret".into());
                 }
+                if q.slots.as_ref().is_some_and(|s| s.available() == 0) {
+                    return Err("the memory node serves no more control connections".into());
+                }
+                let credits = q.slots.as_ref().map_or(1, ConnectionSlots::credits);
                 init(
                     &self.client_pd,
                     &q.send_cq,
                     &q.recv_cq,
-                    Some(&q.srq),
+                    q.srq.as_ref(),
+                    credits,
                     AccessFlags::empty(),
                 )
             }
@@ -85,6 +94,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     &self.data_cq,
                     &self.data_cq,
                     None,
+                    16,
                     AccessFlags::REMOTE_ALL,
                 )
             }
@@ -99,6 +109,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     &self.data_cq,
                     &self.data_cq,
                     None,
+                    16,
                     AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ,
                 )
             }
@@ -113,12 +124,32 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
             // Every shard may bind type-2 windows on a client's data QP.
             Role::Data => {
                 for incoming in &self.shared.incoming {
-                    incoming.lock().push((intent, qp.clone()));
+                    incoming.lock().push((intent, qp.clone(), None));
                 }
             }
-            Role::Control | Role::Loopback => {
+            Role::Control => {
+                let k = intent.slot as usize;
+                let (Some(incoming), Some(q)) = (self.shared.incoming.get(k), self.control.get(k))
+                else {
+                    return;
+                };
+                // Its receive slots are posted before its client learns it is connected.
+                let block = match &q.slots {
+                    None => None,
+                    Some(slots) => match slots.attach(&qp) {
+                        Some(block) => Some(block),
+                        None => {
+                            // Taken meanwhile by another connection: this one is refused.
+                            qp.set_error();
+                            return;
+                        }
+                    },
+                };
+                incoming.lock().push((intent, qp, block));
+            }
+            Role::Loopback => {
                 if let Some(incoming) = self.shared.incoming.get(intent.slot as usize) {
-                    incoming.lock().push((intent, qp));
+                    incoming.lock().push((intent, qp, None));
                 }
             }
         }

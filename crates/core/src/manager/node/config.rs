@@ -26,7 +26,7 @@ pub struct NodeConfig {
     pub max_lifetime_us: u64,
     /// Delay unbinding freed buffers only while this many bytes are free.
     pub buffer_watermark: u64,
-    /// Receive slots in the shared receive queue.
+    /// Receive slots in the shared receive queue (when `limits.control_credits` is 0).
     pub srq_depth: u32,
     /// Most requests handled in one batch.
     pub max_batch: usize,
@@ -79,6 +79,15 @@ pub struct NodeLimits {
     /// A connection that has not authenticated (`Hello`) this long after it was accepted, µs,
     /// is closed.
     pub hello_timeout_us: u64,
+    /// Control requests a client may have in flight per shard (flow control, enforced by the
+    /// NIC: each control connection gets its own receive queue of this many slots, so a client
+    /// that sends more meets receiver-not-ready on its own QP only). At least the client
+    /// library's [`MAX_OUTSTANDING_RPCS`](crate::client::MAX_OUTSTANDING_RPCS). 0: one shared
+    /// receive queue of `srq_depth` slots for all (the paper's design; one client's flood
+    /// starves the others).
+    pub control_credits: u32,
+    /// Control connections per shard (each holds `control_credits` receive slots).
+    pub max_connections: u32,
 }
 
 impl Default for NodeLimits {
@@ -86,6 +95,8 @@ impl Default for NodeLimits {
         NodeLimits {
             idle_timeout_us: 30_000_000,
             hello_timeout_us: 2_000_000,
+            control_credits: crate::client::MAX_OUTSTANDING_RPCS,
+            max_connections: 1024,
         }
     }
 }
@@ -246,6 +257,8 @@ pub struct Held {
     pub windows: usize,
     /// Requests remembered for retries.
     pub recent_requests: usize,
+    /// Blocks of control receive slots attached to connections (flow control).
+    pub control_blocks: usize,
     /// Node-wide client records (secrets, tenants, last-heard times, PDs): the largest of
     /// them, counted once.
     pub client_records: usize,
@@ -260,6 +273,7 @@ impl Held {
             client_domains: self.client_domains + o.client_domains,
             windows: self.windows + o.windows,
             recent_requests: self.recent_requests + o.recent_requests,
+            control_blocks: self.control_blocks + o.control_blocks,
             client_records: self.client_records.max(o.client_records),
         }
     }

@@ -19,7 +19,14 @@ impl<P: Provider> Runner<P> {
         let mut streak_cpu: Option<Duration> = None;
         while !self.shared.stop.load(Ordering::SeqCst) {
             requests.clear();
-            if self.rpc.receive(&mut incoming) > 0 && streak_cpu.is_none() {
+            let (sessions, by_qpn) = (&self.sessions, &self.by_qpn);
+            let qp_of = |qpn| {
+                by_qpn
+                    .get(&qpn)
+                    .and_then(|c| sessions.get(c))
+                    .map(|s| &s.control)
+            };
+            if self.rpc.receive(&mut incoming, qp_of) > 0 && streak_cpu.is_none() {
                 // Messages answered on arrival (`Hello`, `UseQp`, retries) are work too.
                 streak_cpu = Some(thread_cpu());
             }
@@ -158,6 +165,7 @@ impl<P: Provider> Runner<P> {
             client_domains,
             windows,
             recent_requests: self.sessions.values().map(|c| c.recent.len()).sum(),
+            control_blocks: self.rpc.connection_slots().map_or(0, |s| s.attached()),
             client_records: [
                 self.shared.secrets.lock().len(),
                 self.shared.tenants_of.lock().len(),
@@ -184,7 +192,7 @@ impl<P: Provider> Runner<P> {
             }
             std::mem::take(&mut *pending)
         };
-        for (intent, qp) in incoming {
+        for (intent, qp, block) in incoming {
             match intent.role {
                 Role::Control if intent.client_id == 0 => {
                     // A client's first connection (shard 0's). Its protection domain comes
@@ -193,9 +201,9 @@ impl<P: Provider> Runner<P> {
                     let id = self.next_client;
                     self.next_client += 1;
                     let heard = Arc::new(AtomicU64::new(now.0));
-                    self.open_session(id, qp, None, heard, now);
+                    self.open_session(id, qp, block, None, heard, now);
                 }
-                Role::Control => self.join_client(intent.client_id, qp, now),
+                Role::Control => self.join_client(intent.client_id, qp, block, now),
                 Role::Data => {
                     // A client whose session ended since its connection was accepted is not
                     // served (its secret is forgotten first).
@@ -218,22 +226,27 @@ impl<P: Provider> Runner<P> {
 
     /// An authenticated client (shard 0 accepted its `Hello`) connects to this shard: it is
     /// served here as the tenant it authenticated as, in its own domain if clients have one.
-    fn join_client(&mut self, client: ClientId, qp: P::Qp, now: rnic::Timestamp) {
+    fn join_client(
+        &mut self,
+        client: ClientId,
+        qp: P::Qp,
+        block: Option<u32>,
+        now: rnic::Timestamp,
+    ) {
         let tenant = self.shared.tenants_of.lock().get(&client).copied();
         let heard = self.shared.heard.lock().get(&client).cloned();
         let (Some(tenant), Some(heard)) = (tenant, heard) else {
-            qp.set_error(); // its session ended since the accept policy checked its secret
-            return;
+            // Its session ended since the accept policy checked its secret.
+            return self.refuse_connection(&qp, block);
         };
         let needs_domain =
             self.nic.isolation != Isolation::SharedPd && self.core.domain_of_client(client) == 0;
         if needs_domain && self.add_client_domain(client).is_err() {
             // No isolated domain, no service: never a silent fall-back to a weaker isolation.
-            qp.set_error();
-            return;
+            return self.refuse_connection(&qp, block);
         }
         self.core.set_tenant(client, tenant);
-        self.open_session(client, qp, Some(tenant), heard, now);
+        self.open_session(client, qp, block, Some(tenant), heard, now);
     }
 
     /// Gives a client its own PD in this shard: the client's PD and registration of the pool

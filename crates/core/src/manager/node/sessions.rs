@@ -25,6 +25,8 @@ use std::sync::atomic::AtomicU64;
 pub(super) struct Session<P: Provider> {
     /// Its control QP on this shard (replies go there).
     pub(super) control: P::Qp,
+    /// Its block of receive slots (flow control; `None`: the shared receive queue).
+    pub(super) block: Option<u32>,
     /// The tenant it authenticated as (`None`: no `Hello` accepted yet, shard 0 only).
     pub(super) tenant: Option<TenantId>,
     /// Its recent requests, by id, with their replies (retries get the same reply).
@@ -54,6 +56,7 @@ impl<P: Provider> Runner<P> {
         &mut self,
         client: ClientId,
         qp: P::Qp,
+        block: Option<u32>,
         tenant: Option<TenantId>,
         heard: Arc<AtomicU64>,
         now: Timestamp,
@@ -63,6 +66,7 @@ impl<P: Provider> Runner<P> {
             client,
             Session {
                 control: qp,
+                block,
                 tenant,
                 recent: RecentRequests::default(),
                 heard,
@@ -72,7 +76,16 @@ impl<P: Provider> Runner<P> {
         if let Some(old) = old {
             // A second control QP of the same client on this shard replaces the first.
             self.by_qpn.remove(&old.control.qp_num());
-            old.control.set_error();
+            self.refuse_connection(&old.control, old.block);
+        }
+    }
+
+    /// Breaks a control connection off and takes its receive slots back (nothing lands in
+    /// them once its QP is in the error state).
+    pub(super) fn refuse_connection(&self, qp: &P::Qp, block: Option<u32>) {
+        qp.set_error();
+        if let (Some(block), Some(slots)) = (block, self.rpc.connection_slots()) {
+            slots.release(block);
         }
     }
 
@@ -87,7 +100,7 @@ impl<P: Provider> Runner<P> {
         self.by_qpn.remove(&session.control.qp_num());
         // Breaking the QP off tells a client that is still there (an idle one) at its next
         // request; a closed one's QP is broken already.
-        session.control.set_error();
+        self.refuse_connection(&session.control, session.block);
         self.batch_copies.retain(|(id, _), _| *id != client);
         self.core.depart(client);
         // Counted once node-wide: by the shard that forgets the client first (an
