@@ -12,6 +12,8 @@ mod support;
 
 #[path = "denial_of_service/churn.rs"]
 mod churn;
+#[path = "denial_of_service/flood.rs"]
+mod flood;
 
 use patronus_core::manager::{Held, MemoryNode, NodeStats};
 use rnic::soft::{DeviceResources, SoftContext, SoftProvider};
@@ -78,4 +80,15 @@ fn wait_node_or(node: &MemoryNode<SoftProvider>, mut cond: impl FnMut(&NodeStats
         wait_node(node, "footprint", |s| (cell.borrow_mut())(s))
     }))
     .is_ok()
+}
+
+/// The honest client does a round of work (it must never fail).
+pub fn honest_round(b: &mut Bed) {
+    use patronus_core::proto::messages::Mode;
+    let c = &mut b.cluster.clients[0];
+    let p = c
+        .allocate(128, std::time::Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
+    c.write(&p, 0, b"honest").unwrap();
+    c.free(p).unwrap();
 }

@@ -27,16 +27,6 @@ fn session(b: &Bed, cfg: &ClientConfig, free: bool) -> Client<SoftProvider> {
     c
 }
 
-/// The honest client does a round of work (it must never fail).
-fn honest_round(b: &mut Bed) {
-    let c = &mut b.cluster.clients[0];
-    let p = c
-        .allocate(128, Duration::from_millis(100), Mode::Exclusive)
-        .unwrap();
-    c.write(&p, 0, b"honest").unwrap();
-    c.free(p).unwrap();
-}
-
 fn churn(t: Transport, iso: Isolation, sessions: usize) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     honest_round(&mut b);
