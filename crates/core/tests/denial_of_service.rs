@@ -14,6 +14,8 @@ mod support;
 mod churn;
 #[path = "denial_of_service/flood.rs"]
 mod flood;
+#[path = "denial_of_service/hoard.rs"]
+mod hoard;
 
 use patronus_core::manager::{Held, MemoryNode, NodeStats};
 use rnic::soft::{DeviceResources, SoftContext, SoftProvider};
@@ -47,9 +49,11 @@ impl Footprint {
     }
 }
 
-/// The node's footprint once it settled (nothing in flight, nothing pending).
+/// The node's footprint once it settled (every accepted connection taken up by its shard).
 pub fn footprint(b: &Bed) -> Footprint {
-    let s = b.cluster.node.fresh_stats();
+    let s = wait_node(&b.cluster.node, "connections taken up", |s| {
+        s.held.pending_connections == 0
+    });
     Footprint::of(&s, &b.cluster.node_ctx)
 }
 

@@ -36,6 +36,10 @@ pub enum ClientError {
     /// The memory node stayed overloaded (admission control) through the client's back-offs.
     #[error("the memory node is overloaded")]
     Overloaded,
+    /// The tenant holds as much as its quota at the memory node allows (memory, permissions,
+    /// exclusive permissions or connections).
+    #[error("the tenant's quota at the memory node is used up")]
+    QuotaExceeded,
     /// [`MAX_POSTED`](super::MAX_POSTED) extensions are posted and not yet polled.
     #[error("too many posted operations in flight")]
     TooManyPosted,
@@ -98,6 +102,7 @@ impl ClientError {
             Status::Unauthorized => ClientError::Unauthorized,
             Status::NotOwner => ClientError::NotOwner,
             Status::Overloaded => ClientError::Overloaded,
+            Status::QuotaExceeded => ClientError::QuotaExceeded,
         }
     }
 }

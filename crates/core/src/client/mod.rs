@@ -566,9 +566,12 @@ impl<P: Provider> Client<P> {
                 let mut reply = Err(RpcError::Timeout);
                 for i in 0..n {
                     reply = self.ctrl[(first + i) % n].call(req, timeout, true);
+                    // Every shard holds a share of the pool and of the tenant's quota.
                     let full = matches!(
                         reply,
-                        Ok(Reply::Failed(Status::NoMemory | Status::PoolExhausted))
+                        Ok(Reply::Failed(
+                            Status::NoMemory | Status::PoolExhausted | Status::QuotaExceeded
+                        ))
                     );
                     if !full {
                         break;

@@ -38,7 +38,7 @@
 use super::keys::KeyBytes;
 use super::pool::{BufferPool, HeaderPool, MwId, Object, SlabConfig, WindowPools};
 use super::state::*;
-use super::tenants::{TenantId, Tenants};
+use super::tenants::{TenantId, TenantQuota, Tenants, Usage};
 use crate::proto::header::{Header, LIFETIME_OFFSET};
 use crate::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
 use crate::proto::shards::{ShardError, ShardMap};
@@ -80,6 +80,9 @@ pub struct ManagerConfig {
     /// [`ManagerCore::note_turn`]), so no grant ends before its reply can leave; 0 turns that
     /// off (and with it admission control).
     pub lease_floor_turns: u32,
+    /// What each tenant may hold on this manager (see [`TenantQuota::per_shard`] for a node's
+    /// quota split over its shards).
+    pub quota: TenantQuota,
 }
 
 impl ManagerConfig {
@@ -114,6 +117,7 @@ impl ManagerConfig {
             },
             buffer_watermark: self.buffer_watermark / shards as u64,
             key_seed: self.key_seed.map(|s| s.wrapping_add(k as u64)),
+            quota: self.quota.per_shard(shards),
             ..self.clone()
         }
     }
@@ -558,6 +562,11 @@ impl ManagerCore {
     /// The domain whose PD binds `client`'s windows (0: the shared PD).
     pub fn domain_of_client(&self, client: ClientId) -> u32 {
         self.mws.domain_of_client(client)
+    }
+
+    /// What `tenant` holds on this manager.
+    pub fn usage(&self, tenant: TenantId) -> Usage {
+        self.tenants.usage(tenant)
     }
 
     /// Records that `client` authenticated as `tenant` (unregistered clients act for

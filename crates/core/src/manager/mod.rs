@@ -22,7 +22,7 @@ pub use self::core::{
 pub use keys::RECENT as RECENT_KEYS;
 pub use pool::{MwId, SlabConfig};
 pub use state::{ClientId, Counters, Techniques};
-pub use tenants::{DEFAULT_TENANT, TenantId};
+pub use tenants::{DEFAULT_TENANT, TenantId, TenantQuota, Usage};
 pub mod node;
 pub use node::Isolation;
 pub use node::{

@@ -131,6 +131,9 @@ struct Runner<P: Provider> {
     /// Sessions ended (counted by the shard that ended them).
     ended: SessionEnds,
     limits: NodeLimits,
+    /// Shard 0: each tenant's authenticated clients, and how many it may have.
+    tenant_sessions: HashMap<TenantId, u32>,
+    sessions_per_tenant: u32,
     /// When sessions were last swept for broken QPs and timeouts.
     last_sweep: rnic::Timestamp,
     /// Extra copies of requests of the current batch (a retry arriving with its original).
@@ -193,6 +196,7 @@ impl<P: Provider> MemoryNode<P> {
                 .then(|| cfg.key_seed.unwrap_or_else(|| rand::rng().random())),
             lease_floor_us: cfg.lease_floor_us,
             lease_floor_turns: cfg.lease_floor_turns,
+            quota: cfg.tenant_quota()?,
         };
         let map = whole.shard_map(shards)?;
         let client_pd = ctx.alloc_pd()?;
@@ -333,6 +337,8 @@ impl<P: Provider> MemoryNode<P> {
                         .max(cfg.max_lifetime_us.saturating_mul(2)),
                     ..cfg.limits
                 },
+                tenant_sessions: HashMap::new(),
+                sessions_per_tenant: cfg.sessions_per_tenant(),
                 last_sweep: rnic::Timestamp::ZERO,
                 batch_copies: HashMap::new(),
                 rpc,

@@ -114,6 +114,11 @@ impl BufferPool {
         (class <= self.cfg.max_class).then_some(class)
     }
 
+    /// Pool bytes an object for `size` buffer bytes occupies (`None`: no class holds it).
+    pub fn footprint_for(&self, size: u64) -> Option<u64> {
+        Some(self.class_for(size)? + self.slot)
+    }
+
     /// Allocates an object for `size` buffer bytes; the flag says whether it is dirty (must be
     /// scrubbed before its new owner sees it).
     pub fn alloc(&mut self, size: u64) -> Option<(Object, bool)> {

@@ -6,10 +6,62 @@
 //! tenant may acquire an object only if its owner shared it (up to the shared access), and may
 //! never free it. The manager answers "no such object" and "not yours" alike, so a tenant
 //! cannot map another's memory by probing.
+//!
+//! Each tenant's usage (bytes of objects it owns, live permissions, exclusive ones) is kept
+//! here and checked against its [`TenantQuota`] before anything new is granted, so one tenant
+//! cannot take the pool, the headers or the windows from the others.
 
 use super::state::ClientId;
-use crate::proto::messages::Access;
+use crate::proto::messages::{Access, Mode};
 use std::collections::HashMap;
+
+/// What one tenant may hold (on one manager shard: a node's quota is split over its shards).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantQuota {
+    /// Bytes of objects it owns (slab-class sizes, header slots included).
+    pub memory_bytes: u64,
+    /// Live permissions of its clients.
+    pub permissions: u32,
+    /// Of those, exclusive ones.
+    pub exclusive: u32,
+}
+
+impl TenantQuota {
+    /// No limit.
+    pub const UNLIMITED: TenantQuota = TenantQuota {
+        memory_bytes: u64::MAX,
+        permissions: u32::MAX,
+        exclusive: u32::MAX,
+    };
+
+    /// This quota's share on one of `shards` shards (rounded up; unlimited stays so).
+    pub fn per_shard(&self, shards: usize) -> TenantQuota {
+        let n = shards.max(1) as u64;
+        let share = |q: u64, max: u64| if q == max { q } else { q.div_ceil(n) };
+        TenantQuota {
+            memory_bytes: share(self.memory_bytes, u64::MAX),
+            permissions: share(self.permissions as u64, u32::MAX as u64) as u32,
+            exclusive: share(self.exclusive as u64, u32::MAX as u64) as u32,
+        }
+    }
+}
+
+impl Default for TenantQuota {
+    fn default() -> Self {
+        Self::UNLIMITED
+    }
+}
+
+/// What one tenant holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes of objects it owns.
+    pub memory_bytes: u64,
+    /// Live permissions.
+    pub permissions: u32,
+    /// Live exclusive permissions.
+    pub exclusive: u32,
+}
 
 /// Identifies a tenant (configured on the memory node with its secret).
 pub type TenantId = u32;
@@ -22,8 +74,10 @@ pub const DEFAULT_TENANT: TenantId = 0;
 #[derive(Debug, Default)]
 pub struct Tenants {
     clients: HashMap<ClientId, TenantId>,
-    owners: HashMap<u64, TenantId>,
+    /// Each object's owner and the bytes it counts for.
+    owners: HashMap<u64, (TenantId, u64)>,
     shares: HashMap<u64, Vec<(TenantId, Access)>>,
+    usage: HashMap<TenantId, Usage>,
 }
 
 impl Tenants {
@@ -42,27 +96,79 @@ impl Tenants {
         self.clients.get(&client).copied().unwrap_or(DEFAULT_TENANT)
     }
 
-    /// `client`'s tenant now owns `object`.
-    pub fn own(&mut self, object: u64, client: ClientId) {
+    /// `client`'s tenant now owns `object`, which counts `bytes` against its quota.
+    pub fn own(&mut self, object: u64, client: ClientId, bytes: u64) {
         let t = self.tenant_of(client);
-        self.owners.insert(object, t);
+        if let Some((old, old_bytes)) = self.owners.insert(object, (t, bytes)) {
+            self.usage_mut(old).memory_bytes -= old_bytes;
+        }
+        self.usage_mut(t).memory_bytes += bytes;
     }
 
     /// `object` was freed: it belongs to nobody and is shared with nobody.
     pub fn disown(&mut self, object: u64) {
-        self.owners.remove(&object);
+        if let Some((t, bytes)) = self.owners.remove(&object) {
+            self.usage_mut(t).memory_bytes -= bytes;
+        }
         self.shares.remove(&object);
     }
 
     /// Whether `client`'s tenant owns `object`.
     pub fn owns(&self, client: ClientId, object: u64) -> bool {
-        self.owners.get(&object) == Some(&self.tenant_of(client))
+        self.owners.get(&object).map(|o| o.0) == Some(self.tenant_of(client))
+    }
+
+    /// A permission of `client` in `mode` began (`true`) or ended.
+    pub fn count_permission(&mut self, client: ClientId, mode: Mode, began: bool) {
+        let u = self.usage_mut(self.tenant_of(client));
+        let exclusive = u32::from(mode == Mode::Exclusive);
+        if began {
+            u.permissions += 1;
+            u.exclusive += exclusive;
+        } else {
+            u.permissions = u.permissions.saturating_sub(1);
+            u.exclusive = u.exclusive.saturating_sub(exclusive);
+        }
+    }
+
+    /// Whether `client`'s tenant may hold `bytes` more memory and (when `permission`) one
+    /// more permission in `mode`, within `quota`.
+    pub fn within(
+        &self,
+        client: ClientId,
+        quota: &TenantQuota,
+        bytes: u64,
+        permission: Option<Mode>,
+    ) -> bool {
+        let u = self
+            .usage
+            .get(&self.tenant_of(client))
+            .copied()
+            .unwrap_or_default();
+        let memory = u.memory_bytes.saturating_add(bytes) <= quota.memory_bytes;
+        let permissions = match permission {
+            None => true,
+            Some(mode) => {
+                u.permissions < quota.permissions
+                    && (mode == Mode::Shared || u.exclusive < quota.exclusive)
+            }
+        };
+        memory && permissions
+    }
+
+    /// What `tenant` holds.
+    pub fn usage(&self, tenant: TenantId) -> Usage {
+        self.usage.get(&tenant).copied().unwrap_or_default()
+    }
+
+    fn usage_mut(&mut self, tenant: TenantId) -> &mut Usage {
+        self.usage.entry(tenant).or_default()
     }
 
     /// Whether `client` may acquire `object` with `access`.
     pub fn may_acquire(&self, client: ClientId, object: u64, access: Access) -> bool {
         let t = self.tenant_of(client);
-        if self.owners.get(&object) == Some(&t) {
+        if self.owners.get(&object).map(|o| o.0) == Some(t) {
             return true;
         }
         self.shares.get(&object).is_some_and(|s| {
@@ -85,8 +191,10 @@ impl Tenants {
 
     /// Bytes of state (by capacity).
     pub fn metadata_bytes(&self) -> u64 {
-        (self.clients.capacity() * 9 + self.owners.capacity() * 13 + self.shares.capacity() * 33)
-            as u64
+        (self.clients.capacity() * 9
+            + self.owners.capacity() * 21
+            + self.shares.capacity() * 33
+            + self.usage.capacity() * 21) as u64
     }
 }
 
@@ -100,7 +208,7 @@ mod tests {
         t.set_client(1, 10);
         t.set_client(2, 10);
         t.set_client(3, 20);
-        t.own(0x100, 1);
+        t.own(0x100, 1, 96);
         assert!(t.may_acquire(2, 0x100, Access::ReadWrite), "same tenant");
         assert!(t.owns(2, 0x100));
         assert!(!t.may_acquire(3, 0x100, Access::Read), "stranger");

@@ -120,7 +120,7 @@ fn mode_of(b: u8) -> Result<Mode, ProtoError> {
     }
 }
 
-const STATUSES: [Status; 11] = [
+const STATUSES: [Status; 12] = [
     Status::Ok,
     Status::NoMemory,
     Status::PoolExhausted,
@@ -132,6 +132,7 @@ const STATUSES: [Status; 11] = [
     Status::Unauthorized,
     Status::NotOwner,
     Status::Overloaded,
+    Status::QuotaExceeded,
 ];
 
 fn status_code(s: Status) -> u8 {

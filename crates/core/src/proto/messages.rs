@@ -158,6 +158,9 @@ pub enum Status {
     /// The manager is too far behind to grant a lease that would still be alive when its
     /// reply arrives (admission control): back off and ask again.
     Overloaded,
+    /// The client's tenant holds as much as its quota allows (memory, permissions, exclusive
+    /// permissions or connections): free or revoke something first.
+    QuotaExceeded,
 }
 
 /// A granted permission, as sent to the client.

@@ -9,7 +9,7 @@
 
 use patronus_core::manager::{
     BindTarget, ClientId, Counters, ManagerConfig, ManagerCore, MwId, NicOp, NicResult, Occupancy,
-    Outgoing, Scrub, SlabConfig, Techniques,
+    Outgoing, Scrub, SlabConfig, Techniques, TenantQuota,
 };
 use patronus_core::proto::header::{HEADER_SIZE, LIFETIME_OFFSET};
 use patronus_core::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
@@ -334,6 +334,7 @@ pub fn test_config(techniques: Techniques) -> ManagerConfig {
         key_seed: None,
         lease_floor_us: 0,
         lease_floor_turns: 2,
+        quota: TenantQuota::UNLIMITED,
     }
 }
 

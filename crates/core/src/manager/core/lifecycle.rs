@@ -10,6 +10,7 @@ impl ManagerCore {
         let Some(p) = self.perms.remove(key) else {
             return;
         };
+        self.tenants.count_permission(p.client, p.mode, false);
         self.counters.ended += 1;
         let delay_buffer = freeing
             && self.cfg.techniques.delayed_unbind
@@ -134,7 +135,7 @@ impl ManagerCore {
                 self.refuse(asker, Status::NotFound);
                 continue;
             };
-            self.grant(now, asker, o, lease_us, access, mode);
+            self.grant(now, asker, o, lease_us, (access, mode), false);
         }
         if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
             self.objects.remove(&object);

@@ -130,7 +130,14 @@ impl ManagerCore {
             self.refuse_holders(obj.addr);
             return;
         }
-        self.grant(now, Asker::one(client, req_id), obj, lease_us, access, mode);
+        self.grant(
+            now,
+            Asker::one(client, req_id),
+            obj,
+            lease_us,
+            (access, mode),
+            false,
+        );
     }
 
     /// Replaces a permission by a new one over the same object in one step: the new grant
@@ -166,7 +173,14 @@ impl ManagerCore {
         let Some(obj) = self.buffers.object_at(object) else {
             return self.fail(client, req_id, Status::NotFound);
         };
-        if self.grant(now, Asker::one(client, req_id), obj, lease_us, access, mode) {
+        if self.grant(
+            now,
+            Asker::one(client, req_id),
+            obj,
+            lease_us,
+            (access, mode),
+            true,
+        ) {
             self.end_permission(key, false, now);
         }
     }
@@ -211,6 +225,13 @@ impl ManagerCore {
             // the header cannot describe): refused, never granted without a lifetime word.
             return self.fail(client, req_id, Status::InvalidArgument);
         }
+        let bytes = self.buffers.footprint_for(size).unwrap_or(u64::MAX);
+        if !self
+            .tenants
+            .within(client, &self.cfg.quota, bytes, Some(mode))
+        {
+            return self.fail(client, req_id, Status::QuotaExceeded);
+        }
         let Some((obj, dirty)) = self.buffers.alloc(size) else {
             return self.fail(client, req_id, Status::NoMemory);
         };
@@ -222,13 +243,13 @@ impl ManagerCore {
             self.releasing.push((mw, client));
         }
         let asker = Asker::one(client, req_id);
-        let granted = self.grant(now, asker, obj, lease_us, Access::ReadWrite, mode);
+        let granted = self.grant(now, asker, obj, lease_us, (Access::ReadWrite, mode), false);
         let scrub = (dirty && self.cfg.scrub != Scrub::Off).then(|| obj.buffer());
         match self.grants.last_mut() {
             Some(g) if granted => {
                 g.allocated = true;
                 g.scrub = scrub;
-                self.tenants.own(obj.addr, client);
+                self.tenants.own(obj.addr, client, obj.footprint());
             }
             _ => {
                 // Not granted (pools exhausted): the memory goes back instead of leaking.
@@ -252,10 +273,15 @@ impl ManagerCore {
         asker: Asker,
         obj: Object,
         lease_us: u64,
-        access: Access,
-        mode: Mode,
+        (access, mode): (Access, Mode),
+        replacing: bool,
     ) -> bool {
         let client = asker.client;
+        // A renewal replaces a permission the tenant holds: it needs no room of its own.
+        if !replacing && !self.tenants.within(client, &self.cfg.quota, 0, Some(mode)) {
+            self.refuse(asker, Status::QuotaExceeded);
+            return false;
+        }
         let contiguous = self.cfg.techniques.contiguity
             && access == Access::ReadWrite
             && !self.objects.get(&obj.addr).is_some_and(|o| o.embedded_busy);
@@ -330,6 +356,7 @@ impl ManagerCore {
             phase: Phase::Granting,
         };
         let key = self.perms.insert(p);
+        self.tenants.count_permission(client, mode, true);
         let state = self.objects.entry(obj.addr).or_default();
         state.perms.push(key);
         state.hold(mode);

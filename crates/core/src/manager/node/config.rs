@@ -5,7 +5,7 @@ use super::super::core::ManagerCore;
 use super::super::core::{Occupancy, Scrub};
 use super::super::pool::SlabConfig;
 use super::super::state::{Counters, Techniques};
-use super::super::tenants::TenantId;
+use super::super::tenants::{TenantId, TenantQuota};
 use super::sessions::SessionEnds;
 use crate::proto::shards::ShardError;
 use rnic::{QpTiming, VerbsError};
@@ -88,6 +88,17 @@ pub struct NodeLimits {
     pub control_credits: u32,
     /// Control connections per shard (each holds `control_credits` receive slots).
     pub max_connections: u32,
+    /// What each configured tenant may hold: memory, live permissions, exclusive ones.
+    /// `None`: with tenants configured, an equal share of the node each (three quarters of the
+    /// memory pool's share, the rest being slab rounding; the headers and, with one PD for
+    /// all, the windows); without, no limit (one application).
+    /// Quotas are reservations: the node refuses to start if the configured tenants' quotas
+    /// add up to more than it has, so a tenant within its quota is never refused because of
+    /// another.
+    pub tenant_quota: Option<TenantQuota>,
+    /// Clients (sessions) each tenant may have connected at once. `None`: with tenants
+    /// configured, an equal share of `max_connections`; without, `max_connections`.
+    pub sessions_per_tenant: Option<u32>,
 }
 
 impl Default for NodeLimits {
@@ -97,7 +108,60 @@ impl Default for NodeLimits {
             hello_timeout_us: 2_000_000,
             control_credits: crate::client::MAX_OUTSTANDING_RPCS,
             max_connections: 1024,
+            tenant_quota: None,
+            sessions_per_tenant: None,
         }
+    }
+}
+
+impl NodeConfig {
+    /// Each tenant's quota (see [`NodeLimits::tenant_quota`]), checked against what the node
+    /// has: the configured tenants' quotas must fit in it together.
+    pub fn tenant_quota(&self) -> Result<TenantQuota, NodeError> {
+        let tenants = self.tenants.len() as u64;
+        // Permissions a node can hold at once: each needs a header (embedded or pooled) and
+        // up to two windows, which with a PD per client are the client's own.
+        let windows = if self.isolation == Isolation::SharedPd {
+            u64::from(self.mw_count) / 2
+        } else {
+            u64::MAX
+        };
+        let permissions = (self.header_count as u64).min(windows);
+        let quota = match (self.limits.tenant_quota, tenants) {
+            (Some(q), _) => q,
+            (None, 0) => return Ok(TenantQuota::UNLIMITED),
+            // Three quarters of an equal share of the pool: objects come in slab classes, and
+            // the slabs' partial fills and tails are room no tenant can count on.
+            (None, n) => TenantQuota {
+                memory_bytes: self.pool_bytes / n / 4 * 3,
+                permissions: (permissions / n).min(u32::MAX as u64) as u32,
+                exclusive: (permissions / n).min(u32::MAX as u64) as u32,
+            },
+        };
+        let n = tenants.max(1);
+        if quota.memory_bytes != u64::MAX && quota.memory_bytes.saturating_mul(n) > self.pool_bytes
+        {
+            return Err(NodeError::Config(
+                "the tenants' memory quotas add up to more than the pool",
+            ));
+        }
+        if quota.permissions != u32::MAX
+            && u64::from(quota.permissions).saturating_mul(n) > permissions
+        {
+            return Err(NodeError::Config(
+                "the tenants' permission quotas add up to more than the node's headers and windows",
+            ));
+        }
+        Ok(quota)
+    }
+
+    /// Sessions each tenant may have (see [`NodeLimits::sessions_per_tenant`]).
+    pub fn sessions_per_tenant(&self) -> u32 {
+        let n = (self.tenants.len() as u32).max(1);
+        self.limits
+            .sessions_per_tenant
+            .unwrap_or(self.limits.max_connections / n)
+            .max(1)
     }
 }
 
@@ -259,6 +323,8 @@ pub struct Held {
     pub recent_requests: usize,
     /// Blocks of control receive slots attached to connections (flow control).
     pub control_blocks: usize,
+    /// Connections accepted and not yet taken up by their shard.
+    pub pending_connections: usize,
     /// Node-wide client records (secrets, tenants, last-heard times, PDs): the largest of
     /// them, counted once.
     pub client_records: usize,
@@ -274,6 +340,7 @@ impl Held {
             windows: self.windows + o.windows,
             recent_requests: self.recent_requests + o.recent_requests,
             control_blocks: self.control_blocks + o.control_blocks,
+            pending_connections: self.pending_connections + o.pending_connections,
             client_records: self.client_records.max(o.client_records),
         }
     }

@@ -166,6 +166,7 @@ impl<P: Provider> Runner<P> {
             windows,
             recent_requests: self.sessions.values().map(|c| c.recent.len()).sum(),
             control_blocks: self.rpc.connection_slots().map_or(0, |s| s.attached()),
+            pending_connections: self.shared.incoming[self.shard].lock().len(),
             client_records: [
                 self.shared.secrets.lock().len(),
                 self.shared.tenants_of.lock().len(),
@@ -401,10 +402,15 @@ impl<P: Provider> Runner<P> {
             None if !known => return Err(Status::Unauthorized),
             None => {}
         }
+        let sessions = self.tenant_sessions.get(&tenant).copied().unwrap_or(0);
+        if sessions >= self.sessions_per_tenant {
+            return Err(Status::QuotaExceeded);
+        }
         if self.nic.isolation != Isolation::SharedPd && self.add_client_domain(client).is_err() {
             // No isolated domain, no service: never a silent fall-back to a weaker isolation.
             return Err(Status::PoolExhausted);
         }
+        *self.tenant_sessions.entry(tenant).or_default() += 1;
         self.core.set_tenant(client, tenant);
         let Some(session) = self.sessions.get_mut(&client) else {
             return Err(Status::Unauthorized);

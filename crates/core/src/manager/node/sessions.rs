@@ -103,6 +103,14 @@ impl<P: Provider> Runner<P> {
         self.refuse_connection(&session.control, session.block);
         self.batch_copies.retain(|(id, _), _| *id != client);
         self.core.depart(client);
+        if let (0, Some(tenant)) = (self.shard, session.tenant)
+            && let Some(n) = self.tenant_sessions.get_mut(&tenant)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.tenant_sessions.remove(&tenant);
+            }
+        }
         // Counted once node-wide: by the shard that forgets the client first (an
         // unauthenticated session exists on shard 0 only).
         if reason != EndReason::Elsewhere
