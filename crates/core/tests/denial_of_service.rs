@@ -1,0 +1,3 @@
+#[path = "denial_of_service/stray_replies.rs"]
+mod stray_replies;
+mod support;
