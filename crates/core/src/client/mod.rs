@@ -643,6 +643,7 @@ impl<P: Provider> Client<P> {
     pub fn stats(&self) -> ClientStats {
         let mut s = self.stats.clone();
         s.rpc_retries = self.ctrl.iter().map(RpcClient::resent).sum();
+        s.stray_replies = self.ctrl.iter().map(RpcClient::stray_replies).sum();
         s
     }
 

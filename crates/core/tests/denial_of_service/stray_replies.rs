@@ -7,7 +7,8 @@
 //! NIC with a test-controlled server end, single-threaded: the inline link delivers a send on
 //! the sender's thread, so each step is deterministic. Deadlines are read from a test clock
 //! that moves one millisecond per reading, so a wait that ignored its deadline would show as an
-//! unbounded count of readings, never as wall time.
+//! unbounded count of readings, never as wall time. The end-to-end test makes the client
+//! library's own retry produce the duplicate, on a queued network a test thread delivers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 use parking_lot::Mutex;
@@ -326,4 +327,103 @@ fn a_call_ends_by_its_deadline_while_strays_keep_arriving() {
     assert_eq!(orphans[0].reply, 30);
     assert!(p.client.stray_replies() > strays);
     all_slots_answer(&mut p);
+}
+
+/// Spins (yielding) until `cond` holds; bounded in wall time.
+#[allow(clippy::disallowed_methods)]
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// End to end: the client library's own retry makes the memory node answer twice; the second
+/// answer is a stray, counted, and the client's next requests are answered as usual.
+#[test]
+fn the_library_s_own_retry_leaves_a_stray_and_the_client_works_on() {
+    use crate::support::queued::{QueuedBed, StopOnDrop};
+    use patronus_core::client::{Client, ClientConfig};
+    use patronus_core::manager::{MemoryNode, NodeConfig};
+    use patronus_core::proto::messages::Mode;
+    use rnic::soft::link::queued::Faults;
+
+    let bed = QueuedBed::new(5);
+    let (clock, net) = (&bed.clock, &bed.net);
+    let stop = AtomicBool::new(false);
+    // While set, virtual time stands still and nothing with a delay is delivered.
+    let hold = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // The network's delivery: the clock moves to the next due packet, which is delivered.
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                if !hold.load(Ordering::SeqCst)
+                    && let Some(due) = net.next_due()
+                {
+                    clock.set(due);
+                }
+                net.step(clock.now());
+                std::thread::yield_now();
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        let node = MemoryNode::<SoftProvider>::start(
+            bed.device(1),
+            NodeConfig {
+                max_lifetime_us: 60_000_000,
+                ..NodeConfig::default()
+            },
+        )
+        .unwrap();
+        let cfg = ClientConfig {
+            acquire_wait: Duration::ZERO,
+            // The retry goes out after 100 ms (wall time) without an answer.
+            rpc_timeout: Duration::from_millis(200),
+            ..ClientConfig::default()
+        };
+        let mut c = Client::<SoftProvider>::connect(&bed.device(2), node.address(), cfg).unwrap();
+        let p = c
+            .allocate(64, Duration::from_secs(60), Mode::Exclusive)
+            .unwrap();
+        // The request waits on the wire until the client has sent its retry; then both go.
+        hold.store(true, Ordering::SeqCst);
+        net.set_faults(Faults {
+            delay_us: (1_000, 1_000),
+            ..Faults::default()
+        });
+        let (first, mut c) = std::thread::scope(|t| {
+            let h = t.spawn(move || {
+                let r = c.allocate(64, Duration::from_secs(60), Mode::Exclusive);
+                (r, c)
+            });
+            until("the request and its retry on the wire", || {
+                net.in_flight() == 2
+            });
+            hold.store(false, Ordering::SeqCst);
+            h.join().unwrap()
+        });
+        let first = first.unwrap();
+        net.set_faults(Faults::default());
+        // The node answered both copies of the one request; the second answer is dropped
+        // and counted whenever it arrives (looked for a bounded number of times).
+        for _ in 0..1_000 {
+            if c.stats().stray_replies > 0 {
+                break;
+            }
+            assert_eq!(c.wait_reply(Duration::from_millis(1)).unwrap(), None);
+        }
+        let s = c.stats();
+        assert_eq!((s.rpc_retries, s.stray_replies), (1, 1), "{s:?}");
+        assert_eq!(s.grants, 2, "the retried allocation granted once: {s:?}");
+        // The next requests are answered as usual.
+        let second = c
+            .allocate(64, Duration::from_secs(60), Mode::Exclusive)
+            .unwrap();
+        assert_ne!(first.addr(), second.addr());
+        for perm in [p, first, second] {
+            c.free(perm).unwrap();
+        }
+        assert_eq!(c.stats().stray_replies, 1);
+    });
 }
