@@ -88,6 +88,8 @@ pub struct ClientStats {
     /// Control replies dropped because nobody was owed them: unknown request ids (forged, or
     /// long forgotten), duplicates (a retry's second answer), undecodable slots.
     pub stray_replies: u64,
+    /// New sessions opened after the control connection was lost.
+    pub reconnects: u64,
     /// Control round trips (sending to taking the reply), µs.
     pub rtt_us: Histogram<u64>,
     /// The slack the client last added to a lease, µs.
@@ -107,6 +109,7 @@ impl Default for ClientStats {
             rpc_retries: 0,
             overloaded: 0,
             stray_replies: 0,
+            reconnects: 0,
             rtt_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("constant, valid histogram bounds"),
             slack_us: 0,
@@ -127,6 +130,7 @@ impl ClientStats {
         self.rpc_retries += o.rpc_retries;
         self.overloaded += o.overloaded;
         self.stray_replies += o.stray_replies;
+        self.reconnects += o.reconnects;
         // Same bounds on both sides: cannot fail.
         let _ = self.rtt_us.add(&o.rtt_us);
         self.slack_us = self.slack_us.max(o.slack_us);

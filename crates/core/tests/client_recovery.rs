@@ -1,0 +1,228 @@
+//! Issue 11, item 4: a client whose control connection dies opens a new session with the
+//! memory node. The connection breaks for real under a request in flight: in-process, the
+//! queued network kills the connection with the request on the wire; over TCP, the client's
+//! links drop the request and its retransmissions until the QP gives up (retry exceeded).
+//!
+//! Then: the request in flight reports its outcome unknown (`ControlLost`, never sent again);
+//! the next allocation succeeds in a new session (a new `Hello`: a new client id; new data QPs
+//! that carry data); the old session's permission is refused (`SessionLost`) by revoke, RPC
+//! and CAS extension and the data path; its memory, the tenant's, is freed through the new
+//! session; and the client counted one reconnect.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
+
+mod support;
+
+use patronus_core::client::{Client, ClientConfig, ClientError, Perm};
+use patronus_core::manager::{Isolation, MemoryNode, NodeConfig};
+use patronus_core::proto::messages::{Access, Mode};
+use rnic::soft::link::LinkStack;
+use rnic::soft::link::faulty::LinkFaults;
+use rnic::soft::link::queued::Faults;
+use rnic::soft::{SoftConfig, SoftProvider, TcpNode, TcpOptions};
+use rnic::{Clock, QpTiming, VirtualClock};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use support::queued::{QueuedBed, StopOnDrop};
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn node_cfg(isolation: Isolation) -> NodeConfig {
+    NodeConfig {
+        isolation,
+        max_lifetime_us: 60_000_000,
+        ..NodeConfig::default()
+    }
+}
+
+/// Spins (yielding) until `cond` holds; bounded in wall time.
+#[allow(clippy::disallowed_methods)]
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// What the client does once its control connection broke under an allocation (`lost`'s
+/// outcome); `old` is a permission of the session that ended (shared, so that a memory node
+/// that keeps an ended session's permissions until their leases end lets the new session
+/// acquire the object too).
+fn recovers(c: &mut Client<SoftProvider>, old: Perm, lost: Result<Perm, ClientError>) {
+    assert!(
+        matches!(lost, Err(ClientError::ControlLost(_))),
+        "the request in flight has an unknown outcome: {lost:?}"
+    );
+    assert_eq!((c.session(), c.stats().reconnects), (0, 0));
+    // Pipelined requests of the lost session get no reply: said, not left to time out.
+    assert!(
+        matches!(c.poll_reply(), Err(ClientError::ControlLost(_))),
+        "poll_reply on a lost session"
+    );
+    let first_id = c.id();
+
+    // The next control operation opens a new session.
+    let fresh = c.allocate(64, LEASE, Mode::Exclusive).unwrap();
+    assert_eq!((c.session(), fresh.session()), (1, 1));
+    assert_ne!(c.id(), first_id, "a new Hello, a new client id");
+    assert_eq!(c.stats().reconnects, 1);
+    // Its data QPs carry data.
+    c.write(&fresh, 0, b"fresh").unwrap();
+    let mut buf = [0u8; 5];
+    c.read(&fresh, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"fresh");
+
+    // The old session's permission ended with it.
+    assert_eq!(old.session(), 0);
+    let r = c.read(&old, 0, &mut buf);
+    assert!(matches!(r, Err(ClientError::SessionLost)), "read: {r:?}");
+    let r = c.extend(&old, LEASE);
+    assert!(matches!(r, Err(ClientError::SessionLost)), "extend: {r:?}");
+    let r = c.extend_rpc(&old, LEASE);
+    assert!(
+        matches!(r, Err(ClientError::SessionLost)),
+        "extend_rpc: {r:?}"
+    );
+    let r = c.revoke(old.forged_copy());
+    assert!(matches!(r, Err(ClientError::SessionLost)), "revoke: {r:?}");
+    // Its memory is the tenant's: freed by acquiring it again in the new session.
+    let addr = old.addr();
+    c.free(old).unwrap();
+    let r = c.acquire(addr, 8, LEASE, Access::Read, Mode::Shared);
+    assert!(matches!(r, Err(ClientError::NotFound)), "freed: {r:?}");
+
+    c.free(fresh).unwrap();
+    assert_eq!((c.session(), c.stats().reconnects), (1, 1));
+}
+
+/// In-process: the queued network kills the control connection while the request is on the
+/// wire (both ends see the link go down).
+fn inproc_a_killed_control_connection_is_re_established(iso: Isolation) {
+    let bed = QueuedBed::new(3);
+    let (clock, net) = (&bed.clock, &bed.net);
+    let stop = AtomicBool::new(false);
+    // While set, virtual time stands still and nothing with a delay is delivered.
+    let hold = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // The network's delivery: the clock moves to the next due packet, which is delivered.
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                if !hold.load(Ordering::SeqCst)
+                    && let Some(due) = net.next_due()
+                {
+                    clock.set(due);
+                }
+                net.step(clock.now());
+                std::thread::yield_now();
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        let node = MemoryNode::<SoftProvider>::start(bed.device(1), node_cfg(iso)).unwrap();
+        let cfg = ClientConfig {
+            acquire_wait: Duration::ZERO,
+            ..ClientConfig::default()
+        };
+        let mut c = Client::<SoftProvider>::connect(&bed.device(2), node.address(), cfg).unwrap();
+        let old = c.allocate(64, LEASE, Mode::Shared).unwrap();
+        c.write(&old, 0, b"old").unwrap();
+
+        hold.store(true, Ordering::SeqCst);
+        net.set_faults(Faults {
+            delay_us: (1_000, 1_000),
+            ..Faults::default()
+        });
+        let (lost, mut c) = std::thread::scope(|t| {
+            let h = t.spawn(move || (c.allocate(64, LEASE, Mode::Exclusive), c));
+            until("the allocation on the wire", || net.in_flight() == 1);
+            assert_eq!(net.kill_in_flight(), 1, "only the control connection dies");
+            net.set_faults(Faults::default());
+            hold.store(false, Ordering::SeqCst);
+            h.join().unwrap()
+        });
+        recovers(&mut c, old, lost);
+    });
+}
+
+/// Over TCP: the client's links drop the request and both retransmissions; its control QP
+/// gives up (retry exceeded). Retransmission timers run on a virtual clock the test moves.
+fn tcp_a_control_qp_that_gave_up_is_re_established(iso: Isolation) {
+    let clock = VirtualClock::new();
+    let device = |seed: u64, options: TcpOptions| {
+        let cfg = SoftConfig {
+            clock: clock.clone(),
+            seed: Some(seed),
+            ..SoftConfig::default()
+        };
+        TcpNode::open_with(cfg, SocketAddr::from(([127, 0, 0, 1], 0)), options).unwrap()
+    };
+    let node =
+        MemoryNode::<SoftProvider>::start(device(1, TcpOptions::default()), node_cfg(iso)).unwrap();
+    let faults = LinkFaults::new();
+    let client_device = device(
+        2,
+        TcpOptions {
+            links: LinkStack::new().faulty(faults.clone()),
+            ..TcpOptions::default()
+        },
+    );
+    let timing = QpTiming {
+        ack_timeout_us: 1_000,
+        retry_count: 2,
+        ..QpTiming::default()
+    };
+    let cfg = ClientConfig {
+        acquire_wait: Duration::ZERO,
+        qp_timing: timing,
+        ..ClientConfig::default()
+    };
+    let mut c = Client::<SoftProvider>::connect(&client_device, node.address(), cfg).unwrap();
+    let old = c.allocate(64, LEASE, Mode::Shared).unwrap();
+    c.write(&old, 0, b"old").unwrap();
+
+    // The request and its two retransmissions are lost: the third timeout breaks the QP.
+    faults.drop_next(1 + u32::from(timing.retry_count));
+    let (lost, mut c) = std::thread::scope(|t| {
+        let h = t.spawn(move || (c.allocate(64, LEASE, Mode::Exclusive), c));
+        for _ in 0..10_000 {
+            if h.is_finished() {
+                break;
+            }
+            clock.advance(Duration::from_micros(timing.ack_timeout_us));
+            std::thread::yield_now();
+        }
+        h.join().unwrap()
+    });
+    assert_eq!(faults.dropped(), 3);
+    recovers(&mut c, old, lost);
+}
+
+#[test]
+fn inproc_a_killed_control_connection_is_re_established_shared_pd() {
+    inproc_a_killed_control_connection_is_re_established(Isolation::SharedPd);
+}
+
+#[test]
+fn inproc_a_killed_control_connection_is_re_established_pd_per_client() {
+    inproc_a_killed_control_connection_is_re_established(Isolation::PdPerClient);
+}
+
+#[test]
+fn inproc_a_killed_control_connection_is_re_established_type2() {
+    inproc_a_killed_control_connection_is_re_established(Isolation::Type2);
+}
+
+#[test]
+fn tcp_a_control_qp_that_gave_up_is_re_established_shared_pd() {
+    tcp_a_control_qp_that_gave_up_is_re_established(Isolation::SharedPd);
+}
+
+#[test]
+fn tcp_a_control_qp_that_gave_up_is_re_established_pd_per_client() {
+    tcp_a_control_qp_that_gave_up_is_re_established(Isolation::PdPerClient);
+}
+
+#[test]
+fn tcp_a_control_qp_that_gave_up_is_re_established_type2() {
+    tcp_a_control_qp_that_gave_up_is_re_established(Isolation::Type2);
+}
