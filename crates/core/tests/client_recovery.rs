@@ -8,6 +8,9 @@
 //! that carry data); the old session's permission is refused (`SessionLost`) by revoke, RPC
 //! and CAS extension and the data path; its memory, the tenant's, is freed through the new
 //! session; and the client counted one reconnect.
+//!
+//! A memory node played by the test covers the other way a session ends: the node forgets the
+//! client while its QPs stay up, and refuses its requests as unauthenticated.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 mod support;
@@ -225,4 +228,191 @@ fn tcp_a_control_qp_that_gave_up_is_re_established_pd_per_client() {
 #[test]
 fn tcp_a_control_qp_that_gave_up_is_re_established_type2() {
     tcp_a_control_qp_that_gave_up_is_re_established(Isolation::Type2);
+}
+
+/// A memory node played by the test: it welcomes every `Hello` with a new client id, grants
+/// allocations, revokes — and while `forgotten` is set, refuses everything but a `Hello` as
+/// unauthenticated, as a node that ended a client's session without closing its QPs would.
+mod forgetful {
+    use parking_lot::Mutex;
+    use patronus_core::proto::connect::{Intent, Role};
+    use patronus_core::proto::messages::{
+        ControlProtocol, Grant, PermissionId, Reply, Request, Status,
+    };
+    use patronus_core::proto::shards::ShardMap;
+    use patronus_core::rpc::{Incoming, RpcServer};
+    use rnic::soft::{SoftContext, SoftCq, SoftPd, SoftProvider, SoftQp, SoftSrq};
+    use rnic::{
+        AcceptPolicy, AccessFlags, Context, MemoryKey, ProtectionDomain, QpInit, QpTiming,
+        QueuePair,
+    };
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// What the node saw.
+    #[derive(Debug, Default)]
+    pub struct Seen {
+        pub hellos: u32,
+        pub allocations: u32,
+        pub refused: u32,
+    }
+
+    pub struct Accept {
+        pd: SoftPd,
+        srq: SoftSrq,
+        ctrl_cq: SoftCq,
+        data_cq: SoftCq,
+        qps: Mutex<HashMap<rnic::QpNumber, SoftQp>>,
+    }
+
+    impl AcceptPolicy<SoftProvider> for Accept {
+        fn create_qp(&self, private_data: &[u8]) -> Result<SoftQp, String> {
+            let intent = Intent::decode(private_data).ok_or("no intent")?;
+            let control = intent.role == Role::Control;
+            let (cq, srq) = if control {
+                (&self.ctrl_cq, Some(&self.srq))
+            } else {
+                (&self.data_cq, None)
+            };
+            self.pd
+                .create_qp(QpInit {
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq,
+                    max_send_wr: 64,
+                    max_recv_wr: 1,
+                    access: AccessFlags::REMOTE_ALL,
+                    timing: QpTiming::default(),
+                })
+                .map_err(|e| e.to_string())
+        }
+        fn established(&self, qp: SoftQp, _: &[u8]) {
+            self.qps.lock().insert(qp.qp_num(), qp);
+        }
+    }
+
+    /// Runs the node on `ctx` until `stop`; returns its address through `address`.
+    pub fn serve(
+        ctx: &SoftContext,
+        forgotten: &AtomicBool,
+        stop: &AtomicBool,
+        address: &Mutex<Option<rnic::soft::SoftAddress>>,
+    ) -> Seen {
+        let pd = ctx.alloc_pd().unwrap();
+        let mut server = RpcServer::<SoftProvider, ControlProtocol>::new(ctx, &pd, 64, 16).unwrap();
+        let accept = Arc::new(Accept {
+            pd: pd.clone(),
+            srq: server.srq().clone(),
+            ctrl_cq: server.recv_cq().clone(),
+            data_cq: ctx.create_cq(64).unwrap(),
+            qps: Mutex::new(HashMap::new()),
+        });
+        let listener = ctx.listen(accept.clone()).unwrap();
+        *address.lock() = Some(ctx.listener_address(&listener));
+        let mut seen = Seen::default();
+        let mut next_client = 1;
+        let mut incoming: Vec<Incoming<Request>> = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            server.receive(&mut incoming);
+            for m in incoming.drain(..) {
+                let Ok((id, req)) = m.message else { continue };
+                let reply = match req {
+                    Request::Hello { .. } => {
+                        seen.hellos += 1;
+                        forgotten.store(false, Ordering::SeqCst);
+                        next_client += 1;
+                        Reply::Welcome {
+                            client_id: next_client - 1,
+                            secret: 7,
+                            type2: false,
+                            shards: ShardMap {
+                                shards: 1,
+                                header_base: 0,
+                                headers_per_shard: u32::MAX,
+                                buffer_base: 0,
+                                buffer_span: u64::MAX,
+                            },
+                        }
+                    }
+                    _ if forgotten.load(Ordering::SeqCst) => {
+                        seen.refused += 1;
+                        Reply::Failed(Status::Unauthorized)
+                    }
+                    Request::Allocate { size, .. } => {
+                        seen.allocations += 1;
+                        Reply::Granted(Grant {
+                            id: PermissionId {
+                                header_addr: 64 * u64::from(seen.allocations),
+                                start_us: 1,
+                            },
+                            buffer_addr: 4096 * u64::from(seen.allocations),
+                            buffer_len: size,
+                            buffer_rkey: MemoryKey(1),
+                            lifetime_rkey: MemoryKey(1),
+                            lifetime_us: 60_000_000,
+                            contiguous: false,
+                            max_lifetime_us: 60_000_000,
+                        })
+                    }
+                    Request::Revoke { .. } => Reply::Revoked,
+                    _ => Reply::Failed(Status::InvalidArgument),
+                };
+                let qp = accept.qps.lock().get(&m.qp_num).cloned();
+                if let Some(qp) = qp {
+                    let _ = server.reply(&qp, id, &reply);
+                }
+            }
+            std::thread::yield_now();
+        }
+        seen
+    }
+}
+
+/// A memory node that ended the client's session but left its QPs up refuses its requests
+/// as unauthenticated: the client opens a new session and sends the refused request again
+/// (it never ran), unless it names a permission of the session that ended.
+#[test]
+fn a_node_that_forgot_the_client_gets_a_new_session() {
+    let fabric = rnic::soft::SoftFabric::new();
+    let (mn, cn) = (
+        fabric.open_device(SoftConfig::default()),
+        fabric.open_device(SoftConfig::default()),
+    );
+    let (forgotten, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    let address = parking_lot::Mutex::new(None);
+    let seen = std::thread::scope(|s| {
+        let node = s.spawn(|| forgetful::serve(&mn, &forgotten, &stop, &address));
+        let _stop = StopOnDrop(&stop);
+        until("the node listens", || address.lock().is_some());
+        let at = address.lock().clone().unwrap();
+        let cfg = ClientConfig {
+            spare_qps: 0,
+            background_recovery: false,
+            ..ClientConfig::default()
+        };
+        let mut c = Client::<SoftProvider>::connect(&cn, &at, cfg).unwrap();
+        let first = c.allocate(64, LEASE, Mode::Exclusive).unwrap();
+        assert_eq!((c.id(), c.session()), (1, 0));
+
+        // Refused as unauthenticated: a new session, and the allocation sent again there.
+        forgotten.store(true, Ordering::SeqCst);
+        let again = c.allocate(64, LEASE, Mode::Exclusive).unwrap();
+        assert_eq!((c.id(), c.session(), again.session()), (2, 1, 1));
+        assert_eq!(c.stats().reconnects, 1);
+        assert!(matches!(c.revoke(first), Err(ClientError::SessionLost)));
+
+        // A request naming a permission is not sent again: the permission ended.
+        forgotten.store(true, Ordering::SeqCst);
+        let r = c.revoke(again);
+        assert!(matches!(r, Err(ClientError::SessionLost)), "{r:?}");
+        assert_eq!((c.id(), c.session(), c.stats().reconnects), (3, 2, 2));
+        stop.store(true, Ordering::SeqCst);
+        node.join().unwrap()
+    });
+    assert_eq!(
+        (seen.hellos, seen.allocations, seen.refused),
+        (3, 2, 2),
+        "{seen:?}"
+    );
 }
