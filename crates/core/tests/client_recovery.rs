@@ -20,7 +20,7 @@ use patronus_core::manager::{Isolation, MemoryNode, NodeConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::link::LinkStack;
 use rnic::soft::link::faulty::LinkFaults;
-use rnic::soft::link::queued::Faults;
+use rnic::soft::link::queued::{Faults, QueuedNetwork};
 use rnic::soft::{SoftConfig, SoftProvider, TcpNode, TcpOptions};
 use rnic::{Clock, QpTiming, VirtualClock};
 use std::net::SocketAddr;
@@ -29,6 +29,8 @@ use std::time::Duration;
 use support::queued::{QueuedBed, StopOnDrop};
 
 const LEASE: Duration = Duration::from_secs(60);
+/// A lease that extensions can add to (the node's maximum lifetime is `LEASE`).
+const SHORT: Duration = Duration::from_secs(1);
 
 fn node_cfg(isolation: Isolation) -> NodeConfig {
     NodeConfig {
@@ -99,16 +101,18 @@ fn recovers(c: &mut Client<SoftProvider>, old: Perm, lost: Result<Perm, ClientEr
     assert_eq!((c.session(), c.stats().reconnects), (1, 1));
 }
 
-/// In-process: the queued network kills the control connection while the request is on the
-/// wire (both ends see the link go down).
-fn inproc_a_killed_control_connection_is_re_established(iso: Isolation) {
+/// Runs `body` with a client of a memory node on a queued network: a pump thread moves the
+/// virtual clock to the next due packet and delivers it, unless `hold` is set (then time
+/// stands still and nothing with a delay is delivered).
+fn on_a_queued_network(
+    iso: Isolation,
+    body: impl FnOnce(Client<SoftProvider>, &QueuedNetwork, &AtomicBool) + Send,
+) {
     let bed = QueuedBed::new(3);
     let (clock, net) = (&bed.clock, &bed.net);
     let stop = AtomicBool::new(false);
-    // While set, virtual time stands still and nothing with a delay is delivered.
     let hold = AtomicBool::new(false);
     std::thread::scope(|s| {
-        // The network's delivery: the clock moves to the next due packet, which is delivered.
         s.spawn(|| {
             while !stop.load(Ordering::SeqCst) {
                 if !hold.load(Ordering::SeqCst)
@@ -126,24 +130,96 @@ fn inproc_a_killed_control_connection_is_re_established(iso: Isolation) {
             acquire_wait: Duration::ZERO,
             ..ClientConfig::default()
         };
-        let mut c = Client::<SoftProvider>::connect(&bed.device(2), node.address(), cfg).unwrap();
+        let c = Client::<SoftProvider>::connect(&bed.device(2), node.address(), cfg).unwrap();
+        body(c, net, &hold);
+    });
+}
+
+/// Holds the network, lets `before` put packets on the wire, starts an allocation, and
+/// kills every connection with a packet in flight (`conns` of them) while the allocation's
+/// request is on the wire; returns the allocation's outcome.
+fn allocation_under_a_kill(
+    c: Client<SoftProvider>,
+    net: &QueuedNetwork,
+    hold: &AtomicBool,
+    packets_before: usize,
+    conns: usize,
+) -> (Result<Perm, ClientError>, Client<SoftProvider>) {
+    std::thread::scope(|t| {
+        let h = t.spawn(move || {
+            let mut c = c;
+            (c.allocate(64, LEASE, Mode::Exclusive), c)
+        });
+        until("the allocation on the wire", || {
+            net.in_flight() == packets_before + 1
+        });
+        assert_eq!(net.kill_in_flight(), conns);
+        net.set_faults(Faults::default());
+        hold.store(false, Ordering::SeqCst);
+        h.join().unwrap()
+    })
+}
+
+/// Holds the network and delays its packets by 1 ms (virtual).
+fn hold_the_wire(net: &QueuedNetwork, hold: &AtomicBool) {
+    hold.store(true, Ordering::SeqCst);
+    net.set_faults(Faults {
+        delay_us: (1_000, 1_000),
+        ..Faults::default()
+    });
+}
+
+/// In-process: the queued network kills the control connection while the request is on the
+/// wire (both ends see the link go down).
+fn inproc_a_killed_control_connection_is_re_established(iso: Isolation) {
+    on_a_queued_network(iso, |mut c, net, hold| {
         let old = c.allocate(64, LEASE, Mode::Shared).unwrap();
         c.write(&old, 0, b"old").unwrap();
-
-        hold.store(true, Ordering::SeqCst);
-        net.set_faults(Faults {
-            delay_us: (1_000, 1_000),
-            ..Faults::default()
-        });
-        let (lost, mut c) = std::thread::scope(|t| {
-            let h = t.spawn(move || (c.allocate(64, LEASE, Mode::Exclusive), c));
-            until("the allocation on the wire", || net.in_flight() == 1);
-            assert_eq!(net.kill_in_flight(), 1, "only the control connection dies");
-            net.set_faults(Faults::default());
-            hold.store(false, Ordering::SeqCst);
-            h.join().unwrap()
-        });
+        hold_the_wire(net, hold);
+        // Only the control connection has a packet in flight: only it dies.
+        let (lost, mut c) = allocation_under_a_kill(c, net, hold, 0, 1);
         recovers(&mut c, old, lost);
+    });
+}
+
+/// Posted extensions in flight when the session ends (their data connection killed with the
+/// control connection): the one polled reports its outcome unknown, once; the forgotten one's
+/// slot is free again; nothing of the old session holds a slot.
+fn inproc_posted_extensions_of_an_ended_session(iso: Isolation) {
+    on_a_queued_network(iso, |mut c, net, hold| {
+        let old = c.allocate(64, SHORT, Mode::Shared).unwrap();
+        hold_the_wire(net, hold);
+        let polled = c.post_extend(&old, SHORT).unwrap();
+        let forgotten = c.post_extend(&old, SHORT).unwrap();
+        c.forget_extend(forgotten);
+        assert_eq!(c.posted_in_flight(), 2);
+        until("both CASes on the wire", || net.in_flight() == 2);
+        let (lost, mut c) = allocation_under_a_kill(c, net, hold, 2, 2);
+        assert!(matches!(lost, Err(ClientError::ControlLost(_))), "{lost:?}");
+        let fresh = c.allocate(64, SHORT, Mode::Exclusive).unwrap();
+        assert_eq!(c.stats().reconnects, 1);
+        let r = c.poll_extend(&old, &polled);
+        assert!(
+            matches!(r, Some(Err(ClientError::OutcomeUnknown(_)))),
+            "{r:?}"
+        );
+        assert_eq!(c.posted_in_flight(), 0, "no slot held by the old session");
+        assert!(matches!(
+            c.post_extend(&old, SHORT),
+            Err(ClientError::SessionLost)
+        ));
+        let next = c.post_extend(&fresh, SHORT).unwrap();
+        let mut outcome = None;
+        for _ in 0..100_000 {
+            outcome = c.poll_extend(&fresh, &next);
+            if outcome.is_some() {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        assert!(matches!(outcome, Some(Ok(true))), "{outcome:?}");
+        c.free(old).unwrap();
+        c.free(fresh).unwrap();
     });
 }
 
@@ -213,6 +289,16 @@ fn inproc_a_killed_control_connection_is_re_established_pd_per_client() {
 #[test]
 fn inproc_a_killed_control_connection_is_re_established_type2() {
     inproc_a_killed_control_connection_is_re_established(Isolation::Type2);
+}
+
+#[test]
+fn inproc_posted_extensions_of_an_ended_session_shared_pd() {
+    inproc_posted_extensions_of_an_ended_session(Isolation::SharedPd);
+}
+
+#[test]
+fn inproc_posted_extensions_of_an_ended_session_type2() {
+    inproc_posted_extensions_of_an_ended_session(Isolation::Type2);
 }
 
 #[test]

@@ -378,8 +378,9 @@ fn the_library_s_own_retry_leaves_a_stray_and_the_client_works_on() {
         .unwrap();
         let cfg = ClientConfig {
             acquire_wait: Duration::ZERO,
-            // The retry goes out after 100 ms (wall time) without an answer.
-            rpc_timeout: Duration::from_millis(200),
+            // The retry goes out after 500 ms (wall time) without an answer; the answers then
+            // have as long again to arrive.
+            rpc_timeout: Duration::from_secs(1),
             ..ClientConfig::default()
         };
         let mut c = Client::<SoftProvider>::connect(&bed.device(2), node.address(), cfg).unwrap();
