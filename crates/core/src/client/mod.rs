@@ -234,13 +234,17 @@ impl<P: Provider> Client<P> {
             return Ok(());
         }
         let slot = self.session.vqp.active_slot();
+        let session = self.session.number;
         match self.rpc(Request::UseQp { slot })? {
+            // The slot is the ended session's: the new one's windows are bound as granted.
+            _ if self.session.number != session => return Err(ClientError::SessionLost),
             Reply::Welcome { .. } => {}
             other => return Err(unexpected(other)),
         }
         self.live.retain(|(_, w)| w.strong_count() > 0);
         for (id, rkeys) in self.live.clone() {
             match self.rpc(Request::Rebind { id })? {
+                _ if self.session.number != session => return Err(ClientError::SessionLost),
                 Reply::Granted(g) => {
                     if let Some(r) = rkeys.upgrade() {
                         r.store(
