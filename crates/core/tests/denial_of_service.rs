@@ -16,6 +16,8 @@ mod churn;
 mod flood;
 #[path = "denial_of_service/hoard.rs"]
 mod hoard;
+#[path = "denial_of_service/stray_replies.rs"]
+mod stray_replies;
 
 use patronus_core::manager::{Held, MemoryNode, NodeStats};
 use rnic::soft::{DeviceResources, SoftContext, SoftProvider};

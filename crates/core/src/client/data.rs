@@ -125,6 +125,7 @@ impl<P: Provider> Client<P> {
     /// away). Fails with `ExtensionRefused` once the manager zeroed the field.
     pub fn extend(&mut self, perm: &Perm, lease: std::time::Duration) -> Result<(), ClientError> {
         let lease_us = self.lease.wire_lease_us(super::micros(lease));
+        self.current(perm)?;
         if self.clock.now() >= perm.expiry() {
             self.stats.local_expiries += 1;
             perm.mark_wasted(&mut self.stats);
@@ -194,6 +195,9 @@ fn atomic(r: Result<OpResult, ClientError>) -> Result<u64, ClientError> {
 
 impl<P: Provider> Batch<'_, P> {
     fn checked(&mut self, perm: &Perm, offset: u64, len: u64) -> Result<u64, ClientError> {
+        // One integer compare: a permission of an ended session is refused, not sent to fault
+        // a fresh data QP.
+        self.client.current(perm)?;
         if self.client.cfg.check_local_expiry && self.client.clock.now() >= perm.expiry() {
             self.client.stats.local_expiries += 1;
             perm.mark_wasted(&mut self.client.stats);
@@ -308,7 +312,7 @@ impl<P: Provider> Batch<'_, P> {
             if todo.is_empty() {
                 break;
             }
-            if client.vqp.active().state() != rnic::QpState::ReadyToSend {
+            if client.session.vqp.active().state() != rnic::QpState::ReadyToSend {
                 // Broke since the last batch (a lost link): switch before posting anything.
                 if let Err(e) = client.switch_qp() {
                     let e = std::sync::Arc::new(e);
@@ -426,8 +430,14 @@ fn next_step(status: WcStatus, fault: Fault, is_read: bool) -> Next {
 impl<P: Provider> Client<P> {
     /// Replaces the broken active QP (promoting a spare) and, under type-2 isolation, has the
     /// permissions' windows bound to the new one.
+    /// A session whose control connection is lost is not repaired here: its data QPs are
+    /// closed by the memory node, and its permissions are dead (`SessionLost`; the next
+    /// control operation opens a new session).
     pub(super) fn switch_qp(&mut self) -> Result<(), ClientError> {
-        self.vqp.fail_over()?;
+        if self.session_lost() {
+            return Err(ClientError::SessionLost);
+        }
+        self.session.vqp.fail_over()?;
         self.rebind_after_switch()
     }
 
@@ -495,7 +505,7 @@ impl<P: Provider> Client<P> {
                 op: wr_op,
             });
         }
-        let qp = self.vqp.active().clone();
+        let qp = self.session.vqp.active().clone();
         let qpn = qp.qp_num();
         let posted = match qp.post_send(&wrs) {
             Ok(()) => wrs.len(),

@@ -66,9 +66,16 @@ pub enum ClientError {
     /// Every control request slot is owed an answer: wait for replies (`poll_reply`) first.
     #[error("too many outstanding control requests")]
     ControlBusy,
-    /// The control connection to the memory node failed; the client must reconnect.
-    #[error("control connection lost ({0})")]
+    /// The control connection to the memory node failed while the request was in flight: it
+    /// may or may not have been carried out (it is never sent again). The memory node ends
+    /// the session; the client's next control operation opens a new one.
+    #[error("control connection lost ({0}): the request's outcome is unknown")]
     ControlLost(WcStatus),
+    /// The permission belongs to an earlier session with the memory node, which ended when
+    /// the control connection was lost (the memory node ended the permission with it); the
+    /// client has reconnected since. Acquire again.
+    #[error("the permission ended with an earlier session with the memory node")]
+    SessionLost,
     /// The memory node answered with a reply of the wrong kind (a protocol violation).
     #[error("unexpected reply from the memory node: {0}")]
     UnexpectedReply(&'static str),

@@ -85,6 +85,11 @@ pub struct ClientStats {
     pub rpc_retries: u64,
     /// Requests the memory node refused as overloaded.
     pub overloaded: u64,
+    /// Control replies dropped because nobody was owed them: unknown request ids (forged, or
+    /// long forgotten), duplicates (a retry's second answer), undecodable slots.
+    pub stray_replies: u64,
+    /// New sessions opened after the control connection was lost.
+    pub reconnects: u64,
     /// Control round trips (sending to taking the reply), µs.
     pub rtt_us: Histogram<u64>,
     /// The slack the client last added to a lease, µs.
@@ -103,6 +108,8 @@ impl Default for ClientStats {
             extension_refusals: 0,
             rpc_retries: 0,
             overloaded: 0,
+            stray_replies: 0,
+            reconnects: 0,
             rtt_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("constant, valid histogram bounds"),
             slack_us: 0,
@@ -122,6 +129,8 @@ impl ClientStats {
         self.extension_refusals += o.extension_refusals;
         self.rpc_retries += o.rpc_retries;
         self.overloaded += o.overloaded;
+        self.stray_replies += o.stray_replies;
+        self.reconnects += o.reconnects;
         // Same bounds on both sides: cannot fail.
         let _ = self.rtt_us.add(&o.rtt_us);
         self.slack_us = self.slack_us.max(o.slack_us);

@@ -29,6 +29,9 @@ pub struct Perm {
     pub(crate) rkeys: Arc<AtomicU64>,
     /// Whether an access went out under the lease, or it was counted as wasted.
     first_use: AtomicU8,
+    /// The number of the client's session that granted it: the permission ends with that
+    /// session.
+    pub(crate) session: u64,
 }
 
 pub(crate) fn pack(buffer: MemoryKey, lifetime: MemoryKey) -> u64 {
@@ -42,6 +45,7 @@ impl Perm {
         mode: Mode,
         sent_at: Timestamp,
         margin_us: u64,
+        session: u64,
     ) -> Self {
         Perm {
             lifetime_us: AtomicU64::new(grant.lifetime_us),
@@ -52,6 +56,7 @@ impl Perm {
             sent_at,
             margin_us,
             first_use: AtomicU8::new(UNUSED),
+            session,
         }
     }
 
@@ -125,6 +130,12 @@ impl Perm {
         self.lifetime_us.fetch_max(lifetime_us, Ordering::SeqCst);
     }
 
+    /// The number of the client's session that granted this permission
+    /// (`Client::session`); it ended with that session.
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
     /// The manager's maximum lifetime for this permission, µs.
     pub fn max_lifetime_us(&self) -> u64 {
         self.grant.max_lifetime_us as u64
@@ -177,6 +188,7 @@ impl Perm {
             margin_us: self.margin_us,
             rkeys: Arc::new(AtomicU64::new(self.rkeys.load(Ordering::SeqCst))),
             first_use: AtomicU8::new(self.first_use.load(Ordering::Relaxed)),
+            session: self.session,
         }
     }
 

@@ -10,6 +10,10 @@
 //! - Exactly once: a posted CAS is never posted again. A failed one reports `Denied` when the
 //!   NIC refused it, and `OutcomeUnknown` otherwise (it may have executed); the broken QP is
 //!   replaced before the next batch or post.
+//! - A posted CAS belongs to the session whose data QP carried it. When that session is
+//!   retired its QPs go to ERR and are dropped: a completion that arrived by then is reported
+//!   as it is, one that never will is reported `OutcomeUnknown` (and a forgotten one frees its
+//!   slot), as nothing of the old QP writes the slot any more.
 
 use super::{Client, ClientError, Perm};
 use rnic::{
@@ -34,6 +38,8 @@ pub struct PostedExtend {
     slot: usize,
     current: u64,
     new: u64,
+    /// The session whose data QP carried it.
+    session: u64,
 }
 
 /// Posted extensions in flight and their arrived completions.
@@ -62,6 +68,14 @@ impl PostedOps {
         }
         true
     }
+
+    /// The QPs forgotten ops were posted on are gone (their session was retired): nothing
+    /// writes their result slots any more, which are free again.
+    pub(super) fn release_forgotten(&mut self) {
+        for wr_id in self.forgotten.drain(..) {
+            self.busy &= !(1 << (wr_id & 0xff));
+        }
+    }
 }
 
 impl<P: Provider> Client<P> {
@@ -73,6 +87,7 @@ impl<P: Provider> Client<P> {
         lease: std::time::Duration,
     ) -> Result<PostedExtend, ClientError> {
         let lease_us = self.lease.wire_lease_us(super::micros(lease));
+        self.current(perm)?;
         if self.clock.now() >= perm.expiry() {
             self.stats.local_expiries += 1;
             perm.mark_wasted(&mut self.stats);
@@ -87,7 +102,7 @@ impl<P: Provider> Client<P> {
         if slot >= MAX_POSTED {
             return Err(ClientError::TooManyPosted);
         }
-        if self.vqp.active().state() != rnic::QpState::ReadyToSend {
+        if self.session.vqp.active().state() != rnic::QpState::ReadyToSend {
             self.switch_qp()?;
         }
         let new = current.saturating_add(lease_us);
@@ -109,7 +124,8 @@ impl<P: Provider> Client<P> {
                 swap: new,
             },
         };
-        self.vqp
+        self.session
+            .vqp
             .active()
             .post_send(&[wr])
             .map_err(|(_, e)| ClientError::Verbs(e))?;
@@ -119,6 +135,7 @@ impl<P: Provider> Client<P> {
             slot,
             current,
             new,
+            session: self.session.number,
         })
     }
 
@@ -134,6 +151,10 @@ impl<P: Provider> Client<P> {
         {
             Some(i) => {
                 self.posted.done.swap_remove(i);
+                self.posted.busy &= !(1 << posted.slot);
+            }
+            // Its session was retired: its QP is gone, nothing writes the slot.
+            None if posted.session != self.session.number => {
                 self.posted.busy &= !(1 << posted.slot);
             }
             None => self.posted.forgotten.push(posted.wr_id),
@@ -162,11 +183,19 @@ impl<P: Provider> Client<P> {
                 self.posted.file(wc);
             }
         }
-        let i = self
+        let Some(i) = self
             .posted
             .done
             .iter()
-            .position(|wc| wc.wr_id == posted.wr_id)?;
+            .position(|wc| wc.wr_id == posted.wr_id)
+        else {
+            if posted.session != self.session.number {
+                // Its session was retired before it completed: it may have executed.
+                self.posted.busy &= !(1 << posted.slot);
+                return Some(Err(ClientError::OutcomeUnknown(WcStatus::WrFlushError)));
+            }
+            return None;
+        };
         let wc = self.posted.done.swap_remove(i);
         self.posted.busy &= !(1 << posted.slot);
         Some(match wc.status {

@@ -77,7 +77,11 @@ impl<P: Provider> Client<P> {
                             lease.extended += 1;
                             p.expiry().0 >= now.0.saturating_add(lease.renew_before_us)
                         }
-                        Err(ClientError::ExtensionRefused | ClientError::Denied(_)) => false,
+                        Err(
+                            ClientError::ExtensionRefused
+                            | ClientError::Denied(_)
+                            | ClientError::SessionLost,
+                        ) => false,
                         Err(e) => return Err(e),
                     }
                 }
@@ -92,6 +96,17 @@ impl<P: Provider> Client<P> {
 
     fn renew_now(&mut self, lease: &mut LongLease) -> Result<(), ClientError> {
         let fresh = match &lease.perm {
+            // Ended with an earlier session: acquire like anyone.
+            Some(old) if self.current(old).is_err() => {
+                lease.perm = None;
+                self.acquire(
+                    lease.addr,
+                    lease.size,
+                    std::time::Duration::from_micros(lease.lease_us),
+                    lease.access,
+                    lease.mode,
+                )?
+            }
             Some(old) => {
                 let sent = self.clock().now();
                 match self.rpc(Request::Renew {

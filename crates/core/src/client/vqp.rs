@@ -116,6 +116,15 @@ impl<P: Provider> VirtualQp<P> {
         }
     }
 
+    /// Moves every QP held here to ERR: their session ended (the ones the recovery worker
+    /// holds are dropped with it).
+    pub(crate) fn set_error(&self) {
+        self.active.1.set_error();
+        for (_, qp) in &self.spares {
+            qp.set_error();
+        }
+    }
+
     /// Replaces the broken active QP.
     #[allow(clippy::disallowed_methods)] // measures the interruption the application sees
     pub(crate) fn fail_over(&mut self) -> Result<SwitchKind, rnic::VerbsError> {

@@ -1,10 +1,23 @@
 //! The client end of the control channel (see the module docs of [`super`]).
+//!
+//! Invariants, beyond the channel's:
+//! - An answer nobody is owed — an unknown request id (forged, or for a request forgotten long
+//!   ago), a second copy of an answer already taken care of (the duplicate a retry produces),
+//!   a slot that does not decode — is dropped and counted ([`RpcClient::stray_replies`]); its
+//!   receive slot is posted again like any other. A stray never changes what is owed.
+//! - Every wait ends by its deadline: the deadline is looked at on every turn, also on turns
+//!   that found completions, so no stream of strays keeps a waiter past it. Deadlines are read
+//!   from an injectable clock ([`RpcClient::with_clock`]; wall time by default).
 
 use super::slots::Slots;
 use super::{IdleWait, Protocol, RpcError};
-use rnic::{CompletionQueue, Provider, QueuePair, RecvWr, WcOpcode, WcStatus, WorkCompletion};
+use rnic::{
+    Clock, CompletionQueue, Provider, QueuePair, RealClock, RecvWr, WcOpcode, WcStatus,
+    WorkCompletion,
+};
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Work-request ids of the channel carry this tag in their top bits, so the channel can share
 /// a CQ with other work (the baselines post one-sided ops on the same QP).
@@ -49,6 +62,9 @@ struct Pending<R> {
     deliver: u32,
     /// Given up on: the next answer is handed out as an orphan, later ones dropped.
     abandoned: bool,
+    /// Sent with nobody to take its answer ([`RpcClient::submit_detached`]): its first answer
+    /// is expected and dropped; later ones are strays like any other duplicate.
+    detached: bool,
 }
 
 /// The client end of a control channel over a connected RC QP.
@@ -70,6 +86,10 @@ pub struct RpcClient<P: Provider, Pr: Protocol> {
     scratch: Vec<u8>,
     submitted: u64,
     resent: u64,
+    /// Answers nobody was owed, dropped (see [`RpcClient::stray_replies`]).
+    strays: u64,
+    /// What deadlines are read from (wall time unless a test injects another).
+    clock: Arc<dyn Clock>,
 }
 
 impl<P: Provider, Pr: Protocol> std::fmt::Debug for RpcClient<P, Pr> {
@@ -78,6 +98,7 @@ impl<P: Provider, Pr: Protocol> std::fmt::Debug for RpcClient<P, Pr> {
             .field("qp", &self.qp.qp_num())
             .field("owed", &self.owed)
             .field("pending", &self.pending.len())
+            .field("strays", &self.strays)
             .finish_non_exhaustive()
     }
 }
@@ -107,10 +128,19 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
             scratch: vec![0; Pr::SLOT_SIZE],
             submitted: 0,
             resent: 0,
+            strays: 0,
+            clock: RealClock::shared(),
         };
         let wrs: Vec<RecvWr> = (0..slots).map(|s| client.recv_wr(s)).collect();
         client.qp.post_recv(&wrs)?;
         Ok(client)
+    }
+
+    /// Reads the deadlines of [`RpcClient::wait`] and [`RpcClient::wait_any`] from `clock`
+    /// instead of wall time (a test's virtual clock).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// From now on, request ids are `first + i * step` (the next such id not below the ids
@@ -144,6 +174,14 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         self.resent
     }
 
+    /// Answers dropped because nobody was owed them: an unknown request id (forged, or for a
+    /// request forgotten long ago), a second answer to one request (the duplicate a retry
+    /// produces), or a reply that does not decode. Each is dropped and its receive slot
+    /// posted again.
+    pub fn stray_replies(&self) -> u64 {
+        self.strays
+    }
+
     /// Most answers the channel can be owed at once.
     pub fn capacity(&self) -> u32 {
         self.slots
@@ -156,15 +194,15 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     /// Sends `req` without waiting; returns its id. [`RpcError::Busy`] if every receive slot
     /// is owed an answer already.
     pub fn submit(&mut self, req: Pr::Request) -> Result<u64, RpcError> {
-        self.submit_as(req, 1)
+        self.submit_as(req, false)
     }
 
     /// Sends `req` and forgets it: its answer is dropped (e.g. handing back an orphan grant).
     pub fn submit_detached(&mut self, req: Pr::Request) -> Result<u64, RpcError> {
-        self.submit_as(req, 0)
+        self.submit_as(req, true)
     }
 
-    fn submit_as(&mut self, req: Pr::Request, deliver: u32) -> Result<u64, RpcError> {
+    fn submit_as(&mut self, req: Pr::Request, detached: bool) -> Result<u64, RpcError> {
         if self.owed >= self.slots {
             return Err(RpcError::Busy);
         }
@@ -177,8 +215,9 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
             id,
             request: req,
             owed: 1,
-            deliver,
+            deliver: u32::from(!detached),
             abandoned: false,
+            detached,
         });
         self.bound_pending();
         Ok(id)
@@ -227,6 +266,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
                 owed: 1,
                 deliver: 1,
                 abandoned: false,
+                detached: false,
             }),
         }
         self.wait(id, timeout, false)
@@ -263,19 +303,18 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
 
     /// Waits up to `max` (sleeping on the CQ after a short spin) until some answer has
     /// arrived; returns the oldest, if any.
-    #[allow(clippy::disallowed_methods)] // a bound on a wait is wall time
     pub fn wait_any(&mut self, max: Duration) -> Result<Option<(u64, Pr::Reply)>, RpcError> {
-        let deadline = Instant::now() + max;
+        let deadline = self.clock.now().plus(max);
         let mut idle = IdleWait::default();
         loop {
             if let Some(r) = self.poll()? {
                 return Ok(Some(r));
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             if now >= deadline {
                 return Ok(None);
             }
-            idle.idle(&self.cq, (deadline - now).min(MAX_SLEEP));
+            idle.idle(&self.cq, deadline.since(now).min(MAX_SLEEP));
         }
     }
 
@@ -292,22 +331,25 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     }
 
     /// Waits up to `timeout` for the answer to `id` (see [`RpcClient::call`]). On a timeout
-    /// the request is abandoned.
-    #[allow(clippy::disallowed_methods)] // an RPC timeout is wall time by definition
+    /// the request is abandoned. The deadline is looked at on every turn, busy or idle: a
+    /// stream of completions that are not the answer (stray replies) never holds a waiter past
+    /// it.
     pub fn wait(&mut self, id: u64, timeout: Duration, retry: bool) -> Result<Pr::Reply, RpcError> {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let mut retry_at = retry.then(|| started + timeout / 2);
+        let started = self.clock.now();
+        let deadline = started.plus(timeout);
+        let mut retry_at = retry.then(|| started.plus(timeout / 2));
         let mut idle = IdleWait::default();
         loop {
             if let Some(reply) = self.take(id) {
                 return Ok(reply);
             }
-            if self.poll_cq()? > 0 {
-                idle.busy();
-                continue;
+            let polled = self.poll_cq()?;
+            if polled > 0
+                && let Some(reply) = self.take(id)
+            {
+                return Ok(reply);
             }
-            let now = Instant::now();
+            let now = self.clock.now();
             if now >= deadline {
                 self.abandon(id);
                 return Err(RpcError::Timeout);
@@ -323,8 +365,12 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
                 }
                 continue;
             }
+            if polled > 0 {
+                idle.busy();
+                continue;
+            }
             let until = retry_at.map_or(deadline, |r| r.min(deadline));
-            idle.idle(&self.cq, (until - now).min(MAX_SLEEP));
+            idle.idle(&self.cq, until.since(now).min(MAX_SLEEP));
         }
     }
 
@@ -359,16 +405,21 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         let read = self.memory.read(slot, &mut self.scratch);
         self.qp.post_recv(&[self.recv_wr(slot)])?;
         read?;
-        // A malformed answer is dropped: the request it answers times out.
-        if let Ok((id, reply)) = Pr::decode_reply(&self.scratch) {
-            self.file(id, reply);
+        match Pr::decode_reply(&self.scratch) {
+            Ok((id, reply)) => self.file(id, reply),
+            // A malformed answer is dropped: the request it answers times out.
+            Err(_) => self.strays += 1,
         }
         Ok(true)
     }
 
+    /// Files an answer: delivered, handed out as an orphan, dropped as expected (a detached
+    /// request's), or dropped and counted as a stray (nothing owed under this id, or the
+    /// request's answer was taken care of already).
     fn file(&mut self, id: u64, reply: Pr::Reply) {
         let Some(i) = self.pending.iter().position(|p| p.id == id) else {
-            return; // nothing owed under this id (forgotten, or never sent)
+            self.strays += 1; // nothing owed under this id (forgotten, forged, never sent)
+            return;
         };
         self.owed = self.owed.saturating_sub(1);
         let p = &mut self.pending[i];
@@ -384,6 +435,10 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         } else if p.deliver > 0 {
             p.deliver -= 1;
             self.early.push_back((id, reply));
+        } else if p.detached {
+            p.detached = false;
+        } else {
+            self.strays += 1; // a duplicate (a retry's second answer)
         }
         if self.pending[i].owed == 0 {
             self.pending.swap_remove(i);

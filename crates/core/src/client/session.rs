@@ -1,0 +1,181 @@
+//! A session with the memory node: what one `Hello` opened. A control channel to every manager
+//! shard (shard 0's first: its `Hello` gives the client an id and a secret), and the data QPs
+//! (an active one and its spares) that present that id and secret.
+//!
+//! The memory node ends a session when one of its control QPs fails, or when the client stays
+//! silent on the control path past the node's idle timeout: the session's permissions end
+//! (their windows are unbound), its id and secret are forgotten, its data QPs are closed.
+//! Nothing of a session outlives it, so the client never repairs one: it opens a new session
+//! (a new `Hello`, so a new id and secret; new control QPs to every shard; new data QPs) and
+//! retires the old one whole. A memory node that keeps an ended session's permissions until
+//! their leases run out (one that only forgets the broken QP) is served the same way.
+//!
+//! Invariants:
+//! - Every QP of a session presents that session's id and secret.
+//! - No QP outlives its session: [`Session::retire`] moves every one to ERR before the session
+//!   is dropped, so no work request of an old session completes into memory the client reuses.
+//! - Sessions are numbered from 0 in the order the client opened them; a permission carries
+//!   the number of the session that granted it, and dies with that session.
+
+use super::vqp::VirtualQp;
+use super::{ClientConfig, ClientError, RECV_SLOTS, unexpected};
+use crate::proto::connect::{Intent, Role};
+use crate::proto::messages::{ControlProtocol, Reply, Request};
+use crate::proto::shards::ShardMap;
+use crate::rpc::RpcClient;
+use rnic::{
+    AccessFlags, Context, ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair,
+};
+
+/// Where and with what a client opens sessions: the device, the memory node's address, the
+/// protection domain every QP is created in, the completion channel its control CQs report to
+/// (if any), and the data CQ every data QP shares.
+pub(super) struct Endpoint<P: Provider> {
+    pub(super) ctx: P::Context,
+    pub(super) address: P::Address,
+    pub(super) pd: P::Pd,
+    pub(super) channel: Option<P::Channel>,
+    pub(super) data_cq: P::Cq,
+}
+
+/// One session with the memory node (see the module docs).
+pub(super) struct Session<P: Provider> {
+    /// Its number (0: the client's first).
+    pub(super) number: u64,
+    /// A control channel to each manager shard (shard 0 first).
+    pub(super) ctrl: Vec<RpcClient<P, ControlProtocol>>,
+    /// Which shard owns which address.
+    pub(super) shards: ShardMap,
+    /// The data QPs.
+    pub(super) vqp: VirtualQp<P>,
+    /// The id the `Welcome` gave.
+    pub(super) client_id: u32,
+    /// Windows are type 2, bound to the active QP: a QP switch needs `UseQp` + `Rebind`.
+    pub(super) type2: bool,
+}
+
+fn qp_init<'a, P: Provider>(cq: &'a P::Cq, max_recv: u32, timing: QpTiming) -> QpInit<'a, P> {
+    QpInit {
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        max_send_wr: 1024,
+        max_recv_wr: max_recv,
+        access: AccessFlags::empty(),
+        timing,
+    }
+}
+
+impl<P: Provider> Endpoint<P> {
+    fn control_cq(&self) -> Result<P::Cq, ClientError> {
+        Ok(match &self.channel {
+            Some(ch) => self.ctx.create_cq_on(64, ch)?,
+            None => self.ctx.create_cq(64)?,
+        })
+    }
+
+    /// A control channel to shard `slot`, connected with `intent`.
+    fn control_channel(
+        &self,
+        intent: Intent,
+        timing: QpTiming,
+    ) -> Result<RpcClient<P, ControlProtocol>, ClientError> {
+        let cq = self.control_cq()?;
+        let qp = self
+            .pd
+            .create_qp(qp_init::<P>(&cq, RECV_SLOTS + 1, timing))?;
+        qp.connect(&self.address, &intent.encode())?;
+        Ok(RpcClient::new(&self.ctx, &self.pd, qp, cq, RECV_SLOTS)?)
+    }
+}
+
+impl<P: Provider> Session<P> {
+    /// Opens session `number`: a control QP to shard 0 and a `Hello`, control QPs to the
+    /// other shards, then the data QPs, all with the id and secret of the `Welcome`.
+    pub(super) fn open(
+        at: &Endpoint<P>,
+        cfg: &ClientConfig,
+        number: u64,
+    ) -> Result<Self, ClientError> {
+        let t = cfg.qp_timing;
+        let first = Intent {
+            role: Role::Control,
+            client_id: 0,
+            secret: 0,
+            slot: 0,
+        };
+        let mut ctrl = at.control_channel(first, t)?;
+        // The Hello gives the other QPs an identity to present.
+        let hello = Request::Hello {
+            tenant: cfg.tenant,
+            secret: cfg.tenant_secret,
+        };
+        let (client_id, secret, type2, shards) = match ctrl.call(hello, cfg.rpc_timeout, true)? {
+            Reply::Welcome {
+                client_id,
+                secret,
+                type2,
+                shards,
+            } => (client_id, secret, type2, shards),
+            other => return Err(unexpected(other)),
+        };
+        // One control channel per manager shard, with disjoint request ids.
+        let n = shards.shards.max(1) as u64;
+        ctrl.use_ids(1, n);
+        let mut ctrls = vec![ctrl];
+        for k in 1..n {
+            let intent = Intent {
+                role: Role::Control,
+                client_id,
+                secret,
+                slot: k as u8,
+            };
+            let mut channel = at.control_channel(intent, t)?;
+            channel.use_ids(k + 1, n);
+            ctrls.push(channel);
+        }
+        let intent = Intent {
+            role: Role::Data,
+            client_id,
+            secret,
+            slot: 0,
+        };
+        let mut qps = Vec::with_capacity(cfg.spare_qps + 1);
+        for slot in 0..=cfg.spare_qps.min(u8::MAX as usize) as u8 {
+            let qp = at.pd.create_qp(qp_init::<P>(&at.data_cq, 1, t))?;
+            qp.connect(&at.address, &Intent { slot, ..intent }.encode())?;
+            qps.push((slot, qp));
+        }
+        let active = qps.remove(0);
+        let vqp = VirtualQp::new(
+            active,
+            qps,
+            at.address.clone(),
+            intent,
+            cfg.background_recovery && cfg.spare_qps > 0,
+        );
+        Ok(Session {
+            number,
+            ctrl: ctrls,
+            shards,
+            vqp,
+            client_id,
+            type2,
+        })
+    }
+
+    /// Whether a control QP of the session has failed (the memory node ends the session when
+    /// one does). One state load per shard.
+    pub(super) fn is_broken(&self) -> bool {
+        self.ctrl.iter().any(|c| c.qp().state() == QpState::Error)
+    }
+
+    /// Ends the session on this side: every QP to ERR (outstanding work flushes; nothing more
+    /// executes). Dropping the session then closes the connections.
+    pub(super) fn retire(&self) {
+        for c in &self.ctrl {
+            c.qp().set_error();
+        }
+        self.vqp.set_error();
+    }
+}
