@@ -81,6 +81,13 @@ fn silent_client(t: Transport, iso: Isolation) {
     assert_eq!(s.sessions_ended.closed, 0, "{s:?}");
     // Its unfreed object stays its tenant's; everything else it held is back.
     wait_back_to(&b, start, 96);
+    // When it speaks again, it learns its session is over and opens a new one.
+    let mut silent = silent;
+    let p = silent
+        .allocate(64, Duration::from_millis(100), Mode::Shared)
+        .unwrap();
+    assert_eq!(silent.stats().reconnects, 1);
+    silent.free(p).unwrap();
     drop(silent);
     honest_round(&mut b);
 }
