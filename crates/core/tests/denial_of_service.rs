@@ -12,6 +12,8 @@ mod support;
 
 #[path = "denial_of_service/churn.rs"]
 mod churn;
+#[path = "denial_of_service/faults.rs"]
+mod faults;
 #[path = "denial_of_service/flood.rs"]
 mod flood;
 #[path = "denial_of_service/hoard.rs"]

@@ -20,6 +20,7 @@
 
 mod accept;
 mod config;
+mod faults;
 mod nic;
 mod recent;
 mod runner;
@@ -77,6 +78,8 @@ struct Shared<P: Provider> {
     heard: Mutex<HashMap<ClientId, Arc<AtomicU64>>>,
     /// Per shard: clients whose session another shard ended.
     ended: Vec<Mutex<Vec<ClientId>>>,
+    /// Each tenant's access-fault budget (data reconnections), and the slots clients used.
+    faults: Mutex<faults::FaultBudget>,
     /// Per shard: QPs the device reported broken (shard 0 reads the device's asynchronous
     /// events and tells every shard; a shard ends the session whose control QP it is).
     broken: Vec<Mutex<Vec<QpNumber>>>,
@@ -252,6 +255,10 @@ impl<P: Provider> MemoryNode<P> {
             heard: Mutex::new(HashMap::new()),
             ended: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
             broken: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            faults: Mutex::new(faults::FaultBudget::new(
+                cfg.limits.fault_burst,
+                cfg.limits.faults_per_s,
+            )),
             loop_secret: rand::rng().random::<u64>() | 1,
         });
         let policy = Arc::new(accept::Policy::<P> {
@@ -269,6 +276,7 @@ impl<P: Provider> MemoryNode<P> {
                 .collect(),
             data_cq: data_cq.cq().clone(),
             timing: cfg.qp_timing,
+            clock: ctx.clock(),
         });
         let listener = ctx.listen(policy)?;
         let address = ctx.listener_address(&listener);

@@ -6,14 +6,17 @@
 //!   are all taken. Shard 0's control connection is a client's first (its `Hello`
 //!   authenticates it); one to another shard must present the client id and secret of an
 //!   authenticated client.
-//! - A data QP must present its client's id and secret; it is created in the client's own PD
+//! - A data QP must present its client's id and secret, and a reconnection (a slot used
+//!   before: its QP faulted) must fit in the tenant's access-fault budget (`faults.rs`); it is created in the client's own PD
 //!   when clients are isolated by PD, with every remote right (windows gate access). Every
 //!   shard learns of it (type-2 windows of any shard are bound to it).
 //! - A loopback QP (the manager's own) must present the node's loopback secret.
 
 use super::{Intent, Role, Shared};
 use crate::rpc::ConnectionSlots;
-use rnic::{AcceptPolicy, AccessFlags, ProtectionDomain, Provider, QpInit, QpTiming, QueuePair};
+use rnic::{
+    AcceptPolicy, AccessFlags, Clock, ProtectionDomain, Provider, QpInit, QpTiming, QueuePair,
+};
 use std::sync::Arc;
 
 /// One shard's control queues: a shared receive queue, or a block of slots per connection.
@@ -32,6 +35,8 @@ pub(super) struct Policy<P: Provider> {
     pub(super) control: Vec<ControlQueues<P>>,
     pub(super) data_cq: P::Cq,
     pub(super) timing: QpTiming,
+    /// The node's clock (fault budgets refill with it).
+    pub(super) clock: Arc<dyn Clock>,
 }
 
 impl<P: Provider> Policy<P> {
@@ -82,6 +87,25 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
             Role::Data => {
                 if !self.known_client(&intent) {
                     return Err("unknown client or wrong secret".into());
+                }
+                let tenant = self
+                    .shared
+                    .tenants_of
+                    .lock()
+                    .get(&intent.client_id)
+                    .copied();
+                let Some(tenant) = tenant else {
+                    return Err("unknown client or wrong secret".into());
+                };
+                // A reconnection is an access fault's: it draws on the tenant's budget.
+                let now = self.clock.now();
+                if !self
+                    .shared
+                    .faults
+                    .lock()
+                    .admit(intent.client_id, tenant, intent.slot, now)
+                {
+                    return Err("too many access faults: the tenant is throttled".into());
                 }
                 let own = self
                     .shared

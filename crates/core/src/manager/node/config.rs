@@ -96,6 +96,11 @@ pub struct NodeLimits {
     /// add up to more than it has, so a tenant within its quota is never refused because of
     /// another.
     pub tenant_quota: Option<TenantQuota>,
+    /// Access faults (data reconnections) a tenant may cause at once, and how many a second
+    /// it regains: past them its reconnections are refused until the budget refills.
+    pub fault_burst: u32,
+    /// See `fault_burst`.
+    pub faults_per_s: u32,
     /// Clients (sessions) each tenant may have connected at once. `None`: with tenants
     /// configured, an equal share of `max_connections`; without, `max_connections`.
     pub sessions_per_tenant: Option<u32>,
@@ -110,6 +115,8 @@ impl Default for NodeLimits {
             max_connections: 1024,
             tenant_quota: None,
             sessions_per_tenant: None,
+            fault_burst: 1024,
+            faults_per_s: 100,
         }
     }
 }
@@ -275,6 +282,10 @@ pub struct NodeStats {
     pub clients: usize,
     /// Sessions ended, by reason.
     pub sessions_ended: SessionEnds,
+    /// Data reconnections (access faults) counted against tenants' budgets, and refused.
+    pub data_reconnects: u64,
+    /// See `data_reconnects`.
+    pub reconnects_refused: u64,
     /// What the node holds for its clients (a leak check: back to its starting values once
     /// every client left and its memory was freed).
     pub held: Held,
@@ -300,6 +311,8 @@ impl NodeStats {
             batches: self.batches + o.batches,
             clients: self.clients.max(o.clients),
             sessions_ended: self.sessions_ended.plus(&o.sessions_ended),
+            data_reconnects: self.data_reconnects + o.data_reconnects,
+            reconnects_refused: self.reconnects_refused + o.reconnects_refused,
             held: self.held.plus(&o.held),
             pool_bytes_in_use: self.pool_bytes_in_use + o.pool_bytes_in_use,
             metadata_bytes: self.metadata_bytes + o.metadata_bytes,

@@ -158,6 +158,11 @@ impl<P: Provider> Runner<P> {
         s.batches = self.batches;
         s.clients = self.sessions.len();
         s.sessions_ended = self.ended;
+        if self.shard == 0 {
+            // Node-wide counts: reported once.
+            let faults = self.shared.faults.lock();
+            (s.data_reconnects, s.reconnects_refused) = (faults.reconnects, faults.refused);
+        }
         let (data_qps, client_domains, windows) = self.nic.held();
         s.held = Held {
             sessions: self.sessions.len(),
@@ -171,6 +176,7 @@ impl<P: Provider> Runner<P> {
                 self.shared.secrets.lock().len(),
                 self.shared.tenants_of.lock().len(),
                 self.shared.heard.lock().len(),
+                self.shared.faults.lock().clients(),
                 self.shared.client_domains.lock().len(),
             ]
             .into_iter()

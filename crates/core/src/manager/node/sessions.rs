@@ -126,6 +126,7 @@ impl<P: Provider> Runner<P> {
         let known = self.shared.secrets.lock().remove(&client).is_some()
             | self.shared.tenants_of.lock().remove(&client).is_some();
         self.shared.heard.lock().remove(&client);
+        self.shared.faults.lock().forget(client);
         // This shard's hold on the client's PD goes when its domain retires.
         self.shared.client_domains.lock().remove(&client);
         for (k, mailbox) in self.shared.ended.iter().enumerate() {
