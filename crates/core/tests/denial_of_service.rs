@@ -16,8 +16,12 @@ mod churn;
 mod faults;
 #[path = "denial_of_service/flood.rs"]
 mod flood;
+#[path = "denial_of_service/frames.rs"]
+mod frames;
 #[path = "denial_of_service/hoard.rs"]
 mod hoard;
+#[path = "denial_of_service/storm.rs"]
+mod storm;
 #[path = "denial_of_service/stray_replies.rs"]
 mod stray_replies;
 
