@@ -78,8 +78,9 @@ enum Command {
     /// JSON + SVG per experiment and a report.md with the paper's numbers beside ours.
     Bench {
         /// fig1, fig5, fig6 (with Table 4), fig7, fig8b, table5, alloc (scrubbing cost and
-        /// memory per live permission), or all.
-        #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc", "all"])]
+        /// memory per live permission), dos (an honest client's share under each abuse), or
+        /// all.
+        #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc", "dos", "all"])]
         experiments: Vec<String>,
         /// Seconds per experiment instead of minutes (smoke-level sample counts).
         #[arg(long)]
@@ -118,6 +119,8 @@ enum Command {
         /// RDMA device name with `--provider rdma` (default: the first device).
         #[arg(long)]
         device: Option<String>,
+        #[command(flatten)]
+        limits: serve::LimitArgs,
     },
     /// Connect to a memory node over TCP, run a short lifecycle, print the result.
     Probe {
@@ -165,6 +168,7 @@ fn main() -> anyhow::Result<()> {
             shards,
             provider,
             device,
+            limits,
         } => {
             let opts = serve::ServeOpts {
                 listen,
@@ -173,6 +177,7 @@ fn main() -> anyhow::Result<()> {
                 isolation: isolation.into(),
                 tenants,
                 shards,
+                limits,
             };
             match provider {
                 ProviderArg::Soft => serve::serve(&opts),

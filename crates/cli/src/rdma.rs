@@ -26,7 +26,7 @@ pub fn serve(opts: &ServeOpts, device: Option<String>) -> Result<()> {
         ctx.device_name(),
         ctx.gid_index()
     );
-    let node = MemoryNode::<RdmaProvider>::start(ctx, opts.node_config())?;
+    let node = MemoryNode::<RdmaProvider>::start(ctx, opts.node_config()?)?;
     println!("listening {}", node.address());
     serve_until_eof(node)
 }

@@ -2,7 +2,9 @@
 
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, TenantSecret};
+use patronus_core::manager::{
+    Isolation, MemoryNode, NodeConfig, NodeLimits, NodeStats, TenantQuota, TenantSecret,
+};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::Provider;
 use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode};
@@ -44,19 +46,98 @@ pub struct ServeOpts {
     pub tenants: Vec<TenantArg>,
     /// Manager shards.
     pub shards: usize,
+    /// Limits and quotas.
+    pub limits: LimitArgs,
+}
+
+/// The memory node's limits and quotas on the command line (`docs/threat-model.md` says what
+/// each protects against). Unset: the node's defaults.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct LimitArgs {
+    /// Disconnect a client silent on the control path this long, ms (default 30000).
+    #[arg(long)]
+    pub idle_timeout_ms: Option<u64>,
+    /// Close a connection that has not authenticated this long after it was accepted, ms
+    /// (default 2000).
+    #[arg(long)]
+    pub hello_timeout_ms: Option<u64>,
+    /// Control requests a client may have in flight per shard (flow control enforced by the
+    /// NIC; default 16). 0: one shared receive queue for all (the paper's design).
+    #[arg(long)]
+    pub control_credits: Option<u32>,
+    /// Control connections per shard (default 1024).
+    #[arg(long)]
+    pub max_connections: Option<u32>,
+    /// Memory each tenant may own, MiB (default with tenants: ¾ of an equal share).
+    #[arg(long)]
+    pub quota_memory_mib: Option<u64>,
+    /// Live permissions each tenant may hold (default with tenants: an equal share).
+    #[arg(long)]
+    pub quota_permissions: Option<u32>,
+    /// Live exclusive permissions each tenant may hold (default: as permissions).
+    #[arg(long)]
+    pub quota_exclusive: Option<u32>,
+    /// Clients each tenant may have connected (default: an equal share of the connections).
+    #[arg(long)]
+    pub sessions_per_tenant: Option<u32>,
+    /// Access faults (data reconnections) a tenant may cause at once (default 1024).
+    #[arg(long)]
+    pub fault_burst: Option<u32>,
+    /// Access faults a tenant regains per second (default 100).
+    #[arg(long)]
+    pub faults_per_s: Option<u32>,
+}
+
+impl LimitArgs {
+    /// `cfg` with these limits applied: a quota given in part keeps the node's default for
+    /// the rest.
+    fn apply(&self, mut cfg: NodeConfig) -> Result<NodeConfig> {
+        let d = cfg.limits;
+        cfg.limits = NodeLimits {
+            idle_timeout_us: self
+                .idle_timeout_ms
+                .map_or(d.idle_timeout_us, |ms| ms * 1000),
+            hello_timeout_us: self
+                .hello_timeout_ms
+                .map_or(d.hello_timeout_us, |ms| ms * 1000),
+            control_credits: self.control_credits.unwrap_or(d.control_credits),
+            max_connections: self.max_connections.unwrap_or(d.max_connections),
+            sessions_per_tenant: self.sessions_per_tenant.or(d.sessions_per_tenant),
+            fault_burst: self.fault_burst.unwrap_or(d.fault_burst),
+            faults_per_s: self.faults_per_s.unwrap_or(d.faults_per_s),
+            ..d
+        };
+        let given = self.quota_memory_mib.is_some()
+            || self.quota_permissions.is_some()
+            || self.quota_exclusive.is_some();
+        if given {
+            let base: TenantQuota = cfg.tenant_quota()?;
+            cfg.limits.tenant_quota = Some(TenantQuota {
+                memory_bytes: self.quota_memory_mib.map_or(base.memory_bytes, |m| m << 20),
+                permissions: self.quota_permissions.unwrap_or(base.permissions),
+                exclusive: self
+                    .quota_exclusive
+                    .or(self.quota_permissions)
+                    .unwrap_or(base.exclusive),
+            });
+            // Refuses quotas that overcommit the node, with the reason.
+            cfg.tenant_quota()?;
+        }
+        Ok(cfg)
+    }
 }
 
 impl ServeOpts {
     /// The memory node's configuration (whatever the provider).
-    pub fn node_config(&self) -> NodeConfig {
-        NodeConfig {
+    pub fn node_config(&self) -> Result<NodeConfig> {
+        self.limits.apply(NodeConfig {
             pool_bytes: self.pool_mib << 20,
             max_lifetime_us: self.max_lifetime_ms * 1000,
             isolation: self.isolation,
             tenants: self.tenants.clone(),
             shards: self.shards,
             ..NodeConfig::default()
-        }
+        })
     }
 }
 
@@ -64,7 +145,7 @@ impl ServeOpts {
 pub fn serve(opts: &ServeOpts) -> Result<()> {
     let ctx =
         TcpNode::open(SoftConfig::default(), opts.listen).context("opening the TCP device")?;
-    let node = MemoryNode::<SoftProvider>::start(ctx, opts.node_config())?;
+    let node = MemoryNode::<SoftProvider>::start(ctx, opts.node_config()?)?;
     let SoftAddress::Tcp(addr) = node.address() else {
         bail!("TCP node without a TCP address");
     };
@@ -76,12 +157,22 @@ pub fn serve(opts: &ServeOpts) -> Result<()> {
 pub fn serve_until_eof<P: Provider>(node: MemoryNode<P>) -> Result<()> {
     let mut sink = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut sink);
-    let s = node.fresh_stats();
+    print_served(&node.fresh_stats());
+    Ok(())
+}
+
+/// What a node served, and how its clients left.
+fn print_served(s: &NodeStats) {
     println!(
         "served: granted {} ended {} rpcs {}",
         s.counters.granted, s.counters.ended, s.counters.rpcs
     );
-    Ok(())
+    let e = s.sessions_ended;
+    println!(
+        "sessions: {} connected now; ended {} closed, {} idle, {} without hello; \
+         data reconnections {} ({} refused: fault budget)",
+        s.held.sessions, e.closed, e.idle, e.no_hello, s.data_reconnects, s.reconnects_refused
+    );
 }
 
 /// Connects (as `tenant`, if given), allocates, writes, reads, revokes.

@@ -15,6 +15,17 @@ fn memory_node_and_client_in_separate_processes() {
             "8",
             "--tenant",
             "7:0x5ec2e7",
+            // Limits from flags (docs/threat-model.md lists them).
+            "--idle-timeout-ms",
+            "60000",
+            "--control-credits",
+            "32",
+            "--quota-memory-mib",
+            "4",
+            "--sessions-per-tenant",
+            "2",
+            "--fault-burst",
+            "2048",
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -61,4 +72,34 @@ fn memory_node_and_client_in_separate_processes() {
     }
     assert!(server.wait().expect("server exits").success());
     assert!(rest.contains("served: granted 2 ended 2"), "{rest}");
+    // Both probes' sessions ended when their processes closed their connections (the
+    // intruder's never authenticated: it is closed too, at once or by the hello timeout).
+    assert!(rest.contains("sessions: 0 connected now"), "{rest}");
+}
+
+/// Quotas that add up to more than the node has are refused with the reason.
+#[test]
+fn overcommitted_quotas_are_refused() {
+    let exe = env!("CARGO_BIN_EXE_patronus");
+    let out = Command::new(exe)
+        .args([
+            "serve",
+            "--pool-mib",
+            "8",
+            "--tenant",
+            "1:0x11",
+            "--tenant",
+            "2:0x22",
+            "--quota-memory-mib",
+            "6",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("memory quotas add up to more than the pool"),
+        "{err}"
+    );
 }
