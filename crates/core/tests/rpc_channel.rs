@@ -211,3 +211,22 @@ fn a_timed_out_call_reports_timeout_and_hands_out_its_late_answer() {
     assert_eq!(orphans.len(), 1);
     assert_eq!(orphans[0].reply, 30);
 }
+
+#[test]
+fn a_channel_whose_every_slot_waits_for_a_lost_answer_is_wedged() {
+    let mut p = pair();
+    let ids: Vec<u64> = (0..4).map(|v| p.client.submit(v).unwrap()).collect();
+    // Given up on, one by one: while any is still waited for, the channel is merely busy.
+    for &id in &ids[..3] {
+        p.client.abandon(id);
+    }
+    assert!(matches!(p.client.submit(9), Err(RpcError::Busy)));
+    p.client.abandon(ids[3]);
+    // Every slot waits for an answer nobody will send: the channel must be replaced.
+    assert!(matches!(p.client.submit(9), Err(RpcError::Wedged)));
+    // An answer after all frees its slot (handed out as an orphan).
+    p.answer(ids[0], 0);
+    p.client.poll_cq().unwrap();
+    assert_eq!(p.client.take_orphans().len(), 1);
+    assert!(p.client.submit(9).is_ok());
+}

@@ -318,7 +318,7 @@ impl From<RpcError> for BaselineError {
     fn from(e: RpcError) -> Self {
         match e {
             RpcError::Busy => BaselineError::InvalidUse("too many outstanding requests"),
-            RpcError::Timeout => BaselineError::Timeout,
+            RpcError::Timeout | RpcError::Wedged => BaselineError::Timeout,
             RpcError::QpFailed(s) => BaselineError::Remote(s),
             RpcError::Verbs(v) => BaselineError::Verbs(v),
             _ => BaselineError::InvalidUse("unknown control-channel failure"),

@@ -195,9 +195,10 @@ impl<P: Provider> Client<P> {
         req
     }
 
-    /// A channel's failure: a failed QP loses the session.
+    /// A channel's failure: a failed QP loses the session, and so does a channel whose every
+    /// slot waits for an answer that does not come (the next operation opens a new one).
     fn note(&mut self, e: RpcError) -> ClientError {
-        if matches!(e, RpcError::QpFailed(_)) {
+        if matches!(e, RpcError::QpFailed(_) | RpcError::Wedged) {
             self.lost = true;
         }
         e.into()
@@ -406,7 +407,8 @@ impl From<RpcError> for ClientError {
     fn from(e: RpcError) -> Self {
         match e {
             RpcError::Busy => ClientError::ControlBusy,
-            RpcError::Timeout => ClientError::RpcTimeout,
+            // The request was not sent; the session is replaced by the next operation.
+            RpcError::Timeout | RpcError::Wedged => ClientError::RpcTimeout,
             RpcError::QpFailed(s) => ClientError::ControlLost(s),
             RpcError::Verbs(v) => ClientError::Verbs(v),
         }

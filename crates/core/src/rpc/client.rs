@@ -204,7 +204,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
 
     fn submit_as(&mut self, req: Pr::Request, detached: bool) -> Result<u64, RpcError> {
         if self.owed >= self.slots {
-            return Err(RpcError::Busy);
+            return Err(self.busy());
         }
         let id = self.next_req;
         self.send(id, &req)?;
@@ -442,6 +442,21 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         }
         if self.pending[i].owed == 0 {
             self.pending.swap_remove(i);
+        }
+    }
+
+    /// Why no slot is free: [`RpcError::Wedged`] when every answer owed is for a request given
+    /// up on (the server stopped answering: they will never come), else [`RpcError::Busy`].
+    fn busy(&self) -> RpcError {
+        let wedged = self
+            .pending
+            .iter()
+            .filter(|p| p.owed > 0)
+            .all(|p| p.abandoned || p.detached);
+        if wedged {
+            RpcError::Wedged
+        } else {
+            RpcError::Busy
         }
     }
 

@@ -58,6 +58,10 @@ pub enum RpcError {
     /// Every receive slot is owed an answer already: wait for replies first.
     #[error("too many outstanding control requests")]
     Busy,
+    /// Every receive slot is owed an answer to a request given up on (timed out or detached):
+    /// the server stopped answering this channel, which needs replacing.
+    #[error("every control slot waits for an answer that does not come")]
+    Wedged,
     /// No answer before the deadline. The request may or may not have been carried out; a
     /// late answer is handed out as an [`Orphan`].
     #[error("control RPC timed out")]
