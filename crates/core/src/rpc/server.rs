@@ -122,6 +122,9 @@ pub struct RpcServer<P: Provider, Pr: Protocol> {
     memory: Arc<Slots<P>>,
     depth: u32,
     next_reply: u32,
+    /// Credit mode: slots taken whose connection was not known yet when they were (it had not
+    /// been taken up by the serving thread), to repost once it is.
+    deferred: Vec<(QpNumber, u32)>,
     wcs: Vec<WorkCompletion>,
     scratch: Vec<u8>,
     idle: IdleWait,
@@ -198,6 +201,7 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
             memory,
             depth,
             next_reply: 0,
+            deferred: Vec::new(),
             wcs: vec![WorkCompletion::default(); max_batch.clamp(1, 256)],
             scratch: vec![0; Pr::SLOT_SIZE],
             idle: IdleWait::new(256),
@@ -277,11 +281,13 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
                 }
                 // A flushed receive (its QP broke) is not reposted; nor is a slot whose QP
                 // failed to take it back (it is broken: the block goes with the connection).
-                Receives::Credits(_) if wc.status == WcStatus::Success => {
-                    if let Some(qp) = qp_of(wc.qp_num) {
+                // A connection not known yet gets its slot back once it is (`repost_deferred`).
+                Receives::Credits(_) if wc.status == WcStatus::Success => match qp_of(wc.qp_num) {
+                    Some(qp) => {
                         let _ = qp.post_recv(&[wr]);
                     }
-                }
+                    None => self.deferred.push((wc.qp_num, slot as u32)),
+                },
                 Receives::Credits(_) => {}
             }
         }
@@ -289,6 +295,37 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
             self.idle.busy();
         }
         n
+    }
+
+    /// Credit mode: reposts the slots [`receive`](Self::receive) took from connections not
+    /// known then, for those `qp_of` knows now.
+    pub fn repost_deferred<'q>(&mut self, qp_of: impl Fn(QpNumber) -> Option<&'q P::Qp>)
+    where
+        P::Qp: 'q,
+    {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let memory = &self.memory;
+        self.deferred.retain(|&(qpn, slot)| match qp_of(qpn) {
+            Some(qp) => {
+                let _ = qp.post_recv(&[memory.recv_wr(slot, slot as u64)]);
+                false
+            }
+            None => true,
+        });
+    }
+
+    /// Credit mode: a connection's block comes back (its QP is broken off: nothing lands in
+    /// it any more); slots of it waiting to be reposted are dropped.
+    pub fn release(&mut self, block: u32) {
+        let Receives::Credits(slots) = &self.receives else {
+            return;
+        };
+        let credits = slots.credits();
+        let range = block * credits..(block + 1) * credits;
+        self.deferred.retain(|(_, slot)| !range.contains(slot));
+        slots.release(block);
     }
 
     /// Sends the reply to request `req_id` on `qp` from the next reply slot. An error means

@@ -161,6 +161,52 @@ fn flood(t: Transport, iso: Isolation) {
     wait_back_to(&b, start, 0);
 }
 
+/// The credits are the honest client's to use: right after connecting (its `Hello` taken
+/// before its connection was), it keeps `MAX_OUTSTANDING_RPCS` requests in flight, round after
+/// round, and never meets receiver-not-ready.
+fn all_credits_in_flight(t: Transport, iso: Isolation) {
+    use patronus_core::client::{Client, MAX_OUTSTANDING_RPCS};
+    use patronus_core::proto::messages::{Mode, Reply};
+    let b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
+    let ctx = &b.cluster.client_ctxs[0];
+    for _ in 0..4 {
+        let mut c =
+            Client::<SoftProvider>::connect(ctx, b.cluster.node.address(), ClientConfig::default())
+                .unwrap();
+        for _ in 0..8 {
+            let ids: Vec<u64> = (0..MAX_OUTSTANDING_RPCS)
+                .map(|_| {
+                    c.submit(Request::Allocate {
+                        size: 64,
+                        lease_us: 100_000,
+                        mode: Mode::Shared,
+                    })
+                    .unwrap()
+                })
+                .collect();
+            let mut granted = Vec::new();
+            while granted.len() < ids.len() {
+                match c.wait_reply(Duration::from_secs(5)).unwrap() {
+                    Some((_, Reply::Granted(g))) => granted.push(g),
+                    other => panic!("{other:?}"),
+                }
+            }
+            for g in granted {
+                c.submit(Request::Revoke {
+                    id: g.id,
+                    free: true,
+                })
+                .unwrap();
+                assert_eq!(
+                    c.wait_reply(Duration::from_secs(5)).unwrap().map(|r| r.1),
+                    Some(Reply::Revoked)
+                );
+            }
+        }
+    }
+}
+
 every_mode! {
     a_flooding_client_slows_only_itself => flood;
+    an_honest_client_may_use_all_its_credits => all_credits_in_flight;
 }

@@ -36,6 +36,14 @@ impl<P: Provider> Runner<P> {
             // After polling: a connection is registered before its client learns it is
             // connected, so every QP a polled request came from (or names) is adopted by now.
             self.adopt_incoming(now);
+            let (sessions, by_qpn) = (&self.sessions, &self.by_qpn);
+            let qp_of = |qpn| {
+                by_qpn
+                    .get(&qpn)
+                    .and_then(|c| sessions.get(c))
+                    .map(|s| &s.control)
+            };
+            self.rpc.repost_deferred(qp_of);
             // After adopting: a snapshot asked for after a connection was established counts
             // it.
             if self.shared.publish[self.shard].load(Ordering::SeqCst) {

@@ -82,10 +82,10 @@ impl<P: Provider> Runner<P> {
 
     /// Breaks a control connection off and takes its receive slots back (nothing lands in
     /// them once its QP is in the error state).
-    pub(super) fn refuse_connection(&self, qp: &P::Qp, block: Option<u32>) {
+    pub(super) fn refuse_connection(&mut self, qp: &P::Qp, block: Option<u32>) {
         qp.set_error();
-        if let (Some(block), Some(slots)) = (block, self.rpc.connection_slots()) {
-            slots.release(block);
+        if let Some(block) = block {
+            self.rpc.release(block);
         }
     }
 
