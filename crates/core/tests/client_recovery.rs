@@ -22,7 +22,7 @@ use rnic::soft::link::LinkStack;
 use rnic::soft::link::faulty::LinkFaults;
 use rnic::soft::link::queued::{Faults, QueuedNetwork};
 use rnic::soft::{SoftConfig, SoftProvider, TcpNode, TcpOptions};
-use rnic::{Clock, QpTiming, VirtualClock};
+use rnic::{QpTiming, VirtualClock};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -109,21 +109,11 @@ fn on_a_queued_network(
     body: impl FnOnce(Client<SoftProvider>, &QueuedNetwork, &AtomicBool) + Send,
 ) {
     let bed = QueuedBed::new(3);
-    let (clock, net) = (&bed.clock, &bed.net);
+    let net = &bed.net;
     let stop = AtomicBool::new(false);
     let hold = AtomicBool::new(false);
     std::thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(Ordering::SeqCst) {
-                if !hold.load(Ordering::SeqCst)
-                    && let Some(due) = net.next_due()
-                {
-                    clock.set(due);
-                }
-                net.step(clock.now());
-                std::thread::yield_now();
-            }
-        });
+        s.spawn(|| bed.pump(&stop, &hold));
         let _stop = StopOnDrop(&stop);
         let node = MemoryNode::<SoftProvider>::start(bed.device(1), node_cfg(iso)).unwrap();
         let cfg = ClientConfig {

@@ -94,38 +94,14 @@ fn silent_client(t: Transport, iso: Isolation) {
 
 /// A connection that never authenticates costs nothing after the hello timeout.
 fn no_hello(t: Transport, iso: Isolation) {
-    use patronus_core::proto::connect::{Intent, Role};
-    use rnic::{AccessFlags, Context, ProtectionDomain, QpInit, QpTiming, QueuePair};
+    use rnic::Context;
     let mut b = bed(t, iso, 1, short_timeouts(), ClientConfig::default());
     honest_round(&mut b);
     let start = footprint(&b);
     let ctx = &b.cluster.client_ctxs[0];
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16).unwrap();
-    let lurkers: Vec<_> = (0..8)
-        .map(|_| {
-            let qp = pd
-                .create_qp(QpInit {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    srq: None,
-                    max_send_wr: 4,
-                    max_recv_wr: 4,
-                    access: AccessFlags::empty(),
-                    timing: QpTiming::default(),
-                })
-                .unwrap();
-            let intent = Intent {
-                role: Role::Control,
-                client_id: 0,
-                secret: 0,
-                slot: 0,
-            };
-            qp.connect(b.cluster.node.address(), &intent.encode())
-                .unwrap();
-            qp
-        })
-        .collect();
+    let lurkers: Vec<_> = (0..8).map(|_| raw_control_qp(&b, &pd, &cq, 4)).collect();
     wait_for(&b, "the lurkers' sessions", |s| {
         s.held.sessions == start.held.sessions + 8
     });

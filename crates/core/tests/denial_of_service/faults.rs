@@ -5,9 +5,9 @@
 //! about 200 faults).
 
 use super::*;
-use patronus_core::client::{Client, ClientConfig, ClientError};
+use patronus_core::client::{Client, ClientError};
 use patronus_core::cluster::Transport;
-use patronus_core::manager::{Isolation, NodeConfig, NodeLimits, TenantSecret};
+use patronus_core::manager::{Isolation, NodeConfig, NodeLimits};
 use patronus_core::proto::messages::Mode;
 use std::time::Duration;
 use support::bed::{bed, node_cfg, wait_for};
@@ -16,20 +16,9 @@ const FAULTER: (u32, u64) = (1, 0xfa17);
 const HONEST: (u32, u64) = (2, 0x2222);
 const BURST: u32 = 12;
 
-fn tenant((tenant, secret): (u32, u64)) -> ClientConfig {
-    ClientConfig {
-        tenant,
-        tenant_secret: secret,
-        ..ClientConfig::default()
-    }
-}
-
 fn faults(t: Transport, iso: Isolation) {
     let node = NodeConfig {
-        tenants: [FAULTER, HONEST]
-            .iter()
-            .map(|&(tenant, secret)| TenantSecret { tenant, secret })
-            .collect(),
+        tenants: serving(&[FAULTER, HONEST]),
         limits: NodeLimits {
             fault_burst: BURST,
             faults_per_s: 100,
@@ -37,12 +26,13 @@ fn faults(t: Transport, iso: Isolation) {
         },
         ..node_cfg()
     };
-    let mut b = bed(t, iso, 1, node, tenant(HONEST));
+    let mut b = bed(t, iso, 1, node, as_tenant(HONEST));
     honest_round(&mut b);
     let start = footprint(&b);
     let ctx = b.cluster.client_ctxs[0].clone();
     let mut faulter =
-        Client::<SoftProvider>::connect(&ctx, b.cluster.node.address(), tenant(FAULTER)).unwrap();
+        Client::<SoftProvider>::connect(&ctx, b.cluster.node.address(), as_tenant(FAULTER))
+            .unwrap();
     let p = faulter
         .allocate(64, Duration::from_secs(1), Mode::Exclusive)
         .unwrap();

@@ -7,13 +7,12 @@ use super::*;
 use patronus_core::client::ClientConfig;
 use patronus_core::cluster::Transport;
 use patronus_core::manager::Isolation;
-use patronus_core::proto::connect::{Intent, Role};
 use patronus_core::proto::messages::{ControlProtocol, PermissionId, Request, SLOT_SIZE};
 use patronus_core::rpc::Protocol;
 use rnic::soft::{SoftBuffer, SoftCq, SoftMr, SoftQp};
 use rnic::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QpState,
-    QpTiming, QueuePair, SendOp, SendWr, Sge, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpState, QueuePair,
+    SendOp, SendWr, Sge, WorkCompletion,
 };
 use std::time::Duration;
 use support::bed::{bed, node_cfg};
@@ -37,25 +36,7 @@ impl Flooder {
         let ctx = &b.cluster.client_ctxs[0];
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(4 * FLOOD_DEPTH).unwrap();
-        let qp = pd
-            .create_qp(QpInit {
-                send_cq: &cq,
-                recv_cq: &cq,
-                srq: None,
-                max_send_wr: FLOOD_DEPTH,
-                max_recv_wr: 1,
-                access: AccessFlags::empty(),
-                timing: QpTiming::default(),
-            })
-            .unwrap();
-        let intent = Intent {
-            role: Role::Control,
-            client_id: 0,
-            secret: 0,
-            slot: 0,
-        };
-        qp.connect(b.cluster.node.address(), &intent.encode())
-            .unwrap();
+        let qp = raw_control_qp(b, &pd, &cq, FLOOD_DEPTH);
         let buf = ctx.alloc_buffer(2 * SLOT_SIZE).unwrap();
         let mr = pd
             .reg_mr(&buf, 0, buf.len(), AccessFlags::LOCAL_WRITE)

@@ -4,9 +4,9 @@
 //! gets its whole share whatever the hoarder does.
 
 use super::*;
-use patronus_core::client::{Client, ClientConfig, ClientError};
+use patronus_core::client::{Client, ClientError};
 use patronus_core::cluster::Transport;
-use patronus_core::manager::{Isolation, NodeConfig, NodeLimits, TenantSecret};
+use patronus_core::manager::{Isolation, NodeConfig, NodeLimits};
 use patronus_core::proto::messages::{Access, Mode};
 use std::time::Duration;
 use support::bed::{bed, node_cfg};
@@ -14,14 +14,6 @@ use support::bed::{bed, node_cfg};
 const HOG: (u32, u64) = (1, 0x1111);
 const HONEST: (u32, u64) = (2, 0x2222);
 const BIG: u64 = 16 << 10;
-
-fn tenant((tenant, secret): (u32, u64)) -> ClientConfig {
-    ClientConfig {
-        tenant,
-        tenant_secret: secret,
-        ..ClientConfig::default()
-    }
-}
 
 fn hoard(t: Transport, iso: Isolation) {
     let node = NodeConfig {
@@ -34,26 +26,23 @@ fn hoard(t: Transport, iso: Isolation) {
         },
         header_count: 1024,
         mw_count: 1024,
-        tenants: [HOG, HONEST]
-            .iter()
-            .map(|&(tenant, secret)| TenantSecret { tenant, secret })
-            .collect(),
+        tenants: serving(&[HOG, HONEST]),
         limits: NodeLimits {
             sessions_per_tenant: Some(3),
             ..NodeLimits::default()
         },
         ..node_cfg()
     };
-    let mut b = bed(t, iso, 1, node, tenant(HONEST));
+    let mut b = bed(t, iso, 1, node, as_tenant(HONEST));
     honest_round(&mut b);
     let start = footprint(&b);
     let ctx = b.cluster.client_ctxs[0].clone();
     let addr = b.cluster.node.address().clone();
     // Connections: the hog gets its share (the honest client holds one of its own tenant's).
     let mut hogs: Vec<Client<SoftProvider>> = (0..3)
-        .map(|_| Client::connect(&ctx, &addr, tenant(HOG)).unwrap())
+        .map(|_| Client::connect(&ctx, &addr, as_tenant(HOG)).unwrap())
         .collect();
-    let refused = Client::<SoftProvider>::connect(&ctx, &addr, tenant(HOG)).unwrap_err();
+    let refused = Client::<SoftProvider>::connect(&ctx, &addr, as_tenant(HOG)).unwrap_err();
     assert!(
         matches!(refused, ClientError::QuotaExceeded),
         "a fourth connection of the hog: {refused:?}"

@@ -12,61 +12,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 use parking_lot::Mutex;
-use patronus_core::rpc::{
-    Incoming, Protocol, RpcClient, RpcError, RpcServer, SlotError, SlotReader, SlotWriter,
-};
-use rnic::soft::{SoftConfig, SoftCq, SoftFabric, SoftProvider, SoftQp, SoftSrq};
-use rnic::{
-    AcceptPolicy, AccessFlags, Clock, Context, ProtectionDomain, QpInit, QpTiming, QueuePair,
-    Timestamp,
-};
+use patronus_core::rpc::{RpcClient, RpcError};
+use rnic::soft::SoftProvider;
+use rnic::{Clock, Timestamp};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Requests and replies are one number each.
-struct Echo;
-
-impl Protocol for Echo {
-    type Request = u64;
-    type Reply = u64;
-    const SLOT_SIZE: usize = 16;
-    fn encode_request(req_id: u64, req: &u64, slot: &mut [u8]) {
-        let mut w = SlotWriter::new(slot);
-        w.u64(0, req_id);
-        w.u64(8, *req);
-    }
-    fn decode_request(slot: &[u8]) -> Result<(u64, u64), SlotError> {
-        let r = SlotReader::new(slot, 16)?;
-        Ok((r.u64(0)?, r.u64(8)?))
-    }
-    fn encode_reply(req_id: u64, reply: &u64, slot: &mut [u8]) {
-        Self::encode_request(req_id, reply, slot);
-    }
-    fn decode_reply(slot: &[u8]) -> Result<(u64, u64), SlotError> {
-        Self::decode_request(slot)
-    }
-}
+use crate::support::echo::{Echo, EchoPair, EchoServer, echo_pair};
 
 /// The server end: what the test answers (or forges) with.
-struct ServerEnd {
-    server: RpcServer<SoftProvider, Echo>,
-    qp: SoftQp,
-}
-
-impl ServerEnd {
-    /// Every request received so far, as (id, value).
-    fn received(&mut self) -> Vec<(u64, u64)> {
-        let mut got: Vec<Incoming<u64>> = Vec::new();
-        self.server.receive(&mut got, |_| None);
-        got.into_iter().map(|m| m.message.unwrap()).collect()
-    }
-
-    /// Sends a reply under `id`, whether or not anything was asked under it.
-    fn answer(&mut self, id: u64, value: u64) {
-        self.server.reply(&self.qp, id, &value).unwrap();
-    }
-}
+type ServerEnd = EchoServer;
 
 /// A clock that moves 1 ms each time it is read. It holds the server end, so that while
 /// `forging`, each reading also forges a reply under an id nobody used (strays arriving as
@@ -104,33 +60,6 @@ impl TickingClock {
     }
 }
 
-struct Accept {
-    pd: rnic::soft::SoftPd,
-    srq: SoftSrq,
-    send_cq: SoftCq,
-    recv_cq: SoftCq,
-    got: Mutex<Option<SoftQp>>,
-}
-
-impl AcceptPolicy<SoftProvider> for Accept {
-    fn create_qp(&self, _: &[u8]) -> Result<SoftQp, String> {
-        self.pd
-            .create_qp(QpInit {
-                send_cq: &self.send_cq,
-                recv_cq: &self.recv_cq,
-                srq: Some(&self.srq),
-                max_send_wr: 64,
-                max_recv_wr: 1,
-                access: AccessFlags::empty(),
-                timing: QpTiming::default(),
-            })
-            .map_err(|e| e.to_string())
-    }
-    fn established(&self, qp: SoftQp, _: &[u8]) {
-        *self.got.lock() = Some(qp);
-    }
-}
-
 /// Receive slots of the client under test.
 const SLOTS: u32 = 4;
 
@@ -155,47 +84,17 @@ impl Pair {
 
 /// A connected client (`SLOTS` receive slots, deadlines on a ticking clock) and server.
 fn pair() -> Pair {
-    let fabric = SoftFabric::new();
-    let (mn, cn) = (
-        fabric.open_device(SoftConfig::default()),
-        fabric.open_device(SoftConfig::default()),
-    );
-    let mpd = mn.alloc_pd().unwrap();
-    let server = RpcServer::<SoftProvider, Echo>::new(&mn, &mpd, 16, 16).unwrap();
-    let accept = Arc::new(Accept {
-        pd: mpd.clone(),
-        srq: server.srq().unwrap().clone(),
-        send_cq: server.send_cq().clone(),
-        recv_cq: server.recv_cq().clone(),
-        got: Mutex::new(None),
-    });
-    let listener = mn.listen(accept.clone()).unwrap();
-    let cpd = cn.alloc_pd().unwrap();
-    let cq = cn.create_cq(64).unwrap();
-    let qp = cpd
-        .create_qp(QpInit {
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            max_send_wr: 64,
-            max_recv_wr: SLOTS + 1,
-            access: AccessFlags::empty(),
-            timing: QpTiming::default(),
-        })
-        .unwrap();
-    qp.connect(&mn.listener_address(&listener), b"c").unwrap();
-    let server_qp = accept.got.lock().clone().unwrap();
+    let EchoPair {
+        client,
+        server,
+        listener,
+    } = echo_pair(SLOTS);
     let clock = Arc::new(TickingClock {
         reads: AtomicU64::new(0),
         forging: AtomicBool::new(false),
-        end: Mutex::new(ServerEnd {
-            server,
-            qp: server_qp,
-        }),
+        end: Mutex::new(server),
     });
-    let client = RpcClient::new(&cn, &cpd, qp, cq, SLOTS)
-        .unwrap()
-        .with_clock(clock.clone());
+    let client = client.with_clock(clock.clone());
     Pair {
         client,
         clock,
@@ -350,23 +249,13 @@ fn the_library_s_own_retry_leaves_a_stray_and_the_client_works_on() {
     use rnic::soft::link::queued::Faults;
 
     let bed = QueuedBed::new(5);
-    let (clock, net) = (&bed.clock, &bed.net);
+    let net = &bed.net;
     let stop = AtomicBool::new(false);
     // While set, virtual time stands still and nothing with a delay is delivered.
     let hold = AtomicBool::new(false);
     std::thread::scope(|s| {
         // The network's delivery: the clock moves to the next due packet, which is delivered.
-        s.spawn(|| {
-            while !stop.load(Ordering::SeqCst) {
-                if !hold.load(Ordering::SeqCst)
-                    && let Some(due) = net.next_due()
-                {
-                    clock.set(due);
-                }
-                net.step(clock.now());
-                std::thread::yield_now();
-            }
-        });
+        s.spawn(|| bed.pump(&stop, &hold));
         let _stop = StopOnDrop(&stop);
         let node = MemoryNode::<SoftProvider>::start(
             bed.device(1),

@@ -8,6 +8,7 @@
 //!   1; the model tests always run both 1 and several), routing requests as clients do.
 //! - [`bed`]: an embedded cluster on a virtual clock for end-to-end tests.
 //! - [`queued`]: devices on a queued network (delays, faults) timed by a virtual clock.
+//! - [`echo`]: the control channel on its own, with a test-controlled server end.
 #![allow(dead_code)]
 
 /// `every_mode! { name => body; ... }` stamps out one `#[test] fn name` per test bed: both
@@ -45,6 +46,7 @@ macro_rules! every_mode {
 }
 
 pub mod bed;
+pub mod echo;
 pub mod fake_nic;
 pub mod queued;
 

@@ -1,9 +1,9 @@
 //! Devices on a queued in-process network timed by a virtual clock, for tests that put
 //! delays or faults on the wire; the test runs the network's delivery (a pump thread) itself.
 
-use rnic::VirtualClock;
 use rnic::soft::link::queued::QueuedNetwork;
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric};
+use rnic::{Clock, VirtualClock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,6 +23,21 @@ impl QueuedBed {
         let net = QueuedNetwork::new(clock.clone(), seed);
         let fabric = SoftFabric::queued(net.clone());
         QueuedBed { clock, net, fabric }
+    }
+
+    /// The network's delivery, run on a thread of its own until `stop`: the clock moves to
+    /// the next due packet, which is delivered; while `hold` is set, time stands still and
+    /// nothing with a delay is delivered.
+    pub fn pump(&self, stop: &AtomicBool, hold: &AtomicBool) {
+        while !stop.load(Ordering::SeqCst) {
+            if !hold.load(Ordering::SeqCst)
+                && let Some(due) = self.net.next_due()
+            {
+                self.clock.set(due);
+            }
+            self.net.step(self.clock.now());
+            std::thread::yield_now();
+        }
     }
 
     /// A device on the network, seeded with `seed`.

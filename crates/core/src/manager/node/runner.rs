@@ -4,6 +4,19 @@
 use super::recent::Seen;
 use super::*;
 
+/// The control QP of each session, by QP number (where request slots go back to).
+fn control_qps<'a, P: Provider>(
+    sessions: &'a HashMap<ClientId, super::sessions::Session<P>>,
+    by_qpn: &'a HashMap<QpNumber, ClientId>,
+) -> impl Fn(QpNumber) -> Option<&'a P::Qp> {
+    move |qpn| {
+        by_qpn
+            .get(&qpn)
+            .and_then(|c| sessions.get(c))
+            .map(|s| &s.control)
+    }
+}
+
 /// How often, µs, sessions are checked for broken QPs and timeouts while the manager is busy
 /// (and whenever it is about to sleep, and after a failed reply).
 const SWEEP_EVERY_US: u64 = 10_000;
@@ -19,13 +32,7 @@ impl<P: Provider> Runner<P> {
         let mut streak_cpu: Option<Duration> = None;
         while !self.shared.stop.load(Ordering::SeqCst) {
             requests.clear();
-            let (sessions, by_qpn) = (&self.sessions, &self.by_qpn);
-            let qp_of = |qpn| {
-                by_qpn
-                    .get(&qpn)
-                    .and_then(|c| sessions.get(c))
-                    .map(|s| &s.control)
-            };
+            let qp_of = control_qps(&self.sessions, &self.by_qpn);
             if self.rpc.receive(&mut incoming, qp_of) > 0 && streak_cpu.is_none() {
                 // Messages answered on arrival (`Hello`, `UseQp`, retries) are work too.
                 streak_cpu = Some(thread_cpu());
@@ -36,14 +43,9 @@ impl<P: Provider> Runner<P> {
             // After polling: a connection is registered before its client learns it is
             // connected, so every QP a polled request came from (or names) is adopted by now.
             self.adopt_incoming(now);
-            let (sessions, by_qpn) = (&self.sessions, &self.by_qpn);
-            let qp_of = |qpn| {
-                by_qpn
-                    .get(&qpn)
-                    .and_then(|c| sessions.get(c))
-                    .map(|s| &s.control)
-            };
-            self.rpc.repost_deferred(qp_of);
+            // Requests taken before their connection was get their slots back.
+            self.rpc
+                .repost_deferred(control_qps(&self.sessions, &self.by_qpn));
             // After adopting: a snapshot asked for after a connection was established counts
             // it.
             if self.shared.publish[self.shard].load(Ordering::SeqCst) {
