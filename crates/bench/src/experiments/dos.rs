@@ -8,9 +8,10 @@
 //!
 //! The abuses are those of the denial-of-service tests (`crates/core/tests/denial_of_service`),
 //! written again here against the real clock:
-//! - **twin**: a second honest client doing the same rounds, the CPU-only baseline: on 2
-//!   cores the abuser's thread takes CPU from the honest client and the manager whatever it
-//!   does, and this row shows how much that alone costs;
+//! - **spin** (a baseline): a thread that never blocks and never touches the node. On 2 cores
+//!   any busy abuser takes CPU from the honest client and the manager, whatever it does; this
+//!   row shows what that alone costs;
+//! - **twin** (a baseline): a second client doing the honest rounds, a fair share of the node;
 //! - **churn**: clients connecting, working and disconnecting as fast as they can;
 //! - **flood**: raw-verbs control connections posting requests as fast as their send queues
 //!   take them (a `Hello`, then a bogus `Extend` over and over, reconnecting when the QP
@@ -27,12 +28,14 @@ mod abusers;
 mod flooder;
 mod report;
 
-use crate::harness::{BenchOpts, Experiment, Latency, process_cpu};
+use crate::harness::{BenchOpts, Experiment, Latency, process_cpu, thread_cpu};
 use abusers::Tally;
 use anyhow::{Context as _, Result, anyhow, bail};
 use patronus_core::client::{Client, ClientConfig, ClientError};
 use patronus_core::cluster::EmbeddedCluster;
-use patronus_core::manager::{Held, Isolation, NodeConfig, NodeLimits, NodeStats, TenantSecret};
+use patronus_core::manager::{
+    Held, Isolation, MemoryNode, NodeConfig, NodeLimits, NodeStats, SlabConfig, TenantSecret,
+};
 use patronus_core::proto::messages::Mode;
 use rnic::soft::{SoftConfig, SoftContext, SoftProvider, TcpNode};
 use std::collections::BTreeMap;
@@ -64,6 +67,7 @@ const HONEST: TenantSecret = TenantSecret {
 /// One abuse (one row).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Abuse {
+    Spin,
     Twin,
     Churn,
     FloodCredits,
@@ -74,7 +78,8 @@ enum Abuse {
 }
 
 impl Abuse {
-    const ALL: [Abuse; 7] = [
+    const ALL: [Abuse; 8] = [
+        Abuse::Spin,
         Abuse::Twin,
         Abuse::Churn,
         Abuse::FloodCredits,
@@ -86,7 +91,8 @@ impl Abuse {
 
     fn name(self) -> &'static str {
         match self {
-            Abuse::Twin => "twin (CPU only)",
+            Abuse::Spin => "spin (CPU only)",
+            Abuse::Twin => "twin (fair share)",
             Abuse::Churn => "churn",
             Abuse::FloodCredits => "flood, credits",
             Abuse::FloodShared => "flood, shared RQ",
@@ -117,6 +123,18 @@ impl Abuse {
                     fault_burst: 1_000_000,
                     ..cfg.limits
                 };
+            }
+            Abuse::Hoard => {
+                // A small node (as in the hoard test), so that the hog reaches its quotas
+                // early in a window even over TCP: a quarter of 16 MiB less slab rounding
+                // (6 MiB) and 256 permissions each.
+                cfg.pool_bytes = 16 << 20;
+                cfg.slab = SlabConfig {
+                    slab_bytes: 256 << 10,
+                    ..SlabConfig::default()
+                };
+                cfg.header_count = 1024;
+                cfg.mw_count = 1024;
             }
             _ => {}
         }
@@ -160,6 +178,7 @@ impl Abuse {
     ) -> Result<Tally> {
         let cfg = self.abuser_client();
         match self {
+            Abuse::Spin => Ok(abusers::spin(stop)),
             Abuse::Twin => abusers::twin(ctx, node, cfg, stop),
             Abuse::Churn => abusers::churn(ctx, node, cfg, stop),
             Abuse::FloodCredits | Abuse::FloodShared => flooder::flood(ctx, node, stop),
@@ -179,6 +198,10 @@ struct Window {
     errors: BTreeMap<&'static str, u64>,
     /// CPU the whole process used over the window, in cores.
     cores: f64,
+    /// CPU the honest client's thread used, in cores.
+    honest_cores: f64,
+    /// CPU the memory node's manager (and over TCP its engines) used, in cores.
+    node_cores: f64,
 }
 
 impl Window {
@@ -237,7 +260,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         opts.transport_name()
     );
     println!(
-        "{:<16} | {:>6} {:>6} {:>6} Kr/s | {:>6} {:>6} | {:>6} | {:<34} | {:>6} {:>6} {:>6}",
+        "{:<17} | {:>6} {:>6} {:>6} Kr/s | {:>6} {:>6} | {:>6} | {:<34} | {:>6} {:>6} {:>6}",
         "abuse",
         "before",
         "during",
@@ -254,7 +277,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     for abuse in Abuse::ALL {
         let o = measure(opts, abuse, window).with_context(|| abuse.name())?;
         println!(
-            "{:<16} | {:>6.1} {:>6.1} {:>6.1}      | {:>6.2} {:>6.2} | {:>6} | {:<34} | {:>6} {:>6} {:>6}",
+            "{:<17} | {:>6.1} {:>6.1} {:>6.1}      | {:>6.2} {:>6.2} | {:>6} | {:<34} | {:>6} {:>6} {:>6}",
             abuse.name(),
             o.before.rounds_per_s() / 1e3,
             o.during.rounds_per_s() / 1e3,
@@ -303,10 +326,9 @@ fn measure(opts: &BenchOpts, abuse: Abuse, window: Duration) -> Result<Outcome> 
     for _ in 0..WARMUP_ROUNDS {
         round(honest, &mut back).context("warm-up round")?;
     }
-    let s0 = node.fresh_stats();
-    let before = honest_window(honest, window)?;
-    let s1 = node.fresh_stats();
-    let engine1 = engine_cpu(&node_ctx);
+    let s0 = Snapshot::take(node, &node_ctx);
+    let mut before = honest_window(honest, window)?;
+    let s1 = Snapshot::take(node, &node_ctx);
     let stop = Arc::new(AtomicBool::new(false));
     let abuser = {
         let stop = stop.clone();
@@ -321,20 +343,23 @@ fn measure(opts: &BenchOpts, abuse: Abuse, window: Duration) -> Result<Outcome> 
         .join()
         .map_err(|_| anyhow!("the abuser panicked"))?
         .context("the abuser")?;
-    let during = during?;
-    let s2 = node.fresh_stats();
-    let engine2 = engine_cpu(&node_ctx);
-    let after = honest_window(honest, window)?;
-    let s3 = node.fresh_stats();
+    let mut during = during?;
+    let s2 = Snapshot::take(node, &node_ctx);
+    let mut after = honest_window(honest, window)?;
+    let s3 = Snapshot::take(node, &node_ctx);
+    before.node_cores = s1.cores_since(&s0);
+    during.node_cores = s2.cores_since(&s1);
+    after.node_cores = s3.cores_since(&s2);
+    let (a, b) = (&s1.stats, &s3.stats);
     let counted = NodeDelta {
-        sessions_closed: s3.sessions_ended.closed - s1.sessions_ended.closed,
-        sessions_idle: s3.sessions_ended.idle - s1.sessions_ended.idle,
-        sessions_no_hello: s3.sessions_ended.no_hello - s1.sessions_ended.no_hello,
-        data_reconnects: s3.data_reconnects - s1.data_reconnects,
-        reconnects_refused: s3.reconnects_refused - s1.reconnects_refused,
-        cpu_during: manager_cpu(&s2, &s1) + engine2.saturating_sub(engine1),
-        held_start: s0.held,
-        held_end: s3.held,
+        sessions_closed: b.sessions_ended.closed - a.sessions_ended.closed,
+        sessions_idle: b.sessions_ended.idle - a.sessions_ended.idle,
+        sessions_no_hello: b.sessions_ended.no_hello - a.sessions_ended.no_hello,
+        data_reconnects: b.data_reconnects - a.data_reconnects,
+        reconnects_refused: b.reconnects_refused - a.reconnects_refused,
+        cpu_during: s2.cpu.saturating_sub(s1.cpu),
+        held_start: s0.stats.held,
+        held_end: s3.stats.held,
     };
     Ok(Outcome {
         abuse,
@@ -346,13 +371,35 @@ fn measure(opts: &BenchOpts, abuse: Abuse, window: Duration) -> Result<Outcome> 
     })
 }
 
-fn manager_cpu(later: &NodeStats, earlier: &NodeStats) -> Duration {
-    later.manager_cpu.saturating_sub(earlier.manager_cpu)
+/// The node's counters and CPU (manager threads, and over TCP its NIC engines) at an instant.
+struct Snapshot {
+    stats: NodeStats,
+    cpu: Duration,
+    at: Instant,
 }
 
-/// CPU of a TCP device's engine threads (zero in-process: no engines).
-fn engine_cpu(ctx: &SoftContext) -> Duration {
-    TcpNode::engine_cpu_time(ctx).unwrap_or_default()
+impl Snapshot {
+    #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+    fn take(node: &MemoryNode<SoftProvider>, ctx: &SoftContext) -> Self {
+        let stats = node.fresh_stats();
+        // Zero in-process: no engines.
+        let engines = TcpNode::engine_cpu_time(ctx).unwrap_or_default();
+        Snapshot {
+            cpu: stats.manager_cpu + engines,
+            stats,
+            at: Instant::now(),
+        }
+    }
+
+    /// The node's CPU since `earlier`, in cores.
+    fn cores_since(&self, earlier: &Snapshot) -> f64 {
+        let secs = self.at.duration_since(earlier.at).as_secs_f64();
+        if secs > 0.0 {
+            self.cpu.saturating_sub(earlier.cpu).as_secs_f64() / secs
+        } else {
+            0.0
+        }
+    }
 }
 
 /// The honest client's rounds for `len` of wall time. A failed round is counted under its
@@ -361,7 +408,7 @@ fn engine_cpu(ctx: &SoftContext) -> Duration {
 fn honest_window(c: &mut Client<SoftProvider>, len: Duration) -> Result<Window> {
     let mut w = Window::default();
     let mut back = [0u8; MSG.len()];
-    let cpu0 = process_cpu();
+    let (cpu0, own0) = (process_cpu(), thread_cpu());
     let t0 = Instant::now();
     while t0.elapsed() < len {
         let r0 = Instant::now();
@@ -375,6 +422,7 @@ fn honest_window(c: &mut Client<SoftProvider>, len: Duration) -> Result<Window> 
     }
     w.secs = t0.elapsed().as_secs_f64();
     w.cores = process_cpu().saturating_sub(cpu0).as_secs_f64() / w.secs;
+    w.honest_cores = thread_cpu().saturating_sub(own0).as_secs_f64() / w.secs;
     if w.rounds > 0 && back != *MSG {
         bail!("the honest client read back {back:?}, not what it wrote");
     }

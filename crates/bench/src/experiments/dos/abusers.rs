@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Objects the hog allocates (a share of the pool is some thousand of them).
-const HOG_OBJECT: u64 = 16 << 10;
+/// Objects the hog allocates (its memory quota is about a hundred of them).
+const HOG_OBJECT: u64 = 64 << 10;
 /// Leases the hog and the faulters hold (the node's maximum lifetime in this experiment).
 const LONG_LEASE: Duration = Duration::from_secs(60);
 /// Permissions a storm client holds: each of its QP switches rebinds them (type 2).
@@ -64,7 +64,22 @@ impl Tally {
     }
 }
 
-/// The CPU-only baseline: a second client doing the honest rounds.
+/// The CPU-only baseline: a thread that never blocks and never touches the node (a
+/// compute-bound neighbour), as much CPU as a busy abuser takes from the honest client and
+/// the manager, and nothing else.
+pub(super) fn spin(stop: &AtomicBool) -> Tally {
+    let mut t = Tally::new("M iterations");
+    let mut x = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        for i in 0..1_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        t.done += 1;
+    }
+    t
+}
+
+/// The fair-share baseline: a second client doing the honest rounds.
 pub(super) fn twin(
     ctx: &SoftContext,
     node: &SoftAddress,
@@ -104,8 +119,10 @@ pub(super) fn churn(
     Ok(t)
 }
 
-/// A tenant taking all it can: memory until its quota refuses, then shared permissions on
-/// its own objects, and it keeps asking for both. It never gives anything back.
+/// A tenant taking all it can (as in the hoard test): memory until its quota refuses (it
+/// lets each object's permission go, so that only the memory quota stops it), then shared
+/// permissions on its own objects until that quota refuses too, and then it keeps asking for
+/// both. It never gives anything back.
 pub(super) fn hoard(
     ctx: &SoftContext,
     node: &SoftAddress,
@@ -114,36 +131,44 @@ pub(super) fn hoard(
 ) -> Result<Tally> {
     let mut t = Tally::new("grants");
     let mut c = Client::<SoftProvider>::connect(ctx, node, cfg)?;
-    let mut held = Vec::new();
     let mut objects = Vec::new();
+    let mut held = Vec::new();
+    let (mut memory_full, mut permissions_full) = (false, false);
     let (mut memory_refused, mut permissions_refused) = (0, 0);
     while !stop.load(Ordering::Relaxed) {
-        match c.allocate(HOG_OBJECT, LONG_LEASE, Mode::Shared) {
-            Ok(p) => {
-                objects.push(p.addr());
-                held.push(p);
-                t.done += 1;
-                continue;
+        if !memory_full || permissions_full {
+            match c.allocate(HOG_OBJECT, LONG_LEASE, Mode::Shared) {
+                Ok(p) => {
+                    objects.push(p.addr());
+                    t.done += 1;
+                    if let Err(e) = c.revoke(p) {
+                        t.fail(error_kind(&e));
+                    }
+                }
+                Err(ClientError::QuotaExceeded) => {
+                    memory_full = true;
+                    t.refused += 1;
+                    memory_refused += 1;
+                }
+                Err(e) => t.fail(error_kind(&e)),
             }
-            Err(ClientError::QuotaExceeded) => {
-                t.refused += 1;
-                memory_refused += 1;
-            }
-            Err(e) => t.fail(error_kind(&e)),
         }
         let Some(&obj) = objects.get(held.len() % objects.len().max(1)) else {
             continue;
         };
-        match c.acquire(obj, 8, LONG_LEASE, Access::Read, Mode::Shared) {
-            Ok(p) => {
-                held.push(p);
-                t.done += 1;
+        if memory_full {
+            match c.acquire(obj, 8, LONG_LEASE, Access::Read, Mode::Shared) {
+                Ok(p) => {
+                    held.push(p);
+                    t.done += 1;
+                }
+                Err(ClientError::QuotaExceeded) => {
+                    permissions_full = true;
+                    t.refused += 1;
+                    permissions_refused += 1;
+                }
+                Err(e) => t.fail(error_kind(&e)),
             }
-            Err(ClientError::QuotaExceeded) => {
-                t.refused += 1;
-                permissions_refused += 1;
-            }
-            Err(e) => t.fail(error_kind(&e)),
         }
     }
     t.extra = vec![

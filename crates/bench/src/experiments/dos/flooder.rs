@@ -21,9 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Control connections the flooder keeps open.
-const CONNECTIONS: usize = 3;
+pub(super) const CONNECTIONS: usize = 3;
 /// Requests each has in flight at most (its send queue).
-const DEPTH: u32 = 512;
+pub(super) const DEPTH: u32 = 512;
 /// How long the flooder blocks when no send queue takes more: until a completion, or until
 /// its QPs' receiver-not-ready timers (100 µs by default) are due, which only a CQ poll runs.
 const IDLE_WAIT: Duration = Duration::from_micros(100);
