@@ -435,3 +435,100 @@ fn notes(window: Duration, opts: &BenchOpts) -> Vec<String> {
     }
     notes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{NodeDelta, Window};
+    use super::*;
+    use crate::experiments::dos::abusers::Tally;
+    use patronus_core::cluster::Transport;
+
+    fn window(rounds: u64, failed: u64) -> Window {
+        let mut w = Window {
+            rounds,
+            secs: 1.0,
+            ..Window::default()
+        };
+        if failed > 0 {
+            w.errors.insert("rpc timeout", failed);
+        }
+        w
+    }
+
+    /// Every abuse at `during` rounds (of 100 before and after), the shared-RQ flood at
+    /// `shared`.
+    fn outcomes(during: u64, shared: u64) -> Vec<Outcome> {
+        Abuse::ALL
+            .iter()
+            .map(|&abuse| Outcome {
+                abuse,
+                before: window(100, 0),
+                during: match abuse {
+                    Abuse::Spin => window(10, 0),
+                    Abuse::Twin => window(50, 0),
+                    Abuse::FloodShared => window(shared, 3),
+                    _ => window(during, 0),
+                },
+                after: window(100, 0),
+                tally: Tally {
+                    done: 1,
+                    refused: 1,
+                    extra: vec![("memory_refused", 1), ("permissions_refused", 1)],
+                    ..Tally::new("things")
+                },
+                node: NodeDelta {
+                    reconnects_refused: 1,
+                    ..NodeDelta::default()
+                },
+            })
+            .collect()
+    }
+
+    fn run(outcomes: &[Outcome]) -> Experiment {
+        let opts = BenchOpts {
+            quick: true,
+            transport: Transport::InProc,
+            out: std::env::temp_dir(),
+        };
+        let mut exp = Experiment::new("dos", "inproc", true);
+        report(&mut exp, outcomes, Duration::from_millis(300), &opts);
+        exp
+    }
+
+    #[test]
+    fn a_row_and_a_bar_per_abuse_and_every_claim_checked() {
+        let exp = run(&outcomes(45, 2));
+        assert_eq!(exp.rows.len(), Abuse::ALL.len());
+        assert_eq!(exp.figure.panels.len(), 2);
+        for p in &exp.figure.panels {
+            for s in &p.series {
+                assert_eq!(s.points.len(), Abuse::ALL.len(), "{}", s.name);
+            }
+        }
+        assert_eq!(exp.checks.len(), 8);
+        assert!(exp.checks.iter().all(|c| c.holds), "{:#?}", exp.checks);
+        assert!(exp.ratios[0].name.starts_with("flood"));
+        let shared = exp.row("flood, shared RQ", 2).expect("a row");
+        assert_eq!(shared.get_f64("honest_failed_during"), Some(3.0));
+        assert_eq!(shared.get_f64("share_during"), Some(0.02));
+    }
+
+    #[test]
+    fn claims_fail_when_the_numbers_say_so() {
+        // Every abuse below the spinner's share; the shared RQ no worse than credits.
+        let exp = run(&outcomes(5, 5));
+        let failing: Vec<&str> = exp
+            .checks
+            .iter()
+            .filter(|c| !c.holds)
+            .map(|c| c.claim.as_str())
+            .collect();
+        assert_eq!(failing.len(), 5, "{failing:#?}");
+        let flood = exp
+            .checks
+            .iter()
+            .find(|c| c.claim.starts_with("with flow control"))
+            .expect("the flood's check");
+        assert!(flood.detail.contains("Why"), "{}", flood.detail);
+    }
+}
