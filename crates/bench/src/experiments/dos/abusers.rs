@@ -95,7 +95,13 @@ pub(super) fn twin(
             Err(e) => t.fail(error_kind(&e)),
         }
     }
+    t.extra = vec![("rpcs", rpcs(&c))];
     Ok(t)
+}
+
+/// Control RPCs `c` made (each one's round trip is recorded).
+fn rpcs(c: &Client<SoftProvider>) -> u64 {
+    c.stats().rtt_us.len()
 }
 
 /// Clients connecting, working (allocate, write, read back, free) and disconnecting.
@@ -177,6 +183,7 @@ pub(super) fn hoard(
         ("permissions", held.len() as u64),
         ("memory_refused", memory_refused),
         ("permissions_refused", permissions_refused),
+        ("rpcs", rpcs(&c)),
     ];
     Ok(t)
 }
@@ -215,6 +222,6 @@ pub(super) fn faults(
             Err(e) => t.fail(error_kind(&e)),
         }
     }
-    t.extra = vec![("switches", c.qp_switches().0)];
+    t.extra = vec![("switches", c.qp_switches().0), ("rpcs", rpcs(&c))];
     Ok(t)
 }
