@@ -348,7 +348,10 @@ fn checks(all: &[Outcome]) -> Vec<Check> {
         ),
     });
     let after = |o: &Outcome| share(&o.after, &o.before);
-    if let Some(w) = all.iter().min_by(|a, b| after(a).total_cmp(&after(b))) {
+    // The spinner leaves nothing at the node: its after/before is the machine's noise.
+    let abuses = all.iter().filter(|o| o.abuse != Abuse::Spin);
+    if let Some(w) = abuses.min_by(|a, b| after(a).total_cmp(&after(b))) {
+        let noisy = (after(spin) - 1.0).abs() > 0.2;
         checks.push(Check {
             claim: "after every abuse the honest client is back to ≥ 80 % of its throughput".into(),
             holds: after(w) >= 0.8,
@@ -360,11 +363,17 @@ fn checks(all: &[Outcome]) -> Vec<Check> {
                 w.abuse.name(),
                 all.iter().map(|o| o.after.failed()).sum::<u64>(),
                 pct(after(spin)),
-                if after(w) >= 0.8 {
-                    ""
-                } else {
-                    ". Not profiled: why the honest client was slower after this abuse is not \
-                     explained"
+                match (after(w) >= 0.8, noisy) {
+                    (true, _) => "",
+                    (false, true) => {
+                        ". The honest client's rate alone changed within this run (on this VM \
+                         it moves between about 70 and 140 K rounds/s in-process; the cause is \
+                         not established), so this run cannot tell"
+                    }
+                    (false, false) => {
+                        ". Not profiled: why the honest client was slower after this abuse is \
+                         not explained"
+                    }
                 }
             ),
         });
