@@ -4,6 +4,7 @@ use super::{Abuse, Outcome, RPC_TIMEOUT, Window, flooder};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, Point, Ratio, Row, Series,
 };
+use patronus_core::cluster::Transport;
 use patronus_core::manager::NodeLimits;
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ pub(super) fn report(
     };
     exp.ratios.sort_by_key(|r| rank(&r.name));
     exp.figure = figure(outcomes);
-    exp.checks = checks(outcomes);
+    exp.checks = checks(outcomes, opts.transport);
     exp.notes = notes(window, opts);
 }
 
@@ -155,7 +156,7 @@ fn pct(x: f64) -> String {
 
 /// The claims, each against the baselines measured in the same run: the spinner (what a
 /// compute-bound neighbour costs, nothing else) and the twin (a fair share).
-fn checks(all: &[Outcome]) -> Vec<Check> {
+fn checks(all: &[Outcome], transport: Transport) -> Vec<Check> {
     let get = |a: Abuse| all.iter().find(|o| o.abuse == a);
     let (
         Some(spin),
@@ -308,13 +309,19 @@ fn checks(all: &[Outcome]) -> Vec<Check> {
             faults.node.reconnects_refused,
             pct(sh(faults)),
             failed(faults),
-            if faults.tally.refused > faults.tally.done {
-                ". The throttled faulter retries at once, in a loop: in-process the refusal \
-                 runs the node's accept policy on the faulter's own thread (perf: \
-                 InProcTransport::connect, Policy::create_qp and FaultBudget::admit among its \
-                 samples), so it takes about as much CPU as the spinner"
-            } else {
-                ""
+            match transport {
+                _ if faults.tally.refused == 0 => "",
+                Transport::InProc => {
+                    ". The throttled faulter retries at once, in a loop: in-process the refusal \
+                     runs the node's accept policy on the faulter's own thread (perf: \
+                     InProcTransport::connect, Policy::create_qp and FaultBudget::admit among \
+                     its samples), so it takes about as much CPU as the spinner"
+                }
+                Transport::Tcp => {
+                    ". The throttled faulter retries at once, in a loop; over TCP each refused \
+                     reconnection is a new TCP connection to the node's engine, so it retries \
+                     orders of magnitude less often than in-process"
+                }
             }
         ),
     });
@@ -479,7 +486,7 @@ fn notes(window: Duration, opts: &BenchOpts) -> Vec<String> {
         "The paper has no denial-of-service evaluation; there are no paper numbers to compare."
             .into(),
     ];
-    if opts.transport == patronus_core::cluster::Transport::Tcp {
+    if opts.transport == Transport::Tcp {
         notes.push(
             "Over TCP each of the three devices has a NIC engine thread (default options: \
              they poll before they park), so a round costs hundreds of microseconds and the \
@@ -495,7 +502,6 @@ mod tests {
     use super::super::{NodeDelta, Window};
     use super::*;
     use crate::experiments::dos::abusers::Tally;
-    use patronus_core::cluster::Transport;
 
     fn window(rounds: u64, failed: u64) -> Window {
         let mut w = Window {
