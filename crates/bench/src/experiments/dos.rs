@@ -127,14 +127,14 @@ impl Abuse {
             Abuse::Hoard => {
                 // A small node (as in the hoard test), so that the hog reaches its quotas
                 // early in a window even over TCP: a quarter of 16 MiB less slab rounding
-                // (6 MiB) and 256 permissions each.
+                // (6 MiB, some 23 of the hog's objects) and 128 permissions each.
                 cfg.pool_bytes = 16 << 20;
                 cfg.slab = SlabConfig {
                     slab_bytes: 256 << 10,
                     ..SlabConfig::default()
                 };
-                cfg.header_count = 1024;
-                cfg.mw_count = 1024;
+                cfg.header_count = 512;
+                cfg.mw_count = 512;
             }
             _ => {}
         }

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Objects the hog allocates (its memory quota is about a hundred of them).
-const HOG_OBJECT: u64 = 64 << 10;
+/// Objects the hog allocates (its memory quota is some twenty of them).
+const HOG_OBJECT: u64 = 256 << 10;
 /// Leases the hog and the faulters hold (the node's maximum lifetime in this experiment).
 const LONG_LEASE: Duration = Duration::from_secs(60);
 /// Permissions a storm client holds: each of its QP switches rebinds them (type 2).
