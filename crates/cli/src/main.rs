@@ -78,8 +78,8 @@ enum Command {
     /// JSON + SVG per experiment and a report.md with the paper's numbers beside ours.
     Bench {
         /// fig1, fig5, fig6 (with Table 4), fig7, fig8b, table5, alloc (scrubbing cost and
-        /// memory per live permission), dos (an honest client's share under each abuse), or
-        /// all.
+        /// memory per live permission), dos (an honest client's throughput around each
+        /// denial-of-service abuse), or all.
         #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc", "dos", "all"])]
         experiments: Vec<String>,
         /// Seconds per experiment instead of minutes (smoke-level sample counts).

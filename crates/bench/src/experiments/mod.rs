@@ -2,6 +2,7 @@
 //! and prints a short table as it goes; the caller writes the JSON, SVG and report.
 
 pub mod alloc;
+pub mod dos;
 pub mod driver;
 pub mod evidence;
 pub mod fig1;
@@ -16,7 +17,9 @@ use crate::harness::{BenchOpts, Experiment};
 use anyhow::{Result, bail};
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 7] = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc"];
+pub const ALL: [&str; 8] = [
+    "fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc", "dos",
+];
 
 /// Runs the experiment called `name`.
 pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
@@ -28,6 +31,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "fig8b" => fig8b::run(opts),
         "table5" => table5::run(opts),
         "alloc" => alloc::run(opts),
+        "dos" => dos::run(opts),
         other => bail!("no experiment called {other:?} (have: {})", ALL.join(", ")),
     }
 }
