@@ -7,7 +7,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXPERIMENTS: [&str; 7] = ["fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc"];
+const EXPERIMENTS: [&str; 8] = [
+    "fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc", "dos",
+];
 
 fn out_dir(transport: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
