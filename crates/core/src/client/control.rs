@@ -338,26 +338,36 @@ impl<P: Provider> Client<P> {
     /// Waits up to `max` for a reply to any pipelined request (sleeping on the control CQ, not
     /// spinning); `None` if none arrived. `ControlLost` once the session is lost (its requests
     /// in flight get no reply; the next control operation opens a new session).
+    #[allow(clippy::disallowed_methods)] // a wait's deadline is wall time
     pub fn wait_reply(&mut self, max: Duration) -> Result<Option<(u64, Reply)>, ClientError> {
         if let Some(r) = self.poll_reply()? {
             return Ok(Some(r));
         }
-        let n = self.session.ctrl.len();
-        // Several shards: wait on each channel in turn for a share of the time.
-        let slice = max / n as u32;
-        for i in 0..n {
-            let k = (self.next_poll + i) % n;
-            let got = self.session.ctrl[k]
-                .wait_any(slice)
+        if self.session.ctrl.len() == 1 {
+            // One channel: its own spin-then-sleep wait (the latency path).
+            let got = self.session.ctrl[0]
+                .wait_any(max)
                 .map_err(|e| self.note(e))?;
-            if let Some(r) = got {
-                self.next_poll = (k + 1) % n;
+            if let Some(r) = &got {
                 self.hand_back_orphans();
                 self.on_pipelined_reply(r.0, &r.1);
+            }
+            return Ok(got);
+        }
+        // Several shards' channels: sleep on the completion channel they all report to until
+        // any has a reply (armed, then polled once more for a reply that came before).
+        let deadline = std::time::Instant::now() + max;
+        loop {
+            self.arm();
+            if let Some(r) = self.poll_reply()? {
                 return Ok(Some(r));
             }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            rnic::CompletionChannel::wait(&self.endpoint.channel, deadline - now);
         }
-        self.poll_reply()
     }
 
     /// Takes one arrived reply, if any, as (request id, reply). `ControlLost` once the

@@ -178,7 +178,12 @@ impl<P: Provider> Client<P> {
             ctx: ctx.clone(),
             address: address.clone(),
             pd,
-            channel: channel.cloned(),
+            // The client's own when none is given: a wait for a reply on any of several
+            // shards' channels sleeps on it.
+            channel: match channel {
+                Some(ch) => ch.clone(),
+                None => ctx.create_channel()?,
+            },
             data_cq: data_cq.clone(),
         };
         let session = Session::open(&endpoint, &cfg, 0)?;

@@ -29,12 +29,12 @@ use rnic::{
 
 /// Where and with what a client opens sessions: the device, the memory node's address, the
 /// protection domain every QP is created in, the completion channel its control CQs report to
-/// (if any), and the data CQ every data QP shares.
+/// (the caller's, or the client's own), and the data CQ every data QP shares.
 pub(super) struct Endpoint<P: Provider> {
     pub(super) ctx: P::Context,
     pub(super) address: P::Address,
     pub(super) pd: P::Pd,
-    pub(super) channel: Option<P::Channel>,
+    pub(super) channel: P::Channel,
     pub(super) data_cq: P::Cq,
 }
 
@@ -68,10 +68,7 @@ fn qp_init<'a, P: Provider>(cq: &'a P::Cq, max_recv: u32, timing: QpTiming) -> Q
 
 impl<P: Provider> Endpoint<P> {
     fn control_cq(&self) -> Result<P::Cq, ClientError> {
-        Ok(match &self.channel {
-            Some(ch) => self.ctx.create_cq_on(64, ch)?,
-            None => self.ctx.create_cq(64)?,
-        })
+        Ok(self.ctx.create_cq_on(64, &self.channel)?)
     }
 
     /// A control channel to shard `slot`, connected with `intent`.
