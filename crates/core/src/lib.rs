@@ -26,6 +26,8 @@ pub mod cluster;
 pub mod manager;
 pub mod proto;
 pub mod rpc;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use client::{Batch, Client, ClientConfig, ClientError, LongLease, OpResult, Perm};
 pub use cluster::{ClusterError, EmbeddedCluster, Transport};

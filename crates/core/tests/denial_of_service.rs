@@ -121,35 +121,3 @@ pub fn serving(tenants: &[(u32, u64)]) -> Vec<patronus_core::manager::TenantSecr
         .map(|&(tenant, secret)| patronus_core::manager::TenantSecret { tenant, secret })
         .collect()
 }
-
-/// A control QP connected to the node's shard 0 by hand (raw verbs, no library): `depth`
-/// sends in flight at most, one receive.
-pub fn raw_control_qp(
-    b: &Bed,
-    pd: &rnic::soft::SoftPd,
-    cq: &rnic::soft::SoftCq,
-    depth: u32,
-) -> rnic::soft::SoftQp {
-    use patronus_core::proto::connect::{Intent, Role};
-    use rnic::{AccessFlags, ProtectionDomain, QpInit, QpTiming, QueuePair};
-    let qp = pd
-        .create_qp(QpInit {
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            max_send_wr: depth,
-            max_recv_wr: 1,
-            access: AccessFlags::empty(),
-            timing: QpTiming::default(),
-        })
-        .unwrap();
-    let intent = Intent {
-        role: Role::Control,
-        client_id: 0,
-        secret: 0,
-        slot: 0,
-    };
-    qp.connect(b.cluster.node.address(), &intent.encode())
-        .unwrap();
-    qp
-}

@@ -94,14 +94,21 @@ fn silent_client(t: Transport, iso: Isolation) {
 
 /// A connection that never authenticates costs nothing after the hello timeout.
 fn no_hello(t: Transport, iso: Isolation) {
-    use rnic::Context;
+    use patronus_core::testing::RawControl;
     let mut b = bed(t, iso, 1, short_timeouts(), ClientConfig::default());
     honest_round(&mut b);
     let start = footprint(&b);
-    let ctx = &b.cluster.client_ctxs[0];
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let lurkers: Vec<_> = (0..8).map(|_| raw_control_qp(&b, &pd, &cq, 4)).collect();
+    let lurkers: Vec<_> = (0..8)
+        .map(|_| {
+            RawControl::<SoftProvider>::connect(
+                &b.cluster.client_ctxs[0],
+                b.cluster.node.address(),
+                None,
+                4,
+            )
+            .unwrap()
+        })
+        .collect();
     wait_for(&b, "the lurkers' sessions", |s| {
         s.held.sessions == start.held.sessions + 8
     });

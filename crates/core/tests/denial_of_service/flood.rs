@@ -7,104 +7,23 @@ use super::*;
 use patronus_core::client::ClientConfig;
 use patronus_core::cluster::Transport;
 use patronus_core::manager::Isolation;
-use patronus_core::proto::messages::{ControlProtocol, PermissionId, Request, SLOT_SIZE};
-use patronus_core::rpc::Protocol;
-use rnic::soft::{SoftBuffer, SoftCq, SoftMr, SoftQp};
-use rnic::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpState, QueuePair,
-    SendOp, SendWr, Sge, WorkCompletion,
-};
+use patronus_core::proto::messages::Request;
+use patronus_core::testing::RawControl;
 use std::time::Duration;
 use support::bed::{bed, node_cfg};
 
 /// Requests a flooder has in flight at most (its send queue).
 const FLOOD_DEPTH: u32 = 512;
 
-/// A control connection driven with raw verbs: it authenticates, then sends requests as fast
-/// as its send queue takes them, and never posts a receive for the replies.
-struct Flooder {
-    qp: SoftQp,
-    cq: SoftCq,
-    _buf: SoftBuffer,
-    mr: SoftMr,
-    addr: u64,
-    sent: u64,
-}
-
-impl Flooder {
-    fn connect(b: &Bed) -> Flooder {
-        let ctx = &b.cluster.client_ctxs[0];
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(4 * FLOOD_DEPTH).unwrap();
-        let qp = raw_control_qp(b, &pd, &cq, FLOOD_DEPTH);
-        let buf = ctx.alloc_buffer(2 * SLOT_SIZE).unwrap();
-        let mr = pd
-            .reg_mr(&buf, 0, buf.len(), AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        let mut slot = vec![0u8; SLOT_SIZE];
-        let hello = Request::Hello {
-            tenant: 0,
-            secret: 0,
-        };
-        ControlProtocol::encode_request(1, &hello, &mut slot);
-        buf.write(0, &slot).unwrap();
-        // Then the same well-formed request over and over: an extension of no permission.
-        let bogus = Request::Extend {
-            id: PermissionId {
-                header_addr: 64,
-                start_us: 1,
-            },
-            lease_us: 1_000,
-        };
-        ControlProtocol::encode_request(2, &bogus, &mut slot);
-        buf.write(SLOT_SIZE, &slot).unwrap();
-        let addr = buf.addr();
-        let mut f = Flooder {
-            qp,
-            cq,
-            _buf: buf,
-            mr,
-            addr,
-            sent: 0,
-        };
-        f.post(0, 1);
-        f
-    }
-
-    /// Posts `n` sends of the slot at `offset`, every 64th signaled (to bound the CQ).
-    fn post(&mut self, offset: u64, n: u32) -> u32 {
-        let mut posted = 0;
-        for _ in 0..n {
-            self.sent += 1;
-            let wr = SendWr {
-                wr_id: self.sent,
-                signaled: self.sent % 64 == 0,
-                op: SendOp::Send {
-                    local: Some(Sge {
-                        addr: self.addr + offset,
-                        length: SLOT_SIZE as u32,
-                        lkey: self.mr.lkey(),
-                    }),
-                },
-            };
-            if self.qp.post_send(std::slice::from_ref(&wr)).is_err() {
-                break; // its send queue is full (or it broke): that is its own problem
-            }
-            posted += 1;
-        }
-        posted
-    }
-
-    /// One burst: as many requests as its send queue takes.
-    fn burst(&mut self) -> u32 {
-        let mut wcs = [WorkCompletion::default(); 64];
-        while self.cq.poll(&mut wcs) > 0 {}
-        self.post(SLOT_SIZE as u64, FLOOD_DEPTH)
-    }
-
-    fn broken(&self) -> bool {
-        self.qp.state() == QpState::Error
-    }
+/// A flooder: an authenticated raw control connection (it ignores the library's rules).
+fn flooder(b: &Bed) -> RawControl<SoftProvider> {
+    RawControl::authenticated(
+        &b.cluster.client_ctxs[0],
+        b.cluster.node.address(),
+        None,
+        FLOOD_DEPTH,
+    )
+    .unwrap()
 }
 
 fn flood(t: Transport, iso: Isolation) {
@@ -113,14 +32,14 @@ fn flood(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     honest_round(&mut b);
     let start = footprint(&b);
-    let mut flooders: Vec<Flooder> = (0..3).map(|_| Flooder::connect(&b)).collect();
+    let mut flooders: Vec<_> = (0..3).map(|_| flooder(&b)).collect();
     let mut sent = 0;
     let mut reconnects = 0;
     for round in 0..24 {
         for f in flooders.iter_mut() {
             if f.broken() {
                 // Its RNR retries ran out: it comes back on a new connection.
-                *f = Flooder::connect(&b);
+                *f = flooder(&b);
                 reconnects += 1;
             }
             sent += f.burst();
