@@ -303,6 +303,7 @@ impl<P: Provider> MemoryNode<P> {
                 manager_pd.reg_mr(&scratch, 0, scratch.len(), AccessFlags::LOCAL_WRITE)?;
             let core = ManagerCore::new(shard_cfg);
             let mw_domain = vec![0; mws.len()];
+            let live_windows = mws.len();
             runners.push(Runner::<P> {
                 ctx: ctx.clone(),
                 shard: k,
@@ -317,6 +318,7 @@ impl<P: Provider> MemoryNode<P> {
                     manager_mr: manager_mr.clone(),
                     mws,
                     mw_domain,
+                    live_windows,
                     domains: vec![Some(Domain {
                         pd: client_pd.clone(),
                         mr: client_mr.clone(),

@@ -90,6 +90,8 @@ pub(super) struct NodeNic<P: Provider> {
     pub(super) mws: Vec<Option<P::Mw>>,
     /// Domain of each window.
     pub(super) mw_domain: Vec<u32>,
+    /// Windows allocated (the `Some`s of `mws`), kept as they come and go.
+    pub(super) live_windows: usize,
     /// Domain 0 is the shared PD; with a PD per client, one more per connected client
     /// (`None`: free for the next client).
     pub(super) domains: Vec<Option<Domain<P>>>,
@@ -291,6 +293,7 @@ impl<P: Provider> NodeNic<P> {
             self.mw_domain.resize(end, 0);
         }
         for (id, window) in ids.zip(windows) {
+            self.live_windows += 1;
             self.mws[id as usize] = Some(window);
             self.mw_domain[id as usize] = d;
         }
@@ -305,8 +308,10 @@ impl<P: Provider> NodeNic<P> {
         };
         for id in ids {
             self.mw_qp.remove(&id);
-            if let Some(w) = self.mws.get_mut(id as usize) {
-                *w = None;
+            if let Some(w) = self.mws.get_mut(id as usize)
+                && w.take().is_some()
+            {
+                self.live_windows -= 1;
             }
         }
         if d > 0
@@ -334,8 +339,7 @@ impl<P: Provider> NodeNic<P> {
     pub(super) fn held(&self) -> (usize, usize, usize) {
         let qps = self.data_qps.values().map(HashMap::len).sum();
         let domains = self.domains.iter().skip(1).flatten().count();
-        let windows = self.mws.iter().flatten().count();
-        (qps, domains, windows)
+        (qps, domains, self.live_windows)
     }
 
     fn apply_mw_qp(&mut self, updates: Vec<(MwId, Option<P::Qp>)>) {
