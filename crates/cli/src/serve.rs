@@ -80,6 +80,9 @@ pub struct LimitArgs {
     /// Clients each tenant may have connected (default: an equal share of the connections).
     #[arg(long)]
     pub sessions_per_tenant: Option<u32>,
+    /// Clients that may be connected at once from one IP address (default 512).
+    #[arg(long)]
+    pub sessions_per_address: Option<u32>,
     /// Access faults (data reconnections) a tenant may cause at once (default 1024).
     #[arg(long)]
     pub fault_burst: Option<u32>,
@@ -103,6 +106,7 @@ impl LimitArgs {
             control_credits: self.control_credits.unwrap_or(d.control_credits),
             max_connections: self.max_connections.unwrap_or(d.max_connections),
             sessions_per_tenant: self.sessions_per_tenant.or(d.sessions_per_tenant),
+            sessions_per_address: self.sessions_per_address.unwrap_or(d.sessions_per_address),
             fault_burst: self.fault_burst.unwrap_or(d.fault_burst),
             faults_per_s: self.faults_per_s.unwrap_or(d.faults_per_s),
             ..d

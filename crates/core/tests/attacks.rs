@@ -1263,6 +1263,14 @@ fn hand_made_connections(t: Transport, iso: Isolation) {
         data(1, 0),
         data(0x0123_4567_89ab_cdef, 0),
         data(0x0123_4567_89ab_cdef, 7),
+        // A control connection claiming the victim's session (shard 0's slot, as a client's
+        // first connection has) without its secret.
+        Intent {
+            role: Role::Control,
+            client_id: victim_id,
+            secret: 0x0123_4567_89ab_cdef,
+            slot: 0,
+        },
         Intent {
             role: Role::Loopback,
             client_id: 0,

@@ -10,6 +10,8 @@
 #[macro_use]
 mod support;
 
+#[path = "denial_of_service/addresses.rs"]
+mod addresses;
 #[path = "denial_of_service/churn.rs"]
 mod churn;
 #[path = "denial_of_service/faults.rs"]

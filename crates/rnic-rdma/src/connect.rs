@@ -6,12 +6,12 @@
 //! client                                   listener
 //!   INIT, random PSN
 //!   Request{qpn, psn, lid, mtu, rd_atom, gid, private} ─►
-//!                                            policy.create_qp(private) ─► Refuse{reason} or
+//!                                            policy.create_qp_from(peer ip, private) ─► Refuse or
 //!                                            INIT → RTR → RTS, random PSN
 //!                     ◄─ Accept{qpn, psn, lid, mtu, rd_atom, gid}
 //!   RTR → RTS
 //!   Ready ─►
-//!                                            policy.established(qp, private)
+//!                                            policy.established_from(qp, peer ip, private)
 //!                     ◄─ Established
 //! ```
 //! `connect` returns after `Established`, so the server's `established` hook (which posts the
@@ -303,7 +303,9 @@ fn serve_one(
         Msg::Request(peer, private) => (peer, private),
         other => return Err(proto(&format!("expected Request, got {other:?}"))),
     };
-    let qp = match policy.create_qp(&private) {
+    // The address the handshake comes from is the client host's (RDMA traffic follows it).
+    let from = stream.peer_addr().ok().map(|a| a.ip());
+    let qp = match policy.create_qp_from(from, &private) {
         Ok(qp) => qp,
         Err(reason) => return send(stream, &Msg::Refuse(reason)),
     };
@@ -326,7 +328,7 @@ fn serve_one(
         Msg::Ready => {}
         other => return Err(proto(&format!("expected Ready, got {other:?}"))),
     }
-    policy.established(qp, &private);
+    policy.established_from(qp, from, &private);
     send(stream, &Msg::Established)
 }
 

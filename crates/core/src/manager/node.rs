@@ -19,6 +19,7 @@
 //! except the data CQ, which a type-2 batch polls through a per-shard mailbox.
 
 mod accept;
+mod addresses;
 mod config;
 mod faults;
 mod nic;
@@ -51,7 +52,17 @@ use std::time::Duration;
 
 /// Connections accepted and not yet adopted by a shard's thread (a control connection with
 /// its block of receive slots, under flow control).
-type Pending<P> = Mutex<Vec<(Intent, <P as Provider>::Qp, Option<u32>)>>;
+type Pending<P> = Mutex<Vec<Accepted<P>>>;
+
+/// A connection the accept policy established, for its shard to take up.
+struct Accepted<P: Provider> {
+    intent: Intent,
+    qp: P::Qp,
+    /// Its block of control receive slots (flow control).
+    block: Option<u32>,
+    /// Where a client's first control connection came from (counted per address).
+    from: Option<std::net::IpAddr>,
+}
 /// A client's protection domain and its registration of the pool.
 type ClientDomain<P> = (<P as Provider>::Pd, Arc<<P as Provider>::Mr>);
 
@@ -80,6 +91,8 @@ struct Shared<P: Provider> {
     ended: Vec<Mutex<Vec<ClientId>>>,
     /// Each tenant's access-fault budget (data reconnections), and the slots clients used.
     faults: Mutex<faults::FaultBudget>,
+    /// Live sessions per source address.
+    addresses: Mutex<addresses::AddressSessions>,
     /// Per shard: QPs the device reported broken (shard 0 reads the device's asynchronous
     /// events and tells every shard; a shard ends the session whose control QP it is).
     broken: Vec<Mutex<Vec<QpNumber>>>,
@@ -258,6 +271,9 @@ impl<P: Provider> MemoryNode<P> {
             faults: Mutex::new(faults::FaultBudget::new(
                 cfg.limits.fault_burst,
                 cfg.limits.faults_per_s,
+            )),
+            addresses: Mutex::new(addresses::AddressSessions::new(
+                cfg.limits.sessions_per_address,
             )),
             loop_secret: rand::rng().random::<u64>() | 1,
         });

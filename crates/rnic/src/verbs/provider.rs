@@ -17,6 +17,7 @@ use super::error::VerbsResult;
 use super::types::{AccessFlags, Lkey, MwType, PdId, QpNumber, Rkey, VirtAddr};
 use super::work::{RecvWr, SendWr, WorkCompletion};
 use std::fmt::Debug;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// A provider: the family of object types of one RNIC implementation.
@@ -72,12 +73,29 @@ pub trait Context<P: Provider>: Clone + Send + Sync + Debug {
 }
 
 /// Decides, per incoming connection, which PD and queues serve it, and receives the QP.
+///
+/// Providers call [`create_qp_from`](Self::create_qp_from) and then, once the QP is
+/// connected, [`established_from`](Self::established_from), on the same thread for one
+/// connection; a connection whose set-up fails in between is never reported established.
+/// Both default to the address-blind methods; a policy that limits connections per source
+/// address overrides them.
 pub trait AcceptPolicy<P: Provider>: Send + Sync {
     /// Called with the client's private data; returns the QP to connect (in RESET), or an
     /// error message that is sent back as the refusal reason.
     fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String>;
     /// Called once the QP is connected (RTS). `private_data` is the client's.
     fn established(&self, qp: P::Qp, private_data: &[u8]);
+    /// [`create_qp`](Self::create_qp), told the IP address the connection comes from
+    /// (`None`: the peer is in this process).
+    fn create_qp_from(&self, peer: Option<IpAddr>, private_data: &[u8]) -> Result<P::Qp, String> {
+        let _ = peer;
+        self.create_qp(private_data)
+    }
+    /// [`established`](Self::established), told the IP address the connection comes from.
+    fn established_from(&self, qp: P::Qp, peer: Option<IpAddr>, private_data: &[u8]) {
+        let _ = peer;
+        self.established(qp, private_data)
+    }
 }
 
 /// A protection domain (`ibv_pd`).

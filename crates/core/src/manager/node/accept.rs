@@ -3,20 +3,23 @@
 //! - A control QP goes to the shard its intent names, in the clients' PD, with its own block
 //!   of receive slots posted before its client learns it is connected (flow control) — or on
 //!   that shard's shared receive queue (without). None is accepted once the shard's blocks
-//!   are all taken. Shard 0's control connection is a client's first (its `Hello`
-//!   authenticates it); one to another shard must present the client id and secret of an
-//!   authenticated client.
+//!   are all taken. A client's first connection is to shard 0, without an identity (its
+//!   `Hello` authenticates it); every other control connection (to another shard, or one
+//!   naming a client) must present the client id and secret of an authenticated client.
 //! - A data QP must present its client's id and secret, and a reconnection (a slot used
 //!   before: its QP faulted) must fit in the tenant's access-fault budget (`faults.rs`); it is created in the client's own PD
 //!   when clients are isolated by PD, with every remote right (windows gate access). Every
 //!   shard learns of it (type-2 windows of any shard are bound to it).
+//! - A client's first control connection (shard 0's) is refused when its source address has
+//!   `sessions_per_address` sessions already (`addresses.rs`); its session counts there.
 //! - A loopback QP (the manager's own) must present the node's loopback secret.
 
-use super::{Intent, Role, Shared};
+use super::{Accepted, Intent, Role, Shared};
 use crate::rpc::ConnectionSlots;
 use rnic::{
     AcceptPolicy, AccessFlags, Clock, ProtectionDomain, Provider, QpInit, QpTiming, QueuePair,
 };
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// One shard's control queues: a shared receive queue, or a block of slots per connection.
@@ -49,6 +52,14 @@ impl<P: Provider> Policy<P> {
 
 impl<P: Provider> AcceptPolicy<P> for Policy<P> {
     fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String> {
+        self.create_qp_from(None, private_data)
+    }
+
+    fn established(&self, qp: P::Qp, private_data: &[u8]) {
+        self.established_from(qp, None, private_data)
+    }
+
+    fn create_qp_from(&self, from: Option<IpAddr>, private_data: &[u8]) -> Result<P::Qp, String> {
         let intent = Intent::decode(private_data).ok_or("malformed connection intent")?;
         let init = |pd: &P::Pd, send: &P::Cq, recv: &P::Cq, srq, max_recv_wr, access| {
             pd.create_qp(QpInit {
@@ -68,8 +79,17 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     .control
                     .get(intent.slot as usize)
                     .ok_or("no such manager shard")?;
-                if intent.slot > 0 && !self.known_client(&intent) {
+                // Only a client's first connection comes without an identity; one that
+                // names a client (to join another shard, or shard 0 again) proves it.
+                if (intent.slot > 0 || intent.client_id != 0) && !self.known_client(&intent) {
                     return Err("unknown client or wrong secret".into());
+                }
+                if let Some(from) = from.filter(|_| intent.slot == 0 && intent.client_id == 0)
+                    && self.shared.addresses.lock().full(from)
+                {
+                    return Err(format!(
+                        "too many clients connected from {from}: the memory node serves no more from one address"
+                    ));
                 }
                 if q.slots.as_ref().is_some_and(|s| s.available() == 0) {
                     return Err("the memory node serves no more control connections".into());
@@ -140,7 +160,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
         }
     }
 
-    fn established(&self, qp: P::Qp, private_data: &[u8]) {
+    fn established_from(&self, qp: P::Qp, from: Option<IpAddr>, private_data: &[u8]) {
         let Some(intent) = Intent::decode(private_data) else {
             return;
         };
@@ -148,7 +168,12 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
             // Every shard may bind type-2 windows on a client's data QP.
             Role::Data => {
                 for incoming in &self.shared.incoming {
-                    incoming.lock().push((intent, qp.clone(), None));
+                    incoming.lock().push(Accepted {
+                        intent,
+                        qp: qp.clone(),
+                        block: None,
+                        from: None,
+                    });
                 }
             }
             Role::Control => {
@@ -169,11 +194,26 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                         }
                     },
                 };
-                incoming.lock().push((intent, qp, block));
+                // A client's first connection: its session counts against its address.
+                let from = from.filter(|_| k == 0 && intent.client_id == 0);
+                if let Some(from) = from {
+                    self.shared.addresses.lock().add(from);
+                }
+                incoming.lock().push(Accepted {
+                    intent,
+                    qp,
+                    block,
+                    from,
+                });
             }
             Role::Loopback => {
                 if let Some(incoming) = self.shared.incoming.get(intent.slot as usize) {
-                    incoming.lock().push((intent, qp, None));
+                    incoming.lock().push(Accepted {
+                        intent,
+                        qp,
+                        block: None,
+                        from: None,
+                    });
                 }
             }
         }

@@ -104,6 +104,9 @@ pub struct NodeLimits {
     /// Clients (sessions) each tenant may have connected at once. `None`: with tenants
     /// configured, an equal share of `max_connections`; without, `max_connections`.
     pub sessions_per_tenant: Option<u32>,
+    /// Clients (sessions) connected at once from one IP address, so that one host cannot
+    /// take every connection (clients in the node's own process are not counted).
+    pub sessions_per_address: u32,
 }
 
 impl Default for NodeLimits {
@@ -117,6 +120,7 @@ impl Default for NodeLimits {
             sessions_per_tenant: None,
             fault_burst: 1024,
             faults_per_s: 100,
+            sessions_per_address: 512,
         }
     }
 }
@@ -341,6 +345,8 @@ pub struct Held {
     /// Node-wide client records (secrets, tenants, last-heard times, PDs): the largest of
     /// them, counted once.
     pub client_records: usize,
+    /// Source addresses with a live session (node-wide, counted once).
+    pub addresses: usize,
 }
 
 impl Held {
@@ -355,6 +361,7 @@ impl Held {
             control_blocks: self.control_blocks + o.control_blocks,
             pending_connections: self.pending_connections + o.pending_connections,
             client_records: self.client_records.max(o.client_records),
+            addresses: self.addresses.max(o.addresses),
         }
     }
 }

@@ -192,6 +192,7 @@ impl<P: Provider> Runner<P> {
             .into_iter()
             .max()
             .unwrap_or(0),
+            addresses: self.shared.addresses.lock().len(),
         };
         s.pool_bytes_in_use = self.core.pool_bytes_in_use();
         s.metadata_bytes = self.core.metadata_bytes();
@@ -209,7 +210,13 @@ impl<P: Provider> Runner<P> {
             }
             std::mem::take(&mut *pending)
         };
-        for (intent, qp, block) in incoming {
+        for Accepted {
+            intent,
+            qp,
+            block,
+            from,
+        } in incoming
+        {
             match intent.role {
                 Role::Control if intent.client_id == 0 => {
                     // A client's first connection (shard 0's). Its protection domain comes
@@ -219,6 +226,9 @@ impl<P: Provider> Runner<P> {
                     self.next_client += 1;
                     let heard = Arc::new(AtomicU64::new(now.0));
                     self.open_session(id, qp, block, None, heard, now);
+                    if let Some(session) = self.sessions.get_mut(&id) {
+                        session.from = from;
+                    }
                 }
                 Role::Control => self.join_client(intent.client_id, qp, block, now),
                 Role::Data => {

@@ -19,6 +19,7 @@
 use super::recent::RecentRequests;
 use super::*;
 use rnic::{AsyncEvent, Timestamp};
+use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
 
 /// One client's session on a shard.
@@ -35,6 +36,9 @@ pub(super) struct Session<P: Provider> {
     pub(super) heard: Arc<AtomicU64>,
     /// When the session started.
     pub(super) opened: Timestamp,
+    /// The address it came from (shard 0, network transports: counted per address until
+    /// the session ends).
+    pub(super) from: Option<IpAddr>,
 }
 
 /// Why a session ended.
@@ -71,6 +75,7 @@ impl<P: Provider> Runner<P> {
                 recent: RecentRequests::default(),
                 heard,
                 opened: now,
+                from: None,
             },
         );
         if let Some(old) = old {
@@ -101,6 +106,9 @@ impl<P: Provider> Runner<P> {
         // Breaking the QP off tells a client that is still there (an idle one) at its next
         // request; a closed one's QP is broken already.
         self.refuse_connection(&session.control, session.block);
+        if let Some(from) = session.from {
+            self.shared.addresses.lock().remove(from);
+        }
         self.batch_copies.retain(|(id, _), _| *id != client);
         self.core.depart(client);
         if let (0, Some(tenant)) = (self.shard, session.tenant)

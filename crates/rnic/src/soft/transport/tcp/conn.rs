@@ -232,6 +232,13 @@ impl Conn {
     }
 
     /// Runs `f` on the socket, unless the connection was already dropped by its engine.
+    /// The IP address of the other end, while the connection has its socket.
+    pub(super) fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.with_stream(|s| s.peer_addr().ok())
+            .flatten()
+            .map(|a| a.ip())
+    }
+
     fn with_stream<R>(&self, f: impl FnOnce(&TcpStream) -> R) -> Option<R> {
         let guard = self.stream.load();
         guard.as_deref().map(f)

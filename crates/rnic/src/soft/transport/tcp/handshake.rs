@@ -20,7 +20,7 @@ use crate::soft::wire::codec::MAX_CM_FRAME_LEN;
 use crate::soft::wire::{CmMessage, Frame, WIRE_VERSION, decode_frame, encode_frame, frame_len};
 use crate::verbs::{Clock, Psn, QpNumber, Timestamp, VerbsError, VerbsResult};
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,7 +58,8 @@ impl Accept for Acceptor {
                 "unsupported wire version {version} (this node speaks {WIRE_VERSION})"
             )));
         }
-        let server = server_qp(&self.policy, &private_data).map_err(Stop::Refused)?;
+        let peer = conn.peer_ip();
+        let server = server_qp(&self.policy, peer, &private_data).map_err(Stop::Refused)?;
         let qp = server.inner.clone();
         conn.claim(qp.qpn());
         let psn = qp.new_psn();
@@ -78,7 +79,7 @@ impl Accept for Acceptor {
         // The application learns of the QP before the client does (as in-process), so a
         // client that uses the connection right after `connect` returns finds it registered.
         Counters::bump(&conn.counters().established);
-        self.policy.established(server, &private_data);
+        self.policy.established_from(server, peer, &private_data);
         conn.send(&reply).map_err(|LinkDown| Stop::Lost)?;
         Ok(())
     }
@@ -86,6 +87,25 @@ impl Accept for Acceptor {
     fn reject(&self, conn: &Conn, reason: String) {
         let _ = conn.send(&Frame::<&[u8]>::Cm(CmMessage::ConnectReject { reason }));
     }
+}
+
+/// A TCP connection to `addr`, from `source` (any port) if given.
+fn open_stream(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+    timeout: Duration,
+) -> io::Result<std::net::TcpStream> {
+    let Some(source) = source else {
+        return std::net::TcpStream::connect_timeout(&addr, timeout);
+    };
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.bind(&SocketAddr::new(source, 0).into())?;
+    socket.connect_timeout(&addr.into(), timeout)?;
+    Ok(socket.into())
 }
 
 /// The handshake's time bound, on the device clock.
@@ -131,22 +151,23 @@ pub(super) struct Handshake {
     pub(super) leftover: Vec<u8>,
 }
 
-/// The client half of the handshake, blocking (with timeouts) on the connecting thread.
+/// The client half of the handshake, blocking (with timeouts) on the connecting thread;
+/// from `source` if given (else the system picks the source address).
 pub(super) fn client_handshake(
     addr: SocketAddr,
+    source: Option<IpAddr>,
     qpn: QpNumber,
     psn: Psn,
     private_data: &[u8],
     deadline: &Deadline,
 ) -> VerbsResult<Handshake> {
-    let mut stream =
-        std::net::TcpStream::connect_timeout(&addr, deadline.left()?).map_err(|e| {
-            if e.kind() == io::ErrorKind::ConnectionRefused {
-                VerbsError::ConnectionRefused(format!("{addr}: {e}"))
-            } else {
-                VerbsError::Io(e)
-            }
-        })?;
+    let mut stream = open_stream(addr, source, deadline.left()?).map_err(|e| {
+        if e.kind() == io::ErrorKind::ConnectionRefused {
+            VerbsError::ConnectionRefused(format!("{addr}: {e}"))
+        } else {
+            VerbsError::Io(e)
+        }
+    })?;
     stream.set_nodelay(true)?;
     let mut out = Vec::with_capacity(MAX_CM_FRAME_LEN);
     let request = Frame::<&[u8]>::Cm(CmMessage::ConnectRequest {

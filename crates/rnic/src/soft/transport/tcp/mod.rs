@@ -52,7 +52,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -77,6 +77,9 @@ pub struct TcpOptions {
     /// Accepted connections per engine that may wait for their `ConnectRequest`; past this the
     /// oldest waiting one is refused and closed.
     pub max_pending_handshakes: usize,
+    /// The address this device's connections come from (a multi-homed host picks its
+    /// interface; `None`: the system picks by route).
+    pub source: Option<IpAddr>,
     /// Wrappers put around every link the device makes (e.g. tracing, fault injection).
     pub links: LinkStack,
 }
@@ -89,6 +92,7 @@ impl Default for TcpOptions {
             out_buffer_limit: 4 << 20,
             connect_timeout: Duration::from_secs(5),
             max_pending_handshakes: 256,
+            source: None,
             links: LinkStack::default(),
         }
     }
@@ -162,6 +166,7 @@ impl TcpNode {
             set: set.clone(),
             threads: Mutex::new(Vec::new()),
             connect_timeout: options.connect_timeout,
+            source: options.source,
             clock: config.clock.clone(),
             own: OwnListeners::default(),
         });
@@ -226,6 +231,8 @@ struct TcpTransport {
     set: Arc<EngineSet>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     connect_timeout: Duration,
+    /// Where this device's connections come from (`None`: the system picks).
+    source: Option<IpAddr>,
     /// The device clock, which bounds the client handshake.
     clock: Arc<dyn Clock>,
     /// This device's listeners, for loopback connections (entries leave with their listener).
@@ -384,7 +391,14 @@ impl Transport for TcpTransport {
         }
         let deadline = Deadline::after(self.clock.clone(), self.connect_timeout);
         let my_psn = qp.new_psn();
-        let hs = client_handshake(*addr, qp.qpn(), my_psn, private_data, &deadline)?;
+        let hs = client_handshake(
+            *addr,
+            self.source,
+            qp.qpn(),
+            my_psn,
+            private_data,
+            &deadline,
+        )?;
         hs.stream.set_read_timeout(None)?;
         hs.stream.set_write_timeout(None)?;
         hs.stream.set_nonblocking(true)?;
