@@ -47,7 +47,7 @@ fn names_permission(req: &Request) -> bool {
 
 impl<P: Provider> Client<P> {
     /// The channel of the shard `req` goes to (an allocation: the next in turn).
-    fn channel_for(&mut self, req: &Request) -> usize {
+    pub(super) fn channel_for(&mut self, req: &Request) -> usize {
         let n = self.session.ctrl.len();
         match self.session.shards.route(req) {
             Route::Shard(k) => k.min(n - 1),
@@ -66,7 +66,7 @@ impl<P: Provider> Client<P> {
     }
 
     /// Opens a new session if this one is lost; returns whether it did.
-    fn ensure_session(&mut self) -> Result<bool, ClientError> {
+    pub(super) fn ensure_session(&mut self) -> Result<bool, ClientError> {
         if !self.session_lost() {
             return Ok(false);
         }
@@ -181,7 +181,7 @@ impl<P: Provider> Client<P> {
     }
 
     /// `req` with the lease policy's slack added to the lease it asks for.
-    fn with_slack(&mut self, mut req: Request) -> Request {
+    pub(super) fn with_slack(&mut self, mut req: Request) -> Request {
         match &mut req {
             Request::Allocate { lease_us, .. }
             | Request::Acquire { lease_us, .. }
@@ -197,7 +197,7 @@ impl<P: Provider> Client<P> {
 
     /// A channel's failure: a failed QP loses the session, and so does a channel whose every
     /// slot waits for an answer that does not come (the next operation opens a new one).
-    fn note(&mut self, e: RpcError) -> ClientError {
+    pub(super) fn note(&mut self, e: RpcError) -> ClientError {
         if matches!(e, RpcError::QpFailed(_) | RpcError::Wedged) {
             self.lost = true;
         }
@@ -252,7 +252,7 @@ impl<P: Provider> Client<P> {
 
     /// Grants that arrived after their request timed out are ended at once (and what they
     /// allocated freed), so no permission or memory is orphaned; their answers are dropped.
-    fn hand_back_orphans(&mut self) {
+    pub(super) fn hand_back_orphans(&mut self) {
         for k in 0..self.session.ctrl.len() {
             if self.session.ctrl.len() > 1 {
                 // A late grant may sit on another shard's channel: look (without waiting).

@@ -27,6 +27,7 @@ mod control;
 mod data;
 mod error;
 mod lease;
+mod many;
 mod perm;
 mod posted;
 mod renew;

@@ -1,0 +1,241 @@
+//! The remote-memory interface the data structures are written against.
+//!
+//! An object lives at an address of a memory node. A [`Region`] is the right to access a range
+//! of it: a Patronus permission (a memory window's rkey with a lease), an MR's rkey, or
+//! nothing at all (unprotected memory). A right ends by [`RemoteMemory::release`], by
+//! [`RemoteMemory::free`] (of the object: every right over it ends), or by its lease; an access
+//! through an ended right fails with [`MemError::Rejected`] and neither reads nor changes
+//! memory. Mechanisms without leases (MR, Unprot) never expire a right.
+//!
+//! Invariants the structures rely on:
+//! - [`RemoteMemory::execute`] posts its operations with one doorbell and returns one result
+//!   per operation, in order; operations on one region take effect in the order given.
+//! - An operation reported [`MemError::OutcomeUnknown`] may or may not have taken effect; it is
+//!   never run again by the implementation (the structure finds out by reading).
+//! - Memory handed out by [`RemoteMemory::allocate`] is zeroed.
+//! - A region is not `Clone`: a right is held once and given up once (release or free).
+
+use patronus_core::proto::messages::{Access, Mode};
+use std::fmt::Debug;
+use std::time::Duration;
+
+/// The right to access `[addr, addr + len)` of a memory node.
+pub trait Region: Debug {
+    /// First byte.
+    fn addr(&self) -> u64;
+    /// Bytes.
+    fn len(&self) -> u64;
+    /// Whether it covers no byte.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One data-path operation of a batch, at `offset` within its region.
+#[derive(Clone, Copy, Debug)]
+pub enum MemOp<'a, R> {
+    /// READ `len` bytes.
+    Read {
+        /// The region read.
+        on: &'a R,
+        /// Offset in it.
+        offset: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// WRITE `data`.
+    Write {
+        /// The region written.
+        on: &'a R,
+        /// Offset in it.
+        offset: u64,
+        /// Bytes.
+        data: &'a [u8],
+    },
+    /// Compare-and-swap of the aligned 8-byte word.
+    Cas {
+        /// The region.
+        on: &'a R,
+        /// Offset in it (a multiple of 8).
+        offset: u64,
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+    /// Fetch-and-add on the aligned 8-byte word.
+    Faa {
+        /// The region.
+        on: &'a R,
+        /// Offset in it (a multiple of 8).
+        offset: u64,
+        /// Added (wrapping).
+        add: u64,
+    },
+}
+
+/// What an operation returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemOut {
+    /// A READ's bytes.
+    Read(Vec<u8>),
+    /// A WRITE is done.
+    Written,
+    /// A CAS's or FAA's previous value.
+    Atomic(u64),
+}
+
+impl MemOut {
+    /// The previous value of a CAS or FAA.
+    pub fn atomic(&self) -> Option<u64> {
+        match self {
+            MemOut::Atomic(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A READ's bytes.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            MemOut::Read(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// Why a remote-memory request failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemError {
+    /// The NIC refused the access: the right ended (released, freed, expired, its window
+    /// invalidated) or does not cover it. Nothing was read or changed.
+    #[error("access rejected: the right to this memory has ended")]
+    Rejected,
+    /// The right's lease ended before the access was sent: nothing was sent.
+    #[error("the lease has ended")]
+    Expired,
+    /// The operation may or may not have taken effect (the connection failed under it).
+    #[error("outcome unknown: the operation may or may not have taken effect")]
+    OutcomeUnknown,
+    /// No such object (freed) or no such name.
+    #[error("not found")]
+    NotFound,
+    /// A conflicting (exclusive) holder kept the object past the wait.
+    #[error("conflict: another holder kept the object")]
+    Conflict,
+    /// No memory, or the tenant's quota is reached.
+    #[error("out of memory or quota")]
+    Exhausted,
+    /// The name is published already.
+    #[error("the name is taken")]
+    NameTaken,
+    /// Invalid use (an offset outside the region, a misaligned atomic, a name too long).
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// Anything else the system reported.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Remote memory as a one-sided data structure uses it (see the module docs).
+pub trait RemoteMemory {
+    /// The right to access a range of an object.
+    type Region: Region;
+
+    /// Allocates one zeroed object per entry of `sizes`, each with its own read-write right
+    /// for `lease` in `mode`, in as few round trips as the system allows (Patronus: one).
+    /// All or nothing.
+    fn allocate(
+        &mut self,
+        sizes: &[u64],
+        lease: Duration,
+        mode: Mode,
+    ) -> Result<Vec<Self::Region>, MemError>;
+
+    /// A right over `len` bytes of the object at `addr` (as allocated). With
+    /// [`Mode::Exclusive`], waits a bounded time for other holders to leave
+    /// ([`MemError::Conflict`] if they do not).
+    fn acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<Self::Region, MemError>;
+
+    /// Extends the right's lease by `lease` (Patronus: one-sided, a CAS on the permission's
+    /// lifetime word). Fails once the right ended.
+    fn extend(&mut self, region: &Self::Region, lease: Duration) -> Result<(), MemError>;
+
+    /// Whether the right's lease ends within `margin` from now (never, for mechanisms without
+    /// leases): its holder extends it or acquires again before using it.
+    fn expires_within(&self, region: &Self::Region, margin: Duration) -> bool;
+
+    /// Ends the right (the object stays allocated).
+    fn release(&mut self, region: Self::Region) -> Result<(), MemError>;
+
+    /// Frees the object the right covers; every right over it ends.
+    fn free(&mut self, region: Self::Region) -> Result<(), MemError>;
+
+    /// Runs `ops` with one doorbell (see the module docs); one result per operation, in order.
+    fn execute(&mut self, ops: &[MemOp<'_, Self::Region>]) -> Vec<Result<MemOut, MemError>>;
+
+    /// READs `len` bytes at `offset` of `region`.
+    fn read(&mut self, region: &Self::Region, offset: u64, len: u32) -> Result<Vec<u8>, MemError> {
+        match single(self.execute(&[MemOp::Read {
+            on: region,
+            offset,
+            len,
+        }]))? {
+            MemOut::Read(bytes) => Ok(bytes),
+            other => Err(MemError::Failed(format!("a read returned {other:?}"))),
+        }
+    }
+
+    /// WRITEs `data` at `offset` of `region`.
+    fn write(&mut self, region: &Self::Region, offset: u64, data: &[u8]) -> Result<(), MemError> {
+        single(self.execute(&[MemOp::Write {
+            on: region,
+            offset,
+            data,
+        }]))
+        .map(|_| ())
+    }
+
+    /// Compare-and-swap at `offset` of `region`; the previous value.
+    fn cas(
+        &mut self,
+        region: &Self::Region,
+        offset: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, MemError> {
+        atomic(single(self.execute(&[MemOp::Cas {
+            on: region,
+            offset,
+            compare,
+            swap,
+        }]))?)
+    }
+
+    /// Fetch-and-add at `offset` of `region`; the previous value.
+    fn faa(&mut self, region: &Self::Region, offset: u64, add: u64) -> Result<u64, MemError> {
+        atomic(single(self.execute(&[MemOp::Faa {
+            on: region,
+            offset,
+            add,
+        }]))?)
+    }
+}
+
+fn single(mut results: Vec<Result<MemOut, MemError>>) -> Result<MemOut, MemError> {
+    match (results.pop(), results.is_empty()) {
+        (Some(r), true) => r,
+        _ => Err(MemError::Failed("one operation, not one result".into())),
+    }
+}
+
+fn atomic(out: MemOut) -> Result<u64, MemError> {
+    out.atomic()
+        .ok_or_else(|| MemError::Failed(format!("an atomic returned {out:?}")))
+}

@@ -1,0 +1,138 @@
+//! [`RemoteMemory`] on the Patronus client library: a region is a [`Perm`]; allocations go
+//! several per round trip ([`Client::allocate_many`]); a batch is one
+//! [`Client::batch`](patronus_core::client::Client::batch); extension is the one-sided CAS on
+//! the permission's lifetime word.
+
+use crate::memory::{MemError, MemOp, MemOut, Region, RemoteMemory};
+use patronus_core::client::{Client, ClientError, OpResult, Perm};
+use patronus_core::proto::messages::{Access, Mode};
+use rnic::Provider;
+use std::time::Duration;
+
+impl Region for Perm {
+    fn addr(&self) -> u64 {
+        Perm::addr(self)
+    }
+
+    fn len(&self) -> u64 {
+        Perm::len(self)
+    }
+}
+
+/// A Patronus client as remote memory for the data structures.
+#[derive(Debug)]
+pub struct PatronusMemory<P: Provider> {
+    client: Client<P>,
+}
+
+impl<P: Provider> PatronusMemory<P> {
+    /// Wraps a connected client.
+    pub fn new(client: Client<P>) -> Self {
+        PatronusMemory { client }
+    }
+
+    /// The client (its statistics, its own API).
+    pub fn client(&self) -> &Client<P> {
+        &self.client
+    }
+
+    /// The client, mutably.
+    pub fn client_mut(&mut self) -> &mut Client<P> {
+        &mut self.client
+    }
+
+    /// Gives the client back.
+    pub fn into_client(self) -> Client<P> {
+        self.client
+    }
+}
+
+impl From<ClientError> for MemError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            // The NIC refused the access, or the permission is known to have ended.
+            ClientError::Denied(_) | ClientError::ExtensionRefused | ClientError::SessionLost => {
+                MemError::Rejected
+            }
+            ClientError::LeaseExpired => MemError::Expired,
+            ClientError::OutcomeUnknown(_) => MemError::OutcomeUnknown,
+            ClientError::NotFound => MemError::NotFound,
+            ClientError::ConflictTimeout => MemError::Conflict,
+            ClientError::NoMemory | ClientError::PoolExhausted | ClientError::QuotaExceeded => {
+                MemError::Exhausted
+            }
+            ClientError::InvalidArgument(what) => MemError::Invalid(what),
+            other => MemError::Failed(other.to_string()),
+        }
+    }
+}
+
+impl<P: Provider> RemoteMemory for PatronusMemory<P> {
+    type Region = Perm;
+
+    fn allocate(
+        &mut self,
+        sizes: &[u64],
+        lease: Duration,
+        mode: Mode,
+    ) -> Result<Vec<Perm>, MemError> {
+        Ok(self.client.allocate_many(sizes, lease, mode)?)
+    }
+
+    fn acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<Perm, MemError> {
+        Ok(self.client.acquire(addr, len, lease, access, mode)?)
+    }
+
+    fn extend(&mut self, region: &Perm, lease: Duration) -> Result<(), MemError> {
+        Ok(self.client.extend(region, lease)?)
+    }
+
+    fn expires_within(&self, region: &Perm, margin: Duration) -> bool {
+        let left = region.expiry().since(self.client.clock().now());
+        left <= margin
+    }
+
+    fn release(&mut self, region: Perm) -> Result<(), MemError> {
+        Ok(self.client.revoke(region)?)
+    }
+
+    fn free(&mut self, region: Perm) -> Result<(), MemError> {
+        Ok(self.client.free(region)?)
+    }
+
+    fn execute(&mut self, ops: &[MemOp<'_, Perm>]) -> Vec<Result<MemOut, MemError>> {
+        let mut batch = self.client.batch();
+        for op in ops {
+            match *op {
+                MemOp::Read { on, offset, len } => batch.read(on, offset, len),
+                MemOp::Write { on, offset, data } => batch.write(on, offset, data),
+                MemOp::Cas {
+                    on,
+                    offset,
+                    compare,
+                    swap,
+                } => batch.cas(on, offset, compare, swap),
+                MemOp::Faa { on, offset, add } => batch.faa(on, offset, add),
+            };
+        }
+        batch
+            .execute()
+            .into_iter()
+            .map(|r| {
+                r.map(|out| match out {
+                    OpResult::Read(bytes) => MemOut::Read(bytes),
+                    OpResult::Written => MemOut::Written,
+                    OpResult::Atomic(v) => MemOut::Atomic(v),
+                })
+                .map_err(MemError::from)
+            })
+            .collect()
+    }
+}
