@@ -2,10 +2,11 @@
 //!
 //! The structures are written against [`RemoteMemory`], the small interface they need from a
 //! remote-memory system: allocate (several objects per round trip), acquire, release and free
-//! permissions, keep them alive, run batches of READ/WRITE/CAS/FAA with one doorbell, and
-//! publish or look up named roots. [`PatronusMemory`] implements it on the Patronus client
-//! library; the bench crate implements it for the mechanisms Patronus is compared with
-//! (Unprot, MR, RPC), so the same workload code runs on each.
+//! permissions, keep them alive, and run batches of READ/WRITE/CAS/FAA with one doorbell;
+//! [`NamedRoots`] lets independent clients find a structure's root by name.
+//! [`PatronusMemory`] implements both on the Patronus client library; the bench crate
+//! implements them for the mechanisms Patronus is compared with (Unprot, MR, RPC), so the same
+//! workload code runs on each.
 //!
 //! - [`memory`]: the interface, its operations and errors.
 //! - [`patronus`]: the interface on a Patronus [`Client`](patronus_core::client::Client).
@@ -13,5 +14,5 @@
 pub mod memory;
 pub mod patronus;
 
-pub use memory::{MemError, MemOp, MemOut, Region, RemoteMemory};
+pub use memory::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 pub use patronus::PatronusMemory;

@@ -239,3 +239,16 @@ fn atomic(out: MemOut) -> Result<u64, MemError> {
     out.atomic()
         .ok_or_else(|| MemError::Failed(format!("an atomic returned {out:?}")))
 }
+
+/// Named roots: objects published under a name, so independent clients (of one tenant) can
+/// find a shared structure's root knowing only its name. A name leads to an address; using the
+/// object still takes a right ([`RemoteMemory::acquire`]).
+pub trait NamedRoots {
+    /// Publishes `[addr, addr + len)` under `name` (1 to 32 bytes). [`MemError::NameTaken`]
+    /// if the name is published already.
+    fn publish(&mut self, name: &str, addr: u64, len: u64) -> Result<(), MemError>;
+    /// The object published under `name`: (address, length). [`MemError::NotFound`] if none.
+    fn lookup(&mut self, name: &str) -> Result<(u64, u64), MemError>;
+    /// Withdraws `name` (the object stays allocated).
+    fn unpublish(&mut self, name: &str) -> Result<(), MemError>;
+}

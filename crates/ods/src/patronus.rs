@@ -3,7 +3,7 @@
 //! [`Client::batch`](patronus_core::client::Client::batch); extension is the one-sided CAS on
 //! the permission's lifetime word.
 
-use crate::memory::{MemError, MemOp, MemOut, Region, RemoteMemory};
+use crate::memory::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 use patronus_core::client::{Client, ClientError, OpResult, Perm};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::Provider;
@@ -62,6 +62,7 @@ impl From<ClientError> for MemError {
                 MemError::Exhausted
             }
             ClientError::InvalidArgument(what) => MemError::Invalid(what),
+            ClientError::NameTaken => MemError::NameTaken,
             other => MemError::Failed(other.to_string()),
         }
     }
@@ -134,5 +135,19 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
                 .map_err(MemError::from)
             })
             .collect()
+    }
+}
+
+impl<P: Provider> NamedRoots for PatronusMemory<P> {
+    fn publish(&mut self, name: &str, addr: u64, len: u64) -> Result<(), MemError> {
+        Ok(self.client.publish(name, addr, len)?)
+    }
+
+    fn lookup(&mut self, name: &str) -> Result<(u64, u64), MemError> {
+        Ok(self.client.lookup(name)?)
+    }
+
+    fn unpublish(&mut self, name: &str) -> Result<(), MemError> {
+        Ok(self.client.unpublish(name)?)
     }
 }

@@ -7,7 +7,7 @@ mod support;
 use patronus_core::cluster::Transport;
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
-use patronus_ods::{MemError, MemOp, MemOut, Region, RemoteMemory};
+use patronus_ods::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 use std::time::Duration;
 use support::bed;
 
@@ -69,8 +69,11 @@ fn four_objects_in_one_call_each_with_its_own_right(t: Transport) {
     );
     // Another client acquires one (shared: no wait), reads it; once the owner frees it, the
     // reader's right is gone and its READ is refused by the NIC.
+    mem.publish("block", a.addr(), a.len()).unwrap();
+    assert_eq!(mem.publish("block", a.addr(), 8), Err(MemError::NameTaken));
+    let (at, len) = other.lookup("block").unwrap();
     let seen = other
-        .acquire(a.addr(), a.len(), LEASE, Access::Read, Mode::Shared)
+        .acquire(at, len, LEASE, Access::Read, Mode::Shared)
         .unwrap();
     assert_eq!(other.read(&seen, 8, 8).unwrap(), b"payload!");
     assert!(!other.expires_within(&seen, Duration::ZERO));
@@ -86,6 +89,8 @@ fn four_objects_in_one_call_each_with_its_own_right(t: Transport) {
     for b in blocks {
         mem.free(b).unwrap();
     }
+    other.unpublish("block").unwrap();
+    assert_eq!(other.lookup("block"), Err(MemError::NotFound));
 }
 
 both_transports!(four_objects_in_one_call_each_with_its_own_right);

@@ -89,6 +89,9 @@ pub enum ClientError {
     /// A broken invariant of the client library itself (a bug): reported, never a panic.
     #[error("internal error of the client library: {0}")]
     Internal(&'static str),
+    /// The name is published already (by this client's tenant).
+    #[error("the name is published already")]
+    NameTaken,
     /// A verb call failed.
     #[error("verbs: {0}")]
     Verbs(#[from] VerbsError),
@@ -110,6 +113,7 @@ impl ClientError {
             Status::NotOwner => ClientError::NotOwner,
             Status::Overloaded => ClientError::Overloaded,
             Status::QuotaExceeded => ClientError::QuotaExceeded,
+            Status::NameTaken => ClientError::NameTaken,
         }
     }
 }

@@ -28,6 +28,7 @@ mod data;
 mod error;
 mod lease;
 mod many;
+mod names;
 mod perm;
 mod posted;
 mod renew;

@@ -423,6 +423,8 @@ pub struct ManagerCore {
     turn_us: u64,
     /// Owners of objects, shares, and each client's tenant.
     pub(super) tenants: Tenants,
+    /// Named roots kept by this shard.
+    pub(super) names: super::names::RootNames,
     /// Key bytes of windows' next binds (random, none of the recent ones).
     keys: Option<KeyBytes>,
     /// Waiting acquires by (client, request id) → object, so a retry joins its original.
@@ -484,6 +486,7 @@ impl ManagerCore {
             counters: Counters::default(),
             turn_us: 0,
             tenants: Tenants::default(),
+            names: Default::default(),
             keys: cfg.key_seed.map(|seed| KeyBytes::new(seed, cfg.mw_count)),
             waiting: HashMap::new(),
             departing: Vec::new(),
@@ -645,6 +648,7 @@ impl ManagerCore {
             + self.headers.metadata_bytes()
             + self.mws.metadata_bytes()
             + self.tenants.metadata_bytes()
+            + self.names.metadata_bytes()
             + self.keys.as_ref().map_or(0, KeyBytes::metadata_bytes)
     }
 
@@ -693,6 +697,7 @@ impl ManagerCore {
             tracked_objects: self.objects.len(),
             waiters: self.waiting.len(),
             dirty_objects: self.buffers.dirty_objects(),
+            names: self.names.len(),
         }
     }
 
@@ -862,6 +867,8 @@ pub struct Occupancy {
     pub waiters: usize,
     /// Freed objects not scrubbed yet.
     pub dirty_objects: usize,
+    /// Named roots published.
+    pub names: usize,
 }
 
 impl Occupancy {
@@ -878,6 +885,7 @@ impl Occupancy {
             tracked_objects: self.tracked_objects + o.tracked_objects,
             waiters: self.waiters + o.waiters,
             dirty_objects: self.dirty_objects + o.dirty_objects,
+            names: self.names + o.names,
         }
     }
 }

@@ -5,12 +5,14 @@
 //! - `core`: the sans-IO policy core ([`ManagerCore`]: `begin` → `plan` → `finish` per batch).
 //! - `tenants`: who owns which object, and with whom it is shared.
 //! - `keys`: random key bytes for window binds.
+//! - `names`: named roots, per tenant.
 //! - [`node`]: the memory node, the driver that pumps the core with verbs.
 //!
 //! The internal modules are private: what a user (or a test driving the core with a simulated
 //! NIC) needs is re-exported here.
 mod core;
 mod keys;
+mod names;
 mod pool;
 mod state;
 mod tenants;
@@ -20,6 +22,7 @@ pub use self::core::{
     Occupancy, Outgoing, Scrub,
 };
 pub use keys::RECENT as RECENT_KEYS;
+pub use names::NAMES_PER_TENANT;
 pub use pool::{MwId, SlabConfig};
 pub use state::{ClientId, Counters, Techniques};
 pub use tenants::{DEFAULT_TENANT, TenantId, TenantQuota, Usage};

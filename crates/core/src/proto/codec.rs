@@ -3,7 +3,7 @@
 //! writes the same offsets through a [`SlotWriter`].
 
 use super::messages::{
-    Access, Grant, Mode, PermissionId, ProtoError, Reply, Request, SLOT_SIZE, Status,
+    Access, Grant, Mode, PermissionId, ProtoError, Reply, Request, RootName, SLOT_SIZE, Status,
 };
 use super::shards::ShardMap;
 use crate::rpc::{Protocol, SlotReader, SlotWriter};
@@ -26,6 +26,11 @@ mod field {
         pub const B: usize = 24;
         pub const C: usize = 32;
         pub const D: usize = 40;
+        /// Publish / Lookup / Unpublish: the name, padded with zeros (A..=D).
+        pub const NAME: usize = 16;
+        /// Publish's object.
+        pub const NAMED_ADDR: usize = 48;
+        pub const NAMED_LEN: usize = 56;
     }
     pub mod reply {
         pub const STATUS: usize = 9;
@@ -62,12 +67,17 @@ mod kind {
     pub const USE_QP: u8 = 7;
     pub const RENEW: u8 = 8;
     pub const SHARE: u8 = 9;
+    pub const PUBLISH: u8 = 10;
+    pub const LOOKUP: u8 = 11;
+    pub const UNPUBLISH: u8 = 12;
     pub const GRANTED: u8 = 0x81;
     pub const EXTENDED: u8 = 0x82;
     pub const REVOKED: u8 = 0x83;
     pub const FAILED: u8 = 0x84;
     pub const WELCOME: u8 = 0x85;
     pub const SHARED: u8 = 0x86;
+    pub const NAMED: u8 = 0x87;
+    pub const FOUND: u8 = 0x88;
 }
 
 /// The Patronus control protocol, for the control channel.
@@ -120,7 +130,7 @@ fn mode_of(b: u8) -> Result<Mode, ProtoError> {
     }
 }
 
-const STATUSES: [Status; 12] = [
+const STATUSES: [Status; 13] = [
     Status::Ok,
     Status::NoMemory,
     Status::PoolExhausted,
@@ -133,6 +143,7 @@ const STATUSES: [Status; 12] = [
     Status::NotOwner,
     Status::Overloaded,
     Status::QuotaExceeded,
+    Status::NameTaken,
 ];
 
 fn status_code(s: Status) -> u8 {
@@ -218,6 +229,20 @@ fn write_request(w: &mut SlotWriter<'_>, req_id: u64, req: &Request) {
             permission(w, id);
             kind::REVOKE
         }
+        Request::Publish { name, addr, len } => {
+            w.put(NAME, &name.padded());
+            w.u64(NAMED_ADDR, addr);
+            w.u64(NAMED_LEN, len);
+            kind::PUBLISH
+        }
+        Request::Lookup { name } => {
+            w.put(NAME, &name.padded());
+            kind::LOOKUP
+        }
+        Request::Unpublish { name } => {
+            w.put(NAME, &name.padded());
+            kind::UNPUBLISH
+        }
     };
     w.u8(field::KIND, kind);
 }
@@ -233,6 +258,7 @@ pub fn decode_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
         })
     };
     let tenant = |at| u32::try_from(r.u64(at)?).map_err(|_| ProtoError::BadField("tenant"));
+    let name = || RootName::from_padded(r.array(NAME)?).ok_or(ProtoError::BadField("name"));
     let req = match r.u8(field::KIND)? {
         kind::ALLOCATE => Request::Allocate {
             size: r.u64(A)?,
@@ -273,6 +299,13 @@ pub fn decode_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
             id: id()?,
             free: r.flag(FLAGS, "free")?,
         },
+        kind::PUBLISH => Request::Publish {
+            name: name()?,
+            addr: r.u64(NAMED_ADDR)?,
+            len: r.u64(NAMED_LEN)?,
+        },
+        kind::LOOKUP => Request::Lookup { name: name()? },
+        kind::UNPUBLISH => Request::Unpublish { name: name()? },
         k => return Err(ProtoError::UnknownKind(k)),
     };
     Ok((r.u64(field::REQ_ID)?, req))
@@ -307,6 +340,12 @@ fn write_reply(w: &mut SlotWriter<'_>, req_id: u64, reply: &Reply) {
         }
         Reply::Revoked => kind::REVOKED,
         Reply::Shared => kind::SHARED,
+        Reply::Named => kind::NAMED,
+        Reply::Found { addr, len } => {
+            w.u64(BUFFER_ADDR, addr);
+            w.u64(BUFFER_LEN, len);
+            kind::FOUND
+        }
         Reply::Welcome {
             client_id,
             secret,
@@ -354,6 +393,11 @@ pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
         },
         kind::REVOKED => Reply::Revoked,
         kind::SHARED => Reply::Shared,
+        kind::NAMED => Reply::Named,
+        kind::FOUND => Reply::Found {
+            addr: r.u64(BUFFER_ADDR)?,
+            len: r.u64(BUFFER_LEN)?,
+        },
         kind::WELCOME => Reply::Welcome {
             client_id: r.u32(BUFFER_RKEY)?,
             secret: r.u64(HEADER_ADDR)?,

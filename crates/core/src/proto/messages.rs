@@ -5,10 +5,13 @@
 //! request:  0 u64 req_id | 8 u8 kind | 9 u8 access | 10 u8 mode | 11 u8 flags | 12 u32 rsvd
 //!           16 u64 a | 24 u64 b | 32 u64 c | 40 u64 d
 //!           (Hello: a = tenant, b = secret; Share: a = addr, b = tenant, access 2 = withdraw;
-//!            Extend / Renew / Rebind / Revoke: a, b = permission id, c = lease)
+//!            Extend / Renew / Rebind / Revoke: a, b = permission id, c = lease;
+//!            Publish / Lookup / Unpublish: 16..48 the name padded with zeros, Publish:
+//!            48 u64 addr | 56 u64 len)
 //! reply:    0 u64 req_id | 8 u8 kind | 9 u8 status | 10 u8 flags | 11 u8 rsvd | 12 u32 buffer_rkey
 //!           16 u32 lifetime_rkey | 20 u32 max_lifetime_us | 24 u64 header_addr | 32 u64 start_us
 //!           40 u64 buffer_addr | 48 u64 buffer_len | 56 u64 lifetime_us
+//!           (Found: buffer_addr, buffer_len)
 //! ```
 //! Only durations travel (lease and lifetime in µs); the start time is an opaque part of the
 //! permission id (the ABA filter), never compared with the client's clock.
@@ -47,6 +50,67 @@ pub struct PermissionId {
     pub header_addr: u64,
     /// Start time of the permission, µs on the memory node's clock.
     pub start_us: u64,
+}
+
+/// Longest name of a published root object, bytes.
+pub const ROOT_NAME_MAX: usize = 32;
+
+/// The name of a published root object (a table's metadata, say): 1 to [`ROOT_NAME_MAX`]
+/// bytes of UTF-8 without NUL. Names are per tenant: a client sees its own tenant's only.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RootName([u8; ROOT_NAME_MAX]);
+
+impl RootName {
+    /// `name` as a root name, or `None` if it is empty, longer than [`ROOT_NAME_MAX`] bytes or
+    /// holds a NUL.
+    pub fn new(name: &str) -> Option<Self> {
+        Self::from_bytes(name.as_bytes())
+    }
+
+    /// The name padded with zeros (its wire form), checked as [`RootName::new`] does.
+    pub fn from_padded(raw: [u8; ROOT_NAME_MAX]) -> Option<Self> {
+        let len = raw.iter().position(|&b| b == 0).unwrap_or(ROOT_NAME_MAX);
+        let (name, pad) = raw.split_at(len);
+        if pad.iter().any(|&b| b != 0) {
+            return None;
+        }
+        Self::from_bytes(name)
+    }
+
+    fn from_bytes(name: &[u8]) -> Option<Self> {
+        if name.is_empty() || name.len() > ROOT_NAME_MAX || name.contains(&0) {
+            return None;
+        }
+        std::str::from_utf8(name).ok()?;
+        let mut raw = [0u8; ROOT_NAME_MAX];
+        raw[..name.len()].copy_from_slice(name);
+        Some(RootName(raw))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(ROOT_NAME_MAX);
+        // Checked UTF-8 at construction; the fallback is never taken.
+        std::str::from_utf8(&self.0[..len]).unwrap_or_default()
+    }
+
+    /// The wire form: the name padded with zeros.
+    pub fn padded(&self) -> [u8; ROOT_NAME_MAX] {
+        self.0
+    }
+
+    /// A stable hash of the name (FNV-1a), which picks the manager shard that keeps it.
+    pub fn hash(&self) -> u64 {
+        self.0.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+}
+
+impl std::fmt::Debug for RootName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
 }
 
 /// A control request.
@@ -130,6 +194,27 @@ pub enum Request {
         /// Deallocate the memory too.
         free: bool,
     },
+    /// Publishes `[addr, addr + len)` under `name` for the caller's tenant (a named root:
+    /// other clients of the tenant find it with `Lookup`). A name is an address, not a
+    /// right: using the object still takes an `acquire`.
+    Publish {
+        /// The name.
+        name: RootName,
+        /// Start of the object's buffer.
+        addr: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// The object the caller's tenant published under `name`.
+    Lookup {
+        /// The name.
+        name: RootName,
+    },
+    /// Withdraws a name of the caller's tenant.
+    Unpublish {
+        /// The name.
+        name: RootName,
+    },
 }
 
 /// Outcome codes of a control request.
@@ -161,6 +246,8 @@ pub enum Status {
     /// The client's tenant holds as much as its quota allows (memory, permissions, exclusive
     /// permissions or connections): free or revoke something first.
     QuotaExceeded,
+    /// The name is published already (by the same tenant).
+    NameTaken,
 }
 
 /// A granted permission, as sent to the client.
@@ -206,6 +293,15 @@ pub enum Reply {
     Revoked,
     /// Share done.
     Shared,
+    /// Publish or Unpublish done.
+    Named,
+    /// Answer to `Lookup`: the published object.
+    Found {
+        /// Start of its buffer.
+        addr: u64,
+        /// Its length.
+        len: u64,
+    },
     /// Answer to `Hello`.
     Welcome {
         /// The client's id on this memory node.
@@ -230,6 +326,8 @@ impl Reply {
             Reply::Extended { .. } => "Extended",
             Reply::Revoked => "Revoked",
             Reply::Shared => "Shared",
+            Reply::Named => "Named",
+            Reply::Found { .. } => "Found",
             Reply::Welcome { .. } => "Welcome",
             Reply::Failed(_) => "Failed",
         }
@@ -286,6 +384,17 @@ mod tests {
             },
             Request::UseQp { slot: 2 },
             Request::Rebind { id },
+            Request::Publish {
+                name: RootName::new(&"n".repeat(ROOT_NAME_MAX)).unwrap(),
+                addr: 0x40,
+                len: u64::MAX,
+            },
+            Request::Lookup {
+                name: RootName::new("orders").unwrap(),
+            },
+            Request::Unpublish {
+                name: RootName::new("é").unwrap(),
+            },
         ];
         for (i, r) in reqs.iter().enumerate() {
             assert_eq!(
@@ -307,7 +416,10 @@ mod tests {
             Reply::Extended { lifetime_us: 9 },
             Reply::Revoked,
             Reply::Shared,
+            Reply::Named,
+            Reply::Found { addr: 0x40, len: 9 },
             Reply::Failed(Status::NotOwner),
+            Reply::Failed(Status::NameTaken),
             Reply::Welcome {
                 client_id: 3,
                 secret: 99,

@@ -159,6 +159,12 @@ impl ShardMap {
             | Request::Renew { id, .. }
             | Request::Rebind { id }
             | Request::Revoke { id, .. } => Route::Shard(self.shard_of(id.header_addr)),
+            // A name is kept by one shard, picked by its hash.
+            Request::Publish { name, .. }
+            | Request::Lookup { name }
+            | Request::Unpublish { name } => {
+                Route::Shard((name.hash() % u64::from(self.shards.max(1))) as usize)
+            }
         }
     }
 }

@@ -42,6 +42,29 @@ impl ManagerCore {
                 let reply = status.map_or(Reply::Shared, Reply::Failed);
                 self.replies.push(Outgoing::new(client, req_id, reply));
             }
+            Request::Publish { name, addr, len } => {
+                let tenant = self.tenants.tenant_of(client);
+                let reply = match self.names.publish(tenant, name, addr, len) {
+                    Ok(()) => Reply::Named,
+                    Err(s) => Reply::Failed(s),
+                };
+                self.replies.push(Outgoing::new(client, req_id, reply));
+            }
+            Request::Lookup { name } => {
+                let reply = match self.names.lookup(self.tenants.tenant_of(client), name) {
+                    Some((addr, len)) => Reply::Found { addr, len },
+                    None => Reply::Failed(Status::NotFound),
+                };
+                self.replies.push(Outgoing::new(client, req_id, reply));
+            }
+            Request::Unpublish { name } => {
+                let reply = if self.names.unpublish(self.tenants.tenant_of(client), name) {
+                    Reply::Named
+                } else {
+                    Reply::Failed(Status::NotFound)
+                };
+                self.replies.push(Outgoing::new(client, req_id, reply));
+            }
             // Identity is the driver's business; a Hello reaching the core is answered blandly.
             Request::Hello { .. } | Request::UseQp { .. } => {
                 self.fail(client, req_id, Status::InvalidArgument)
