@@ -5,4 +5,5 @@
 pub mod baseline;
 pub mod experiments;
 pub mod harness;
+pub mod kv;
 pub mod suite;

@@ -6,6 +6,7 @@ mod cpu;
 mod font;
 mod latency;
 mod plot;
+pub mod process;
 mod progress;
 mod report;
 mod result;
