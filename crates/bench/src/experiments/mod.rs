@@ -11,6 +11,7 @@ pub mod fig6;
 pub mod fig7;
 pub mod fig8b;
 pub mod patronus_rig;
+pub mod redis;
 pub mod table5;
 
 use crate::harness::{BenchOpts, Experiment};

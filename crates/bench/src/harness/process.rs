@@ -141,9 +141,8 @@ pub fn process_cpu_of(pid: u32) -> Result<Duration> {
 
 /// Whether `program` is on the `PATH`.
 pub fn which(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 #[cfg(test)]
