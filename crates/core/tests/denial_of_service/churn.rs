@@ -123,8 +123,37 @@ fn no_hello(t: Transport, iso: Isolation) {
     honest_round(&mut b);
 }
 
+/// Connections closed as soon as they are set up — often before the node took them up —
+/// end their sessions: a control QP that broke before its shard adopted it was once kept as a
+/// live session until the next sweep (the QP's event came while no session had it), and a
+/// node whose clock stands still made none without requests.
+fn closed_at_once(t: Transport, iso: Isolation) {
+    use patronus_core::testing::RawControl;
+    const CONNECTIONS: u64 = 32;
+    let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
+    honest_round(&mut b);
+    let start = footprint(&b);
+    for _ in 0..CONNECTIONS {
+        let c = RawControl::<SoftProvider>::connect(
+            &b.cluster.client_ctxs[0],
+            b.cluster.node.address(),
+            None,
+            4,
+        )
+        .unwrap();
+        drop(c);
+    }
+    // No honest round before this: its batch would make the node sweep, hiding a session
+    // left behind.
+    wait_back_to(&b, start, 0);
+    let s = b.cluster.node.fresh_stats();
+    assert_eq!(s.sessions_ended.closed, CONNECTIONS, "{s:?}");
+    honest_round(&mut b);
+}
+
 every_mode! {
     connect_work_disconnect_leaves_nothing_behind => |t, iso| churn(t, iso, 48);
+    connections_closed_at_once_leave_nothing_behind => closed_at_once;
     a_silent_client_is_cut_off_after_the_idle_timeout => silent_client;
     a_connection_without_hello_is_cut_off => no_hello;
 }

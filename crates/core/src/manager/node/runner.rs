@@ -229,8 +229,12 @@ impl<P: Provider> Runner<P> {
                     if let Some(session) = self.sessions.get_mut(&id) {
                         session.from = from;
                     }
+                    self.end_if_broken(id);
                 }
-                Role::Control => self.join_client(intent.client_id, qp, block, now),
+                Role::Control => {
+                    self.join_client(intent.client_id, qp, block, now);
+                    self.end_if_broken(intent.client_id);
+                }
                 Role::Data => {
                     // A client whose session ended since its connection was accepted is not
                     // served (its secret is forgotten first).
@@ -246,6 +250,8 @@ impl<P: Provider> Runner<P> {
                         .or_default()
                         .insert(intent.slot, qp);
                 }
+                // One that broke already (its bind QP is gone) is not kept.
+                Role::Loopback if qp.state() == QpState::Error => {}
                 Role::Loopback => self.others.push(qp),
             }
         }

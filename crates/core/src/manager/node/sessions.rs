@@ -2,12 +2,13 @@
 //!
 //! A session starts when a client's control QP is adopted (shard 0: its first connection,
 //! unauthenticated until its `Hello` is accepted; another shard: an authenticated client
-//! joining). It ends when its control QP breaks (the client closed or crashed), when an
-//! unauthenticated connection stays without a `Hello` past the hello timeout, or when the
-//! client is silent on the control path of every shard past the idle timeout (shard 0
-//! judges: every shard stamps the client's shared last-heard time). The shard that sees the
-//! end tells the others, and forgets the client's id and secret so that none of its
-//! connections can join again (a client that comes back starts a new session).
+//! joining). It ends when its control QP breaks (the client closed or crashed; one that broke
+//! before it was adopted ends as it is adopted), when an unauthenticated connection stays
+//! without a `Hello` past the hello timeout, or when the client is silent on the control path
+//! of every shard past the idle timeout (shard 0 judges: every shard stamps the client's
+//! shared last-heard time). The shard that sees the end tells the others, and forgets the
+//! client's id and secret so that none of its connections can join again (a client that comes
+//! back starts a new session).
 //!
 //! Invariants: everything a session held is given back — its control and data QPs, its
 //! reply cache, its permissions (the core ends them and unbinds their windows in the next
@@ -82,6 +83,21 @@ impl<P: Provider> Runner<P> {
             // A second control QP of the same client on this shard replaces the first.
             self.by_qpn.remove(&old.control.qp_num());
             self.refuse_connection(&old.control, old.block);
+        }
+    }
+
+    /// Ends `client`'s session on this shard if its control QP there broke before it was
+    /// adopted (the client closed right after connecting): the QP's asynchronous event came
+    /// when no session had its number and was passed over, so nothing else would end the
+    /// session before a sweep. One that breaks after this check raises its event after the
+    /// session has the number.
+    pub(super) fn end_if_broken(&mut self, client: ClientId) {
+        if self
+            .sessions
+            .get(&client)
+            .is_some_and(|s| s.control.state() == QpState::Error)
+        {
+            self.end_session(client, EndReason::Closed);
         }
     }
 

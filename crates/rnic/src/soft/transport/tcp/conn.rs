@@ -33,6 +33,11 @@ pub(super) const APP_READ_BUDGET: usize = 256 * 1024;
 
 /// `read_pending` bits: someone found the reader busy and left the socket to its holder.
 const PENDING: u8 = 1;
+/// ... and asked for a full read (until the socket would block): an engine, which has no
+/// further readiness event to come back on. The holder then reads in full whatever it was
+/// going to do: a short read could stop before an EOF that came right after the last bytes,
+/// and nobody would ever read it (the QP would never learn that its peer is gone).
+const FULL: u8 = 2;
 
 /// The engine serving a connection, as the connection sees it.
 pub(super) trait Owner: Send + Sync {
@@ -299,16 +304,22 @@ impl Conn {
     /// buffer per connection keep frames in order whichever thread delivers them.
     ///
     /// `full`: read until the socket would block. Otherwise a short read ends the pass (an
-    /// application thread polls again anyway; an engine always passes `true`).
+    /// application thread polls again anyway; an engine always passes `true`) — unless a
+    /// full read was asked for by a thread that found the reader busy.
     pub(super) fn try_read(&self, budget: usize, full: bool) -> ReadReport {
         let mut report = ReadReport::default();
-        self.read_pending.fetch_or(PENDING, Ordering::SeqCst);
+        self.ask_read(full);
         let mut full = full;
         loop {
             let Some(mut r) = self.reader.try_lock() else {
                 return report;
             };
-            self.read_pending.store(0, Ordering::SeqCst);
+            // Every request made before this point is ours now, the way it was asked: an
+            // engine that asked between its event and its failed `try_lock` (ours won) does not
+            // come back.
+            if self.read_pending.swap(0, Ordering::SeqCst) & FULL != 0 {
+                full = true;
+            }
             let step = self.drain_locked(&mut r, budget, full);
             drop(r);
             report.frames += step.frames;
@@ -321,6 +332,13 @@ impl Conn {
             }
             full = true; // a wake-up we stood in for may have been an EOF
         }
+    }
+
+    /// Asks for the socket to be read (in full: until it would block), by this thread if it
+    /// gets the reader, else by the thread holding it.
+    fn ask_read(&self, full: bool) {
+        let ask = if full { PENDING | FULL } else { PENDING };
+        self.read_pending.fetch_or(ask, Ordering::SeqCst);
     }
 
     fn drain_locked(&self, r: &mut Reader, budget: usize, full: bool) -> ReadReport {
@@ -630,5 +648,111 @@ impl Link for TcpLink {
         if report.more {
             self.conn.kick(); // leave the rest to the engine
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soft::wire::{Response, ResponseKind};
+    use crate::verbs::Psn;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    /// An owner that is never an engine and does nothing when kicked.
+    struct NoEngine;
+    impl Owner for NoEngine {
+        fn kick(&self, _conn: Arc<Conn>) {}
+        fn on_engine_thread(&self) -> bool {
+            false
+        }
+    }
+
+    /// A QP stand-in: counts deliveries and whether the link went down.
+    #[derive(Debug, Default)]
+    struct Sink {
+        delivered: AtomicUsize,
+        down: AtomicBool,
+    }
+    impl PacketSink for Sink {
+        fn deliver(&self, _packet: &Packet<&[u8]>) {
+            self.delivered.fetch_add(1, Ordering::SeqCst);
+        }
+        fn link_down(&self) {
+            self.down.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The lost wake-up behind a memory node session that never ended (the soak): the peer
+    /// sends its last frame and closes; the engine's readiness event for both asks for a
+    /// full read but finds the reader taken by an application thread's poll, which reads
+    /// only up to the frame. The EOF must still be read: no further event comes for it.
+    #[test]
+    fn a_full_read_left_to_the_reader_reaches_the_eof_behind_the_last_frame() {
+        const QPN: QpNumber = QpNumber(7);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, _) = listener.accept().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let mut stream = TcpStream::from_std(ours);
+        let mut poll = mio::Poll::new().unwrap();
+        poll.registry()
+            .register(&mut stream, Token(1), mio::Interest::READABLE)
+            .unwrap();
+
+        // The peer's last frame (an acknowledgement), then its close.
+        let mut bytes = Vec::new();
+        let ack = Frame::<&[u8]>::Packet(Packet::Response(Response {
+            dst_qp: QPN,
+            psn: Psn::default(),
+            kind: ResponseKind::Ack,
+        }));
+        encode_frame(&ack, &mut bytes);
+        peer.write_all(&bytes).unwrap();
+        peer.shutdown(Shutdown::Write).unwrap();
+        // Both are in our socket once it reports the read side closed (what the engine sees).
+        // Bounded: 100 waits of at most 100 ms each.
+        let mut events = mio::Events::with_capacity(8);
+        let mut closed = false;
+        for _ in 0..100 {
+            poll.poll(&mut events, Some(Duration::from_millis(100)))
+                .unwrap();
+            closed |= events.iter().any(|e| e.is_read_closed());
+            if closed {
+                break;
+            }
+        }
+        assert!(closed, "the peer's close never arrived");
+
+        let sink = Arc::new(Sink::default());
+        let sink_dyn: Arc<dyn PacketSink> = sink.clone();
+        let limits = Limits {
+            max_frame: 1 << 16,
+            out_limit: 1 << 20,
+            spin_polls: 0,
+            max_pending_handshakes: 1,
+        };
+        let conn = Conn::new(
+            stream,
+            Token(1),
+            Arc::new(NoEngine),
+            Arc::new(ConnShared::new(limits, LinkStack::default())),
+            Phase::Established {
+                sink: Arc::downgrade(&sink_dyn),
+                qpn: QPN,
+            },
+            Vec::new(),
+        );
+        // The engine asks for its full read; its `try_lock` then loses to the poll below
+        // (the poll takes the reader first, so the engine returns at once, leaving the read
+        // to it).
+        conn.ask_read(true);
+        // The application thread's poll: a short read on its own.
+        conn.try_read(APP_READ_BUDGET, false);
+        assert_eq!(sink.delivered.load(Ordering::SeqCst), 1);
+        assert!(
+            sink.down.load(Ordering::SeqCst) && conn.is_dead(),
+            "the peer closed, and the QP was not told"
+        );
     }
 }
