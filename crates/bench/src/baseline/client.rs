@@ -24,8 +24,8 @@ use super::proto::{
 use patronus_core::proto::messages::RootName;
 use patronus_core::rpc::{RpcClient, RpcError};
 use rnic::{
-    AccessFlags, Context, MemoryBuffer, MemoryKey, ProtectionDomain, Provider, QpInit, QpTiming,
-    QueuePair,
+    AccessFlags, Context, MemoryBuffer, MemoryKey, ProtectionDomain, Provider, QpInit, QpState,
+    QpTiming, QueuePair,
 };
 use std::time::Duration;
 
@@ -64,6 +64,9 @@ pub struct BaselineClient<P: Provider> {
     staging_mr: P::Mr,
     welcome: Welcome,
     next_op: u64,
+    /// Requests submitted and not yet answered (or given up on), and the most there were.
+    in_flight: usize,
+    peak_in_flight: usize,
 }
 
 impl<P: Provider> std::fmt::Debug for BaselineClient<P> {
@@ -121,6 +124,8 @@ impl<P: Provider> BaselineClient<P> {
                 rkey: None,
             },
             next_op: 0,
+            in_flight: 0,
+            peak_in_flight: 0,
         };
         client.welcome = match client.call(BaselineRequest::Hello)? {
             BaselineReply::Welcome(w) => w,
@@ -132,6 +137,12 @@ impl<P: Provider> BaselineClient<P> {
     /// The scheme this client connected with.
     pub fn scheme(&self) -> Scheme {
         self.scheme
+    }
+
+    /// Whether the QP is in the error state (a one-sided op failed, or the connection was
+    /// lost): nothing more goes through this client, which a new connection replaces.
+    pub fn is_broken(&self) -> bool {
+        self.rpc.qp().state() == QpState::Error
     }
 
     /// The memory node's answer to `Hello`.
@@ -159,15 +170,27 @@ impl<P: Provider> BaselineClient<P> {
         MAX_OUTSTANDING
     }
 
+    /// The most requests this client had unanswered at once (how far it pipelined).
+    pub fn peak_in_flight(&self) -> usize {
+        self.peak_in_flight
+    }
+
     /// Sends a request without waiting; returns its id. At most [`MAX_OUTSTANDING`] at once.
     pub fn submit(&mut self, req: BaselineRequest) -> Result<u64, BaselineError> {
         check_payload(&req)?;
-        Ok(self.rpc.submit(req)?)
+        let id = self.rpc.submit(req)?;
+        self.in_flight += 1;
+        self.peak_in_flight = self.peak_in_flight.max(self.in_flight);
+        Ok(id)
     }
 
     /// Takes one arrived reply, if any, as (request id, reply). Never blocks.
     pub fn poll(&mut self) -> Result<Option<(u64, BaselineReply)>, BaselineError> {
-        Ok(self.rpc.poll()?)
+        let reply = self.rpc.poll()?;
+        if reply.is_some() {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        Ok(reply)
     }
 
     /// Waits for the reply to submitted request `id` (bounded by the configured timeout; on a
@@ -175,6 +198,7 @@ impl<P: Provider> BaselineClient<P> {
     pub fn wait(&mut self, id: u64) -> Result<BaselineReply, BaselineError> {
         let reply = self.rpc.wait(id, self.cfg.timeout, false);
         self.rpc.take_orphans();
+        self.in_flight = self.in_flight.saturating_sub(1);
         Ok(reply?)
     }
 

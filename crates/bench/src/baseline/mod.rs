@@ -14,6 +14,7 @@
 
 pub mod client;
 pub mod heartbeat;
+pub mod memory;
 pub mod node;
 pub mod proto;
 
@@ -21,6 +22,7 @@ pub use client::{BaselineClient, BaselineClientConfig};
 pub use heartbeat::{
     HeartbeatDescriptor, HeartbeatPoller, HeartbeatStats, HeartbeatTarget, SuspectCallback,
 };
+pub use memory::{BaselineMemory, BaselineRegion};
 pub use node::{BaselineConfig, BaselineNode, BaselineStats};
 pub use proto::{BaselineReply, BaselineRequest, FailCode, ProtoError, Scheme, Welcome};
 
