@@ -8,7 +8,7 @@
 
 mod support;
 
-use patronus_bench::baseline::{BaselineClientConfig, BaselineMemory, Scheme};
+use patronus_bench::baseline::{BaselineClientConfig, BaselineError, BaselineMemory, Scheme};
 use patronus_core::cluster::Transport;
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
@@ -288,8 +288,14 @@ every_scheme!(
 );
 
 #[test]
-fn the_qp_scheme_has_no_data_structure_interface() {
-    let bed = bed(Transport::InProc, small(false));
+fn a_scheme_without_the_interface_is_refused_at_connect() {
     let cfg = BaselineClientConfig::default();
-    assert!(Mem::connect(&bed.dev, bed.node.address(), Scheme::Qp, cfg).is_err());
+    // QP flags gate a whole QP, not a region.
+    let bed = bed(Transport::InProc, small(false));
+    let qp = Mem::connect(&bed.dev, bed.node.address(), Scheme::Qp, cfg);
+    assert!(matches!(qp, Err(BaselineError::InvalidUse(_))));
+    // An MR node has no whole-pool region for Unprot to use.
+    let bed = support::bed(Transport::InProc, small(true));
+    let unprot = Mem::connect(&bed.dev, bed.node.address(), Scheme::Unprot, cfg);
+    assert!(matches!(unprot, Err(BaselineError::InvalidUse(_))));
 }

@@ -39,7 +39,7 @@ use plan::{Kind, Planned};
 
 use super::BaselineError;
 use super::client::{BaselineClient, BaselineClientConfig};
-use super::proto::{BaselineReply, FailCode, Scheme};
+use super::proto::{BaselineReply, BaselineRequest, FailCode, Scheme};
 use patronus_core::proto::messages::{Access, Mode, RootName};
 use patronus_ods::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 use rnic::{MemoryKey, Provider, WcStatus};
@@ -107,6 +107,11 @@ impl<P: Provider> BaselineMemory<P> {
             ));
         }
         let control = BaselineClient::connect_with(ctx, address, scheme, cfg)?;
+        if scheme == Scheme::Unprot && control.rkey().is_none() {
+            return Err(BaselineError::InvalidUse(
+                "Unprot needs the node's whole-pool region (an MR node has none)",
+            ));
+        }
         let data = match scheme {
             Scheme::Rpc => None,
             _ => Some(BaselineClient::connect_with(ctx, address, scheme, cfg)?),
@@ -150,13 +155,14 @@ impl<P: Provider> BaselineMemory<P> {
         Ok(self.data.insert(client))
     }
 
-    /// Frees the objects at `addrs`, pipelined; the first failure.
+    /// Frees the objects at `addrs`, pipelined, each whatever happens to the others; the first
+    /// failure.
     fn free_all(&mut self, addrs: &[u64]) -> Result<(), MemError> {
         let mut first = Ok(());
         for wave in addrs.chunks(self.control.capacity()) {
             let mut ids = Vec::with_capacity(wave.len());
             for &addr in wave {
-                match self.control.submit(super::BaselineRequest::Free { addr }) {
+                match self.control.submit(BaselineRequest::Free { addr }) {
                     Ok(id) => ids.push(id),
                     Err(e) => keep_first(&mut first, e),
                 }
@@ -243,7 +249,10 @@ impl<P: Provider> RemoteMemory for BaselineMemory<P> {
         for wave in sizes.chunks(self.control.capacity()) {
             let mut ids = Vec::with_capacity(wave.len());
             for &size in wave {
-                match self.control.submit(super::BaselineRequest::Alloc { size }) {
+                if failed.is_err() {
+                    break;
+                }
+                match self.control.submit(BaselineRequest::Alloc { size }) {
                     Ok(id) => ids.push((id, size)),
                     Err(e) => keep_first(&mut failed, e),
                 }
