@@ -2,6 +2,7 @@
 //! in-process soft devices (and once over TCP).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use patronus_bench::baseline::proto::MAX_PAYLOAD;
 use patronus_bench::baseline::{
     BaselineClient, BaselineConfig, BaselineError, BaselineNode, BaselineReply, BaselineRequest,
     FailCode, HeartbeatPoller, HeartbeatTarget, Scheme,
@@ -184,7 +185,11 @@ fn rpc_copies_through_the_server_and_checks_ranges() {
         Err(BaselineError::Failed(FailCode::OutOfRange))
     ));
     assert_eq!(
-        c.call(BaselineRequest::Read { addr, len: 65 }).unwrap(),
+        c.call(BaselineRequest::Read {
+            addr,
+            len: MAX_PAYLOAD as u32 + 1
+        })
+        .unwrap(),
         BaselineReply::Failed(FailCode::TooLong)
     );
     assert!(matches!(
@@ -209,12 +214,9 @@ fn pipelined_requests_are_answered_by_id() {
     let base = c.pool_addr();
     let mut ids = Vec::new();
     for i in 0..16u64 {
-        let mut bytes = [0u8; 64];
-        bytes[0] = i as u8;
         let req = BaselineRequest::Write {
             addr: base + 64 * i,
-            len: 1,
-            bytes,
+            bytes: vec![i as u8],
         };
         ids.push(c.submit(req).unwrap());
     }
@@ -290,11 +292,14 @@ fn malformed_messages_do_not_kill_the_server() {
     failed_code[0] = 0x06; // a Read with absurd fields
     failed_code[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
     failed_code[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+    let mut oversized = [0u8; 64];
+    oversized[0] = 0x07; // a Write claiming more than a page behind its 64 bytes
+    oversized[24..28].copy_from_slice(&5000u32.to_le_bytes());
     send_raw(
         &dev,
         &node,
         &Scheme::Rpc.private_data(),
-        &[&garbage, &short, &[], &failed_code, &too_long],
+        &[&garbage, &short, &[], &failed_code, &too_long, &oversized],
     );
     send_raw(&dev, &node, b"not a scheme", &[&garbage]);
     send_raw(&dev, &node, &[b'P', b'B', b'L', b'1', 9], &[&garbage]);

@@ -7,7 +7,7 @@ mod support;
 use patronus_core::rpc::{RpcClient, RpcError};
 use rnic::soft::SoftProvider;
 use std::time::Duration;
-use support::echo::{Echo, EchoServer, echo_pair};
+use support::echo::{Echo, EchoServer, Varlen, channel_pair, echo_pair};
 
 /// A connected client (4 receive slots) and server.
 struct Pair {
@@ -142,4 +142,32 @@ fn a_channel_whose_every_slot_waits_for_a_lost_answer_is_wedged() {
     p.client.poll_cq().unwrap();
     assert_eq!(p.client.take_orphans().len(), 1);
     assert!(p.client.submit(9).is_ok());
+}
+
+#[test]
+fn a_short_message_goes_on_the_wire_at_its_length() {
+    let mut p = channel_pair::<Varlen>(4);
+    // A long message first, so its bytes are left behind in the slots the short ones reuse.
+    let long = vec![0xaa; 40];
+    let id = p.client.submit(long.clone()).unwrap();
+    assert_eq!(p.server.received(), vec![(id, long.clone())]);
+    p.server.answer(id, long.clone());
+    assert_eq!(
+        p.client.wait(id, Duration::from_secs(5), false).unwrap(),
+        long
+    );
+    // Each end decodes exactly what was sent (`Varlen` refuses a message of any other length):
+    // short ones, and one of a header only, in both directions, over every slot.
+    for round in 0..8u8 {
+        let short = vec![round; usize::from(round % 3)];
+        let id = p.client.submit(short.clone()).unwrap();
+        assert_eq!(p.server.received(), vec![(id, short.clone())], "{round}");
+        p.server.answer(id, vec![round ^ 0xff; 1]);
+        assert_eq!(
+            p.client.wait(id, Duration::from_secs(5), false).unwrap(),
+            vec![round ^ 0xff],
+            "{round}"
+        );
+    }
+    assert_eq!(p.client.stray_replies(), 0, "no reply failed to decode");
 }

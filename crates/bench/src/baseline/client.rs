@@ -1,33 +1,37 @@
 //! A baseline client: one RC QP to the memory node that carries both the two-sided requests
-//! (SENDs into the node's shared receive queue) and the one-sided READs and WRITEs.
+//! (SENDs into the node's shared receive queue) and the one-sided READs, WRITEs and atomics
+//! (posted in batches with one doorbell: [`onesided`]).
 //!
 //! Invariants:
 //! - At most [`MAX_OUTSTANDING`] requests are unanswered; each has a receive slot posted for
 //!   its reply, and a send slot (`req_id % 16`) that is not reused before the reply arrives.
+//! - No request carries more than [`MAX_PAYLOAD`] bytes: a longer `Write` is refused here
+//!   ([`BaselineError::InvalidUse`]), never sent.
 //! - Every wait is bounded by the configured timeout (wall time).
 //! - Replies that arrive while a blocking call waits for something else are stashed, in order,
-//!   for [`BaselineClient::poll`].
+//!   for [`BaselineClient::poll`] and [`BaselineClient::wait`].
 //! - A failed one-sided op leaves the QP in ERR (RC semantics): the client is then unusable and
 //!   must be replaced by a new connection.
+
+pub mod onesided;
+
+pub use onesided::{MAX_BATCH, OneSided, OneSidedOut, STAGING_BYTES};
 
 use super::BaselineError;
 use super::proto::{
     BaselineProtocol, BaselineReply, BaselineRequest, MAX_PAYLOAD, Scheme, Welcome,
 };
-use patronus_core::rpc::{IdleWait, RpcClient, RpcError};
+use patronus_core::proto::messages::RootName;
+use patronus_core::rpc::{RpcClient, RpcError};
 use rnic::{
-    AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryKey, MemoryRegion, ProtectionDomain,
-    Provider, QpInit, QpTiming, QueuePair, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, Context, MemoryBuffer, MemoryKey, ProtectionDomain, Provider, QpInit, QpState,
+    QpTiming, QueuePair,
 };
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Requests a client may have unanswered at once.
 pub const MAX_OUTSTANDING: usize = 16;
 const RECV_SLOTS: u32 = MAX_OUTSTANDING as u32;
-/// Bytes of registered staging memory for one-sided ops (larger ops go in chunks).
-pub const STAGING_BYTES: usize = 4096;
-/// Work-request ids of one-sided ops carry this tag; receives use their slot number.
-const ONE_SIDED: u64 = 1 << 63;
 
 /// Client configuration.
 #[derive(Clone, Copy, Debug)]
@@ -60,6 +64,9 @@ pub struct BaselineClient<P: Provider> {
     staging_mr: P::Mr,
     welcome: Welcome,
     next_op: u64,
+    /// Requests submitted and not yet answered (or given up on), and the most there were.
+    in_flight: usize,
+    peak_in_flight: usize,
 }
 
 impl<P: Provider> std::fmt::Debug for BaselineClient<P> {
@@ -94,7 +101,7 @@ impl<P: Provider> BaselineClient<P> {
             send_cq: &cq,
             recv_cq: &cq,
             srq: None,
-            max_send_wr: 256,
+            max_send_wr: onesided::SEND_QUEUE,
             max_recv_wr: RECV_SLOTS,
             access: AccessFlags::empty(),
             timing: cfg.qp_timing,
@@ -117,6 +124,8 @@ impl<P: Provider> BaselineClient<P> {
                 rkey: None,
             },
             next_op: 0,
+            in_flight: 0,
+            peak_in_flight: 0,
         };
         client.welcome = match client.call(BaselineRequest::Hello)? {
             BaselineReply::Welcome(w) => w,
@@ -128,6 +137,12 @@ impl<P: Provider> BaselineClient<P> {
     /// The scheme this client connected with.
     pub fn scheme(&self) -> Scheme {
         self.scheme
+    }
+
+    /// Whether the QP is in the error state (a one-sided op failed, or the connection was
+    /// lost): nothing more goes through this client, which a new connection replaces.
+    pub fn is_broken(&self) -> bool {
+        self.rpc.qp().state() == QpState::Error
     }
 
     /// The memory node's answer to `Hello`.
@@ -150,96 +165,135 @@ impl<P: Provider> BaselineClient<P> {
         self.welcome.rkey
     }
 
+    /// Requests that may be unanswered at once.
+    pub fn capacity(&self) -> usize {
+        MAX_OUTSTANDING
+    }
+
+    /// The most requests this client had unanswered at once (how far it pipelined).
+    pub fn peak_in_flight(&self) -> usize {
+        self.peak_in_flight
+    }
+
     /// Sends a request without waiting; returns its id. At most [`MAX_OUTSTANDING`] at once.
     pub fn submit(&mut self, req: BaselineRequest) -> Result<u64, BaselineError> {
-        Ok(self.rpc.submit(req)?)
+        check_payload(&req)?;
+        let id = self.rpc.submit(req)?;
+        self.in_flight += 1;
+        self.peak_in_flight = self.peak_in_flight.max(self.in_flight);
+        Ok(id)
     }
 
     /// Takes one arrived reply, if any, as (request id, reply). Never blocks.
     pub fn poll(&mut self) -> Result<Option<(u64, BaselineReply)>, BaselineError> {
-        Ok(self.rpc.poll()?)
+        let reply = self.rpc.poll()?;
+        if reply.is_some() {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        Ok(reply)
+    }
+
+    /// Waits for the reply to submitted request `id` (bounded by the configured timeout; on a
+    /// timeout the request is given up on and its late reply dropped).
+    pub fn wait(&mut self, id: u64) -> Result<BaselineReply, BaselineError> {
+        let reply = self.rpc.wait(id, self.cfg.timeout, false);
+        self.rpc.take_orphans();
+        self.in_flight = self.in_flight.saturating_sub(1);
+        Ok(reply?)
     }
 
     /// Sends a request and waits for its reply (no retry: the baselines' server does not
     /// answer retries idempotently). A late reply to an abandoned request is dropped.
     pub fn call(&mut self, req: BaselineRequest) -> Result<BaselineReply, BaselineError> {
-        let reply = self.rpc.call(req, self.cfg.timeout, false);
-        self.rpc.take_orphans();
-        Ok(reply?)
+        let id = self.submit(req)?;
+        self.wait(id)
     }
 
-    /// One-sided RDMA READ of `dst.len()` bytes at `addr` under `rkey`.
-    pub fn read(
-        &mut self,
-        rkey: MemoryKey,
-        addr: u64,
-        dst: &mut [u8],
-    ) -> Result<(), BaselineError> {
-        for (i, chunk) in dst.chunks_mut(STAGING_BYTES).enumerate() {
-            let at = addr.wrapping_add((i * STAGING_BYTES) as u64);
-            let local = self.staging_sge(chunk.len());
-            self.one_sided(SendOp::Read {
-                local,
-                remote_addr: at,
-                rkey,
-            })?;
-            self.staging.read(0, chunk)?;
-        }
-        Ok(())
-    }
-
-    /// One-sided RDMA WRITE of `src` to `addr` under `rkey`.
-    pub fn write(&mut self, rkey: MemoryKey, addr: u64, src: &[u8]) -> Result<(), BaselineError> {
-        for (i, chunk) in src.chunks(STAGING_BYTES).enumerate() {
-            let at = addr.wrapping_add((i * STAGING_BYTES) as u64);
-            self.staging.write(0, chunk)?;
-            let local = self.staging_sge(chunk.len());
-            self.one_sided(SendOp::Write {
-                local,
-                remote_addr: at,
-                rkey,
-            })?;
-        }
-        Ok(())
-    }
-
-    /// Reads through the memory node's CPU (`Read` RPCs of up to 64 bytes each).
+    /// Reads through the memory node's CPU (`Read` RPCs of up to [`MAX_PAYLOAD`] bytes each).
     pub fn rpc_read(&mut self, addr: u64, dst: &mut [u8]) -> Result<(), BaselineError> {
         for (i, chunk) in dst.chunks_mut(MAX_PAYLOAD).enumerate() {
             let at = addr.wrapping_add((i * MAX_PAYLOAD) as u64);
             let len = chunk.len() as u32;
             match self.call(BaselineRequest::Read { addr: at, len })? {
-                BaselineReply::Data { len: got, bytes } if got == len => {
-                    chunk.copy_from_slice(&bytes[..chunk.len()]);
+                BaselineReply::Data(bytes) if bytes.len() == chunk.len() => {
+                    chunk.copy_from_slice(&bytes);
                 }
-                BaselineReply::Failed(code) => return Err(BaselineError::Failed(code)),
-                other => return Err(BaselineError::Unexpected(other)),
+                other => return Err(unexpected(other)),
             }
         }
         Ok(())
     }
 
-    /// Writes through the memory node's CPU (`Write` RPCs of up to 64 bytes each).
+    /// Writes through the memory node's CPU (`Write` RPCs of up to [`MAX_PAYLOAD`] bytes each).
     pub fn rpc_write(&mut self, addr: u64, src: &[u8]) -> Result<(), BaselineError> {
         for (i, chunk) in src.chunks(MAX_PAYLOAD).enumerate() {
-            let mut bytes = [0u8; MAX_PAYLOAD];
-            bytes[..chunk.len()].copy_from_slice(chunk);
             let req = BaselineRequest::Write {
                 addr: addr.wrapping_add((i * MAX_PAYLOAD) as u64),
-                len: chunk.len() as u32,
-                bytes,
+                bytes: chunk.to_vec(),
             };
             expect_done(self.call(req)?)?;
         }
         Ok(())
     }
 
-    /// (Mr) Registers `[addr, addr + len)` as a region; returns its rkey.
+    /// (Rpc) Compare-and-swap through the memory node's CPU; the previous value.
+    pub fn rpc_cas(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, BaselineError> {
+        expect_atomic(self.call(BaselineRequest::Cas {
+            addr,
+            compare,
+            swap,
+        })?)
+    }
+
+    /// (Rpc) Fetch-and-add through the memory node's CPU; the previous value.
+    pub fn rpc_faa(&mut self, addr: u64, add: u64) -> Result<u64, BaselineError> {
+        expect_atomic(self.call(BaselineRequest::Faa { addr, add })?)
+    }
+
+    /// Allocates a zeroed object of `size` bytes: its address and the key to reach it (under
+    /// Mr, a new region's).
+    pub fn alloc(&mut self, size: u64) -> Result<(u64, Option<MemoryKey>), BaselineError> {
+        match self.call(BaselineRequest::Alloc { size })? {
+            BaselineReply::Allocated { addr, rkey } => Ok((addr, rkey)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Frees the object at `addr` (under Mr, every region over it is deregistered).
+    pub fn free(&mut self, addr: u64) -> Result<(), BaselineError> {
+        expect_done(self.call(BaselineRequest::Free { addr })?)
+    }
+
+    /// (Mr) Registers `[addr, addr + len)` as a read-write region; returns its rkey.
     pub fn register_mr(&mut self, addr: u64, len: u64) -> Result<MemoryKey, BaselineError> {
-        match self.call(BaselineRequest::RegisterMr { addr, len })? {
+        self.register(BaselineRequest::RegisterMr {
+            addr,
+            len,
+            read_only: false,
+            object: false,
+        })
+    }
+
+    /// (Mr) Registers `[addr, addr + len)`, which must lie inside one allocated object, as a
+    /// region (remote read only with `read_only`); returns its rkey.
+    pub fn register_object(
+        &mut self,
+        addr: u64,
+        len: u64,
+        read_only: bool,
+    ) -> Result<MemoryKey, BaselineError> {
+        self.register(BaselineRequest::RegisterMr {
+            addr,
+            len,
+            read_only,
+            object: true,
+        })
+    }
+
+    fn register(&mut self, req: BaselineRequest) -> Result<MemoryKey, BaselineError> {
+        match self.call(req)? {
             BaselineReply::Registered { rkey } => Ok(rkey),
-            BaselineReply::Failed(code) => Err(BaselineError::Failed(code)),
-            other => Err(BaselineError::Unexpected(other)),
+            other => Err(unexpected(other)),
         }
     }
 
@@ -258,59 +312,22 @@ impl<P: Provider> BaselineClient<P> {
         expect_done(self.call(BaselineRequest::CloseQp)?)
     }
 
-    fn staging_sge(&self, len: usize) -> Sge {
-        Sge {
-            addr: self.staging.addr(),
-            length: len as u32,
-            lkey: self.staging_mr.lkey(),
+    /// Publishes `[addr, addr + len)` under `name`.
+    pub fn publish(&mut self, name: RootName, addr: u64, len: u64) -> Result<(), BaselineError> {
+        expect_done(self.call(BaselineRequest::Publish { name, addr, len })?)
+    }
+
+    /// The object published under `name`: (address, length).
+    pub fn lookup(&mut self, name: RootName) -> Result<(u64, u64), BaselineError> {
+        match self.call(BaselineRequest::Lookup { name })? {
+            BaselineReply::Found { addr, len } => Ok((addr, len)),
+            other => Err(unexpected(other)),
         }
     }
 
-    /// Posts one signaled one-sided op and waits for its completion, stashing replies.
-    fn one_sided(&mut self, op: SendOp<'_, P::Mw, P::Mr>) -> Result<(), BaselineError> {
-        self.next_op += 1;
-        let wr_id = ONE_SIDED | self.next_op;
-        let wr = SendWr {
-            wr_id,
-            signaled: true,
-            op,
-        };
-        self.rpc
-            .qp()
-            .post_send(std::slice::from_ref(&wr))
-            .map_err(|(_, e)| BaselineError::Verbs(e))?;
-        self.wait_op(wr_id)
-    }
-
-    /// Waits for the completion of one-sided op `wr_id`, filing replies that arrive meanwhile.
-    /// Spins briefly, then sleeps on the CQ; bounded by the configured timeout (wall time).
-    #[allow(clippy::disallowed_methods)] // a timeout is wall time
-    fn wait_op(&mut self, wr_id: u64) -> Result<(), BaselineError> {
-        let deadline = Instant::now() + self.cfg.timeout;
-        let mut idle = IdleWait::default();
-        let mut wcs = [WorkCompletion::default(); 8];
-        loop {
-            let n = self.cq.poll(&mut wcs);
-            for wc in &wcs[..n] {
-                if wc.wr_id == wr_id {
-                    return match wc.status {
-                        WcStatus::Success => Ok(()),
-                        s => Err(BaselineError::Remote(s)),
-                    };
-                }
-                // Flushed receives of the same broken QP are reported by the op's own status.
-                let _ = self.rpc.on_completion(wc);
-            }
-            if n > 0 {
-                idle.busy();
-                continue;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(BaselineError::Timeout);
-            }
-            idle.idle(&self.cq, (deadline - now).min(Duration::from_millis(1)));
-        }
+    /// Withdraws `name`.
+    pub fn unpublish(&mut self, name: RootName) -> Result<(), BaselineError> {
+        expect_done(self.call(BaselineRequest::Unpublish { name })?)
     }
 }
 
@@ -326,10 +343,33 @@ impl From<RpcError> for BaselineError {
     }
 }
 
+fn check_payload(req: &BaselineRequest) -> Result<(), BaselineError> {
+    if req.payload_len() > MAX_PAYLOAD {
+        return Err(BaselineError::InvalidUse(
+            "a request carries at most MAX_PAYLOAD bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// A refusal as its error; anything else as an unexpected reply.
+fn unexpected(reply: BaselineReply) -> BaselineError {
+    match reply {
+        BaselineReply::Failed(code) => BaselineError::Failed(code),
+        other => BaselineError::Unexpected(other),
+    }
+}
+
 fn expect_done(reply: BaselineReply) -> Result<(), BaselineError> {
     match reply {
         BaselineReply::Done => Ok(()),
-        BaselineReply::Failed(code) => Err(BaselineError::Failed(code)),
-        other => Err(BaselineError::Unexpected(other)),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn expect_atomic(reply: BaselineReply) -> Result<u64, BaselineError> {
+    match reply {
+        BaselineReply::Atomic(old) => Ok(old),
+        other => Err(unexpected(other)),
     }
 }

@@ -1,19 +1,29 @@
 //! The mechanisms Patronus is compared with in §7, on the same software RNIC:
 //!
-//! | scheme | one-sided access gated by | control request per permission |
-//! |--------|---------------------------|--------------------------------|
-//! | [`Scheme::Unprot`] | nothing (one whole-pool MR, every right) | none |
-//! | [`Scheme::Mr`] | a real MR per permission | `RegisterMr` / `DeregisterMr` |
-//! | [`Scheme::Qp`] | the client's QP access flags | `OpenQp` / `CloseQp` |
-//! | [`Scheme::Rpc`] | — (no one-sided access) | every `Read` / `Write` is an RPC |
+//! | scheme | one-sided access gated by | control request per permission | data structures ([`memory`]) |
+//! |--------|---------------------------|--------------------------------|------------------------------|
+//! | [`Scheme::Unprot`] | nothing (one whole-pool MR, every right) | none | one-sided under the pool's rkey |
+//! | [`Scheme::Mr`] | a real MR per permission | `RegisterMr` / `DeregisterMr` | one-sided under a region's rkey; `Alloc` registers one |
+//! | [`Scheme::Qp`] | the client's QP access flags | `OpenQp` / `CloseQp` | — (flags gate a QP, not a region) |
+//! | [`Scheme::Rpc`] | — (no one-sided access) | every data op is an RPC | `Read` / `Write` / `Cas` / `Faa` RPCs, pipelined |
 //!
-//! - [`proto`]: the fixed-slot request/reply codec and the connection's scheme byte.
-//! - [`node`]: [`BaselineNode`], the memory node: a pool, one server thread, an SRQ.
-//! - [`client`]: [`BaselineClient`], one RC QP carrying both RPCs and one-sided verbs.
+//! Every scheme allocates and frees objects with `Alloc` / `Free` (the node's allocator:
+//! power-of-two size classes with free lists, zeroed memory) and shares roots by name
+//! (`Publish` / `Lookup` / `Unpublish`).
+//!
+//! - [`proto`]: the request/reply codec (messages up to a 4 KiB payload, sent at their used
+//!   length) and the connection's scheme byte.
+//! - [`node`]: [`BaselineNode`], the memory node: a pool and its allocator, one server thread,
+//!   an SRQ.
+//! - [`client`]: [`BaselineClient`], one RC QP carrying both RPCs and one-sided verbs (batches
+//!   with one doorbell).
+//! - [`memory`]: [`BaselineMemory`], the data structures' `RemoteMemory` and `NamedRoots` on
+//!   Unprot, MR and RPC.
 //! - [`heartbeat`]: the §7.2.4 "QP polling" failure detector (memory node READs a counter).
 
 pub mod client;
 pub mod heartbeat;
+pub mod memory;
 pub mod node;
 pub mod proto;
 
@@ -21,6 +31,7 @@ pub use client::{BaselineClient, BaselineClientConfig};
 pub use heartbeat::{
     HeartbeatDescriptor, HeartbeatPoller, HeartbeatStats, HeartbeatTarget, SuspectCallback,
 };
+pub use memory::{BaselineMemory, BaselineRegion};
 pub use node::{BaselineConfig, BaselineNode, BaselineStats};
 pub use proto::{BaselineReply, BaselineRequest, FailCode, ProtoError, Scheme, Welcome};
 

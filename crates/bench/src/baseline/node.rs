@@ -2,6 +2,11 @@
 //! memory node's weak "manager" core) that serves every client's requests from a shared
 //! receive queue.
 //!
+//! - `server`: the thread's loop and the dispatch of requests.
+//! - `objects`: `Alloc`/`Free` over the allocator (`heap`), and Mr's registrations.
+//! - `data`: the Rpc scheme's data path (`Read`/`Write`/`Cas`/`Faa` copied by the CPU).
+//! - `names`: the named roots.
+//!
 //! Invariants:
 //! - The pool is registered once as a whole with every remote right (the Unprot region; Qp
 //!   clients use its rkey too, gated by their QP's flags). Its rkey is only told to Unprot and
@@ -12,12 +17,14 @@
 //!   copied by the server thread.
 //! - An Mr client may deregister only regions it registered; its regions are deregistered when
 //!   its QP breaks.
+//! - Objects come from one allocator over the pool, zeroed before they are handed out; any
+//!   client may free any object (the baselines have no tenants). Freeing an object
+//!   deregisters every region an Mr client registered over it while it was live.
 //! - Nothing a client sends panics or stalls the server thread: malformed messages are dropped,
-//!   wrong requests answered with a [`FailCode`].
+//!   wrong requests (unknown objects, double frees, oversized payloads, ranges outside the
+//!   pool) answered with a [`FailCode`].
 
-use super::proto::{
-    BaselineProtocol, BaselineReply, BaselineRequest, FailCode, MAX_PAYLOAD, Scheme, Welcome,
-};
+use super::proto::{BaselineProtocol, BaselineReply, BaselineRequest, FailCode, Scheme, Welcome};
 use super::{BaselineError, thread_cpu};
 use parking_lot::Mutex;
 use patronus_core::rpc::{Incoming, RpcServer};
@@ -74,6 +81,12 @@ pub struct BaselineStats {
     pub qp_flag_changes: u64,
     /// Payload bytes copied by `Read` / `Write` RPCs.
     pub rpc_bytes_copied: u64,
+    /// `Cas` / `Faa` RPCs carried out.
+    pub rpc_atomics: u64,
+    /// Objects allocated.
+    pub objects_allocated: u64,
+    /// Objects freed.
+    pub objects_freed: u64,
     /// Server-thread CPU time spent handling non-empty batches.
     pub busy_cpu: Duration,
     /// Server-thread CPU time in total (idle polling included).
@@ -162,6 +175,11 @@ struct Server<P: Provider> {
     /// The control channel's server end: request slots in an SRQ, reply slots.
     rpc: RpcServer<P, BaselineProtocol>,
     conns: HashMap<QpNumber, Conn<P>>,
+    /// The objects in the pool.
+    heap: Allocator,
+    /// Which Mr clients' regions lie over which objects.
+    overlaps: Overlaps,
+    names: Names,
     stats: BaselineStats,
 }
 
@@ -209,6 +227,9 @@ impl<P: Provider> BaselineNode<P> {
             pool_mr,
             rpc,
             conns: HashMap::new(),
+            heap: Allocator::new(pool_len),
+            overlaps: Overlaps::default(),
+            names: Names::default(),
             stats: BaselineStats::default(),
         };
         let thread = std::thread::Builder::new()
@@ -274,4 +295,15 @@ impl<P: Provider> Drop for BaselineNode<P> {
     }
 }
 
+mod data;
+mod heap;
+mod names;
+mod objects;
 mod server;
+
+pub use heap::MIN_BLOCK;
+pub use names::NAMES;
+
+use heap::Allocator;
+use names::Names;
+use objects::Overlaps;

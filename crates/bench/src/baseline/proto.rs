@@ -1,37 +1,36 @@
-//! Wire format of the baselines' two-sided requests: fixed 128-byte slots, little-endian.
+//! The baselines' two-sided requests and replies, and the connection's scheme byte.
 //!
-//! Every message is one slot: `kind: u8` at 0, `req_id: u64` at 8, then the kind's fields from
-//! 16. A 64-byte payload ([`MAX_PAYLOAD`]) fits behind the fields. Decoding checks the length
-//! and every tag and returns a [`ProtoError`]; it never panics, whatever the peer sent. Ranges
-//! and lengths are *not* judged here — the memory node answers those with a [`FailCode`].
+//! Messages are carried by the control channel in slots of [`SLOT_SIZE`] bytes: a
+//! [`HEADER`]-byte header (kind, request id), the kind's fields, and for `Write` and `Data` a
+//! payload of up to [`MAX_PAYLOAD`] bytes. A message goes on the wire at the length it uses —
+//! [`SMALL_MESSAGE`] bytes for every message without a payload, the fields plus the payload
+//! otherwise — so small requests stay small ([`codec`] has the layout).
+//!
+//! Decoding checks the length and every tag and returns a [`ProtoError`]; it never panics,
+//! whatever the peer sent. Ranges, sizes and objects are *not* judged here — the memory node
+//! answers those with a [`FailCode`]. A `Write` longer than [`MAX_PAYLOAD`] cannot be carried:
+//! the client refuses to send one ([`BaselineClient`](super::BaselineClient)), and a message
+//! claiming one does not decode (the node drops it).
 //!
 //! The connection's private data carries the [`Scheme`] (`"PBL1"` ‖ scheme byte).
 
-use patronus_core::rpc::{Protocol, SlotReader, SlotWriter};
+pub mod codec;
+
+pub use codec::{BaselineProtocol, decode_reply, decode_request, encode_reply, encode_request};
+
+use patronus_core::proto::messages::RootName;
 use rnic::MemoryKey;
 
-/// Bytes of every message slot.
-pub const SLOT_SIZE: usize = 128;
-/// Most bytes one `Read`/`Write` request moves.
-pub const MAX_PAYLOAD: usize = 64;
-
-/// Field offsets, in one place.
-mod field {
-    pub const KIND: usize = 0;
-    pub const REQ_ID: usize = 8;
-    /// First kind-specific field.
-    pub const A: usize = 16;
-    /// Second kind-specific field.
-    pub const B: usize = 24;
-    /// A presence byte (Welcome's rkey).
-    pub const FLAG: usize = 32;
-    /// A 32-bit field behind the presence byte.
-    pub const C: usize = 36;
-    /// Write's payload.
-    pub const WRITE_BYTES: usize = 32;
-    /// Data's payload.
-    pub const DATA_BYTES: usize = 24;
-}
+/// Bytes of a message's header: kind (at 0) and request id (at 8).
+pub const HEADER: usize = 16;
+/// Most bytes one `Read`/`Write` request moves (a page).
+pub const MAX_PAYLOAD: usize = 4096;
+/// Bytes of a `Write` before its payload (the largest header with fields).
+pub const PAYLOAD_AT: usize = 32;
+/// Bytes of every message slot: the longest message, a `Write` of [`MAX_PAYLOAD`] bytes.
+pub const SLOT_SIZE: usize = PAYLOAD_AT + MAX_PAYLOAD;
+/// Bytes on the wire of a message without a payload (and the least any message takes).
+pub const SMALL_MESSAGE: usize = 64;
 
 const CONNECT_MAGIC: &[u8; 4] = b"PBL1";
 
@@ -95,41 +94,61 @@ pub enum FailCode {
     /// More than [`MAX_PAYLOAD`] bytes asked for in one request.
     #[error("payload too long")]
     TooLong,
-    /// A table (regions, per-client quota) is full.
+    /// A table (regions, names) or the pool is full.
     #[error("resources exhausted")]
     Exhausted,
     /// A verb failed on the memory node for another reason.
     #[error("memory-node verb failed")]
     Verbs,
+    /// No allocated object there: never allocated, freed already, or not its first byte (or,
+    /// registering an object's range, a range that leaves the object).
+    #[error("no such object")]
+    UnknownObject,
+    /// An atomic's address is not 8-byte aligned.
+    #[error("misaligned atomic")]
+    Misaligned,
+    /// The name is published already.
+    #[error("name taken")]
+    NameTaken,
+    /// No object is published under the name.
+    #[error("no such name")]
+    UnknownName,
+    /// An argument outside its domain (a zero size or length).
+    #[error("invalid argument")]
+    Invalid,
 }
 
 impl FailCode {
-    fn to_wire(self) -> u8 {
-        match self {
-            FailCode::WrongScheme => 1,
-            FailCode::UnknownRkey => 2,
-            FailCode::OutOfRange => 3,
-            FailCode::TooLong => 4,
-            FailCode::Exhausted => 5,
-            FailCode::Verbs => 6,
-        }
+    const WIRE: [FailCode; 11] = [
+        FailCode::WrongScheme,
+        FailCode::UnknownRkey,
+        FailCode::OutOfRange,
+        FailCode::TooLong,
+        FailCode::Exhausted,
+        FailCode::Verbs,
+        FailCode::UnknownObject,
+        FailCode::Misaligned,
+        FailCode::NameTaken,
+        FailCode::UnknownName,
+        FailCode::Invalid,
+    ];
+
+    pub(crate) fn to_wire(self) -> u8 {
+        let i = Self::WIRE.iter().position(|&c| c == self).unwrap_or(0);
+        i as u8 + 1
     }
 
-    fn from_wire(b: u8) -> Result<Self, ProtoError> {
-        Ok(match b {
-            1 => FailCode::WrongScheme,
-            2 => FailCode::UnknownRkey,
-            3 => FailCode::OutOfRange,
-            4 => FailCode::TooLong,
-            5 => FailCode::Exhausted,
-            6 => FailCode::Verbs,
-            _ => return Err(ProtoError::BadField("fail code")),
-        })
+    pub(crate) fn from_wire(b: u8) -> Result<Self, ProtoError> {
+        (b as usize)
+            .checked_sub(1)
+            .and_then(|i| Self::WIRE.get(i))
+            .copied()
+            .ok_or(ProtoError::BadField("fail code"))
     }
 }
 
 /// A client's request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BaselineRequest {
     /// First message: asks for the pool's coordinates.
     Hello,
@@ -139,6 +158,12 @@ pub enum BaselineRequest {
         addr: u64,
         /// Bytes.
         len: u64,
+        /// Remote read only; otherwise read, write and atomics.
+        read_only: bool,
+        /// The range must lie inside one allocated object ([`FailCode::UnknownObject`]
+        /// otherwise): the data structures' acquire. Otherwise any range of the pool (the
+        /// microbenchmarks).
+        object: bool,
     },
     /// (Mr) Deregister a region this client registered.
     DeregisterMr {
@@ -149,26 +174,81 @@ pub enum BaselineRequest {
     OpenQp,
     /// (Qp) Take the rights away again.
     CloseQp,
-    /// Copy `len` (≤ 64) pool bytes at `addr` into the reply.
+    /// Copy `len` (≤ [`MAX_PAYLOAD`]) pool bytes at `addr` into the reply.
     Read {
         /// First byte.
         addr: u64,
         /// Bytes.
         len: u32,
     },
-    /// Copy the first `len` (≤ 64) of `bytes` into the pool at `addr`.
+    /// Copy `bytes` (≤ [`MAX_PAYLOAD`]) into the pool at `addr`.
     Write {
         /// First byte.
         addr: u64,
-        /// Bytes used from `bytes`.
-        len: u32,
         /// Payload.
-        bytes: [u8; MAX_PAYLOAD],
+        bytes: Vec<u8>,
+    },
+    /// (Rpc) Compare-and-swap of the aligned word at `addr`; answered with the old value.
+    Cas {
+        /// Address (8-byte aligned).
+        addr: u64,
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+    /// (Rpc) Fetch-and-add on the aligned word at `addr`; answered with the old value.
+    Faa {
+        /// Address (8-byte aligned).
+        addr: u64,
+        /// Added (wrapping).
+        add: u64,
+    },
+    /// Allocate a zeroed object of `size` bytes; under Mr, also register a read-write region
+    /// over it (the scheme's allocate: alloc + registration in one request).
+    Alloc {
+        /// Bytes.
+        size: u64,
+    },
+    /// Free the object starting at `addr`; under Mr, every region any client registered over
+    /// it is deregistered.
+    Free {
+        /// Its first byte.
+        addr: u64,
+    },
+    /// Publish `[addr, addr + len)` under `name`.
+    Publish {
+        /// The name.
+        name: RootName,
+        /// First byte.
+        addr: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// The object published under `name`.
+    Lookup {
+        /// The name.
+        name: RootName,
+    },
+    /// Withdraw `name`.
+    Unpublish {
+        /// The name.
+        name: RootName,
     },
 }
 
+impl BaselineRequest {
+    /// Payload bytes the request carries (a `Write`'s).
+    pub fn payload_len(&self) -> usize {
+        match self {
+            BaselineRequest::Write { bytes, .. } => bytes.len(),
+            _ => 0,
+        }
+    }
+}
+
 /// The memory node's reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BaselineReply {
     /// Answer to `Hello`.
     Welcome(Welcome),
@@ -180,11 +260,23 @@ pub enum BaselineReply {
     /// The request was carried out.
     Done,
     /// Bytes read.
-    Data {
-        /// Bytes used from `bytes`.
-        len: u32,
-        /// Payload.
-        bytes: [u8; MAX_PAYLOAD],
+    Data(Vec<u8>),
+    /// The value an atomic found.
+    Atomic(u64),
+    /// An object was allocated.
+    Allocated {
+        /// Its first byte.
+        addr: u64,
+        /// The key to reach it: the whole-pool rkey (Unprot, Qp), the new region's (Mr), none
+        /// (Rpc).
+        rkey: Option<MemoryKey>,
+    },
+    /// The object published under a name.
+    Found {
+        /// First byte.
+        addr: u64,
+        /// Bytes.
+        len: u64,
     },
     /// The request was refused.
     Failed(FailCode),
@@ -201,257 +293,5 @@ pub struct Welcome {
     pub rkey: Option<MemoryKey>,
 }
 
-mod kind {
-    pub const HELLO: u8 = 0x01;
-    pub const REGISTER_MR: u8 = 0x02;
-    pub const DEREGISTER_MR: u8 = 0x03;
-    pub const OPEN_QP: u8 = 0x04;
-    pub const CLOSE_QP: u8 = 0x05;
-    pub const READ: u8 = 0x06;
-    pub const WRITE: u8 = 0x07;
-    pub const WELCOME: u8 = 0x81;
-    pub const REGISTERED: u8 = 0x82;
-    pub const DONE: u8 = 0x83;
-    pub const DATA: u8 = 0x84;
-    pub const FAILED: u8 = 0x85;
-}
-
-/// The baselines' protocol, for the control channel.
-#[derive(Clone, Copy, Debug)]
-pub struct BaselineProtocol;
-
-impl Protocol for BaselineProtocol {
-    type Request = BaselineRequest;
-    type Reply = BaselineReply;
-    const SLOT_SIZE: usize = SLOT_SIZE;
-
-    fn encode_request(req_id: u64, req: &BaselineRequest, slot: &mut [u8]) {
-        write_request(&mut SlotWriter::new(slot), req_id, req);
-    }
-    fn decode_request(slot: &[u8]) -> Result<(u64, BaselineRequest), ProtoError> {
-        decode_request(slot)
-    }
-    fn encode_reply(req_id: u64, reply: &BaselineReply, slot: &mut [u8]) {
-        write_reply(&mut SlotWriter::new(slot), req_id, reply);
-    }
-    fn decode_reply(slot: &[u8]) -> Result<(u64, BaselineReply), ProtoError> {
-        decode_reply(slot)
-    }
-}
-
-/// Encodes a request with its id.
-pub fn encode_request(req_id: u64, req: &BaselineRequest) -> [u8; SLOT_SIZE] {
-    let mut b = [0u8; SLOT_SIZE];
-    write_request(&mut SlotWriter::new(&mut b), req_id, req);
-    b
-}
-
-fn write_request(w: &mut SlotWriter<'_>, req_id: u64, req: &BaselineRequest) {
-    w.u64(field::REQ_ID, req_id);
-    let kind = match *req {
-        BaselineRequest::Hello => kind::HELLO,
-        BaselineRequest::RegisterMr { addr, len } => {
-            w.u64(field::A, addr);
-            w.u64(field::B, len);
-            kind::REGISTER_MR
-        }
-        BaselineRequest::DeregisterMr { rkey } => {
-            w.u32(field::A, rkey.0);
-            kind::DEREGISTER_MR
-        }
-        BaselineRequest::OpenQp => kind::OPEN_QP,
-        BaselineRequest::CloseQp => kind::CLOSE_QP,
-        BaselineRequest::Read { addr, len } => {
-            w.u64(field::A, addr);
-            w.u32(field::B, len);
-            kind::READ
-        }
-        BaselineRequest::Write { addr, len, bytes } => {
-            w.u64(field::A, addr);
-            w.u32(field::B, len);
-            w.put(field::WRITE_BYTES, &bytes);
-            kind::WRITE
-        }
-    };
-    w.u8(field::KIND, kind);
-}
-
-/// Decodes a request and its id.
-pub fn decode_request(input: &[u8]) -> Result<(u64, BaselineRequest), ProtoError> {
-    let r = SlotReader::new(input, SLOT_SIZE)?;
-    let req = match r.u8(field::KIND)? {
-        kind::HELLO => BaselineRequest::Hello,
-        kind::REGISTER_MR => BaselineRequest::RegisterMr {
-            addr: r.u64(field::A)?,
-            len: r.u64(field::B)?,
-        },
-        kind::DEREGISTER_MR => BaselineRequest::DeregisterMr {
-            rkey: MemoryKey(r.u32(field::A)?),
-        },
-        kind::OPEN_QP => BaselineRequest::OpenQp,
-        kind::CLOSE_QP => BaselineRequest::CloseQp,
-        kind::READ => BaselineRequest::Read {
-            addr: r.u64(field::A)?,
-            len: r.u32(field::B)?,
-        },
-        kind::WRITE => BaselineRequest::Write {
-            addr: r.u64(field::A)?,
-            len: r.u32(field::B)?,
-            bytes: r.array(field::WRITE_BYTES)?,
-        },
-        k => return Err(ProtoError::UnknownKind(k)),
-    };
-    Ok((r.u64(field::REQ_ID)?, req))
-}
-
-/// Encodes a reply with the id of the request it answers.
-pub fn encode_reply(req_id: u64, reply: &BaselineReply) -> [u8; SLOT_SIZE] {
-    let mut b = [0u8; SLOT_SIZE];
-    write_reply(&mut SlotWriter::new(&mut b), req_id, reply);
-    b
-}
-
-fn write_reply(w: &mut SlotWriter<'_>, req_id: u64, reply: &BaselineReply) {
-    w.u64(field::REQ_ID, req_id);
-    let kind = match *reply {
-        BaselineReply::Welcome(welcome) => {
-            w.u64(field::A, welcome.pool_addr);
-            w.u64(field::B, welcome.pool_len);
-            if let Some(rkey) = welcome.rkey {
-                w.u8(field::FLAG, 1);
-                w.u32(field::C, rkey.0);
-            }
-            kind::WELCOME
-        }
-        BaselineReply::Registered { rkey } => {
-            w.u32(field::A, rkey.0);
-            kind::REGISTERED
-        }
-        BaselineReply::Done => kind::DONE,
-        BaselineReply::Data { len, bytes } => {
-            w.u32(field::A, len);
-            w.put(field::DATA_BYTES, &bytes);
-            kind::DATA
-        }
-        BaselineReply::Failed(code) => {
-            w.u8(field::A, code.to_wire());
-            kind::FAILED
-        }
-    };
-    w.u8(field::KIND, kind);
-}
-
-/// Decodes a reply and the id of the request it answers.
-pub fn decode_reply(input: &[u8]) -> Result<(u64, BaselineReply), ProtoError> {
-    let r = SlotReader::new(input, SLOT_SIZE)?;
-    let reply = match r.u8(field::KIND)? {
-        kind::WELCOME => BaselineReply::Welcome(Welcome {
-            pool_addr: r.u64(field::A)?,
-            pool_len: r.u64(field::B)?,
-            rkey: match r.flag(field::FLAG, "rkey presence")? {
-                false => None,
-                true => Some(MemoryKey(r.u32(field::C)?)),
-            },
-        }),
-        kind::REGISTERED => BaselineReply::Registered {
-            rkey: MemoryKey(r.u32(field::A)?),
-        },
-        kind::DONE => BaselineReply::Done,
-        kind::DATA => {
-            let len = r.u32(field::A)?;
-            if len as usize > MAX_PAYLOAD {
-                return Err(ProtoError::BadField("data length"));
-            }
-            BaselineReply::Data {
-                len,
-                bytes: r.array(field::DATA_BYTES)?,
-            }
-        }
-        kind::FAILED => BaselineReply::Failed(FailCode::from_wire(r.u8(field::A)?)?),
-        k => return Err(ProtoError::UnknownKind(k)),
-    };
-    Ok((r.u64(field::REQ_ID)?, reply))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_and_replies_round_trip() {
-        let mut bytes = [0u8; MAX_PAYLOAD];
-        bytes[63] = 9;
-        let reqs = [
-            BaselineRequest::Hello,
-            BaselineRequest::RegisterMr { addr: 1, len: 2 },
-            BaselineRequest::DeregisterMr {
-                rkey: MemoryKey(0xabcd),
-            },
-            BaselineRequest::OpenQp,
-            BaselineRequest::CloseQp,
-            BaselineRequest::Read { addr: 7, len: 64 },
-            BaselineRequest::Write {
-                addr: 8,
-                len: 3,
-                bytes,
-            },
-        ];
-        for (i, r) in reqs.iter().enumerate() {
-            assert_eq!(
-                decode_request(&encode_request(i as u64, r)),
-                Ok((i as u64, *r))
-            );
-        }
-        let replies = [
-            BaselineReply::Welcome(Welcome {
-                pool_addr: 1,
-                pool_len: 2,
-                rkey: Some(MemoryKey(3)),
-            }),
-            BaselineReply::Welcome(Welcome {
-                pool_addr: 1,
-                pool_len: 2,
-                rkey: None,
-            }),
-            BaselineReply::Registered { rkey: MemoryKey(5) },
-            BaselineReply::Done,
-            BaselineReply::Data { len: 64, bytes },
-            BaselineReply::Failed(FailCode::OutOfRange),
-        ];
-        for r in replies {
-            assert_eq!(decode_reply(&encode_reply(42, &r)), Ok((42, r)));
-        }
-    }
-
-    #[test]
-    fn garbage_never_panics() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for n in 0..2000usize {
-            let mut buf = vec![0u8; n % (SLOT_SIZE + 8)];
-            for b in &mut buf {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *b = x as u8;
-            }
-            let _ = decode_request(&buf);
-            let _ = decode_reply(&buf);
-            let _ = Scheme::from_private_data(&buf);
-        }
-        assert_eq!(
-            decode_request(&[1; 10]),
-            Err(ProtoError::Truncated {
-                got: 10,
-                want: SLOT_SIZE
-            })
-        );
-    }
-
-    #[test]
-    fn scheme_private_data() {
-        for s in Scheme::ALL {
-            assert_eq!(Scheme::from_private_data(&s.private_data()), Ok(s));
-        }
-        assert!(Scheme::from_private_data(b"XXXX\0").is_err());
-    }
-}
+mod tests;

@@ -402,10 +402,12 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         if slot >= self.slots {
             return Ok(true);
         }
-        let read = self.memory.read(slot, &mut self.scratch);
+        // Only the bytes that arrived: the rest of the slot is an earlier message's.
+        let len = (wc.byte_len as usize).min(self.scratch.len());
+        let read = self.memory.read(slot, &mut self.scratch[..len]);
         self.qp.post_recv(&[self.recv_wr(slot)])?;
         read?;
-        match Pr::decode_reply(&self.scratch) {
+        match Pr::decode_reply(&self.scratch[..len]) {
             Ok((id, reply)) => self.file(id, reply),
             // A malformed answer is dropped: the request it answers times out.
             Err(_) => self.strays += 1,
@@ -483,8 +485,13 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     fn send(&mut self, id: u64, req: &Pr::Request) -> Result<(), RpcError> {
         let slot = (id / self.id_step % self.slots as u64) as u32;
         Pr::encode_request(id, req, &mut self.scratch);
-        self.memory
-            .send(&self.qp, slot, TAG | SEND | slot as u64, &self.scratch)?;
+        let len = Pr::wire_len(&self.scratch).min(self.scratch.len());
+        self.memory.send(
+            &self.qp,
+            slot,
+            TAG | SEND | slot as u64,
+            &self.scratch[..len],
+        )?;
         Ok(())
     }
 }

@@ -1,8 +1,8 @@
-//! The control channel: request/reply messages of one fixed-size slot carried by two-sided
+//! The control channel: request/reply messages of at most one slot carried by two-sided
 //! SEND/RECV. One implementation serves every protocol of the project — the Patronus control
 //! protocol (client library ↔ manager) and the baselines' protocol of the evaluation — each
-//! described by a [`Protocol`] (its slot size and codec, written with the checked views of
-//! [`slot`]).
+//! described by a [`Protocol`] (its slot size, codec, written with the checked views of
+//! [`slot`], and how many bytes of an encoded message go on the wire).
 //!
 //! - [`RpcClient`]: a connected QP with a receive slot posted per answer it may be owed and a
 //!   send slot per request id; submits, resends (retries under the same id), stashes replies
@@ -17,6 +17,9 @@
 //! - Each answer is delivered at most once: the second answer to a retried request is dropped,
 //!   and an answer to a request given up on is handed out as an [`Orphan`] once, so its owner
 //!   can undo what the request did (a grant nobody will use), never mistaken for another reply.
+//! - A message goes on the wire at its [`Protocol::wire_len`] (at most a slot; the whole slot
+//!   unless the protocol says otherwise), and a receiver decodes only the bytes that arrived
+//!   (the completion's `byte_len`), never what an earlier, longer message left in the slot.
 //! - Waiting never spins for long: after a short spin, a waiting thread sleeps on the CQ's
 //!   completion notification (`CompletionQueue::wait`) until work arrives or its deadline.
 
@@ -33,13 +36,13 @@ use rnic::{CompletionQueue, VerbsError, WcStatus};
 use std::fmt::Debug;
 use std::time::Duration;
 
-/// A request/reply protocol carried in fixed-size slots.
+/// A request/reply protocol carried in slots of a fixed size (the longest message).
 pub trait Protocol: 'static {
     /// What clients send.
     type Request: Clone + Debug + Send;
     /// What the server answers.
     type Reply: Debug + Send;
-    /// Bytes of every message.
+    /// Bytes of a slot: the longest message.
     const SLOT_SIZE: usize;
     /// Writes `req` with its id into a slot of [`Self::SLOT_SIZE`] bytes.
     fn encode_request(req_id: u64, req: &Self::Request, slot: &mut [u8]);
@@ -49,6 +52,15 @@ pub trait Protocol: 'static {
     fn encode_reply(req_id: u64, reply: &Self::Reply, slot: &mut [u8]);
     /// Parses a reply slot; never panics on peer input.
     fn decode_reply(slot: &[u8]) -> Result<(u64, Self::Reply), SlotError>;
+
+    /// How many leading bytes of `message` — a slot an `encode_*` just wrote, request or
+    /// reply — go on the wire (the channel sends at most [`Self::SLOT_SIZE`]). The decoders
+    /// are then given exactly those bytes. Default: the whole slot, as for a fixed-size
+    /// protocol.
+    fn wire_len(message: &[u8]) -> usize {
+        let _ = message;
+        Self::SLOT_SIZE
+    }
 }
 
 /// Failures of the control channel.

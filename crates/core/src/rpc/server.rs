@@ -334,8 +334,9 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
         let slot = self.next_reply;
         self.next_reply = (self.next_reply + 1) % self.depth;
         Pr::encode_reply(req_id, reply, &mut self.scratch);
+        let len = Pr::wire_len(&self.scratch).min(self.scratch.len());
         self.memory
-            .send(qp, slot, REPLY | slot as u64, &self.scratch)
+            .send(qp, slot, REPLY | slot as u64, &self.scratch[..len])
     }
 
     /// Reaps reply completions (replies are unsignaled, so only failures show). Returns

@@ -1,7 +1,9 @@
-//! Checked views over one fixed-size message slot, in the style of `rnic`'s wire codec: every
+//! Checked views over one message slot, in the style of `rnic`'s wire codec: every
 //! protocol keeps its field offsets in one `field` module, decoding reads through a
 //! [`SlotReader`] whose every access is bounds-checked, and encoding writes the same offsets
-//! through a [`SlotWriter`] over a zeroed slot. Integers are little-endian.
+//! through a [`SlotWriter`] over a zeroed slot. Integers are little-endian. A protocol with
+//! variable-length messages reads what arrived with [`SlotReader::variable`] and its payloads
+//! with [`SlotReader::slice`].
 //!
 //! Panic contract: a [`SlotReader`] never panics on peer input; a malformed slot is a
 //! [`SlotError`]. A [`SlotWriter`] is given local values at the protocol's own constant
@@ -42,6 +44,38 @@ impl<'a> SlotReader<'a> {
             want: size,
         })?;
         Ok(SlotReader { buf })
+    }
+
+    /// A view of a variable-length message: all of `input`, which must hold at least `min`
+    /// bytes; longer input is truncated to `max` (the slot).
+    pub fn variable(input: &'a [u8], min: usize, max: usize) -> Result<Self, SlotError> {
+        if input.len() < min {
+            return Err(SlotError::Truncated {
+                got: input.len(),
+                want: min,
+            });
+        }
+        Self::new(input, input.len().min(max))
+    }
+
+    /// Bytes in view.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether no byte is in view.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// `len` bytes starting at `at` (a variable-length payload).
+    pub fn slice(&self, at: usize, len: usize) -> Result<&'a [u8], SlotError> {
+        at.checked_add(len)
+            .and_then(|end| self.buf.get(at..end))
+            .ok_or(SlotError::Truncated {
+                got: self.buf.len(),
+                want: at.saturating_add(len),
+            })
     }
 
     fn bytes<const N: usize>(&self, at: usize) -> Result<[u8; N], SlotError> {
@@ -153,6 +187,30 @@ mod tests {
         assert_eq!(
             SlotReader::new(&slot[..3], 16).err(),
             Some(SlotError::Truncated { got: 3, want: 16 })
+        );
+    }
+
+    #[test]
+    fn variable_views_are_checked() {
+        let slot: Vec<u8> = (0..32).collect();
+        let r = SlotReader::variable(&slot[..12], 8, 16).unwrap();
+        assert_eq!(r.len(), 12);
+        assert_eq!(r.slice(8, 4), Ok(&slot[8..12]));
+        assert_eq!(
+            r.slice(8, 5),
+            Err(SlotError::Truncated { got: 12, want: 13 })
+        );
+        assert_eq!(
+            r.slice(usize::MAX, 2),
+            Err(SlotError::Truncated {
+                got: 12,
+                want: usize::MAX
+            })
+        );
+        assert_eq!(SlotReader::variable(&slot, 8, 16).unwrap().len(), 16);
+        assert_eq!(
+            SlotReader::variable(&slot[..7], 8, 16).err(),
+            Some(SlotError::Truncated { got: 7, want: 8 })
         );
     }
 }

@@ -32,10 +32,10 @@ impl<P: Provider> Slots<P> {
         })
     }
 
-    fn sge(&self, slot: u32) -> Sge {
+    fn sge(&self, slot: u32, length: usize) -> Sge {
         Sge {
             addr: self.buf.addr() + slot as u64 * self.size as u64,
-            length: self.size as u32,
+            length: length.min(self.size) as u32,
             lkey: self.mr.lkey(),
         }
     }
@@ -44,7 +44,7 @@ impl<P: Provider> Slots<P> {
     pub(super) fn recv_wr(&self, slot: u32, wr_id: u64) -> RecvWr {
         RecvWr {
             wr_id,
-            sge: Some(self.sge(slot)),
+            sge: Some(self.sge(slot, self.size)),
         }
     }
 
@@ -53,7 +53,8 @@ impl<P: Provider> Slots<P> {
         self.buf.read(slot as usize * self.size, out)
     }
 
-    /// Writes `bytes` (one slot) into send slot `slot` and posts it unsignaled on `qp`.
+    /// Writes `bytes` (at most a slot: the message's wire bytes) into send slot `slot` and
+    /// posts a SEND of exactly those bytes, unsignaled, on `qp`.
     pub(super) fn send(
         &self,
         qp: &P::Qp,
@@ -61,13 +62,14 @@ impl<P: Provider> Slots<P> {
         wr_id: u64,
         bytes: &[u8],
     ) -> Result<(), VerbsError> {
+        let bytes = bytes.get(..self.size).unwrap_or(bytes);
         let slot = self.count + slot % self.count;
         self.buf.write(slot as usize * self.size, bytes)?;
         let wr = SendWr {
             wr_id,
             signaled: false,
             op: SendOp::Send {
-                local: Some(self.sge(slot)),
+                local: (!bytes.is_empty()).then(|| self.sge(slot, bytes.len())),
             },
         };
         qp.post_send(std::slice::from_ref(&wr)).map_err(|(_, e)| e)

@@ -1,5 +1,6 @@
 //! The server thread's loop: poll a batch of receives, adopt new connections, handle each
-//! request, reply from a send slot, reap broken connections.
+//! request (dispatched here to the handlers of `objects`, `data` and `names`), reply from a
+//! send slot, reap broken connections.
 
 use super::*;
 
@@ -60,12 +61,14 @@ impl<P: Provider> Server<P> {
     /// Drops connections whose QP broke, deregistering their regions.
     fn reap_send_completions(&mut self) {
         self.rpc.reap_replies();
-        let stats = &mut self.stats;
-        self.conns.retain(|_, c| {
+        let (stats, overlaps) = (&mut self.stats, &mut self.overlaps);
+        self.conns.retain(|&qpn, c| {
             let alive = c.qp.state() != QpState::Error;
             if !alive {
                 stats.mrs_deregistered += c.mrs.len() as u64;
-                c.mrs.clear();
+                for (rkey, _) in c.mrs.drain() {
+                    overlaps.forget((qpn, rkey));
+                }
             }
             alive
         });
@@ -83,7 +86,7 @@ impl<P: Provider> Server<P> {
     }
 
     /// `[addr, addr + len)` as an offset into the pool, if it is non-empty and inside.
-    fn pool_offset(&self, addr: u64, len: u64) -> Result<usize, FailCode> {
+    pub(super) fn pool_offset(&self, addr: u64, len: u64) -> Result<usize, FailCode> {
         let off = addr
             .checked_sub(self.pool.addr())
             .ok_or(FailCode::OutOfRange)?;
@@ -101,6 +104,7 @@ impl<P: Provider> Server<P> {
         }
     }
 
+    /// Dispatches a request of an adopted connection to its handler.
     fn try_handle(
         &mut self,
         qpn: QpNumber,
@@ -108,6 +112,13 @@ impl<P: Provider> Server<P> {
     ) -> Result<BaselineReply, FailCode> {
         let conn = self.conns.get(&qpn).ok_or(FailCode::WrongScheme)?;
         let scheme = conn.scheme;
+        let only = |s: Scheme| {
+            if scheme == s {
+                Ok(())
+            } else {
+                Err(FailCode::WrongScheme)
+            }
+        };
         match req {
             BaselineRequest::Hello => Ok(BaselineReply::Welcome(Welcome {
                 pool_addr: self.pool.addr(),
@@ -117,45 +128,27 @@ impl<P: Provider> Server<P> {
                     Scheme::Mr | Scheme::Rpc => None,
                 },
             })),
-            BaselineRequest::RegisterMr { addr, len } => {
-                if scheme != Scheme::Mr {
-                    return Err(FailCode::WrongScheme);
-                }
-                if conn.mrs.len() >= MRS_PER_CLIENT {
-                    return Err(FailCode::Exhausted);
-                }
+            BaselineRequest::RegisterMr {
+                addr,
+                len,
+                read_only,
+                object,
+            } => {
+                only(Scheme::Mr)?;
                 let off = self.pool_offset(addr, len)?;
-                let rights = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL;
-                let mr = self
-                    .pd
-                    .reg_mr(&self.pool, off, len as usize, rights)
-                    .map_err(|e| match e {
-                        VerbsError::Exhausted(_) | VerbsError::Memory(_) => FailCode::Exhausted,
-                        _ => FailCode::Verbs,
-                    })?;
-                let rkey = mr.rkey();
-                self.stats.mrs_registered += 1;
-                if let Some(conn) = self.conns.get_mut(&qpn) {
-                    conn.mrs.insert(rkey, mr);
+                if object && self.heap.containing(off as u64, len).is_none() {
+                    return Err(FailCode::UnknownObject);
                 }
+                let rkey = self.register(qpn, off, len, read_only)?;
                 Ok(BaselineReply::Registered { rkey })
             }
             BaselineRequest::DeregisterMr { rkey } => {
-                if scheme != Scheme::Mr {
-                    return Err(FailCode::WrongScheme);
-                }
-                let conn = self.conns.get_mut(&qpn).ok_or(FailCode::WrongScheme)?;
-                let mr = conn.mrs.remove(&rkey).ok_or(FailCode::UnknownRkey)?;
-                // A plain region has no windows, so this cannot be refused; if it were, the
-                // handle's drop would deregister it anyway.
-                let _ = mr.deregister();
-                self.stats.mrs_deregistered += 1;
+                only(Scheme::Mr)?;
+                self.deregister(qpn, rkey)?;
                 Ok(BaselineReply::Done)
             }
             BaselineRequest::OpenQp | BaselineRequest::CloseQp => {
-                if scheme != Scheme::Qp {
-                    return Err(FailCode::WrongScheme);
-                }
+                only(Scheme::Qp)?;
                 let access = if req == BaselineRequest::OpenQp {
                     AccessFlags::REMOTE_ALL
                 } else {
@@ -166,27 +159,35 @@ impl<P: Provider> Server<P> {
                 self.stats.qp_flag_changes += 1;
                 Ok(BaselineReply::Done)
             }
-            BaselineRequest::Read { addr, len } => {
-                if len as usize > MAX_PAYLOAD {
-                    return Err(FailCode::TooLong);
-                }
-                let off = self.pool_offset(addr, len as u64)?;
-                let mut bytes = [0u8; MAX_PAYLOAD];
-                self.pool
-                    .read(off, &mut bytes[..len as usize])
-                    .map_err(|_| FailCode::OutOfRange)?;
-                self.stats.rpc_bytes_copied += len as u64;
-                Ok(BaselineReply::Data { len, bytes })
+            BaselineRequest::Read { addr, len } => self.rpc_read(addr, len),
+            BaselineRequest::Write { addr, bytes } => self.rpc_write(addr, &bytes),
+            BaselineRequest::Cas {
+                addr,
+                compare,
+                swap,
+            } => {
+                only(Scheme::Rpc)?;
+                self.rpc_atomic(addr, |old| if old == compare { swap } else { old })
             }
-            BaselineRequest::Write { addr, len, bytes } => {
-                if len as usize > MAX_PAYLOAD {
-                    return Err(FailCode::TooLong);
-                }
-                let off = self.pool_offset(addr, len as u64)?;
-                self.pool
-                    .write(off, &bytes[..len as usize])
-                    .map_err(|_| FailCode::OutOfRange)?;
-                self.stats.rpc_bytes_copied += len as u64;
+            BaselineRequest::Faa { addr, add } => {
+                only(Scheme::Rpc)?;
+                self.rpc_atomic(addr, |old| old.wrapping_add(add))
+            }
+            BaselineRequest::Alloc { size } => self.alloc(qpn, scheme, size),
+            BaselineRequest::Free { addr } => {
+                self.free(addr)?;
+                Ok(BaselineReply::Done)
+            }
+            BaselineRequest::Publish { name, addr, len } => {
+                self.names.publish(name, addr, len)?;
+                Ok(BaselineReply::Done)
+            }
+            BaselineRequest::Lookup { name } => {
+                let (addr, len) = self.names.lookup(name)?;
+                Ok(BaselineReply::Found { addr, len })
+            }
+            BaselineRequest::Unpublish { name } => {
+                self.names.unpublish(name)?;
                 Ok(BaselineReply::Done)
             }
         }

@@ -183,6 +183,8 @@ impl Logical for BaselineLogical {
                         self.client.submit(BaselineRequest::RegisterMr {
                             addr,
                             len: ACCESS as u64,
+                            read_only: false,
+                            object: false,
                         })?;
                         self.wait = Wait::Grant {
                             t0,
