@@ -251,18 +251,32 @@ fn tcp_a_control_qp_that_gave_up_is_re_established(iso: Isolation) {
 
     // The request and its two retransmissions are lost: the third timeout breaks the QP.
     faults.drop_next(1 + u32::from(timing.retry_count));
+    let lost_packets = 1 + u64::from(timing.retry_count);
     let (lost, mut c) = std::thread::scope(|t| {
         let h = t.spawn(move || (c.allocate(64, LEASE, Mode::Exclusive), c));
-        for _ in 0..10_000 {
+        // The clock moves one ack timeout at a time, and only once the client has taken the
+        // last one (one more packet lost): a client thread the scheduler leaves waiting must
+        // not find its RPC deadline passed before its QP gave up. Past the last loss it moves
+        // freely, so the wait ends whatever happens.
+        let mut advanced_at = 0;
+        for _ in 0..1_000_000 {
             if h.is_finished() {
                 break;
             }
+            let dropped = faults.dropped();
+            if dropped > advanced_at || dropped >= lost_packets {
+                advanced_at = dropped;
+                clock.advance(Duration::from_micros(timing.ack_timeout_us));
+            }
+            std::thread::yield_now();
+        }
+        while !h.is_finished() {
             clock.advance(Duration::from_micros(timing.ack_timeout_us));
             std::thread::yield_now();
         }
         h.join().unwrap()
     });
-    assert_eq!(faults.dropped(), 3);
+    assert_eq!(faults.dropped(), lost_packets);
     recovers(&mut c, old, lost);
 }
 
