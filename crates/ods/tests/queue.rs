@@ -31,6 +31,15 @@ fn queues(mems: Vec<Mem>, config: QueueConfig, opts: QueueOptions) -> Vec<Queue<
         .collect()
 }
 
+/// Options with a small step budget: a blocking operation that cannot finish (time is frozen
+/// here, so a hole would never be skipped) fails within seconds, saying so.
+fn options() -> QueueOptions {
+    QueueOptions {
+        max_steps: 20_000,
+        ..QueueOptions::default()
+    }
+}
+
 fn total(qs: &[Queue<Mem>]) -> QueueStats {
     let mut s = QueueStats::default();
     for q in qs {
@@ -45,7 +54,7 @@ fn empty_queue_pops_none_and_items_come_back_in_order(t: Transport) {
         entries: 4,
         item_size: 16,
     };
-    let mut q = queues(mems, config, QueueOptions::default()).remove(0);
+    let mut q = queues(mems, config, options()).remove(0);
     assert_eq!(q.shape(), config.shape());
     assert_eq!(q.pop().unwrap(), None);
     let it = |seq| Item { producer: 1, seq };
@@ -85,7 +94,7 @@ fn interleaved_clients_get_every_item_once_in_order(t: Transport) {
         entries: 8,
         item_size: 16,
     };
-    let mut qs = queues(mems, config, QueueOptions::default());
+    let mut qs = queues(mems, config, options());
     // Handle 0 carries two producers, handle 2 a producer and a consumer, handle 4 two
     // consumers: logical clients multiplexed on one connection.
     let mut actors = vec![
@@ -127,7 +136,7 @@ fn threads_get_every_item_once(t: Transport) {
         entries: 16,
         item_size: 8,
     };
-    let mut qs = queues(mems, config, QueueOptions::default());
+    let mut qs = queues(mems, config, options());
     let consumers = qs.split_off(PRODUCERS);
     let popped = AtomicUsize::new(0);
     let all = PRODUCERS * ITEMS as usize;
@@ -159,7 +168,8 @@ fn threads_get_every_item_once(t: Transport) {
                             if popped.load(Ordering::SeqCst) >= all {
                                 break;
                             }
-                            if let Some(b) = q.pop().unwrap() {
+                            let out = q.pop().unwrap_or_else(|e| panic!("{e}: {:?}", q.stats()));
+                            if let Some(b) = out {
                                 got.push(Item::parse(&b));
                                 popped.fetch_add(1, Ordering::SeqCst);
                             }
@@ -192,7 +202,7 @@ fn drained_segments_are_freed(t: Transport) {
         entries: 8,
         item_size: 8,
     };
-    let mut qs = queues(mems, config, QueueOptions::default());
+    let mut qs = queues(mems, config, options());
     let in_use = || bed.cluster.node.fresh_stats().pool_bytes_in_use;
     let start = in_use();
     for seq in 0..8 * 6 {
@@ -222,7 +232,7 @@ fn permission_operations_per_segment(t: Transport) {
         entries: 8,
         item_size: 8,
     };
-    let mut qs = queues(mems, config, QueueOptions::default());
+    let mut qs = queues(mems, config, options());
     let it = |producer, seq| Item { producer, seq }.bytes(8);
     // A fills segment 1 (made by create) and creates segments 2 and 3.
     for seq in 0..17 {

@@ -51,8 +51,20 @@ fn item(producer: u32, seq: u32) -> Vec<u8> {
     Item { producer, seq }.bytes(CONFIG.item_size as usize)
 }
 
+/// Options with a small step budget: a blocking pop that waits on a slot no one fills (time
+/// is frozen here) fails within seconds, saying so.
+fn options() -> QueueOptions {
+    QueueOptions {
+        max_steps: 20_000,
+        ..QueueOptions::default()
+    }
+}
+
 fn pop_item(q: &mut Queue<Mem>) -> Option<Item> {
-    q.pop().unwrap().map(|b| Item::parse(&b))
+    match q.pop() {
+        Ok(got) => got.map(|b| Item::parse(&b)),
+        Err(e) => panic!("pop: {e}; {:?}", q.stats()),
+    }
 }
 
 /// Steps a push until it is in `phase` (bounded).
@@ -89,7 +101,7 @@ fn pop_to_end(op: &mut PopOp, q: &mut Queue<Mem>) -> Option<Item> {
 
 fn crashed_producer_slot_is_skipped_after_its_lease(t: Transport) {
     let (bed, mems) = bed(t, 3, NodeConfig::default(), Default::default());
-    let opts = QueueOptions::default();
+    let opts = options();
     let mut qs = queues(mems, opts);
     let [a, b, c] = &mut qs[..] else {
         unreachable!()
@@ -147,7 +159,7 @@ fn crashed_producer_slot_is_skipped_after_its_lease(t: Transport) {
 
 fn delayed_consumer_is_rejected_and_recovers(t: Transport) {
     let (_bed, mems) = bed(t, 3, reusing_node(), Default::default());
-    let mut qs = queues(mems, QueueOptions::default());
+    let mut qs = queues(mems, options());
     let [p, late, c] = &mut qs[..] else {
         unreachable!()
     };
@@ -186,7 +198,7 @@ fn delayed_consumer_is_rejected_and_recovers(t: Transport) {
 
 fn delayed_producer_is_refused_and_leaves_reused_memory_alone(t: Transport) {
     let (_bed, mems) = bed(t, 3, reusing_node(), Default::default());
-    let mut qs = queues(mems, QueueOptions::default());
+    let mut qs = queues(mems, options());
     let [d, p, c] = &mut qs[..] else {
         unreachable!()
     };
@@ -241,7 +253,7 @@ fn delayed_producer_is_refused_and_leaves_reused_memory_alone(t: Transport) {
 
 fn stalled_producer_outlives_its_segment(t: Transport) {
     let (bed, mems) = bed(t, 3, reusing_node(), Default::default());
-    let opts = QueueOptions::default();
+    let opts = options();
     let mut qs = queues(mems, opts);
     let [z, p, c] = &mut qs[..] else {
         unreachable!()
@@ -313,7 +325,7 @@ fn unknown_outcomes_are_settled_by_reading(t: Transport) {
         .collect();
     let opts = QueueOptions {
         skip_after: Duration::from_millis(1),
-        ..QueueOptions::default()
+        ..options()
     };
     let mut qs = queues(mems, opts);
     let mut actors = vec![

@@ -316,10 +316,15 @@ impl PushOp {
         }) else {
             return Ok(Poll::Pending);
         };
-        let Some(cas) = out.get(1) else {
+        let (Some(write), Some(cas)) = (out.first(), out.get(1)) else {
             return Ok(Poll::Pending);
         };
         match word(cas) {
+            // The CAS ran after the WRITE on one queue pair; a WRITE that failed while the CAS
+            // went through (same permission) would have published a torn item.
+            Ok(old) if write.is_err() && old == Slot::Empty.word() => {
+                return Err(QueueError::Corrupt("published an item whose write failed"));
+            }
             Ok(old) if old == Slot::Empty.word() || old == filled => return Ok(Poll::Ready(())),
             Ok(old) => match Slot::from_word(old) {
                 Some(Slot::Skipped(_)) => {
