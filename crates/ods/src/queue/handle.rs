@@ -175,7 +175,7 @@ impl<M: RemoteMemory> Queue<M> {
     /// A number from the root's counter. An FAA with an unknown outcome may have used one up:
     /// numbers need only be unique, so the next FAA is as good.
     fn number(mem: &mut M, meta: &M::Region, stats: &mut QueueStats) -> Result<u32, QueueError> {
-        for _ in 0..4 {
+        for _ in 0..16 {
             stats.batches += 1;
             stats.ops += 1;
             match mem.faa(meta, root::CLIENTS, 1) {
@@ -191,27 +191,37 @@ impl<M: RemoteMemory> Queue<M> {
     /// The handle stays usable (it acquires what it needs again).
     pub fn close(&mut self) -> Result<(), QueueError> {
         let mut result = Ok(());
+        let (lease, margin) = (self.opts.lease, self.opts.renew_margin);
+        let len = self.shape.segment_len();
         for spare in std::mem::take(&mut self.permits.spares) {
-            let region = match spare.region {
-                Some(r) => Some(r),
-                None => {
-                    self.stats.acquires += 1;
-                    let len = self.shape.segment_len();
-                    self.mem
-                        .acquire(
+            // Freed through a live permission: the one held if its lease has not run out,
+            // else a new one (nobody else knows an unlinked spare, so it is still there).
+            let mut region = spare.region.filter(|r| !self.mem.expires_within(r, margin));
+            for _ in 0..2 {
+                let r = match region.take() {
+                    Some(r) => r,
+                    None => {
+                        self.stats.acquires += 1;
+                        match self.mem.acquire(
                             spare.addr,
                             len,
-                            self.opts.lease,
+                            lease,
                             Access::ReadWrite,
                             Mode::Shared,
-                        )
-                        .ok()
-                }
-            };
-            if let Some(r) = region {
+                        ) {
+                            Ok(r) => r,
+                            Err(_) => break,
+                        }
+                    }
+                };
                 self.stats.frees += 1;
-                if let Err(e) = self.mem.free(r) {
-                    result = Err(e.into());
+                match self.mem.free(r) {
+                    Ok(()) => break,
+                    Err(MemError::Rejected | MemError::Expired | MemError::NotFound) => {}
+                    Err(e) => {
+                        result = Err(e.into());
+                        break;
+                    }
                 }
             }
         }
