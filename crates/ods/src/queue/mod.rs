@@ -22,11 +22,14 @@
 //!   segment is refused by the NIC (its permissions ended with it), and a segment reached
 //!   again by address is checked by its sequence number before it is used;
 //! - a producer never writes an item into a slot it did not claim, and publishes by CAS, so a
-//!   skipped slot stays skipped and an unknown outcome is settled by reading the state word.
+//!   skipped slot stays skipped and an unknown outcome is settled by reading the state word;
+//! - a segment header (sequence number, queue) is written only into a spare that was already
+//!   this handle's when the segment it will follow was read without a successor, so no stale
+//!   pointer to a freed segment ever finds a matching header at its old address.
 //!
 //! Guarantees: every item whose push returned `Ok` is returned by exactly one pop (unless an
 //! outcome-unknown error says otherwise); items are taken in slot order, so the items of one
-//! producer (pushing one at a time) come out in the order it pushed them. A pop waits for a
+//! producer (pushing one at a time) are taken in the order it pushed them. A pop waits for a
 //! claimed slot's producer, at most [`QueueOptions::skip_after`]: a producer that stalls past
 //! that loses its slot (and claims another), one that crashed leaves a hole that is skipped.
 

@@ -8,7 +8,9 @@
 //!   object, and a permission covers whatever object is there when it is granted;
 //! - the spare segments': allocated before a producer links a new segment, kept if it loses
 //!   the race to link (for a later one), freed at close. A spare belongs to one push at a
-//!   time (its token): two pushes of one handle must never prefill the same spare.
+//!   time (its token): two pushes of one handle must never prefill the same spare. A spare
+//!   is prefilled as the successor of a segment only if the segment's `next` was read 0
+//!   while the spare was already allocated to this handle (see `push::link`).
 //!
 //! Every batch goes through [`Queue::on_meta`], [`Queue::on_seg`] or [`Queue::on_spare`],
 //! which count it and drop the permission the NIC (or the lease) refused, so that the next
@@ -214,17 +216,33 @@ impl<M: RemoteMemory> Queue<M> {
         Ok(Poll::Ready(Reach::Ready))
     }
 
-    /// One step towards a spare segment for the push `owner` (its own, or a free one it
-    /// takes), with a live permission; the spare's address when there is one.
-    pub(super) fn spare_ready(&mut self, owner: Token) -> Result<Poll<u64>, QueueError> {
-        let (lease, margin) = (self.opts.lease, self.opts.renew_margin);
-        let len = self.shape.segment_len();
+    /// Reserves a spare segment this handle already holds for the push `owner` (its own, or
+    /// a free one); whether there was one.
+    pub(super) fn reserve_spare(&mut self, owner: Token) -> bool {
         let spares = &mut self.permits.spares;
-        let Some(i) = spares
+        let i = spares
             .iter()
             .position(|s| s.owner == Some(owner))
-            .or_else(|| spares.iter().position(|s| s.owner.is_none()))
-        else {
+            .or_else(|| spares.iter().position(|s| s.owner.is_none()));
+        if let Some(i) = i {
+            spares[i].owner = Some(owner);
+        }
+        i.is_some()
+    }
+
+    /// One step towards a spare segment reserved for the push `owner`, with a live
+    /// permission: its address, or `None` if it holds none and may not `allocate` one.
+    pub(super) fn spare_ready(
+        &mut self,
+        owner: Token,
+        allocate: bool,
+    ) -> Result<Poll<Option<u64>>, QueueError> {
+        let (lease, margin) = (self.opts.lease, self.opts.renew_margin);
+        let len = self.shape.segment_len();
+        if !self.reserve_spare(owner) {
+            if !allocate {
+                return Ok(Poll::Ready(None));
+            }
             self.stats.allocates += 1;
             let region = self
                 .mem
@@ -239,9 +257,12 @@ impl<M: RemoteMemory> Queue<M> {
                 owner: Some(owner),
             });
             return Ok(Poll::Pending);
+        }
+        let spares = &mut self.permits.spares;
+        let Some(i) = spares.iter().position(|s| s.owner == Some(owner)) else {
+            return Ok(Poll::Pending);
         };
         let spare = &mut spares[i];
-        spare.owner = Some(owner);
         match &spare.region {
             None => {
                 self.stats.acquires += 1;
@@ -262,7 +283,7 @@ impl<M: RemoteMemory> Queue<M> {
                     spare.region = None;
                 }
             }
-            Some(_) => return Ok(Poll::Ready(spare.addr)),
+            Some(_) => return Ok(Poll::Ready(Some(spare.addr))),
         }
         Ok(Poll::Pending)
     }

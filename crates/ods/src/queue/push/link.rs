@@ -5,6 +5,15 @@
 //! number, queue, tail = 1) and its own item, filled, in entry 0. One CAS `0 → ptr` on the
 //! full segment's `next` then links it, item included; a producer that loses the race keeps
 //! the spare for a later segment and claims in the winner's. The root's tail follows lazily.
+//!
+//! The spare is prefilled as the successor of `seg` only if `seg.next` was read 0 while the
+//! spare was already allocated to this handle. Otherwise the successor could have been linked
+//! meanwhile — at the spare's very address — drained and freed, and its memory handed to us:
+//! a header with its sequence number would make our private spare pass for it to any client
+//! still holding a pointer to it (the sequence number check is what tells segments apart at
+//! one address). With the spare ours before the read, `next == 0` means no successor existed,
+//! and none can appear at an address we hold. So a push without a spare allocates one and
+//! claims again (FAA past N, and `next` read again), one round trip more per new segment.
 
 use super::{Push, PushOp};
 use crate::memory::{MemOp, RemoteMemory};
@@ -14,13 +23,27 @@ use crate::queue::{Queue, QueueError};
 use std::task::Poll;
 
 impl PushOp {
+    /// Gets a spare (allocating one if the handle holds none free), then claims again.
+    pub(super) fn spare<M: RemoteMemory>(
+        &mut self,
+        q: &mut Queue<M>,
+        seg: SegPtr,
+    ) -> Result<Poll<()>, QueueError> {
+        ready!(q.spare_ready(self.token, true));
+        self.state = Push::Claim { seg };
+        Ok(Poll::Pending)
+    }
+
     /// Writes the spare's header and our item into its entry 0.
     pub(super) fn prefill<M: RemoteMemory>(
         &mut self,
         q: &mut Queue<M>,
         seg: SegPtr,
     ) -> Result<Poll<()>, QueueError> {
-        let addr = ready!(q.spare_ready(self.token));
+        let Some(addr) = ready!(q.spare_ready(self.token, false)) else {
+            self.state = Push::Spare { seg }; // lost its permission and the object: get another
+            return Ok(Poll::Pending);
+        };
         let new = SegPtr {
             seq: seg.next_seq(),
             addr,

@@ -6,7 +6,8 @@
 //!   └─────────┤  └────────────────┘
 //!             ├─(full, next linked)─► AdvanceTail ─► Claim(next)
 //!             └─(full, no next)─► Prefill(spare) ─► Link ─(won)─► AdvanceTail ─► done
-//!                                                    └─(lost)─► AdvanceTail ─► Claim(winner's)
+//!                  │ no spare held        ▲          └─(lost)─► AdvanceTail ─► Claim(winner's)
+//!                  └─► Spare(allocate) ─► Claim (read next again)
 //! ```
 //!
 //! The claim is an FAA on the segment's tail; the fill is one batch, a WRITE of the item then
@@ -60,6 +61,10 @@ pub(super) enum Push {
         seg: SegPtr,
         index: u32,
         claimed_at: Timestamp,
+    },
+    /// Get a spare (allocate one), then claim again: see `link`.
+    Spare {
+        seg: SegPtr,
     },
     Prefill {
         seg: SegPtr,
@@ -118,7 +123,7 @@ impl PushOp {
             Push::Claim { .. } | Push::AdvanceTail { .. } => PushPhase::Claiming,
             Push::Fill { .. } => PushPhase::Filling,
             Push::Recheck { .. } | Push::Relink { .. } => PushPhase::Checking,
-            Push::Prefill { .. } | Push::Link { .. } => PushPhase::Linking,
+            Push::Spare { .. } | Push::Prefill { .. } | Push::Link { .. } => PushPhase::Linking,
             Push::Done => PushPhase::Done,
         }
     }
@@ -164,6 +169,7 @@ impl PushOp {
                 index,
                 claimed_at,
             } => self.recheck(q, seg, index, claimed_at),
+            Push::Spare { seg } => self.spare(q, seg),
             Push::Prefill { seg } => self.prefill(q, seg),
             Push::Link { seg, new } => self.link(q, seg, new),
             Push::Relink { seg, new } => self.relink(q, seg, new),
@@ -267,7 +273,10 @@ impl PushOp {
                             to,
                             then_claim: true,
                         },
-                        None => Push::Prefill { seg },
+                        // A spare held before this read may be prefilled; else get one
+                        // and read again (see `link`).
+                        None if q.reserve_spare(self.token) => Push::Prefill { seg },
+                        None => Push::Spare { seg },
                     }
                 }
                 Err(e) => {
