@@ -2,6 +2,8 @@
 //! that loses outcomes, and a driver that interleaves many clients' operations on one thread.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // helpers, not #[test] fns
 
+pub mod sim;
+
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::queue::{PopOp, PushOp, Queue, QueueError};
 use patronus_ods::{MemError, MemOp, MemOut, RemoteMemory};
@@ -161,6 +163,8 @@ pub struct Actor {
     pub role: Role,
     push: Option<PushOp>,
     pop: Option<PopOp>,
+    /// The step its current pop began at.
+    began: u64,
     /// Crashes (its op is dropped, never stepped again) once it holds a claim, at this chance.
     pub crash: f64,
     pub crashed: bool,
@@ -179,6 +183,7 @@ impl Actor {
             role,
             push: None,
             pop: None,
+            began: 0,
             crash: 0.0,
             crashed: false,
         }
@@ -201,6 +206,8 @@ pub struct Outcome {
     pub maybe_pushed: Vec<Item>,
     /// Items popped, in the order the pops returned them.
     pub popped: Vec<Item>,
+    /// For each popped item, the steps its pop began and ended at.
+    pub spans: Vec<(Item, u64, u64)>,
     /// Items of pops that ended with an outcome-unknown error.
     pub maybe_popped: Vec<Item>,
     /// Steps taken.
@@ -208,7 +215,8 @@ pub struct Outcome {
 }
 
 /// Steps the actors' operations in a seeded random order, one step at a time, calling `tick`
-/// after each, until every producer is done and a pop begun after that found the queue empty.
+/// after each, until every producer is done and a pop begun after that found the queue empty;
+/// then steps the pops still under way to their end (one may be freeing a segment).
 pub fn interleave<M: RemoteMemory>(
     queues: &mut [Queue<M>],
     actors: &mut [Actor],
@@ -220,12 +228,23 @@ pub fn interleave<M: RemoteMemory>(
     let mut out = Outcome::default();
     // Consumers whose current pop began after the last producer finished.
     let mut late: HashSet<usize> = HashSet::new();
+    let mut draining = false;
     while out.steps < max_steps {
         out.steps += 1;
         let producing = actors.iter().any(Actor::producing);
         let live: Vec<usize> = (0..actors.len())
-            .filter(|&i| actors[i].producing() || matches!(actors[i].role, Role::Consumer))
+            .filter(|&i| {
+                let a = &actors[i];
+                if draining {
+                    a.pop.is_some()
+                } else {
+                    a.producing() || matches!(a.role, Role::Consumer)
+                }
+            })
             .collect();
+        if live.is_empty() {
+            return out;
+        }
         let i = live[rng.below(live.len())];
         let a = &mut actors[i];
         let q = &mut queues[a.handle];
@@ -265,6 +284,7 @@ pub fn interleave<M: RemoteMemory>(
                         if !producing {
                             late.insert(i);
                         }
+                        a.began = out.steps;
                         a.pop.insert(PopOp::new(q))
                     }
                 };
@@ -273,13 +293,12 @@ pub fn interleave<M: RemoteMemory>(
                         tick();
                         continue;
                     }
-                    Ok(Poll::Ready(Some(b))) => out.popped.push(Item::parse(&b)),
-                    Ok(Poll::Ready(None)) => {
-                        if late.contains(&i) {
-                            a.pop = None;
-                            return out;
-                        }
+                    Ok(Poll::Ready(Some(b))) => {
+                        let it = Item::parse(&b);
+                        out.popped.push(it);
+                        out.spans.push((it, a.began, out.steps));
                     }
+                    Ok(Poll::Ready(None)) => draining |= late.contains(&i),
                     Err(QueueError::PopOutcomeUnknown { item }) => {
                         out.maybe_popped.push(Item::parse(&item))
                     }
@@ -321,15 +340,25 @@ pub fn check_exactly_once_in_order(out: &Outcome) {
         .filter(|it| !pushed.contains(it))
         .collect();
     assert!(foreign.is_empty(), "popped but never pushed: {foreign:?}");
-    let mut last: HashMap<u32, u32> = HashMap::new();
-    for it in &out.popped {
-        if let Some(prev) = last.insert(it.producer, it.seq) {
+    // Per-producer FIFO, as a linearizable queue promises it: a later item's pop never ends
+    // before an earlier item's pop begins (overlapping pops may return in either order: a
+    // claim takes effect before its pop returns, later still if its outcome was lost).
+    let mut by_producer: HashMap<u32, Vec<(u32, u64, u64)>> = HashMap::new();
+    for &(it, began, ended) in &out.spans {
+        by_producer
+            .entry(it.producer)
+            .or_default()
+            .push((it.seq, began, ended));
+    }
+    for (producer, mut pops) in by_producer {
+        pops.sort_unstable();
+        let mut earliest_end_after = u64::MAX;
+        for &(seq, began, ended) in pops.iter().rev() {
             assert!(
-                prev < it.seq,
-                "producer {} out of order: {prev} then {}",
-                it.producer,
-                it.seq
+                began <= earliest_end_after,
+                "producer {producer}: an item after {seq} was popped before {seq}'s pop began"
             );
+            earliest_end_after = earliest_end_after.min(ended);
         }
     }
 }
