@@ -12,8 +12,18 @@ use queue_support::sim::{SimMemory, SimNode};
 use queue_support::{Actor, Flaky, Rng, check_exactly_once_in_order, interleave};
 use std::time::Duration;
 
-/// One schedule: five handles (eight logical clients) on one simulated node.
-fn schedule(seed: u64, lose: f64) -> QueueStats {
+/// What the schedules of one test did.
+#[derive(Debug, Default)]
+struct Totals {
+    stats: QueueStats,
+    /// Pushes and pops that ended with an outcome-unknown error.
+    maybe_pushed: usize,
+    maybe_popped: usize,
+}
+
+/// One schedule: five handles (eight logical clients) on one simulated node; consumers skip a
+/// claimed-but-empty slot after `skip_after` (3 µs pass per step).
+fn schedule(seed: u64, lose: f64, skip_after: Duration, totals: &mut Totals) {
     let node = SimNode::shared(Duration::from_millis(2));
     let mems: Vec<_> = (0..5)
         .map(|i| {
@@ -28,7 +38,7 @@ fn schedule(seed: u64, lose: f64) -> QueueStats {
     let opts = QueueOptions {
         lease: Duration::from_millis(1),
         renew_margin: Duration::from_micros(200),
-        skip_after: Duration::from_micros(300),
+        skip_after,
         cached_segments: 2,
         max_steps: 10_000,
     };
@@ -61,11 +71,12 @@ fn schedule(seed: u64, lose: f64) -> QueueStats {
     let Ok(out) = run else {
         panic!("schedule {seed} (lose {lose}) failed: replay it with this seed");
     };
-    let mut s = QueueStats::default();
     for q in &mut qs {
         q.close().unwrap();
-        s.add(&q.stats());
+        totals.stats.add(&q.stats());
     }
+    totals.maybe_pushed += out.maybe_pushed.len();
+    totals.maybe_popped += out.maybe_popped.len();
     // Drained segments were freed: what is left is the root and the last segment, plus
     // segments a push forgot after losing a link's outcome.
     let segment = config.shape().segment_len();
@@ -75,7 +86,6 @@ fn schedule(seed: u64, lose: f64) -> QueueStats {
         end <= start + forgotten,
         "seed {seed}: {start} -> {end} bytes"
     );
-    s
 }
 
 /// Schedules per test: 150, or `QUEUE_SCHEDULES` (a longer soak).
@@ -88,11 +98,12 @@ fn schedules() -> u64 {
 
 #[test]
 fn many_schedules_deliver_every_item_once_in_order() {
-    let mut s = QueueStats::default();
+    let mut t = Totals::default();
     for seed in 0..schedules() {
-        s.add(&schedule(seed, 0.0));
+        schedule(seed, 0.0, Duration::from_micros(300), &mut t);
     }
-    eprintln!("{s:?}");
+    eprintln!("{t:?}");
+    let s = t.stats;
     assert!(
         s.segments_freed > 150 * 10 && s.slots_skipped > 0 && s.extends > 0,
         "{s:?}"
@@ -101,10 +112,23 @@ fn many_schedules_deliver_every_item_once_in_order() {
 
 #[test]
 fn many_schedules_with_lost_outcomes() {
-    let mut s = QueueStats::default();
+    let mut t = Totals::default();
     for seed in 0..schedules() {
-        s.add(&schedule(1_000_000 + seed, 0.05));
+        schedule(1_000_000 + seed, 0.05, Duration::from_micros(300), &mut t);
     }
-    eprintln!("{s:?}");
+    eprintln!("{t:?}");
+    let s = t.stats;
     assert!(s.unknown > 150 && s.rejected > 0 && s.gone > 0, "{s:?}");
+}
+
+/// Consumers that skip a claimed slot after about ten steps skip live producers too: those
+/// claim again, and a publish whose outcome was lost is settled by time, or reported unknown.
+#[test]
+fn many_schedules_with_impatient_consumers() {
+    let mut t = Totals::default();
+    for seed in 0..schedules() {
+        schedule(2_000_000 + seed, 0.05, Duration::from_micros(30), &mut t);
+    }
+    eprintln!("{t:?}");
+    assert!(t.stats.claims_lost > 20, "{t:?}");
 }
