@@ -120,6 +120,9 @@ fn interleaved_clients_get_every_item_once_in_order(t: Transport) {
         s.segments_freed, s.segments_linked,
         "every drained segment freed"
     );
+    // Every segment allocated was linked, but for spares kept for later: at most one per
+    // push under way (four producers).
+    assert!(s.allocates <= s.segments_linked + 4, "{s:?}");
     // Uncontended, a push is two batches and a pop two (`permission_operations_per_segment`);
     // here four consumers race for each head slot (a lost claim or a stale guess of the head
     // costs a batch) and every handle checks each segment it acquires.

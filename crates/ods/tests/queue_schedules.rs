@@ -71,10 +71,19 @@ fn schedule(seed: u64, lose: f64, skip_after: Duration, totals: &mut Totals) {
     let Ok(out) = run else {
         panic!("schedule {seed} (lose {lose}) failed: replay it with this seed");
     };
+    let mut s = QueueStats::default();
     for q in &mut qs {
         q.close().unwrap();
-        totals.stats.add(&q.stats());
+        s.add(&q.stats());
     }
+    // Every segment allocated was linked, but for spares kept for later (at most one per push
+    // under way: three producers) and spares forgotten after a lost link outcome.
+    let spares = s.allocates - s.segments_linked;
+    assert!(
+        spares <= 3 + out.maybe_pushed.len() as u64,
+        "seed {seed}: {spares} spares"
+    );
+    totals.stats.add(&s);
     totals.maybe_pushed += out.maybe_pushed.len();
     totals.maybe_popped += out.maybe_popped.len();
     // Drained segments were freed: what is left is the root and the last segment, plus

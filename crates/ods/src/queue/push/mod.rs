@@ -151,6 +151,11 @@ impl PushOp {
             Err(_) => self.state = Push::Done,
             Ok(Poll::Pending) => {}
         }
+        if matches!(self.state, Push::Done) {
+            // A spare it got but did not link (a successor appeared meanwhile) serves the
+            // handle's next new segment.
+            q.disown_spare(self.token);
+        }
         self.cost.add(&q.stats.since(&before));
         r
     }
