@@ -10,9 +10,12 @@
 //!
 //! - [`memory`]: the interface, its operations and errors.
 //! - [`patronus`]: the interface on a Patronus [`Client`](patronus_core::client::Client).
+//! - [`queue`]: a lock-free segmented FIFO queue (segments of N entries, FAA to claim a slot,
+//!   CAS to publish and take it; drained segments freed).
 
 pub mod memory;
 pub mod patronus;
+pub mod queue;
 
 pub use memory::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 pub use patronus::PatronusMemory;

@@ -16,6 +16,7 @@
 //! - A region is not `Clone`: a right is held once and given up once (release or free).
 
 use patronus_core::proto::messages::{Access, Mode};
+use rnic::Timestamp;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -170,6 +171,10 @@ pub trait RemoteMemory {
     /// Whether the right's lease ends within `margin` from now (never, for mechanisms without
     /// leases): its holder extends it or acquires again before using it.
     fn expires_within(&self, region: &Self::Region, margin: Duration) -> bool;
+
+    /// The client's clock, the one its leases are measured on. A structure times with it what
+    /// only time can tell (how long a producer has held a claimed slot without filling it).
+    fn now(&self) -> Timestamp;
 
     /// Ends the right (the object stays allocated).
     fn release(&mut self, region: Self::Region) -> Result<(), MemError>;

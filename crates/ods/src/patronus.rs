@@ -6,7 +6,7 @@
 use crate::memory::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 use patronus_core::client::{Client, ClientError, OpResult, Perm};
 use patronus_core::proto::messages::{Access, Mode};
-use rnic::Provider;
+use rnic::{Provider, Timestamp};
 use std::time::Duration;
 
 impl Region for Perm {
@@ -98,6 +98,10 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
     fn expires_within(&self, region: &Perm, margin: Duration) -> bool {
         let left = region.expiry().since(self.client.clock().now());
         left <= margin
+    }
+
+    fn now(&self) -> Timestamp {
+        self.client.clock().now()
     }
 
     fn release(&mut self, region: Perm) -> Result<(), MemError> {
