@@ -75,6 +75,8 @@ impl Region for BaselineRegion {
 pub struct BaselineMemory<P: Provider> {
     scheme: Scheme,
     ctx: P::Context,
+    /// The device's clock (what `now` reads).
+    clock: std::sync::Arc<dyn rnic::Clock>,
     address: P::Address,
     cfg: BaselineClientConfig,
     control: BaselineClient<P>,
@@ -119,6 +121,7 @@ impl<P: Provider> BaselineMemory<P> {
         Ok(BaselineMemory {
             scheme,
             ctx: ctx.clone(),
+            clock: rnic::Context::clock(ctx),
             address: address.clone(),
             cfg,
             control,
@@ -276,6 +279,10 @@ impl<P: Provider> RemoteMemory for BaselineMemory<P> {
             return Err(e);
         }
         Ok(regions)
+    }
+
+    fn now(&self) -> rnic::Timestamp {
+        self.clock.now()
     }
 
     fn acquire(
