@@ -21,7 +21,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 /// The right to access `[addr, addr + len)` of a memory node.
-pub trait Region: Debug {
+pub trait Region: Debug + Send {
     /// First byte.
     fn addr(&self) -> u64;
     /// Bytes.
