@@ -9,9 +9,11 @@
 //!
 //! - [`memory`]: the interface, its operations and errors.
 //! - [`patronus`]: the interface on a Patronus [`Client`](patronus_core::client::Client).
+//! - [`race`]: RACE hashing, an extendible hash table of one-sided operations.
 
 pub mod memory;
 pub mod patronus;
+pub mod race;
 
 pub use memory::{MemError, MemOp, MemOut, Region, RemoteMemory};
 pub use patronus::PatronusMemory;

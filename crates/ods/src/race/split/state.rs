@@ -1,0 +1,382 @@
+//! The split's state machine: locking, the split rights and their renewal, and the
+//! dispatch of the phases (`phases`).
+
+use crate::memory::{MemError, MemOp, RemoteMemory};
+use crate::race::client::TableClient;
+use crate::race::config::LockMode;
+use crate::race::error::RaceError;
+use crate::race::layout::{Slot, word};
+use crate::race::records::{LOCK_BYTES, LOCK_WORD, Phase, SplitRecord};
+use crate::race::stats::{atomic, bytes, ended, exec};
+use patronus_core::proto::messages::{Access, Mode};
+use std::task::Poll;
+
+/// How a split attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitOutcome {
+    /// The subtable was split (by this client, or finished for a resizer that stopped).
+    Split,
+    /// Nothing to do: split already, or no split in progress (stray frozen slots thawed).
+    NotNeeded,
+    /// Another client holds the lock.
+    Busy,
+    /// This client's lock lease ran out (or a split right ended) mid-split: it stopped; the
+    /// next lock holder finishes.
+    LockLost,
+}
+
+/// What an entry of T is to the split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Class {
+    Unknown,
+    /// Stays in T.
+    Lower,
+    /// Moves to T'.
+    Upper,
+    /// Names no valid block (freed): dropped.
+    Dangling,
+}
+
+#[derive(Debug)]
+pub(super) enum State {
+    /// Read T's lock object address.
+    Locate,
+    /// Take the lock (Lease: acquire it exclusively; Word: acquire the lock object).
+    Lock,
+    /// Word: CAS the lock word.
+    TakeWord,
+    /// Acquire the split rights over T and the directory.
+    Rights,
+    /// Read the record and T.
+    Load,
+    /// Write the record, then go on.
+    Record(Box<State>),
+    Freeze,
+    Reload,
+    Allocate,
+    /// Acquire a right over an existing T' (recovery).
+    OpenNew,
+    Classify,
+    ReadBlocks,
+    WriteNew,
+    Publish,
+    Depth,
+    Flip,
+    ReadNew,
+    Thaw,
+    Unlock,
+    Done,
+}
+
+/// A split of one subtable (see the module docs); a step does at most one batch or one
+/// control request.
+pub struct Split<M: RemoteMemory> {
+    pub(super) subtable: u64,
+    /// The depth the caller saw T at (`None`: only finish a split in progress).
+    pub(super) expect: Option<u8>,
+    pub(super) lock_addr: u64,
+    /// Lease: the exclusive right. Word: a shared right over the lock object.
+    pub(super) lock: Option<M::Region>,
+    /// Word: the lock word is this client's.
+    pub(super) held: bool,
+    pub(super) tag: u64,
+    pub(super) t_right: Option<M::Region>,
+    pub(super) dir_right: Option<M::Region>,
+    pub(super) new_right: Option<M::Region>,
+    pub(super) record: SplitRecord,
+    /// Whether the record found was another resizer's split in progress.
+    pub(super) resumed: bool,
+    /// Undo instead of finishing (no memory for T').
+    pub(super) rollback: Option<RaceError>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) new_slots: Vec<Slot>,
+    pub(super) class: Vec<Class>,
+    pub(super) rights: Vec<(u32, M::Region)>,
+    pub(super) cursor: usize,
+    pub(super) state: State,
+    pub(super) outcome: Option<Result<SplitOutcome, RaceError>>,
+}
+
+impl<M: RemoteMemory> std::fmt::Debug for Split<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Split")
+            .field("subtable", &format_args!("{:#x}", self.subtable))
+            .field("phase", &self.record.phase)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: RemoteMemory> Split<M> {
+    /// A split of `subtable`, which the caller found full at `depth`; `None` only finishes
+    /// (or undoes) a split another resizer left in progress.
+    pub fn new(t: &TableClient<M>, subtable: u64, depth: Option<u8>) -> Self {
+        Split {
+            subtable,
+            expect: depth,
+            lock_addr: 0,
+            lock: None,
+            held: false,
+            tag: t.lock_tag(),
+            t_right: None,
+            dir_right: None,
+            new_right: None,
+            record: SplitRecord::IDLE,
+            resumed: false,
+            rollback: None,
+            slots: Vec::new(),
+            new_slots: Vec::new(),
+            class: Vec::new(),
+            rights: Vec::new(),
+            cursor: 0,
+            state: State::Locate,
+            outcome: None,
+        }
+    }
+
+    /// The phase of the split as last recorded by this resizer.
+    pub fn phase(&self) -> Phase {
+        self.record.phase
+    }
+
+    /// One step.
+    pub fn step(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Poll<Result<SplitOutcome, RaceError>> {
+        if !matches!(
+            self.state,
+            State::Locate | State::Lock | State::TakeWord | State::Done | State::Unlock
+        ) {
+            match self.renew(t, mem) {
+                Ok(true) => {}
+                Ok(false) => return Poll::Pending,
+                Err(_) => return self.abandon(t, mem),
+            }
+        }
+        let r = match std::mem::replace(&mut self.state, State::Done) {
+            State::Locate => self.locate(t, mem),
+            State::Lock => self.take_lock(t, mem),
+            State::TakeWord => self.take_word(t, mem),
+            State::Rights => self.take_rights(t, mem),
+            State::Load => self.load(t, mem),
+            State::Record(next) => self.write_record(t, mem, *next),
+            State::Freeze => self.freeze(t, mem),
+            State::Reload => self.reload(t, mem),
+            State::Allocate => self.allocate(t, mem),
+            State::OpenNew => self.open_new(t, mem),
+            State::Classify => self.classify(t, mem),
+            State::ReadBlocks => self.read_blocks(t, mem),
+            State::WriteNew => self.write_new(t, mem),
+            State::Publish => self.publish(t, mem),
+            State::Depth => self.depth(t, mem),
+            State::Flip => self.flip(t, mem),
+            State::ReadNew => self.read_new(t, mem),
+            State::Thaw => self.thaw(t, mem),
+            State::Unlock => return self.unlock(t, mem),
+            State::Done => {
+                return Poll::Ready(self.outcome.take().unwrap_or(Err(RaceError::Finished)));
+            }
+        };
+        match r {
+            Ok(next) => {
+                self.state = next;
+                Poll::Pending
+            }
+            // A right of the split ended under it: it is late; stop without another write.
+            Err(RaceError::Memory(e)) if ended(&e) => self.abandon(t, mem),
+            Err(e) => {
+                self.outcome = Some(Err(e));
+                self.state = State::Unlock;
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Ends the attempt with `outcome` (after unlocking).
+    pub(super) fn finish(&mut self, outcome: Result<SplitOutcome, RaceError>) -> State {
+        self.outcome = Some(outcome);
+        State::Unlock
+    }
+
+    fn locate(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<State, RaceError> {
+        if !t.ensure_subtable(mem, self.subtable)? {
+            return Ok(State::Locate);
+        }
+        let Some(st) = t.subtables.get(&self.subtable) else {
+            return Ok(State::Locate);
+        };
+        let ops = [MemOp::Read {
+            on: st,
+            offset: 0,
+            len: 8,
+        }];
+        match bytes(exec(&mut t.stats, mem, &ops).pop()) {
+            Ok(b) => {
+                self.lock_addr = word(&b, 0);
+                if self.lock_addr == 0 {
+                    return Err(RaceError::Corrupt("a subtable without a lock object"));
+                }
+                Ok(State::Lock)
+            }
+            Err(e) if ended(&e) => {
+                t.drop_subtable(mem, self.subtable);
+                Ok(State::Locate)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn take_lock(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<State, RaceError> {
+        let o = t.opts;
+        t.stats.acquires += 1;
+        match t.root.config.lock {
+            LockMode::Lease => {
+                let lease = o.split_lease + o.fence_gap;
+                match mem.acquire(self.lock_addr, LOCK_BYTES, lease, Access::ReadWrite, Mode::Exclusive) {
+                    Ok(r) => {
+                        self.lock = Some(r);
+                        Ok(State::Rights)
+                    }
+                    Err(MemError::Conflict) => Ok(self.finish(Ok(SplitOutcome::Busy))),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            LockMode::Word => {
+                let r = mem.acquire(self.lock_addr, LOCK_BYTES, o.split_lease, Access::ReadWrite, Mode::Shared)?;
+                self.lock = Some(r);
+                Ok(State::TakeWord)
+            }
+        }
+    }
+
+    fn take_word(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<State, RaceError> {
+        let Some(l) = self.lock.as_ref() else {
+            return Ok(State::Lock);
+        };
+        let ops = [
+            MemOp::Cas {
+                on: l,
+                offset: LOCK_WORD,
+                compare: 0,
+                swap: self.tag,
+            },
+            MemOp::Read {
+                on: l,
+                offset: LOCK_WORD,
+                len: 8,
+            },
+        ];
+        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
+        let (cas, now) = (atomic(out.next()), bytes(out.next()));
+        match (cas, now) {
+            (Ok(0), _) => {
+                self.held = true;
+                Ok(State::Rights)
+            }
+            // Unknown outcome: the word read after it says whose it is.
+            (Err(MemError::OutcomeUnknown), Ok(w)) if word(&w, 0) == self.tag => {
+                t.stats.unknown_outcomes += 1;
+                self.held = true;
+                Ok(State::Rights)
+            }
+            (Err(e), _) if ended(&e) => {
+                self.release_lock_right(t, mem);
+                Ok(State::Lock)
+            }
+            (Ok(_) | Err(MemError::OutcomeUnknown), _) => {
+                self.release_lock_right(t, mem);
+                Ok(self.finish(Ok(SplitOutcome::Busy)))
+            }
+            (Err(e), _) => Err(e.into()),
+        }
+    }
+
+    fn release_lock_right(&mut self, t: &mut TableClient<M>, mem: &mut M) {
+        if let Some(r) = self.lock.take() {
+            t.stats.releases += 1;
+            let _ = mem.relinquish(r);
+        }
+    }
+
+    fn take_rights(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<State, RaceError> {
+        let lease = t.opts.split_lease;
+        t.stats.acquires += 1;
+        if self.t_right.is_none() {
+            let len = t.geo.subtable_bytes();
+            self.t_right = Some(mem.acquire(self.subtable, len, lease, Access::ReadWrite, Mode::Shared)?);
+            return Ok(State::Rights);
+        }
+        let (addr, len) = (t.root.directory, t.root.directory_bytes());
+        self.dir_right = Some(mem.acquire(addr, len, lease, Access::ReadWrite, Mode::Shared)?);
+        Ok(State::Load)
+    }
+
+    /// Keeps the lock and the split rights alive: when any runs low, the lock is extended
+    /// first, then each right, by the same lease, so the rights keep ending `fence_gap`
+    /// before the lock. `Ok(true)`: nothing to do; an error: the lock (or a right) is lost.
+    fn renew(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<bool, RaceError> {
+        let (lease, margin) = (t.opts.split_lease, t.opts.margin);
+        let lease_mode = t.root.config.lock == LockMode::Lease;
+        let rights = [&self.t_right, &self.dir_right, &self.new_right];
+        let low = rights.iter().any(|r| r.as_ref().is_some_and(|r| mem.expires_within(r, margin)))
+            || (lease_mode && self.lock.as_ref().is_some_and(|l| mem.expires_within(l, margin)));
+        if !low {
+            return Ok(true);
+        }
+        if lease_mode {
+            let Some(l) = self.lock.as_ref() else {
+                return Err(RaceError::Memory(MemError::Expired));
+            };
+            t.stats.extends += 1;
+            mem.extend(l, lease)?;
+        }
+        for r in [&self.t_right, &self.dir_right, &self.new_right].into_iter().flatten() {
+            t.stats.extends += 1;
+            mem.extend(r, lease)?;
+        }
+        Ok(false)
+    }
+
+    /// Stops without another write to the table: the lock (Lease) or the split rights end by
+    /// their leases; a lock word is given back so the next resizer can finish.
+    fn abandon(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Poll<Result<SplitOutcome, RaceError>> {
+        self.outcome = Some(Ok(SplitOutcome::LockLost));
+        self.state = State::Unlock;
+        self.unlock(t, mem)
+    }
+
+    fn unlock(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Poll<Result<SplitOutcome, RaceError>> {
+        for r in [self.t_right.take(), self.dir_right.take(), self.new_right.take()]
+            .into_iter()
+            .flatten()
+            .chain(self.rights.drain(..).map(|(_, r)| r))
+        {
+            t.stats.releases += 1;
+            let _ = mem.relinquish(r);
+        }
+        if let Some(l) = self.lock.take() {
+            if self.held {
+                let ops = [MemOp::Cas {
+                    on: &l,
+                    offset: LOCK_WORD,
+                    compare: self.tag,
+                    swap: 0,
+                }];
+                // If this fails the word stays taken: the vanilla design's stall.
+                let _ = exec(&mut t.stats, mem, &ops);
+                self.held = false;
+            }
+            t.stats.releases += 1;
+            // Lease: released now (not left to expire) so the next resizer need not wait.
+            let _ = mem.release(l);
+        }
+        self.state = State::Done;
+        let outcome = self.outcome.take().unwrap_or(Ok(SplitOutcome::NotNeeded));
+        if outcome == Ok(SplitOutcome::Split) {
+            if self.resumed {
+                t.stats.recoveries += 1;
+            } else {
+                t.stats.splits += 1;
+            }
+        }
+        Poll::Ready(outcome)
+    }
+}
