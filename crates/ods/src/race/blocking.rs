@@ -112,8 +112,7 @@ impl<M: RemoteMemory> TableClient<M> {
             };
             let ops = [MemOp::Read { on: &r, offset: 0, len: len as u32 }];
             let data = bytes(exec(&mut self.stats, mem, &ops).pop());
-            self.stats.releases += 1;
-            let _ = mem.relinquish(r);
+            self.give_up(mem, r);
             if let Some(b) = data.ok().as_deref().and_then(block::decode) {
                 // A copy left in the old subtable of a split is not this subtable's.
                 if header.claims(b.hash) && !out.iter().any(|(k, _)| *k == b.key) {

@@ -109,17 +109,13 @@ impl<M: RemoteMemory> TableClient<M> {
     /// Gives up every right this client holds (its spare blocks stay allocated: they are
     /// freed).
     pub fn close(mut self, mem: &mut M) -> Result<(), RaceError> {
-        for r in self.spare.drain(..) {
+        for r in std::mem::take(&mut self.spare) {
             mem.free(r)?;
         }
-        for (_, r) in self.subtables.drain() {
-            let _ = mem.relinquish(r);
-        }
-        if let Some(r) = self.dir_right.take() {
-            let _ = mem.relinquish(r);
-        }
-        for r in self.blocks.drain() {
-            let _ = mem.relinquish(r);
+        let subtables: Vec<M::Region> = self.subtables.drain().map(|(_, r)| r).collect();
+        let rest = self.dir_right.take().into_iter().chain(self.blocks.drain());
+        for r in subtables.into_iter().chain(rest) {
+            self.give_up(mem, r);
         }
         Ok(())
     }
@@ -131,6 +127,16 @@ impl<M: RemoteMemory> TableClient<M> {
         }
         self.writes += 1;
         hash64(&self.writes.to_le_bytes(), self.tag)
+    }
+
+    /// Gives up a right this client no longer needs (see [`ClientOptions::lapse`]).
+    pub(crate) fn give_up(&mut self, mem: &mut M, r: M::Region) {
+        self.stats.releases += 1;
+        let _ = if self.opts.lapse {
+            mem.relinquish(r)
+        } else {
+            mem.release(r)
+        };
     }
 
     /// The value this client writes into a lock word it takes (never 0).
@@ -173,8 +179,7 @@ impl<M: RemoteMemory> TableClient<M> {
     /// Drops the right over subtable `addr` (it ended): the next use acquires a new one.
     pub(crate) fn drop_subtable(&mut self, mem: &mut M, addr: u64) {
         if let Some(r) = self.subtables.remove(&addr) {
-            self.stats.releases += 1;
-            let _ = mem.relinquish(r);
+            self.give_up(mem, r);
         }
     }
 
@@ -204,8 +209,7 @@ impl<M: RemoteMemory> TableClient<M> {
     /// Drops the right over the directory.
     pub(crate) fn drop_directory(&mut self, mem: &mut M) {
         if let Some(r) = self.dir_right.take() {
-            self.stats.releases += 1;
-            let _ = mem.relinquish(r);
+            self.give_up(mem, r);
         }
     }
 
@@ -261,16 +265,14 @@ impl<M: RemoteMemory> TableClient<M> {
 
     /// Gives up the right over a block that is linked now (others free it; the lease ends).
     pub(crate) fn consume(&mut self, mem: &mut M, block: M::Region) {
-        self.stats.releases += 1;
-        let _ = mem.relinquish(block);
+        self.give_up(mem, block);
     }
 
     /// Keeps a right over a block (read by this client) for later use; gives up the ones
     /// pushed out of the cache.
     pub(crate) fn keep_block_right(&mut self, mem: &mut M, addr: u64, r: M::Region, access: Access) {
         for old in self.blocks.put(addr, r, access) {
-            self.stats.releases += 1;
-            let _ = mem.relinquish(old);
+            self.give_up(mem, old);
         }
     }
 
@@ -307,8 +309,7 @@ impl<M: RemoteMemory> TableClient<M> {
                 mem.free(again).is_ok()
             }
             _ => {
-                self.stats.releases += 1;
-                let _ = mem.relinquish(again);
+                self.give_up(mem, again);
                 false
             }
         }

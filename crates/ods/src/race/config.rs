@@ -119,6 +119,10 @@ pub struct ClientOptions {
     /// Polls of a subtable frozen by another client's split before this client tries to
     /// take the split's lock (to finish it if its resizer stopped).
     pub takeover_after: u32,
+    /// Give up rights no longer needed by letting their leases run out (no round trip,
+    /// §5.4) rather than releasing them (a revoke RPC each). Lock objects are always
+    /// released. Tests on a virtual clock, where leases never run out, turn it off.
+    pub lapse: bool,
     /// Attempts an operation makes when it keeps losing races before it gives up.
     pub max_attempts: u32,
     /// Polls a blocking call spends waiting on another client's split before it gives up.
@@ -136,6 +140,7 @@ impl Default for ClientOptions {
             split_lease: Duration::from_millis(2),
             fence_gap: Duration::from_millis(2),
             takeover_after: 64,
+            lapse: true,
             max_attempts: 256,
             max_wait_polls: 1 << 20,
         }

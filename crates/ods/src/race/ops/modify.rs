@@ -288,7 +288,7 @@ impl<M: RemoteMemory> Modify<M> {
                         self.state = State::Clear { subtable, dups, frees: Vec::new() };
                         return Poll::Pending;
                     }
-                    let _ = mem.relinquish(r);
+                    t.give_up(mem, r);
                 }
                 self.state = State::Restore { subtable, old };
                 Poll::Pending

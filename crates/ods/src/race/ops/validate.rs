@@ -74,8 +74,7 @@ impl Validate {
             Some(true) => {}
             Some(false) | None => {
                 if let Some(old) = t.blocks.take(addr) {
-                    t.stats.releases += 1;
-                    let _ = mem.relinquish(old);
+                    t.give_up(mem, old);
                 }
                 t.stats.acquires += 1;
                 let lease = t.opts.read_lease;
@@ -138,8 +137,7 @@ impl Validate {
             Err(e) if ended(&e) || e == MemError::NotFound => {
                 // The block was freed under the right: never read through it again.
                 if let Some(old) = t.blocks.take(addr) {
-                    t.stats.releases += 1;
-                    let _ = mem.relinquish(old);
+                    t.give_up(mem, old);
                 }
                 return Poll::Ready(Ok(Verdict::Gone));
             }

@@ -194,8 +194,9 @@ impl<M: RemoteMemory> Split<M> {
                 self.record.new_lock = crate::memory::Region::addr(&lock);
                 self.record.phase = Phase::Copying;
                 self.new_right = Some(new);
+                // Released, not left to lapse: the next split of T' acquires it exclusively.
                 t.stats.releases += 1;
-                let _ = mem.relinquish(lock);
+                let _ = mem.release(lock);
                 Ok(State::Record(Box::new(State::Classify)))
             }
             Err(MemError::Exhausted) => {
@@ -280,8 +281,7 @@ impl<M: RemoteMemory> Split<M> {
             };
         }
         for (_, r) in taken {
-            t.stats.releases += 1;
-            let _ = mem.relinquish(r);
+            t.give_up(mem, r);
         }
         Ok(State::ReadBlocks)
     }

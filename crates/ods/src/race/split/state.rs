@@ -291,8 +291,7 @@ impl<M: RemoteMemory> Split<M> {
 
     fn release_lock_right(&mut self, t: &mut TableClient<M>, mem: &mut M) {
         if let Some(r) = self.lock.take() {
-            t.stats.releases += 1;
-            let _ = mem.relinquish(r);
+            t.give_up(mem, r);
         }
     }
 
@@ -349,8 +348,7 @@ impl<M: RemoteMemory> Split<M> {
             .flatten()
             .chain(self.rights.drain(..).map(|(_, r)| r))
         {
-            t.stats.releases += 1;
-            let _ = mem.relinquish(r);
+            t.give_up(mem, r);
         }
         if let Some(l) = self.lock.take() {
             if self.held {
