@@ -38,6 +38,8 @@ pub struct TableClient<M: RemoteMemory> {
     /// Rights over blocks this client read (of any writer), by address.
     pub(crate) blocks: BlockRights<M::Region>,
     pub(crate) stats: RaceStats,
+    /// Frozen slots the last scan saw.
+    pub(crate) frozen: u64,
     /// Distinguishes this client's writes from others' (see `block`'s nonce).
     tag: u64,
     writes: u64,
@@ -72,6 +74,7 @@ impl<M: RemoteMemory> TableClient<M> {
             spare: Vec::new(),
             blocks: BlockRights::new(opts.reader_cache),
             stats: RaceStats::default(),
+            frozen: 0,
             tag: 0,
             writes: 0,
             lock_tag: hash64(
