@@ -7,7 +7,7 @@ pub mod faulty;
 
 use patronus_core::client::ClientConfig;
 use patronus_core::cluster::Transport;
-use patronus_core::manager::NodeConfig;
+use patronus_core::manager::{NodeConfig, SlabConfig};
 use patronus_ods::PatronusMemory;
 use patronus_ods::race::{ClientOptions, LockMode, RaceConfig, RaceError, TableClient};
 use patronus_ods::RemoteMemory;
@@ -61,6 +61,19 @@ pub fn node_cfg() -> NodeConfig {
 /// A bed of `n` clients.
 pub fn bed(t: Transport, n: usize) -> (crate::support::Bed, Vec<Mem>) {
     crate::support::bed(t, n, node_cfg(), client_cfg())
+}
+
+/// A bed whose memory node reuses a freed block within a few dozen allocations (small slabs:
+/// a freed object waits behind the rest of its slab's free ones).
+pub fn reusing_bed(t: Transport, n: usize) -> (crate::support::Bed, Vec<Mem>) {
+    let node = NodeConfig {
+        slab: SlabConfig {
+            slab_bytes: 4096,
+            ..SlabConfig::default()
+        },
+        ..node_cfg()
+    };
+    crate::support::bed(t, n, node, client_cfg())
 }
 
 pub fn key(i: u64) -> Vec<u8> {
