@@ -93,6 +93,9 @@ pub enum Phase {
     Publishing,
     /// Both subtables are published; their slots are being thawed.
     Thawing,
+    /// The record of a new subtable T' while the split of its parent (in `new`) fills and
+    /// publishes it: whoever takes T''s lock must finish the parent's split first.
+    NewHalf,
 }
 
 /// The split record of a subtable's lock object.
@@ -104,7 +107,7 @@ pub struct SplitRecord {
     pub depth: u8,
     /// Its suffix.
     pub suffix: u32,
-    /// The new subtable (from `Copying` on).
+    /// The new subtable (from `Copying` on); for `NewHalf`, the parent being split.
     pub new: u64,
     /// The new subtable's lock object.
     pub new_lock: u64,
@@ -128,6 +131,7 @@ impl SplitRecord {
             Phase::Copying => 2,
             Phase::Publishing => 3,
             Phase::Thawing => 4,
+            Phase::NewHalf => 5,
         };
         let w0 = phase | u64::from(self.depth) << 8 | u64::from(self.suffix) << 32;
         [w0, self.new, self.new_lock]
@@ -145,6 +149,7 @@ impl SplitRecord {
             2 => Phase::Copying,
             3 => Phase::Publishing,
             4 => Phase::Thawing,
+            5 => Phase::NewHalf,
             _ => return Err(RaceError::Corrupt("unknown split phase")),
         };
         Ok(SplitRecord {

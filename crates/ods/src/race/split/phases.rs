@@ -66,6 +66,11 @@ impl<M: RemoteMemory> Split<M> {
         self.class = vec![Class::Unknown; self.slots.len()];
         let header = BucketHeader::decode(word(&image, SUBTABLE_HEADER as usize));
         self.record = record;
+        self.recorded = record.phase;
+        if record.phase == Phase::NewHalf {
+            self.redirect = Some(record.new);
+            return Ok(self.finish(Ok(SplitOutcome::NotNeeded)));
+        }
         if record.phase != Phase::Idle {
             // Another resizer's split, left in progress: finish it.
             self.resumed = true;
@@ -115,7 +120,10 @@ impl<M: RemoteMemory> Split<M> {
             data: &data,
         }];
         match exec(&mut t.stats, mem, &ops).pop() {
-            Some(Ok(_)) => Ok(next),
+            Some(Ok(_)) => {
+                self.recorded = self.record.phase;
+                Ok(next)
+            }
             Some(Err(e)) => Err(e.into()),
             None => Err(RaceError::Memory(MemError::Failed("no result".into()))),
         }
@@ -192,12 +200,9 @@ impl<M: RemoteMemory> Split<M> {
                 };
                 self.record.new = crate::memory::Region::addr(&new);
                 self.record.new_lock = crate::memory::Region::addr(&lock);
-                self.record.phase = Phase::Copying;
                 self.new_right = Some(new);
-                // Released, not left to lapse: the next split of T' acquires it exclusively.
-                t.stats.releases += 1;
-                let _ = mem.release(lock);
-                Ok(State::Record(Box::new(State::Classify)))
+                self.child = Some(lock);
+                Ok(State::MarkChild)
             }
             Err(MemError::Exhausted) => {
                 // No memory for T': undo the freeze.
@@ -207,6 +212,80 @@ impl<M: RemoteMemory> Split<M> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Marks T''s lock object as the new half of this split (before T' is recorded), so a
+    /// client that takes T''s lock while this split is unfinished finishes this split.
+    pub(super) fn mark_child(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<State, RaceError> {
+        let Some(c) = self.child.as_ref() else {
+            return Err(RaceError::Memory(MemError::Expired));
+        };
+        let mark = SplitRecord {
+            phase: Phase::NewHalf,
+            depth: 0,
+            suffix: 0,
+            new: self.subtable,
+            new_lock: 0,
+        }
+        .encode();
+        let ops = [MemOp::Write { on: c, offset: RECORD, data: &mark }];
+        if let Some(Err(e)) = exec(&mut t.stats, mem, &ops).pop() {
+            return Err(e.into());
+        }
+        if let Some(c) = self.child.take() {
+            // Released, not left to lapse: the next split of T' acquires it exclusively.
+            t.stats.releases += 1;
+            let _ = mem.release(c);
+        }
+        self.record.phase = Phase::Copying;
+        Ok(State::Record(Box::new(State::Classify)))
+    }
+
+    /// Takes a right over T''s lock object (shared: it only CASes the mark away; a client
+    /// holding it exclusively for a moment makes this wait a step).
+    pub(super) fn child_lock(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<State, RaceError> {
+        t.stats.acquires += 1;
+        let (addr, lease) = (self.record.new_lock, t.opts.split_lease);
+        match mem.acquire(addr, LOCK_BYTES, lease, Access::ReadWrite, Mode::Shared) {
+            Ok(r) => {
+                self.child = Some(r);
+                Ok(State::ChildClear)
+            }
+            Err(MemError::Conflict) => Ok(State::ChildLock),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Clears T''s `NewHalf` mark (only that: by now T' may be splitting on its own), then
+    /// records this split done.
+    pub(super) fn child_clear(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<State, RaceError> {
+        let Some(c) = self.child.as_ref() else {
+            return Ok(State::ChildLock);
+        };
+        let mark = SplitRecord {
+            phase: Phase::NewHalf,
+            depth: 0,
+            suffix: 0,
+            new: 0,
+            new_lock: 0,
+        }
+        .encode();
+        let ops = [MemOp::Cas { on: c, offset: RECORD, compare: word(&mark, 0), swap: 0 }];
+        match exec(&mut t.stats, mem, &ops).pop() {
+            Some(Ok(_)) => {}
+            Some(Err(MemError::OutcomeUnknown)) => {
+                t.stats.unknown_outcomes += 1;
+                return Ok(State::ChildClear);
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None => return Ok(State::ChildClear),
+        }
+        if let Some(c) = self.child.take() {
+            t.stats.releases += 1;
+            let _ = mem.release(c);
+        }
+        self.record = SplitRecord::IDLE;
+        Ok(State::Record(Box::new(State::Unlock)))
     }
 
     pub(super) fn open_new(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<State, RaceError> {
@@ -521,11 +600,12 @@ impl<M: RemoteMemory> Split<M> {
             // Stray frozen slots thawed; nothing was recorded.
             return Ok(self.finish(Ok(SplitOutcome::NotNeeded)));
         }
-        self.outcome = Some(match self.rollback.take() {
-            Some(e) => Err(e),
-            None => Ok(SplitOutcome::Split),
-        });
-        self.record = SplitRecord::IDLE;
-        Ok(State::Record(Box::new(State::Unlock)))
+        if let Some(e) = self.rollback.take() {
+            self.outcome = Some(Err(e));
+            self.record = SplitRecord::IDLE;
+            return Ok(State::Record(Box::new(State::Unlock)));
+        }
+        self.outcome = Some(Ok(SplitOutcome::Split));
+        Ok(State::ChildLock)
     }
 }

@@ -54,6 +54,8 @@ pub(super) enum State {
     Freeze,
     Reload,
     Allocate,
+    /// Mark T''s lock object as the new half of this split.
+    MarkChild,
     /// Acquire a right over an existing T' (recovery).
     OpenNew,
     Classify,
@@ -64,6 +66,9 @@ pub(super) enum State {
     Flip,
     ReadNew,
     Thaw,
+    /// Take a right over T''s lock object, then clear its `NewHalf` mark.
+    ChildLock,
+    ChildClear,
     Unlock,
     Done,
 }
@@ -84,6 +89,8 @@ pub struct Split<M: RemoteMemory> {
     pub(super) dir_right: Option<M::Region>,
     pub(super) new_right: Option<M::Region>,
     pub(super) record: SplitRecord,
+    /// The phase last written to the lock object (or read from it).
+    pub(super) recorded: Phase,
     /// Whether the record found was another resizer's split in progress.
     pub(super) resumed: bool,
     /// Undo instead of finishing (no memory for T').
@@ -92,6 +99,10 @@ pub struct Split<M: RemoteMemory> {
     pub(super) new_slots: Vec<Slot>,
     pub(super) class: Vec<Class>,
     pub(super) rights: Vec<(u32, M::Region)>,
+    /// A right over T''s lock object (marking and unmarking it).
+    pub(super) child: Option<M::Region>,
+    /// The subtable turned out to be the new half of a split in progress: finish that one.
+    pub(super) redirect: Option<u64>,
     pub(super) cursor: usize,
     pub(super) state: State,
     pub(super) outcome: Option<Result<SplitOutcome, RaceError>>,
@@ -122,21 +133,25 @@ impl<M: RemoteMemory> Split<M> {
             dir_right: None,
             new_right: None,
             record: SplitRecord::IDLE,
+            recorded: Phase::Idle,
             resumed: false,
             rollback: None,
             slots: Vec::new(),
             new_slots: Vec::new(),
             class: Vec::new(),
             rights: Vec::new(),
+            child: None,
+            redirect: None,
             cursor: 0,
             state: State::Locate,
             outcome: None,
         }
     }
 
-    /// The phase of the split as last recorded by this resizer.
+    /// The phase of the split as last recorded in the lock object (by this resizer, or by
+    /// the one it took over from).
     pub fn phase(&self) -> Phase {
-        self.record.phase
+        self.recorded
     }
 
     /// One step.
@@ -161,6 +176,9 @@ impl<M: RemoteMemory> Split<M> {
             State::Freeze => self.freeze(t, mem),
             State::Reload => self.reload(t, mem),
             State::Allocate => self.allocate(t, mem),
+            State::MarkChild => self.mark_child(t, mem),
+            State::ChildLock => self.child_lock(t, mem),
+            State::ChildClear => self.child_clear(t, mem),
             State::OpenNew => self.open_new(t, mem),
             State::Classify => self.classify(t, mem),
             State::ReadBlocks => self.read_blocks(t, mem),
@@ -350,6 +368,10 @@ impl<M: RemoteMemory> Split<M> {
         {
             t.give_up(mem, r);
         }
+        if let Some(r) = self.child.take() {
+            t.stats.releases += 1;
+            let _ = mem.release(r);
+        }
         if let Some(l) = self.lock.take() {
             if self.held {
                 let ops = [MemOp::Cas {
@@ -365,6 +387,11 @@ impl<M: RemoteMemory> Split<M> {
             t.stats.releases += 1;
             // Lease: released now (not left to expire) so the next resizer need not wait.
             let _ = mem.release(l);
+        }
+        if let Some(parent) = self.redirect.take() {
+            // Finish the parent's split, whose new half this subtable is.
+            *self = Split::new(t, parent, None);
+            return Poll::Pending;
         }
         self.state = State::Done;
         let outcome = self.outcome.take().unwrap_or(Ok(SplitOutcome::NotNeeded));
