@@ -28,16 +28,30 @@ struct Logical {
     op: Option<Op>,
 }
 
-fn check_against_model(t: &mut TableClient<Mem>, mem: &mut Mem, model: &HashMap<u64, Vec<u8>>, keys: u64) {
+fn check_against_model(
+    t: &mut TableClient<Mem>,
+    mem: &mut Mem,
+    model: &HashMap<u64, Vec<u8>>,
+    keys: u64,
+) {
     let audit = t.audit(mem).unwrap();
     assert_eq!(
-        (audit.duplicates, audit.unclaimed, audit.unreadable, audit.frozen),
+        (
+            audit.duplicates,
+            audit.unclaimed,
+            audit.unreadable,
+            audit.frozen
+        ),
         (0, 0, 0, 0),
         "{audit:?}"
     );
     assert_eq!(audit.keys, model.len() as u64, "{audit:?}");
     for k in 0..keys {
-        assert_eq!(t.get(mem, &key(k)).unwrap(), model.get(&k).cloned(), "key {k}");
+        assert_eq!(
+            t.get(mem, &key(k)).unwrap(),
+            model.get(&k).cloned(),
+            "key {k}"
+        );
     }
     let mut all = t.scan(mem).unwrap();
     all.sort();
@@ -87,14 +101,27 @@ fn interleave(t: Transport, lock: LockMode, seed: u64, ops: u64, keys: u64) {
                 // What lookups may see once the write lands (None: it cannot land).
                 let (op, visible) = match kind {
                     4..=6 => (
-                        Op::Insert(Insert::new(&c.table, &key(k), &v).unwrap(), k, v.clone(), present),
+                        Op::Insert(
+                            Insert::new(&c.table, &key(k), &v).unwrap(),
+                            k,
+                            v.clone(),
+                            present,
+                        ),
                         (!present).then(|| Some(v.clone())),
                     ),
                     7..=8 => (
-                        Op::Update(Update::new(&c.table, &key(k), &v).unwrap(), k, v.clone(), present),
+                        Op::Update(
+                            Update::new(&c.table, &key(k), &v).unwrap(),
+                            k,
+                            v.clone(),
+                            present,
+                        ),
                         present.then(|| Some(v.clone())),
                     ),
-                    _ => (Op::Delete(Delete::new(&c.table, &key(k)), k, present), present.then_some(None)),
+                    _ => (
+                        Op::Delete(Delete::new(&c.table, &key(k)), k, present),
+                        present.then_some(None),
+                    ),
                 };
                 writing.insert(k, visible.clone());
                 if let Some(new) = visible {
@@ -117,7 +144,10 @@ fn interleave(t: Transport, lock: LockMode, seed: u64, ops: u64, keys: u64) {
             Op::Get(o, k, allowed) => {
                 if let Poll::Ready(r) = o.step(&mut c.table, mem) {
                     let got = r.unwrap();
-                    assert!(allowed.contains(&got), "key {k}: got {got:?}, allowed {allowed:?}");
+                    assert!(
+                        allowed.contains(&got),
+                        "key {k}: got {got:?}, allowed {allowed:?}"
+                    );
                     acked[0] += 1;
                     c.op = None;
                 }
@@ -164,7 +194,10 @@ fn interleave(t: Transport, lock: LockMode, seed: u64, ops: u64, keys: u64) {
         }
     }
     let splits: u64 = clients.iter().map(|c| c.table.stats().splits).sum();
-    assert!(splits >= 3, "splits happened under the operations: {splits}");
+    assert!(
+        splits >= 3,
+        "splits happened under the operations: {splits}"
+    );
     assert!(acked.iter().all(|&n| n > 0), "{acked:?}");
     let c = &mut clients[0];
     check_against_model(&mut c.table, &mut mems[c.mem], &model, keys);

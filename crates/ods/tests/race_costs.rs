@@ -34,9 +34,17 @@ fn costs_per_operation_match_section_6_1(t: Transport) {
         w.insert(a, &key(i), &value(i, 0)).unwrap();
     }
     let s = w.stats().since(&before);
-    assert_eq!(s.allocations, n / 4, "an allocation per four inserts: {s:?}");
+    assert_eq!(
+        s.allocations,
+        n / 4,
+        "an allocation per four inserts: {s:?}"
+    );
     assert_eq!(s.allocated, n);
-    assert_eq!((s.writes, s.cas), (n, n), "one WRITE and one CAS per insert: {s:?}");
+    assert_eq!(
+        (s.writes, s.cas),
+        (n, n),
+        "one WRITE and one CAS per insert: {s:?}"
+    );
     // Two round trips each; a fingerprint shared with another key costs a block read.
     assert!(s.batches >= 2 * n && s.batches <= 2 * n + 4, "{s:?}");
     assert!(s.acquires <= 2, "the subtable's right is reused: {s:?}");
@@ -49,7 +57,10 @@ fn costs_per_operation_match_section_6_1(t: Transport) {
         assert_eq!(r.get(b, &key(i)).unwrap(), Some(value(i, 0)));
     }
     let s = r.stats().since(&before);
-    assert!(s.acquires >= n && s.acquires <= n + 2, "one acquire per block: {s:?}");
+    assert!(
+        s.acquires >= n && s.acquires <= n + 2,
+        "one acquire per block: {s:?}"
+    );
     assert!(s.batches >= 2 * n && s.batches <= 2 * n + 4, "{s:?}");
     let before = r.stats();
     for i in n - 20..=n {
@@ -65,7 +76,11 @@ fn costs_per_operation_match_section_6_1(t: Transport) {
         w.update(a, &key(i), &value(i, 1)).unwrap();
     }
     let s = w.stats().since(&before);
-    assert_eq!((s.allocations, s.frees, s.cas, s.writes), (2, 8, 8, 8), "{s:?}");
+    assert_eq!(
+        (s.allocations, s.frees, s.cas, s.writes),
+        (2, 8, 8, 8),
+        "{s:?}"
+    );
     assert!(s.acquires >= 8 && s.acquires <= 10, "{s:?}");
     // Delete: the same without a new block.
     let before = w.stats();
@@ -73,7 +88,11 @@ fn costs_per_operation_match_section_6_1(t: Transport) {
         w.delete(a, &key(i)).unwrap();
     }
     let s = w.stats().since(&before);
-    assert_eq!((s.allocations, s.frees, s.cas, s.writes), (0, 8, 8, 0), "{s:?}");
+    assert_eq!(
+        (s.allocations, s.frees, s.cas, s.writes),
+        (0, 8, 8, 0),
+        "{s:?}"
+    );
     eprintln!("costs: insert, lookup, update, delete as asserted");
 }
 

@@ -81,8 +81,15 @@ fn before_reuse_a_delayed_reader_sees_at_most_the_same_key(t: Transport) {
     tc.update(c, &key(1), &value(1, 2)).unwrap();
     let before = tb.stats();
     let got = run(&mut tb, b, |t, m| delayed.step(t, m)).unwrap();
-    assert_eq!(got, Some(value(1, 2)), "the delayed reader finds the new value");
-    assert!(tb.stats().since(&before).retries >= 1, "its first read was refused or stale");
+    assert_eq!(
+        got,
+        Some(value(1, 2)),
+        "the delayed reader finds the new value"
+    );
+    assert!(
+        tb.stats().since(&before).retries >= 1,
+        "its first read was refused or stale"
+    );
     // Through the old right: refused, or (freed, not reused: delayed unbinding) at most the
     // same key's old bytes — never another key's.
     match b.read(&raw, 0, 64) {
@@ -111,7 +118,9 @@ fn after_reuse_a_delayed_reader_is_refused_and_retries(t: Transport) {
     let mut delayed = lookup_up_to_the_block_read(&mut tb, b, &key(1));
     // Raw rights over the block, read and read-write, held across the free and the reuse.
     let raw_read = b.acquire(x, 64, LEASE, Access::Read, Mode::Shared).unwrap();
-    let raw_write = b.acquire(x, 64, LEASE, Access::ReadWrite, Mode::Shared).unwrap();
+    let raw_write = b
+        .acquire(x, 64, LEASE, Access::ReadWrite, Mode::Shared)
+        .unwrap();
     tc.update(c, &key(1), &value(1, 2)).unwrap();
     // D's inserts reuse the freed block for another key.
     let k2 = reuse(&mut td, d, x);
@@ -119,14 +128,21 @@ fn after_reuse_a_delayed_reader_is_refused_and_retries(t: Transport) {
     let got = run(&mut tb, b, |t, m| delayed.step(t, m)).unwrap();
     assert_eq!(got, Some(value(1, 2)));
     let spent = tb.stats().since(&before);
-    assert!(spent.rejected >= 1, "the NIC refused the old right: {spent:?}");
+    assert!(
+        spent.rejected >= 1,
+        "the NIC refused the old right: {spent:?}"
+    );
     // The old rights read nothing and change nothing of the block's new key.
     assert_eq!(b.read(&raw_read, 0, 64), Err(MemError::Rejected));
     assert_eq!(b.write(&raw_write, 0, &[0xee; 64]), Err(MemError::Rejected));
     assert_eq!(b.cas(&raw_write, 0, 0, 1).err(), Some(MemError::Rejected));
     let _ = b.relinquish(raw_read);
     let _ = b.relinquish(raw_write);
-    assert_eq!(ta.get(a, &key(k2)).unwrap(), Some(value(k2, 0)), "the new key's block is intact");
+    assert_eq!(
+        ta.get(a, &key(k2)).unwrap(),
+        Some(value(k2, 0)),
+        "the new key's block is intact"
+    );
     assert_eq!(ta.get(a, &key(1)).unwrap(), Some(value(1, 2)));
 }
 
@@ -157,9 +173,17 @@ fn a_delayed_updater_never_frees_or_changes_a_reused_block(t: Transport) {
     // U resumes: its CAS finds the slot changed; it starts over and updates the key for real.
     run(&mut tu, u, |t, m| delayed.step(t, m)).unwrap();
     assert_eq!(ta.get(a, &key(1)).unwrap(), Some(value(1, 3)));
-    assert_eq!(ta.get(a, &key(k2)).unwrap(), Some(value(k2, 0)), "block {x:#x} kept its new key");
+    assert_eq!(
+        ta.get(a, &key(k2)).unwrap(),
+        Some(value(k2, 0)),
+        "block {x:#x} kept its new key"
+    );
     let audit = ta.audit(a).unwrap();
-    assert_eq!((audit.duplicates, audit.unreadable, audit.unclaimed), (0, 0, 0), "{audit:?}");
+    assert_eq!(
+        (audit.duplicates, audit.unreadable, audit.unclaimed),
+        (0, 0, 0),
+        "{audit:?}"
+    );
 }
 
 both_transports!(

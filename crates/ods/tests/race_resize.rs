@@ -46,9 +46,16 @@ fn stop_a_split(
 /// Steps `op` `n` times, expecting it to keep waiting.
 fn stays_waiting(op: &mut Insert<Mem>, t: &mut TableClient<Mem>, mem: &mut Mem, n: usize) {
     for _ in 0..n {
-        assert!(op.step(t, mem).is_pending(), "it finished while the lock was held");
+        assert!(
+            op.step(t, mem).is_pending(),
+            "it finished while the lock was held"
+        );
     }
-    assert!(matches!(op.stage(), Stage::Waiting | Stage::Splitting), "{:?}", op.stage());
+    assert!(
+        matches!(op.stage(), Stage::Waiting | Stage::Splitting),
+        "{:?}",
+        op.stage()
+    );
 }
 
 fn a_stopped_resizer_blocks_writers_only_until_its_lease_ends(t: Transport) {
@@ -85,25 +92,52 @@ fn a_stopped_resizer_blocks_writers_only_until_its_lease_ends(t: Transport) {
         stays_waiting(&mut op, &mut w, wm, 60);
         // Readers are not blocked.
         for &i in &before {
-            assert_eq!(w.get(wm, &key(i)).unwrap(), Some(value(i, 0)), "{phase:?}+{extra}: key {i}");
+            assert_eq!(
+                w.get(wm, &key(i)).unwrap(),
+                Some(value(i, 0)),
+                "{phase:?}+{extra}: key {i}"
+            );
         }
         // The lock's lease runs out; the writer takes the lock and finishes the split.
-        bed.clock.advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
+        bed.clock
+            .advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
         race_support::run(&mut w, wm, |t, m| op.step(t, m)).unwrap();
-        assert_eq!(w.stats().recoveries, 1, "{phase:?}+{extra}: {:?}", w.stats());
+        assert_eq!(
+            w.stats().recoveries,
+            1,
+            "{phase:?}+{extra}: {:?}",
+            w.stats()
+        );
         for i in k + 1..k + more {
             w.insert(wm, &key(i), &value(i, 1)).unwrap();
         }
         for &i in &before {
-            assert_eq!(w.get(wm, &key(i)).unwrap(), Some(value(i, 0)), "{phase:?}+{extra}: key {i}");
+            assert_eq!(
+                w.get(wm, &key(i)).unwrap(),
+                Some(value(i, 0)),
+                "{phase:?}+{extra}: key {i}"
+            );
         }
         for i in k..k + more {
-            assert_eq!(w.get(wm, &key(i)).unwrap(), Some(value(i, 1)), "{phase:?}+{extra}: key {i}");
+            assert_eq!(
+                w.get(wm, &key(i)).unwrap(),
+                Some(value(i, 1)),
+                "{phase:?}+{extra}: key {i}"
+            );
         }
         let audit = w.audit(wm).unwrap();
-        assert_eq!(audit.keys, before.len() as u64 + more, "{phase:?}+{extra}: {audit:?}");
         assert_eq!(
-            (audit.duplicates, audit.unclaimed, audit.unreadable, audit.frozen),
+            audit.keys,
+            before.len() as u64 + more,
+            "{phase:?}+{extra}: {audit:?}"
+        );
+        assert_eq!(
+            (
+                audit.duplicates,
+                audit.unclaimed,
+                audit.unreadable,
+                audit.frozen
+            ),
             (0, 0, 0, 0),
             "{phase:?}+{extra}: {audit:?}"
         );

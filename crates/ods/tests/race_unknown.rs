@@ -24,12 +24,25 @@ fn roomy() -> RaceConfig {
 /// The (address, compare, swap) CASes sent more than once.
 fn repeated(mem: &F) -> Vec<(u64, u64, u64)> {
     let mut seen = std::collections::HashSet::new();
-    mem.cas_log.iter().filter(|c| !seen.insert(**c)).copied().collect()
+    mem.cas_log
+        .iter()
+        .filter(|c| !seen.insert(**c))
+        .copied()
+        .collect()
 }
 
 fn clean(t: &mut TableClient<F>, mem: &mut F, keys: u64) {
     let audit = t.audit(mem).unwrap();
-    assert_eq!((audit.duplicates, audit.unreadable, audit.unclaimed, audit.frozen), (0, 0, 0, 0), "{audit:?}");
+    assert_eq!(
+        (
+            audit.duplicates,
+            audit.unreadable,
+            audit.unclaimed,
+            audit.frozen
+        ),
+        (0, 0, 0, 0),
+        "{audit:?}"
+    );
     assert_eq!(audit.keys, keys, "{audit:?}");
 }
 
@@ -38,7 +51,10 @@ fn each_operation_resolves_an_unknown_cas_by_reading(t: Transport) {
     let mut mem = Faulty::new(mems.into_iter().next().unwrap());
     let root = race::create(&mut mem, roomy()).unwrap();
     let mut c = race::open(&mut mem, root, opts()).unwrap();
-    for (i, fault) in [CasFault::RanThenLost, CasFault::Lost].into_iter().enumerate() {
+    for (i, fault) in [CasFault::RanThenLost, CasFault::Lost]
+        .into_iter()
+        .enumerate()
+    {
         let i = i as u64;
         // Insert.
         mem.next_cas = Some(fault);
@@ -48,7 +64,10 @@ fn each_operation_resolves_an_unknown_cas_by_reading(t: Transport) {
         assert_eq!(c.stats().since(&before).unknown_outcomes, 1, "{fault:?}");
         assert_eq!(mem.next_cas, None, "the fault fired");
         if fault == CasFault::RanThenLost {
-            assert!(repeated(&mem).is_empty(), "insert: a CAS that ran was repeated");
+            assert!(
+                repeated(&mem).is_empty(),
+                "insert: a CAS that ran was repeated"
+            );
         }
         assert_eq!(c.get(&mut mem, &key(i)).unwrap(), Some(value(i, 0)));
         // Update.
@@ -59,19 +78,28 @@ fn each_operation_resolves_an_unknown_cas_by_reading(t: Transport) {
         let spent = c.stats().since(&before);
         assert_eq!(spent.unknown_outcomes, 1, "{fault:?}");
         if fault == CasFault::RanThenLost {
-            assert!(repeated(&mem).is_empty(), "update: a CAS that ran was repeated");
+            assert!(
+                repeated(&mem).is_empty(),
+                "update: a CAS that ran was repeated"
+            );
         }
         assert_eq!(c.get(&mut mem, &key(i)).unwrap(), Some(value(i, 1)));
         clean(&mut c, &mut mem, i + 1);
     }
     // Delete (of both keys).
-    for (i, fault) in [CasFault::RanThenLost, CasFault::Lost].into_iter().enumerate() {
+    for (i, fault) in [CasFault::RanThenLost, CasFault::Lost]
+        .into_iter()
+        .enumerate()
+    {
         let i = i as u64;
         mem.next_cas = Some(fault);
         mem.cas_log.clear();
         c.delete(&mut mem, &key(i)).unwrap();
         if fault == CasFault::RanThenLost {
-            assert!(repeated(&mem).is_empty(), "delete: a CAS that ran was repeated");
+            assert!(
+                repeated(&mem).is_empty(),
+                "delete: a CAS that ran was repeated"
+            );
         }
         assert_eq!(c.get(&mut mem, &key(i)).unwrap(), None);
     }

@@ -84,7 +84,6 @@ pub fn nonce_of(header: &[u8]) -> u64 {
     word(header, 24)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,7 +108,10 @@ mod tests {
         assert!(decode(&img[..60]).is_none(), "a short read is no block");
         assert!(matches!(
             units_for(100, 200, 256),
-            Err(RaceError::TooLarge { need: 332, max: 256 })
+            Err(RaceError::TooLarge {
+                need: 332,
+                max: 256
+            })
         ));
     }
 }

@@ -37,7 +37,9 @@ impl<M: RemoteMemory> TableClient<M> {
                 Poll::Pending => {}
             }
         }
-        Err(RaceError::Stalled { polls: self.stats.waits - waits })
+        Err(RaceError::Stalled {
+            polls: self.stats.waits - waits,
+        })
     }
 
     /// The value of `key`, if present.
@@ -106,7 +108,13 @@ impl<M: RemoteMemory> TableClient<M> {
             }
         }
         a.keys = keys.len() as u64;
-        a.subtables = self.dir.entries.iter().map(|e| e.subtable).collect::<HashSet<_>>().len() as u64;
+        a.subtables = self
+            .dir
+            .entries
+            .iter()
+            .map(|e| e.subtable)
+            .collect::<HashSet<_>>()
+            .len() as u64;
         Ok(a)
     }
 
@@ -130,14 +138,23 @@ impl<M: RemoteMemory> TableClient<M> {
         Ok(out)
     }
 
-    fn scan_subtable(&mut self, mem: &mut M, addr: u64, out: &mut Vec<Entry>) -> Result<(), RaceError> {
+    fn scan_subtable(
+        &mut self,
+        mem: &mut M,
+        addr: u64,
+        out: &mut Vec<Entry>,
+    ) -> Result<(), RaceError> {
         while !self.ensure_subtable(mem, addr)? {}
         let geo = self.geo;
         let image = {
             let Some(st) = self.subtables.get(&addr) else {
                 return Err(RaceError::Corrupt("a subtable right vanished"));
             };
-            let ops = [MemOp::Read { on: st, offset: 0, len: geo.subtable_bytes() as u32 }];
+            let ops = [MemOp::Read {
+                on: st,
+                offset: 0,
+                len: geo.subtable_bytes() as u32,
+            }];
             bytes(exec(&mut self.stats, mem, &ops).pop())?
         };
         let slots = geo.parse(0, image.get(SUBTABLE_HEADER as usize..).unwrap_or_default());
@@ -155,7 +172,11 @@ impl<M: RemoteMemory> TableClient<M> {
             };
             let data = match &r {
                 Some(r) => {
-                    let ops = [MemOp::Read { on: r, offset: 0, len: len as u32 }];
+                    let ops = [MemOp::Read {
+                        on: r,
+                        offset: 0,
+                        len: len as u32,
+                    }];
                     bytes(exec(&mut self.stats, mem, &ops).pop()).ok()
                 }
                 None => None,

@@ -151,14 +151,17 @@ impl<M: RemoteMemory> TableClient<M> {
     /// cost; `Ok(false)` after one step of work (an acquisition or an extension).
     pub(crate) fn ensure_subtable(&mut self, mem: &mut M, addr: u64) -> Result<bool, RaceError> {
         let (lease, margin) = (self.opts.lease, self.opts.margin);
-        match self.subtables.get(&addr).map(|r| mem.expires_within(r, margin)) {
+        match self
+            .subtables
+            .get(&addr)
+            .map(|r| mem.expires_within(r, margin))
+        {
             Some(false) => Ok(true),
             Some(true) => {
                 self.stats.extends += 1;
-                let kept = self
-                    .subtables
-                    .get(&addr)
-                    .is_some_and(|r| mem.extend(r, lease).is_ok() && !mem.expires_within(r, margin));
+                let kept = self.subtables.get(&addr).is_some_and(|r| {
+                    mem.extend(r, lease).is_ok() && !mem.expires_within(r, margin)
+                });
                 if !kept {
                     self.drop_subtable(mem, addr);
                 }
@@ -273,7 +276,13 @@ impl<M: RemoteMemory> TableClient<M> {
 
     /// Keeps a right over a block (read by this client) for later use; gives up the ones
     /// pushed out of the cache.
-    pub(crate) fn keep_block_right(&mut self, mem: &mut M, addr: u64, r: M::Region, access: Access) {
+    pub(crate) fn keep_block_right(
+        &mut self,
+        mem: &mut M,
+        addr: u64,
+        r: M::Region,
+        access: Access,
+    ) {
         for old in self.blocks.put(addr, r, access) {
             self.give_up(mem, old);
         }
@@ -346,7 +355,12 @@ impl<R: Region> BlockRights<R> {
 
     /// Keeps `r`; returns the rights pushed out (to give up).
     pub(crate) fn put(&mut self, addr: u64, r: R, access: Access) -> Vec<R> {
-        let mut out: Vec<R> = self.map.insert(addr, (r, access)).map(|(r, _)| r).into_iter().collect();
+        let mut out: Vec<R> = self
+            .map
+            .insert(addr, (r, access))
+            .map(|(r, _)| r)
+            .into_iter()
+            .collect();
         self.order.retain(|a| *a != addr);
         self.order.push_back(addr);
         // Keep at least a few: an operation holds the rights it is validating.

@@ -46,11 +46,7 @@ impl Slot {
 
     /// An entry for a block of `units` × 64 B at `ptr`.
     pub fn entry(fingerprint: u8, units: u8, ptr: u64) -> Slot {
-        Slot(
-            (u64::from(fingerprint) << 56)
-                | (u64::from(units) & 0x7f) << 48
-                | (ptr & PTR_MASK),
-        )
+        Slot((u64::from(fingerprint) << 56) | (u64::from(units) & 0x7f) << 48 | (ptr & PTR_MASK))
     }
     /// The fingerprint.
     pub fn fingerprint(self) -> u8 {

@@ -187,9 +187,6 @@ mod tests {
             new_lock: 0x3000,
         };
         assert_eq!(SplitRecord::decode(&s.encode()).unwrap(), s);
-        assert_eq!(
-            SplitRecord::decode(&[0u8; 24]).unwrap(),
-            SplitRecord::IDLE
-        );
+        assert_eq!(SplitRecord::decode(&[0u8; 24]).unwrap(), SplitRecord::IDLE);
     }
 }

@@ -105,7 +105,9 @@ pub(crate) fn bytes(r: Option<Result<MemOut, MemError>>) -> Result<Vec<u8>, MemE
     match r {
         Some(Ok(MemOut::Read(b))) => Ok(b),
         Some(Err(e)) => Err(e),
-        other => Err(MemError::Failed(format!("expected a READ's bytes, got {other:?}"))),
+        other => Err(MemError::Failed(format!(
+            "expected a READ's bytes, got {other:?}"
+        ))),
     }
 }
 
@@ -114,7 +116,9 @@ pub(crate) fn atomic(r: Option<Result<MemOut, MemError>>) -> Result<u64, MemErro
     match r {
         Some(Ok(MemOut::Atomic(v))) => Ok(v),
         Some(Err(e)) => Err(e),
-        other => Err(MemError::Failed(format!("expected an atomic's value, got {other:?}"))),
+        other => Err(MemError::Failed(format!(
+            "expected an atomic's value, got {other:?}"
+        ))),
     }
 }
 

@@ -37,10 +37,22 @@ impl<M: RemoteMemory> Faulty<M> {
 impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
     type Region = M::Region;
 
-    fn allocate(&mut self, sizes: &[u64], lease: Duration, mode: Mode) -> Result<Vec<M::Region>, MemError> {
+    fn allocate(
+        &mut self,
+        sizes: &[u64],
+        lease: Duration,
+        mode: Mode,
+    ) -> Result<Vec<M::Region>, MemError> {
         self.inner.allocate(sizes, lease, mode)
     }
-    fn acquire(&mut self, addr: u64, len: u64, lease: Duration, access: Access, mode: Mode) -> Result<M::Region, MemError> {
+    fn acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<M::Region, MemError> {
         self.inner.acquire(addr, len, lease, access, mode)
     }
     fn extend(&mut self, region: &M::Region, lease: Duration) -> Result<(), MemError> {
@@ -61,7 +73,13 @@ impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
     fn execute(&mut self, ops: &[MemOp<'_, M::Region>]) -> Vec<Result<MemOut, MemError>> {
         use patronus_ods::Region;
         for op in ops {
-            if let MemOp::Cas { on, offset, compare, swap } = op {
+            if let MemOp::Cas {
+                on,
+                offset,
+                compare,
+                swap,
+            } = op
+            {
                 self.cas_log.push((on.addr() + offset, *compare, *swap));
             }
         }
@@ -77,7 +95,12 @@ impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
                 out
             }
             CasFault::Lost => {
-                let rest: Vec<_> = ops.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, o)| copy(o)).collect();
+                let rest: Vec<_> = ops
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, o)| copy(o))
+                    .collect();
                 let mut out = self.inner.execute(&rest);
                 out.insert(i, Err(MemError::OutcomeUnknown));
                 out
@@ -90,7 +113,17 @@ fn copy<'a, R>(op: &MemOp<'a, R>) -> MemOp<'a, R> {
     match *op {
         MemOp::Read { on, offset, len } => MemOp::Read { on, offset, len },
         MemOp::Write { on, offset, data } => MemOp::Write { on, offset, data },
-        MemOp::Cas { on, offset, compare, swap } => MemOp::Cas { on, offset, compare, swap },
+        MemOp::Cas {
+            on,
+            offset,
+            compare,
+            swap,
+        } => MemOp::Cas {
+            on,
+            offset,
+            compare,
+            swap,
+        },
         MemOp::Faa { on, offset, add } => MemOp::Faa { on, offset, add },
     }
 }

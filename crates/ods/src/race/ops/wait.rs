@@ -37,7 +37,11 @@ impl<M: RemoteMemory> Wait<M> {
     }
 
     /// One step; the buckets once none of them is frozen.
-    pub fn step(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Poll<Result<Snapshot, RaceError>> {
+    pub fn step(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+    ) -> Poll<Result<Snapshot, RaceError>> {
         if let Some(s) = self.split.as_mut() {
             // Whatever the outcome (finished, busy, lost), look at the buckets again.
             let _ = ready!(s.step(t, mem));

@@ -40,7 +40,18 @@
 //! [`LockMode::Lease`]: crate::race::LockMode::Lease
 //! [`LockMode::Word`]: crate::race::LockMode::Word
 
-mod phases;
+mod copy;
+mod freeze;
+mod lock;
+mod publish;
+mod record;
 mod state;
 
 pub use state::{Split, SplitOutcome};
+
+/// Atomics per batch.
+const BATCH: usize = 256;
+/// Bytes per READ or WRITE batch of blocks or subtable images.
+const BYTES: u64 = 64 << 10;
+/// Freeze rounds before the resizer gives up on writers that keep changing slots.
+const FREEZE_ROUNDS: usize = 4096;

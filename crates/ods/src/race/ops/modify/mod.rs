@@ -9,18 +9,20 @@
 //! new right, and if it is not the write validated, the CAS is undone. A CAS whose outcome is
 //! unknown is resolved by reading the slot: never repeated blindly.
 
+mod finish;
+
 use super::probe::{Probe, Probed, Snapshot};
-use super::validate::{Validate, Verdict, take_right};
+use super::validate::{Validate, Verdict};
 use super::wait::Wait;
 use super::{Stage, ready, try_ready};
-use crate::memory::{MemError, MemOp, Region, RemoteMemory};
+use crate::memory::{Region, RemoteMemory};
 use crate::race::block::{self, KvBlock};
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::hash::KeyHash;
-use crate::race::layout::{BLOCK_HEADER, Slot, SlotAt};
-use crate::race::stats::{atomic, bytes, ended, exec};
-use patronus_core::proto::messages::{Access, Mode};
+use crate::race::layout::{Slot, SlotAt};
+use finish::done;
+use patronus_core::proto::messages::Access;
 use std::task::Poll;
 
 /// An update of one key's value (an error if the key is absent).
@@ -229,7 +231,12 @@ impl<M: RemoteMemory> Modify<M> {
                     }
                 }
             }
-            State::Check { snap, next, v, found } => {
+            State::Check {
+                snap,
+                next,
+                v,
+                found,
+            } => {
                 if v.is_none() {
                     let cands = snap.candidates(self.h.fingerprint());
                     match cands.get(*next) {
@@ -258,143 +265,58 @@ impl<M: RemoteMemory> Modify<M> {
                     Verdict::Gone => done(self.retry(t)),
                 }
             }
-            State::Swap { subtable, old, dups } => {
+            State::Swap {
+                subtable,
+                old,
+                dups,
+            } => {
                 let (subtable, old, dups) = (*subtable, *old, std::mem::take(dups));
                 try_ready!(t.ensure_subtable(mem, subtable));
                 self.swap(t, mem, subtable, old, dups)
             }
-            State::Verify { subtable, old, dups, right } => {
-                let (subtable, old) = (*subtable, *old);
-                let s = old.at.slot;
-                let Some(r) = right.as_ref() else {
-                    t.stats.acquires += 1;
-                    match mem.acquire(s.ptr(), s.len(), t.opts.read_lease, Access::ReadWrite, Mode::Shared) {
-                        Ok(r) => *right = Some(r),
-                        Err(MemError::NotFound | MemError::Invalid(_)) => {
-                            self.state = State::Restore { subtable, old };
-                        }
-                        Err(e) => return Poll::Ready(Err(e.into())),
-                    }
-                    return Poll::Pending;
-                };
-                let ops = [MemOp::Read { on: r, offset: 0, len: BLOCK_HEADER as u32 }];
-                let same = bytes(exec(&mut t.stats, mem, &ops).pop())
-                    .is_ok_and(|h| block::nonce_of(&h) == old.nonce);
-                if let Some(r) = right.take() {
-                    if same {
-                        // The write validated, not reused: the CAS was right. Free it.
-                        let dups = std::mem::take(dups);
-                        t.free_block(mem, r, old.nonce);
-                        self.state = State::Clear { subtable, dups, frees: Vec::new() };
-                        return Poll::Pending;
-                    }
-                    t.give_up(mem, r);
-                }
-                self.state = State::Restore { subtable, old };
-                Poll::Pending
+            State::Verify {
+                subtable,
+                old,
+                dups,
+                right,
+            } => {
+                let (subtable, old, dups, right) =
+                    (*subtable, *old, std::mem::take(dups), right.take());
+                self.verify(t, mem, subtable, old, dups, right)
             }
             State::Restore { subtable, old } => {
                 let (subtable, old) = (*subtable, *old);
-                try_ready!(t.ensure_subtable(mem, subtable));
-                let Some(st) = t.subtables.get(&subtable) else {
-                    return Poll::Pending;
-                };
-                let ops = [MemOp::Cas {
-                    on: st,
-                    offset: old.at.offset,
-                    compare: self.mine.0,
-                    swap: old.at.slot.thawed().0,
-                }];
-                // The CAS hit a reused address: put back what was there and start over. If
-                // someone changed the slot meanwhile, it is theirs now, and so is the new
-                // block (they free it): take another.
-                let back = atomic(exec(&mut t.stats, mem, &ops).pop());
-                if back.is_ok_and(|v| v == self.mine.0) {
-                    self.linked = false;
-                } else if let Some(b) = self.block.take() {
-                    t.consume(mem, b);
-                    self.linked = false;
-                }
-                let r = self.retry(t);
-                if self.new.is_some() && self.block.is_none() {
-                    self.state = State::Block;
-                }
-                done(r)
+                self.restore(t, mem, subtable, old)
             }
             State::Resolve(p, old, dups) => {
-                let (old, dups) = (*old, std::mem::take(dups));
                 let snap = match ready!(p.step(t, mem, None)) {
                     Probed::Snap(s) => s,
                     Probed::WriteFailed(e) => return Poll::Ready(Err(e.into())),
                 };
-                let now = snap.at(old.at.pos).map(|s| s.slot).unwrap_or_default();
-                let subtable = snap.subtable;
-                if now.thawed() == old.at.slot.thawed() {
-                    // Not applied: do it again, or wait for the split that froze it.
-                    self.state = if now.is_frozen() {
-                        State::Wait(Wait::new(self.h))
-                    } else {
-                        State::Swap { subtable, old, dups }
-                    };
-                    return Poll::Pending;
-                }
-                // Applied (the slot holds the new entry), or overtaken by another client's
-                // change (then this operation counts as done just before it). Either way the
-                // old block is unlinked: free it if it is still that write; a new block that
-                // is not in the slot is in none.
-                let frees = vec![(old.at.slot.ptr(), old.at.slot.len(), old.nonce)];
-                if now.thawed() == self.mine {
-                    self.linked = true;
-                } else if let Some(b) = self.block.take() {
-                    t.free_block(mem, b, self.nonce);
-                }
-                self.state = State::Clear { subtable, dups, frees };
-                Poll::Pending
+                let (old, dups) = (*old, std::mem::take(dups));
+                self.resolved(t, mem, snap, old, dups)
             }
-            State::Clear { subtable, dups, frees } => {
-                let (subtable, dups, mut frees) = (*subtable, std::mem::take(dups), std::mem::take(frees));
-                if dups.is_empty() {
-                    self.state = State::Free(frees);
-                    return Poll::Pending;
-                }
-                try_ready!(t.ensure_subtable(mem, subtable));
-                let Some(st) = t.subtables.get(&subtable) else {
-                    return Poll::Pending;
-                };
-                let ops: Vec<_> = dups
-                    .iter()
-                    .map(|d| MemOp::Cas { on: st, offset: d.at.offset, compare: d.at.slot.0, swap: 0 })
-                    .collect();
-                for (d, r) in dups.iter().zip(exec(&mut t.stats, mem, &ops)) {
-                    if atomic(Some(r)).is_ok_and(|v| v == d.at.slot.0) {
-                        frees.push((d.at.slot.ptr(), d.at.slot.len(), d.nonce));
-                    }
-                }
-                self.state = State::Free(frees);
-                Poll::Pending
+            State::Clear {
+                subtable,
+                dups,
+                frees,
+            } => {
+                let (subtable, dups, frees) =
+                    (*subtable, std::mem::take(dups), std::mem::take(frees));
+                self.clear(t, mem, subtable, dups, frees)
             }
             State::Free(list) => {
-                let Some((addr, len, nonce)) = list.pop() else {
-                    self.state = State::Done;
-                    return Poll::Ready(Ok(()));
-                };
-                match take_right(t, addr) {
-                    Some(r) => {
-                        t.free_block(mem, r, nonce);
-                    }
-                    None => {
-                        t.stats.acquires += 1;
-                        if let Ok(r) = mem.acquire(addr, len, t.opts.read_lease, Access::ReadWrite, Mode::Shared) {
-                            t.keep_block_right(mem, addr, r, Access::ReadWrite);
-                            list.push((addr, len, nonce));
-                        } // else: freed already
-                    }
-                }
-                Poll::Pending
+                let list = std::mem::take(list);
+                self.free(t, mem, list)
             }
             State::Wait(w) => {
                 let snap = ready!(w.step(t, mem));
-                self.state = State::Check { snap, next: 0, v: None, found: Vec::new() };
+                self.state = State::Check {
+                    snap,
+                    next: 0,
+                    v: None,
+                    found: Vec::new(),
+                };
                 Poll::Pending
             }
             State::Done => Poll::Ready(Err(RaceError::Finished)),
@@ -409,72 +331,5 @@ impl<M: RemoteMemory> Modify<M> {
         }
         self.written = false;
         self.block = Some(b);
-    }
-
-    /// The key's entries are known: change the first, clear the rest.
-    fn decide(&mut self, t: &mut TableClient<M>, subtable: u64, mut found: Vec<Found>) -> Poll<Result<(), RaceError>> {
-        if found.is_empty() {
-            return Poll::Ready(Err(RaceError::NotFound));
-        }
-        let old = found.remove(0);
-        if old.at.slot.is_frozen() || found.iter().any(|d| d.at.slot.is_frozen()) {
-            self.state = State::Wait(Wait::new(self.h));
-            return Poll::Pending;
-        }
-        let _ = t;
-        self.state = State::Swap { subtable, old, dups: found };
-        Poll::Pending
-    }
-
-    /// The CAS of the key's slot, the guard READ of the old block behind it.
-    fn swap(&mut self, t: &mut TableClient<M>, mem: &mut M, subtable: u64, old: Found, dups: Vec<Found>) -> Poll<Result<(), RaceError>> {
-        let s = old.at.slot;
-        let Some(st) = t.subtables.get(&subtable) else {
-            return Poll::Pending;
-        };
-        let mut ops = vec![MemOp::Cas { on: st, offset: old.at.offset, compare: s.0, swap: self.mine.0 }];
-        if let Some(b) = t.blocks.get(s.ptr(), 8, Access::ReadWrite) {
-            ops.push(MemOp::Read { on: b, offset: 0, len: 8 });
-        }
-        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
-        let cas = atomic(out.next());
-        let guard = out.next().map(|r| r.map(|_| ()));
-        match cas {
-            Ok(v) if v == s.0 => {
-                self.linked = true;
-                self.state = match guard {
-                    Some(Err(e)) if ended(&e) || e == MemError::NotFound => {
-                        State::Verify { subtable, old, dups, right: None }
-                    }
-                    _ => {
-                        let frees = vec![(s.ptr(), s.len(), old.nonce)];
-                        State::Clear { subtable, dups, frees }
-                    }
-                };
-                Poll::Pending
-            }
-            Ok(v) if Slot(v).thawed() == s.thawed() => {
-                self.state = State::Wait(Wait::new(self.h));
-                Poll::Pending
-            }
-            Ok(_) => done(self.retry(t)),
-            Err(MemError::OutcomeUnknown) => {
-                t.stats.unknown_outcomes += 1;
-                self.state = State::Resolve(Probe::new(self.h), old, dups);
-                Poll::Pending
-            }
-            Err(e) if ended(&e) => {
-                t.drop_subtable(mem, subtable);
-                done(self.retry(t))
-            }
-            Err(e) => Poll::Ready(Err(e.into())),
-        }
-    }
-}
-
-fn done(r: Result<(), RaceError>) -> Poll<Result<(), RaceError>> {
-    match r {
-        Ok(()) => Poll::Pending,
-        Err(e) => Poll::Ready(Err(e)),
     }
 }

@@ -8,18 +8,21 @@
 //! inserter sees it and backs off). A CAS whose outcome is unknown is resolved by reading the
 //! slot, never by repeating it blindly (see `Resolve`).
 
+mod link;
+
 use super::probe::{Probe, Probed, Snapshot};
 use super::validate::{Validate, Verdict};
 use super::wait::Wait;
 use super::{Stage, ready, try_ready};
-use crate::memory::{MemError, MemOp, Region, RemoteMemory};
+use crate::memory::{Region, RemoteMemory};
 use crate::race::block;
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::hash::KeyHash;
-use crate::race::layout::{BucketHeader, Slot, SlotAt, word};
+use crate::race::layout::{Slot, SlotAt};
 use crate::race::split::{Split, SplitOutcome};
-use crate::race::stats::{atomic, bytes, ended, exec};
+use crate::race::stats::ended;
+use link::candidates;
 use patronus_core::proto::messages::Access;
 use std::task::Poll;
 
@@ -50,7 +53,6 @@ enum State<M: RemoteMemory> {
     Probe(Probe),
     Check {
         snap: Snapshot,
-        next: usize,
         v: Option<Validate>,
     },
     Swap {
@@ -59,7 +61,6 @@ enum State<M: RemoteMemory> {
     },
     Dedup {
         snap: Snapshot,
-        next: usize,
         v: Option<Validate>,
     },
     BackOff {
@@ -193,7 +194,13 @@ impl<M: RemoteMemory> Insert<M> {
                         let _ = mem.relinquish(b);
                         t.stats.acquires += 1;
                         let o = t.opts;
-                        match mem.acquire(addr, len, o.lease, Access::ReadWrite, patronus_core::proto::messages::Mode::Shared) {
+                        match mem.acquire(
+                            addr,
+                            len,
+                            o.lease,
+                            Access::ReadWrite,
+                            patronus_core::proto::messages::Mode::Shared,
+                        ) {
                             Ok(r) => self.block = Some(r),
                             Err(e) => return Poll::Ready(Err(e.into())),
                         }
@@ -218,19 +225,15 @@ impl<M: RemoteMemory> Insert<M> {
                     Probed::WriteFailed(e) => Poll::Ready(Err(e.into())),
                     Probed::Snap(snap) => {
                         self.written = true;
-                        self.state = State::Check {
-                            snap,
-                            next: 0,
-                            v: None,
-                        };
+                        self.state = State::Check { snap, v: None };
                         Poll::Pending
                     }
                 }
             }
-            State::Check { snap, next, v } => {
+            State::Check { snap, v } => {
                 if v.is_none() {
                     let cands = candidates(&self.h, self.mine, &self.others, snap);
-                    match cands.get(*next) {
+                    match cands.first() {
                         Some(at) => *v = Some(Validate::new(*at, snap.subtable, Access::Read)),
                         None => {
                             let snap = snap.clone();
@@ -251,8 +254,8 @@ impl<M: RemoteMemory> Insert<M> {
                         Poll::Ready(Err(RaceError::KeyExists))
                     }
                     Verdict::Other => {
+                        // Known now: the candidates left out the entries in `others`.
                         self.others.push(val.at.slot.thawed());
-                        *next += 1;
                         *v = None;
                         Poll::Pending
                     }
@@ -270,10 +273,10 @@ impl<M: RemoteMemory> Insert<M> {
                 try_ready!(t.ensure_subtable(mem, subtable));
                 self.swap(t, mem, subtable, at)
             }
-            State::Dedup { snap, next, v } => {
+            State::Dedup { snap, v } => {
                 if v.is_none() {
                     let cands = candidates(&self.h, self.mine, &self.others, snap);
-                    match cands.get(*next) {
+                    match cands.first() {
                         Some(at) => *v = Some(Validate::new(*at, snap.subtable, Access::Read)),
                         None => return self.succeed(t, mem),
                     }
@@ -293,8 +296,8 @@ impl<M: RemoteMemory> Insert<M> {
                         Poll::Pending
                     }
                     Verdict::Other => {
+                        // Known now: the candidates left out the entries in `others`.
                         self.others.push(val.at.slot.thawed());
-                        *next += 1;
                         *v = None;
                         Poll::Pending
                     }
@@ -322,28 +325,7 @@ impl<M: RemoteMemory> Insert<M> {
                     Probed::Snap(s) => s,
                     Probed::WriteFailed(e) => return Poll::Ready(Err(e.into())),
                 };
-                let now = snap.at(at.pos).map(|s| s.slot).unwrap_or_default();
-                if now.thawed() == self.mine {
-                    self.linked = Some(at.pos);
-                    return self.relocated(t, mem, snap);
-                }
-                self.linked = None;
-                self.state = if now == Slot::EMPTY {
-                    // It did not take effect: the slot is still free; try it again.
-                    State::Swap { snap, at }
-                } else if now.is_frozen() {
-                    State::Wait(Wait::new(self.h))
-                } else {
-                    // Someone else's now: ours never landed, or landed and was replaced
-                    // (then whoever replaced it frees the block). Free it either way; it
-                    // is in no slot.
-                    if let Some(b) = self.block.take() {
-                        t.free_block(mem, b, self.nonce);
-                    }
-                    self.written = false;
-                    State::Block
-                };
-                Poll::Pending
+                self.resolved(t, mem, snap, at)
             }
             State::Split(s) => match ready!(s.step(t, mem)) {
                 SplitOutcome::Split | SplitOutcome::NotNeeded => {
@@ -360,173 +342,10 @@ impl<M: RemoteMemory> Insert<M> {
                 if self.linked.is_some() {
                     return self.relocated(t, mem, snap);
                 }
-                self.state = State::Check {
-                    snap,
-                    next: 0,
-                    v: None,
-                };
+                self.state = State::Check { snap, v: None };
                 Poll::Pending
             }
             State::Done => Poll::Ready(Err(RaceError::Finished)),
         }
     }
-
-    fn take_block(&mut self, t: &mut TableClient<M>, b: M::Region) {
-        self.nonce = t.nonce(b.addr());
-        self.image = block::encode(&self.key, &self.value, self.h.primary, self.nonce, self.units);
-        self.mine = Slot::entry(self.h.fingerprint(), self.units, b.addr());
-        self.written = false;
-        self.block = Some(b);
-    }
-
-    /// Where to go once the key is known absent: a free slot, a wait, or a split.
-    fn place(&self, t: &TableClient<M>, snap: Snapshot) -> State<M> {
-        if let Some(at) = snap.free_slot(t.geo.slots) {
-            return State::Swap { snap, at };
-        }
-        if snap.frozen() {
-            return State::Wait(Wait::new(self.h));
-        }
-        State::Split(Split::new(t, snap.subtable, Some(snap.header.depth)))
-    }
-
-    /// The CAS of a free slot, with the buckets re-read behind it in the same batch.
-    fn swap(&mut self, t: &mut TableClient<M>, mem: &mut M, subtable: u64, at: SlotAt) -> Poll<Result<(), RaceError>> {
-        let geo = t.geo;
-        let [m1, m2] = self.h.mains(geo.mains());
-        let ((o1, l1, f1), (o2, l2, f2)) = (geo.combined(m1), geo.combined(m2));
-        let Some(st) = t.subtables.get(&subtable) else {
-            return Poll::Pending;
-        };
-        let ops = [
-            MemOp::Cas {
-                on: st,
-                offset: at.offset,
-                compare: 0,
-                swap: self.mine.0,
-            },
-            MemOp::Read { on: st, offset: o1, len: l1 },
-            MemOp::Read { on: st, offset: o2, len: l2 },
-            MemOp::Read { on: st, offset: geo.bucket_offset(f1), len: 8 },
-        ];
-        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
-        let cas = atomic(out.next());
-        let reread = (bytes(out.next()), bytes(out.next()), bytes(out.next()));
-        match cas {
-            Ok(0) => {
-                self.linked = Some(at.pos);
-                self.state = match reread {
-                    (Ok(b1), Ok(b2), Ok(h))
-                        if BucketHeader::decode(word(&h, 0)).claims(self.h.primary) =>
-                    {
-                        let mut slots = geo.parse(f1, &b1);
-                        for s in geo.parse(f2, &b2) {
-                            if !slots.iter().any(|o| o.pos == s.pos) {
-                                slots.push(s);
-                            }
-                        }
-                        slots.sort_by_key(|s| s.pos);
-                        let header = BucketHeader::decode(word(&h, 0));
-                        State::Dedup {
-                            snap: Snapshot { subtable, header, slots },
-                            next: 0,
-                            v: None,
-                        }
-                    }
-                    _ => State::Relocate(Probe::new(self.h)),
-                };
-            }
-            Ok(v) if Slot(v).is_frozen() => self.state = State::Wait(Wait::new(self.h)),
-            Ok(_) => {
-                if let Err(e) = self.retry(t) {
-                    return Poll::Ready(Err(e));
-                }
-                self.state = State::Probe(Probe::new(self.h));
-            }
-            Err(MemError::OutcomeUnknown) => {
-                t.stats.unknown_outcomes += 1;
-                self.state = State::Resolve(Probe::new(self.h), at);
-            }
-            Err(e) if ended(&e) => {
-                t.drop_subtable(mem, subtable);
-                self.state = State::Probe(Probe::new(self.h));
-            }
-            Err(e) => return Poll::Ready(Err(e.into())),
-        }
-        Poll::Pending
-    }
-
-    /// Clears this insert's own slot after seeing another entry of the key.
-    fn back_off(&mut self, t: &mut TableClient<M>, mem: &mut M, subtable: u64, at: SlotAt) -> Poll<Result<(), RaceError>> {
-        let Some(st) = t.subtables.get(&subtable) else {
-            return Poll::Pending;
-        };
-        let ops = [MemOp::Cas {
-            on: st,
-            offset: at.offset,
-            compare: self.mine.0,
-            swap: 0,
-        }];
-        let r = atomic(exec(&mut t.stats, mem, &ops).pop());
-        let step = match r {
-            Ok(v) if v == self.mine.0 => {
-                // Unlinked by this client: the block is still its own (and still written).
-                self.linked = None;
-                self.state = State::Probe(Probe::new(self.h));
-                self.retry(t)
-            }
-            Ok(v) if Slot(v).thawed() == self.mine => {
-                self.state = State::Wait(Wait::new(self.h));
-                Ok(())
-            }
-            // Replaced or cleared by another client, who frees the block.
-            Ok(_) => self.lose_block(t, mem),
-            Err(MemError::OutcomeUnknown) => {
-                t.stats.unknown_outcomes += 1;
-                self.state = State::Relocate(Probe::new(self.h));
-                Ok(())
-            }
-            Err(e) if ended(&e) => {
-                t.drop_subtable(mem, subtable);
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        };
-        match step {
-            Ok(()) => Poll::Pending,
-            Err(e) => Poll::Ready(Err(e)),
-        }
-    }
-
-    /// After a probe: is this insert's entry where it was linked?
-    fn relocated(&mut self, t: &mut TableClient<M>, mem: &mut M, snap: Snapshot) -> Poll<Result<(), RaceError>> {
-        let here = self
-            .linked
-            .and_then(|p| snap.at(p))
-            .is_some_and(|s| s.slot.thawed() == self.mine);
-        if here {
-            self.state = State::Dedup { snap, next: 0, v: None };
-            return Poll::Pending;
-        }
-        match self.lose_block(t, mem) {
-            Ok(()) => Poll::Pending,
-            Err(e) => Poll::Ready(Err(e)),
-        }
-    }
-
-    fn succeed(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Poll<Result<(), RaceError>> {
-        if let Some(b) = self.block.take() {
-            t.consume(mem, b);
-        }
-        self.state = State::Done;
-        Poll::Ready(Ok(()))
-    }
-}
-
-/// Entries with the key's fingerprint not known to be other keys' (nor this insert's own).
-fn candidates(h: &KeyHash, mine: Slot, others: &[Slot], snap: &Snapshot) -> Vec<SlotAt> {
-    snap.candidates(h.fingerprint())
-        .into_iter()
-        .filter(|s| s.slot.thawed() != mine && !others.contains(&s.slot.thawed()))
-        .collect()
 }
