@@ -270,7 +270,51 @@ fn threads_keep_the_table_consistent(t: Transport) {
     check_against_model(&mut t, mem, &model, 120);
 }
 
+/// Four logical clients insert the same key at once (for several keys): exactly one insert
+/// of each succeeds, the others find the key, and the table holds the winner's value once.
+fn concurrent_inserts_of_one_key_leave_one_entry(t: Transport) {
+    let (_bed, mut mems) = bed(t, 2);
+    let root = race::create(&mut mems[0], small(LockMode::Lease)).unwrap();
+    let mut clients: Vec<(usize, TableClient<Mem>)> = (0..4)
+        .map(|i| (i % 2, race::open(&mut mems[i % 2], root, opts()).unwrap()))
+        .collect();
+    let mut rng = Rng::new(5);
+    let keys = if t == Transport::InProc { 30 } else { 8 };
+    let mut winners = HashMap::new();
+    for k in 0..keys {
+        // Each client inserts its own value: value(k, client).
+        let mut ops: Vec<Option<Insert<Mem>>> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, (_, c))| Some(Insert::new(c, &key(k), &value(k, i as u64)).unwrap()))
+            .collect();
+        let mut results = vec![None; ops.len()];
+        while ops.iter().any(Option::is_some) {
+            let i = rng.below(ops.len() as u64) as usize;
+            let Some(op) = ops[i].as_mut() else { continue };
+            let (m, c) = &mut clients[i];
+            if let Poll::Ready(r) = op.step(c, &mut mems[*m]) {
+                results[i] = Some(r);
+                ops[i] = None;
+            }
+        }
+        let won: Vec<usize> = (0..results.len())
+            .filter(|&i| results[i] == Some(Ok(())))
+            .collect();
+        assert_eq!(won.len(), 1, "key {k}: {results:?}");
+        for (i, r) in results.iter().enumerate() {
+            if i != won[0] {
+                assert_eq!(*r, Some(Err(RaceError::KeyExists)), "key {k}: {results:?}");
+            }
+        }
+        winners.insert(k, value(k, won[0] as u64));
+    }
+    let (m, c) = &mut clients[0];
+    check_against_model(c, &mut mems[*m], &winners, keys);
+}
+
 both_transports!(
+    concurrent_inserts_of_one_key_leave_one_entry,
     interleaved_clients_keep_the_table_consistent,
     interleaved_clients_with_lock_words,
     another_interleaving,

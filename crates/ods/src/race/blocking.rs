@@ -69,7 +69,7 @@ impl<M: RemoteMemory> TableClient<M> {
     /// Every key and value, in no order (one right per block read). Under concurrent writes
     /// and splits it is no snapshot: a key present throughout is returned once, with a
     /// value it had during the scan; keys written during it may or may not be.
-    pub fn scan(&mut self, mem: &mut M) -> Result<Vec<(Vec<u8>, Vec<u8>)>, RaceError> {
+    pub fn scan(&mut self, mem: &mut M) -> Result<KeyValues, RaceError> {
         let mut found: HashMap<Vec<u8>, (u32, Vec<u8>)> = HashMap::new();
         for e in self.entries(mem)?.into_iter().filter(|e| e.claimed) {
             // Of two entries of a key, the lower-positioned one is the key's.
@@ -206,6 +206,9 @@ impl<M: RemoteMemory> TableClient<M> {
         Ok(())
     }
 }
+
+/// Keys and their values, as [`TableClient::scan`] returns them.
+pub type KeyValues = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// An entry found by a scan.
 struct Entry {

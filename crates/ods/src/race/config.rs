@@ -62,7 +62,7 @@ impl Default for RaceConfig {
             slots: 7,
             block_size: 256,
             lock: LockMode::Lease,
-            seed: 0x5ace_0f_ba5e,
+            seed: 0x005a_ce0f_ba5e,
         }
     }
 }
@@ -88,7 +88,7 @@ impl RaceConfig {
             return Err(RaceError::InvalidConfig("slots must be in 1..=63"));
         }
         let b = u64::from(self.block_size);
-        if b < BLOCK_HEADER + 1 || b > MAX_BLOCK_UNITS * UNIT || b % UNIT != 0 {
+        if !(BLOCK_HEADER + 1..=MAX_BLOCK_UNITS * UNIT).contains(&b) || b % UNIT != 0 {
             return Err(RaceError::InvalidConfig(
                 "block_size must be a multiple of 64 bytes in 64..=8128",
             ));

@@ -40,7 +40,7 @@ mod split;
 mod stats;
 mod table;
 
-pub use blocking::Audit;
+pub use blocking::{Audit, KeyValues};
 pub use client::TableClient;
 pub use config::{ClientOptions, LockMode, MAX_DEPTH_LIMIT, RaceConfig};
 pub use error::RaceError;
