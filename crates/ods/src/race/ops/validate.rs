@@ -37,6 +37,8 @@ pub(crate) struct Validate {
     pub at: SlotAt,
     subtable: u64,
     access: Access,
+    /// The block is gone: read the slot again before calling it changed.
+    dangling: bool,
 }
 
 impl Validate {
@@ -47,6 +49,7 @@ impl Validate {
             at,
             subtable,
             access,
+            dangling: false,
         }
     }
 
@@ -65,6 +68,9 @@ impl Validate {
     ) -> Poll<Result<Verdict, RaceError>> {
         let slot = self.at.slot;
         let (addr, len) = (slot.ptr(), slot.len());
+        if self.dangling {
+            return self.recheck(t, mem, h);
+        }
         let margin = t.opts.margin;
         let usable = t
             .blocks
@@ -83,9 +89,10 @@ impl Validate {
                         t.keep_block_right(mem, addr, r, self.access);
                         return Poll::Pending;
                     }
-                    // Freed (or not an object any more): the slot must have changed.
+                    // Freed: the slot changed, or it is a copy a split left to clear.
                     Err(MemError::NotFound | MemError::Invalid(_)) => {
-                        return Poll::Ready(Ok(Verdict::Gone));
+                        self.dangling = true;
+                        return Poll::Pending;
                     }
                     Err(e) => return Poll::Ready(Err(e.into())),
                 }
@@ -139,7 +146,8 @@ impl Validate {
                 if let Some(old) = t.blocks.take(addr) {
                     t.give_up(mem, old);
                 }
-                return Poll::Ready(Ok(Verdict::Gone));
+                self.dangling = true;
+                return Poll::Pending;
             }
             Err(e) => return Poll::Ready(Err(e.into())),
         };
@@ -151,6 +159,58 @@ impl Validate {
             Some(b) if b.key == key => Verdict::Key(b),
             Some(_) => Verdict::Other,
         }))
+    }
+}
+
+impl Validate {
+    /// The candidate's block is gone. If its slot still names it (a frozen copy that an
+    /// unfinished split left in the old subtable, its block freed by a writer of the new
+    /// one), it is no entry of the key's: skip it rather than read the buckets again until
+    /// the split is finished.
+    fn recheck<M: RemoteMemory>(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+        h: &KeyHash,
+    ) -> Poll<Result<Verdict, RaceError>> {
+        match t.ensure_subtable(mem, self.subtable) {
+            Ok(true) => {}
+            Ok(false) => return Poll::Pending,
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+        let Some(st) = t.subtables.get(&self.subtable) else {
+            return Poll::Pending;
+        };
+        let hdr_at = self.at.offset - (self.at.offset - SUBTABLE_HEADER) % t.geo.bucket_bytes();
+        let ops = [
+            MemOp::Read {
+                on: st,
+                offset: self.at.offset,
+                len: 8,
+            },
+            MemOp::Read {
+                on: st,
+                offset: hdr_at,
+                len: 8,
+            },
+        ];
+        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
+        match (bytes(out.next()), bytes(out.next())) {
+            (Ok(n), Ok(hd)) => {
+                let same = Slot(word(&n, 0)).thawed() == self.at.slot.thawed();
+                let claims = BucketHeader::decode(word(&hd, 0)).claims(h.primary);
+                Poll::Ready(Ok(if same && claims {
+                    Verdict::Other
+                } else {
+                    Verdict::Gone
+                }))
+            }
+            (Err(e), _) | (_, Err(e)) if ended(&e) => {
+                t.drop_subtable(mem, self.subtable);
+                Poll::Pending
+            }
+            (Err(e), _) | (_, Err(e)) => Poll::Ready(Err(e.into())),
+        }
     }
 }
 
