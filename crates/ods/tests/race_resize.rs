@@ -172,7 +172,40 @@ fn a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good(t: Transport) {
     }
 }
 
+/// A resizer that is only slow: its lock's lease ends mid-split, another client finishes the
+/// split, and when the slow one resumes it stops without another write (its next step finds
+/// the lease over) and its insert completes in the split table.
+fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Transport) {
+    let (bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = opts();
+    let root = race::create(rm, small(LockMode::Lease)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let mut w = race::open(wm, root, o).unwrap();
+    let (mut slow, before) = stop_a_split(&mut r, rm, 0, Phase::Publishing, 1);
+    let slow_key = before.last().map_or(0, |k| k + 1);
+    bed.clock.advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
+    let k = 5_000;
+    let mut op = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
+    race_support::run(&mut w, wm, |t, m| op.step(t, m)).unwrap();
+    assert_eq!(w.stats().recoveries, 1);
+    // The slow resizer wakes up: its split stops (lock lost), its insert goes on.
+    race_support::run(&mut r, rm, |t, m| slow.step(t, m)).unwrap();
+    assert_eq!(r.stats().splits, 0, "{:?}", r.stats());
+    assert_eq!(w.get(wm, &key(slow_key)).unwrap(), Some(value(slow_key, 0)));
+    assert_eq!(w.get(wm, &key(k)).unwrap(), Some(value(k, 1)));
+    let audit = w.audit(wm).unwrap();
+    assert_eq!(audit.keys, before.len() as u64 + 2, "{audit:?}");
+    assert_eq!(
+        (audit.duplicates, audit.unclaimed, audit.unreadable, audit.frozen),
+        (0, 0, 0, 0),
+        "{audit:?}"
+    );
+}
+
 both_transports!(
+    a_slow_resizer_whose_lease_ended_stops_and_resumes_safely,
     a_stopped_resizer_blocks_writers_only_until_its_lease_ends,
     a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good
 );
