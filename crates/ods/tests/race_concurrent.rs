@@ -211,9 +211,12 @@ fn interleaved_clients_with_lock_words(t: Transport) {
     interleave(t, LockMode::Word, 2, 500, 100);
 }
 
-fn another_interleaving(t: Transport) {
+/// More seeds in-process (cheap there): few keys (much contention), many keys (many splits).
+fn more_interleavings(t: Transport) {
     if t == Transport::InProc {
-        interleave(t, LockMode::Lease, 3, 700, 60);
+        interleave(t, LockMode::Lease, 3, 1000, 40);
+        interleave(t, LockMode::Lease, 4, 1500, 300);
+        interleave(t, LockMode::Word, 5, 1000, 150);
     }
 }
 
@@ -317,6 +320,6 @@ both_transports!(
     concurrent_inserts_of_one_key_leave_one_entry,
     interleaved_clients_keep_the_table_consistent,
     interleaved_clients_with_lock_words,
-    another_interleaving,
+    more_interleavings,
     threads_keep_the_table_consistent
 );
