@@ -185,7 +185,8 @@ fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Transport) {
     let mut w = race::open(wm, root, o).unwrap();
     let (mut slow, before) = stop_a_split(&mut r, rm, 0, Phase::Publishing, 1);
     let slow_key = before.last().map_or(0, |k| k + 1);
-    bed.clock.advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
+    bed.clock
+        .advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
     let k = 5_000;
     let mut op = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
     race_support::run(&mut w, wm, |t, m| op.step(t, m)).unwrap();
@@ -198,7 +199,12 @@ fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Transport) {
     let audit = w.audit(wm).unwrap();
     assert_eq!(audit.keys, before.len() as u64 + 2, "{audit:?}");
     assert_eq!(
-        (audit.duplicates, audit.unclaimed, audit.unreadable, audit.frozen),
+        (
+            audit.duplicates,
+            audit.unclaimed,
+            audit.unreadable,
+            audit.frozen
+        ),
         (0, 0, 0, 0),
         "{audit:?}"
     );

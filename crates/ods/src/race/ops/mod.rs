@@ -1,5 +1,6 @@
 //! The operations, each a steppable state machine: a `step` does at most one batch (one
-//! doorbell) or one control request and returns `Poll::Pending` until the operation is done,
+//! doorbell) or one control request (besides giving up rights no longer needed, and the
+//! frees that clean up after an unknown outcome) and returns `Poll::Pending` until done,
 //! so one thread can interleave many logical clients' operations (and a test can stop one
 //! between any two steps).
 //!

@@ -19,7 +19,6 @@ impl<M: RemoteMemory> Modify<M> {
     /// The key's entries are known: change the first, clear the rest.
     pub(super) fn decide(
         &mut self,
-        t: &mut TableClient<M>,
         subtable: u64,
         mut found: Vec<Found>,
     ) -> Poll<Result<(), RaceError>> {
@@ -31,7 +30,6 @@ impl<M: RemoteMemory> Modify<M> {
             self.state = State::Wait(Wait::new(self.h));
             return Poll::Pending;
         }
-        let _ = t;
         self.state = State::Swap {
             subtable,
             old,

@@ -243,7 +243,7 @@ impl<M: RemoteMemory> Modify<M> {
                         Some(at) => *v = Some(Validate::new(*at, snap.subtable, Access::ReadWrite)),
                         None => {
                             let (subtable, found) = (snap.subtable, std::mem::take(found));
-                            return self.decide(t, subtable, found);
+                            return self.decide(subtable, found);
                         }
                     }
                 }
