@@ -2,7 +2,7 @@
 //! stored in its root) and one client's policy ([`ClientOptions`]: leases, patience).
 
 use super::error::RaceError;
-use super::layout::{BLOCK_HEADER, MAX_BLOCK_UNITS, UNIT};
+use super::layout::{BLOCK_HEADER, Geometry, MAX_BLOCK_UNITS, UNIT};
 use std::time::Duration;
 
 /// How a resizer excludes the others from a subtable's split (Fig 8a compares the two).
@@ -69,6 +69,8 @@ impl Default for RaceConfig {
 
 /// The deepest directory a table may have (an 8-byte entry each: 512 KiB).
 pub const MAX_DEPTH_LIMIT: u8 = 16;
+/// The largest subtable (a resizer reads one whole).
+const MAX_SUBTABLE_BYTES: u64 = 256 << 10;
 
 impl RaceConfig {
     /// Checks that the shape describes a table.
@@ -86,6 +88,15 @@ impl RaceConfig {
         }
         if self.slots == 0 || self.slots > 63 {
             return Err(RaceError::InvalidConfig("slots must be in 1..=63"));
+        }
+        let geo = Geometry {
+            groups: self.groups,
+            slots: self.slots,
+        };
+        if geo.subtable_bytes() > MAX_SUBTABLE_BYTES {
+            return Err(RaceError::InvalidConfig(
+                "a subtable must fit in 256 KiB (a resizer reads it in one READ)",
+            ));
         }
         let b = u64::from(self.block_size);
         if !(BLOCK_HEADER + 1..=MAX_BLOCK_UNITS * UNIT).contains(&b) || b % UNIT != 0 {
@@ -117,7 +128,9 @@ pub struct ClientOptions {
     /// See `split_lease`.
     pub fence_gap: Duration,
     /// Polls of a subtable frozen by another client's split before this client tries to
-    /// take the split's lock (to finish it if its resizer stopped).
+    /// take the split's lock (to finish it if its resizer stopped). Longer than a split
+    /// takes: with Patronus, asking for a held exclusive permission makes the manager refuse
+    /// its holder's extensions, so an impatient waiter takes a live resizer's split over.
     pub takeover_after: u32,
     /// Give up rights no longer needed by letting their leases run out (no round trip,
     /// §5.4) rather than releasing them (a revoke RPC each). Lock objects are always
@@ -139,10 +152,53 @@ impl Default for ClientOptions {
             reader_cache: 64,
             split_lease: Duration::from_millis(2),
             fence_gap: Duration::from_millis(2),
-            takeover_after: 64,
+            takeover_after: 1024,
             lapse: true,
             max_attempts: 256,
             max_wait_polls: 1 << 20,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_checked() {
+        assert_eq!(RaceConfig::default().validate(), Ok(()));
+        let bad = [
+            RaceConfig {
+                groups: 0,
+                ..RaceConfig::default()
+            },
+            RaceConfig {
+                block_size: 100,
+                ..RaceConfig::default()
+            },
+            RaceConfig {
+                block_size: 128 * 64,
+                ..RaceConfig::default()
+            },
+            RaceConfig {
+                max_depth: 17,
+                ..RaceConfig::default()
+            },
+            RaceConfig {
+                initial_depth: 5,
+                max_depth: 4,
+                ..RaceConfig::default()
+            },
+            RaceConfig {
+                groups: 2048,
+                ..RaceConfig::default()
+            },
+        ];
+        for c in bad {
+            assert!(
+                matches!(c.validate(), Err(RaceError::InvalidConfig(_))),
+                "{c:?}"
+            );
         }
     }
 }
