@@ -12,10 +12,12 @@
 //! - [`patronus`]: the interface on a Patronus [`Client`](patronus_core::client::Client).
 //! - [`queue`]: a lock-free segmented FIFO queue (segments of N entries, FAA to claim a slot,
 //!   CAS to publish and take it; drained segments freed).
+//! - [`race`]: RACE hashing, an extendible hash table of one-sided operations.
 
 pub mod memory;
 pub mod patronus;
 pub mod queue;
+pub mod race;
 
 pub use memory::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 pub use patronus::PatronusMemory;

@@ -179,6 +179,14 @@ pub trait RemoteMemory {
     /// Ends the right (the object stays allocated).
     fn release(&mut self, region: Self::Region) -> Result<(), MemError>;
 
+    /// Gives up a right its holder no longer needs, as cheaply as the system allows: with
+    /// leases it may simply run out (no round trip: §5.4's "lease expiry instead of a revoke
+    /// RPC"); without, it ends as [`RemoteMemory::release`] ends it (the default). Until it
+    /// runs out, the right still works for nobody: its holder never uses it again.
+    fn relinquish(&mut self, region: Self::Region) -> Result<(), MemError> {
+        self.release(region)
+    }
+
     /// Frees the object the right covers; every right over it ends.
     fn free(&mut self, region: Self::Region) -> Result<(), MemError>;
 

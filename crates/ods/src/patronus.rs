@@ -108,6 +108,12 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         Ok(self.client.revoke(region)?)
     }
 
+    fn relinquish(&mut self, region: Perm) -> Result<(), MemError> {
+        // The lease runs out at the memory node: no revoke RPC (§5.4).
+        drop(region);
+        Ok(())
+    }
+
     fn free(&mut self, region: Perm) -> Result<(), MemError> {
         Ok(self.client.free(region)?)
     }

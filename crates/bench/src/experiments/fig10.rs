@@ -255,7 +255,9 @@ fn summarize(exp: &mut Experiment, plan: &Plan) {
             panel(exp, "(a) throughput", "throughput (Kops/s)", false, |r| {
                 r.throughput_ops / 1e3
             }),
-            panel(exp, "(b) median latency", "p50 latency (µs)", false, |r| r.p50_us),
+            panel(exp, "(b) median latency", "p50 latency (µs)", false, |r| {
+                r.p50_us
+            }),
             panel(exp, "(c) segment sweep", "throughput (Kops/s)", true, |r| {
                 r.throughput_ops / 1e3
             }),
@@ -273,7 +275,12 @@ fn panel(exp: &Experiment, title: &str, y: &str, sweep: bool, f: impl Fn(&Row) -
     };
     Panel {
         title: title.into(),
-        x_label: if sweep { "entries per segment" } else { "producers" }.into(),
+        x_label: if sweep {
+            "entries per segment"
+        } else {
+            "producers"
+        }
+        .into(),
         y_label: y.into(),
         x_log: true,
         y_log: true,

@@ -10,9 +10,7 @@
 
 use super::driver::{CLIENT_THREADS, Driven, Logical, Rig, drive, engine_cpu, spread};
 use super::patronus_rig::{PatronusRig, lean_client};
-use crate::baseline::{
-    BaselineClientConfig, BaselineConfig, BaselineMemory, BaselineNode, Scheme,
-};
+use crate::baseline::{BaselineClientConfig, BaselineConfig, BaselineMemory, BaselineNode, Scheme};
 use anyhow::{Context as _, Result};
 use patronus_core::manager::{NodeConfig, Techniques};
 use patronus_ods::{NamedRoots, PatronusMemory, RemoteMemory};

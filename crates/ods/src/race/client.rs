@@ -1,0 +1,385 @@
+//! [`TableClient`]: one logical client of a table — its directory cache, the rights it keeps
+//! and reuses (subtables, the directory, its pre-allocated KV blocks, recently read blocks),
+//! and its counts. Many table clients may share one [`RemoteMemory`] (a benchmark thread
+//! multiplexes them); each is driven by the operations' `step` functions.
+//!
+//! Rights are kept alive lazily: before a right is used, one whose lease ends within the
+//! margin is extended one-sidedly, and one that cannot be extended is dropped and acquired
+//! again. Each such action is one step of the operation that needed it.
+
+use super::config::ClientOptions;
+use super::directory::DirCache;
+use super::error::RaceError;
+use super::hash::hash64;
+use super::layout::Geometry;
+use super::records::Root;
+use super::stats::RaceStats;
+use crate::memory::{MemError, Region, RemoteMemory};
+use patronus_core::proto::messages::{Access, Mode};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Table clients made by this process (their lock-word tags differ).
+static CLIENTS: AtomicU64 = AtomicU64::new(1);
+
+/// One logical client of a RACE table (see the module docs).
+pub struct TableClient<M: RemoteMemory> {
+    pub(crate) root_addr: u64,
+    pub(crate) root: Root,
+    pub(crate) geo: Geometry,
+    pub(crate) opts: ClientOptions,
+    pub(crate) dir: DirCache,
+    pub(crate) dir_right: Option<M::Region>,
+    /// Rights over subtables (read-write, shared), by address.
+    pub(crate) subtables: HashMap<u64, M::Region>,
+    /// This client's allocated, not yet linked KV blocks.
+    pub(crate) spare: Vec<M::Region>,
+    /// Rights over blocks this client read (of any writer), by address.
+    pub(crate) blocks: BlockRights<M::Region>,
+    pub(crate) stats: RaceStats,
+    /// Frozen slots the last scan saw.
+    pub(crate) frozen: u64,
+    /// Distinguishes this client's writes from others' (see `block`'s nonce).
+    tag: u64,
+    writes: u64,
+    /// What this client writes into a lock word it takes.
+    lock_tag: u64,
+}
+
+impl<M: RemoteMemory> fmt::Debug for TableClient<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableClient")
+            .field("root", &format_args!("{:#x}", self.root_addr))
+            .field("depth", &self.dir.depth)
+            .field("subtables", &self.subtables.len())
+            .field("spare", &self.spare.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: RemoteMemory> TableClient<M> {
+    pub(crate) fn new(root_addr: u64, root: Root, opts: ClientOptions) -> Self {
+        TableClient {
+            root_addr,
+            geo: Geometry {
+                groups: root.config.groups,
+                slots: root.config.slots,
+            },
+            root,
+            opts,
+            dir: DirCache::default(),
+            dir_right: None,
+            subtables: HashMap::new(),
+            spare: Vec::new(),
+            blocks: BlockRights::new(opts.reader_cache),
+            stats: RaceStats::default(),
+            frozen: 0,
+            tag: 0,
+            writes: 0,
+            lock_tag: hash64(
+                &CLIENTS.fetch_add(1, Ordering::Relaxed).to_le_bytes(),
+                root_addr,
+            ) | 1,
+        }
+    }
+
+    /// The table's root address.
+    pub fn root(&self) -> u64 {
+        self.root_addr
+    }
+
+    /// What this client counted so far.
+    pub fn stats(&self) -> RaceStats {
+        self.stats
+    }
+
+    /// The client's options.
+    pub fn options(&self) -> &ClientOptions {
+        &self.opts
+    }
+
+    /// The depth of this client's directory cache.
+    pub fn cached_depth(&self) -> u8 {
+        self.dir.depth
+    }
+
+    /// Addresses of this client's pre-allocated, unused KV blocks.
+    pub fn spare_blocks(&self) -> Vec<u64> {
+        self.spare.iter().map(Region::addr).collect()
+    }
+
+    /// Gives up every right this client holds (its spare blocks stay allocated: they are
+    /// freed).
+    pub fn close(mut self, mem: &mut M) -> Result<(), RaceError> {
+        for r in std::mem::take(&mut self.spare) {
+            mem.free(r)?;
+        }
+        let subtables: Vec<M::Region> = self.subtables.drain().map(|(_, r)| r).collect();
+        let rest = self.dir_right.take().into_iter().chain(self.blocks.drain());
+        for r in subtables.into_iter().chain(rest) {
+            self.give_up(mem, r);
+        }
+        Ok(())
+    }
+
+    /// A fresh nonce for a block this client writes.
+    pub(crate) fn nonce(&mut self, block: u64) -> u64 {
+        if self.tag == 0 {
+            self.tag = hash64(&block.to_le_bytes(), self.root_addr) | 1;
+        }
+        self.writes += 1;
+        hash64(&self.writes.to_le_bytes(), self.tag)
+    }
+
+    /// Gives up a right this client no longer needs (see [`ClientOptions::lapse`]).
+    pub(crate) fn give_up(&mut self, mem: &mut M, r: M::Region) {
+        self.stats.releases += 1;
+        let _ = if self.opts.lapse {
+            mem.relinquish(r)
+        } else {
+            mem.release(r)
+        };
+    }
+
+    /// The value this client writes into a lock word it takes (never 0).
+    pub(crate) fn lock_tag(&self) -> u64 {
+        self.lock_tag
+    }
+
+    /// Makes sure a usable right over subtable `addr` is held: `Ok(true)` if one is, at no
+    /// cost; `Ok(false)` after one step of work (an acquisition or an extension).
+    pub(crate) fn ensure_subtable(&mut self, mem: &mut M, addr: u64) -> Result<bool, RaceError> {
+        let (lease, margin) = (self.opts.lease, self.opts.margin);
+        match self
+            .subtables
+            .get(&addr)
+            .map(|r| mem.expires_within(r, margin))
+        {
+            Some(false) => Ok(true),
+            Some(true) => {
+                self.stats.extends += 1;
+                let kept = self.subtables.get(&addr).is_some_and(|r| {
+                    mem.extend(r, lease).is_ok() && !mem.expires_within(r, margin)
+                });
+                if !kept {
+                    self.drop_subtable(mem, addr);
+                }
+                Ok(false)
+            }
+            None => {
+                self.stats.acquires += 1;
+                let len = self.geo.subtable_bytes();
+                let r = mem
+                    .acquire(addr, len, lease, Access::ReadWrite, Mode::Shared)
+                    .map_err(|e| match e {
+                        MemError::NotFound => RaceError::Corrupt("a subtable is gone"),
+                        e => e.into(),
+                    })?;
+                self.subtables.insert(addr, r);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Drops the right over subtable `addr` (it ended): the next use acquires a new one.
+    pub(crate) fn drop_subtable(&mut self, mem: &mut M, addr: u64) {
+        if let Some(r) = self.subtables.remove(&addr) {
+            self.give_up(mem, r);
+        }
+    }
+
+    /// Makes sure a usable right over the directory is held (as `ensure_subtable`).
+    pub(crate) fn ensure_directory(&mut self, mem: &mut M) -> Result<bool, RaceError> {
+        let len = self.root.directory_bytes();
+        let addr = self.root.directory;
+        let (lease, margin) = (self.opts.lease, self.opts.margin);
+        match &self.dir_right {
+            Some(r) if !mem.expires_within(r, margin) => Ok(true),
+            Some(r) => {
+                self.stats.extends += 1;
+                if mem.extend(r, lease).is_err() || mem.expires_within(r, margin) {
+                    self.drop_directory(mem);
+                }
+                Ok(false)
+            }
+            None => {
+                self.stats.acquires += 1;
+                let r = mem.acquire(addr, len, lease, Access::Read, Mode::Shared)?;
+                self.dir_right = Some(r);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Drops the right over the directory.
+    pub(crate) fn drop_directory(&mut self, mem: &mut M) {
+        if let Some(r) = self.dir_right.take() {
+            self.give_up(mem, r);
+        }
+    }
+
+    /// Makes sure `block` (one of this client's own) has a usable right: extends it, or
+    /// acquires the object again (read-write, shared) if its lease ended. `Ok(true)` if it
+    /// was usable already.
+    pub(crate) fn refresh_own_block(
+        &mut self,
+        mem: &mut M,
+        block: &mut Option<M::Region>,
+    ) -> Result<bool, RaceError> {
+        let (lease, margin) = (self.opts.lease, self.opts.margin);
+        let Some(r) = block.as_ref() else {
+            return Err(RaceError::Corrupt("no block to refresh"));
+        };
+        if !mem.expires_within(r, margin) {
+            return Ok(true);
+        }
+        self.stats.extends += 1;
+        if mem.extend(r, lease).is_ok() && !mem.expires_within(r, margin) {
+            return Ok(false);
+        }
+        let (addr, len) = (r.addr(), r.len());
+        if let Some(old) = block.take() {
+            let _ = mem.relinquish(old);
+        }
+        self.stats.acquires += 1;
+        let again = mem.acquire(addr, len, lease, Access::ReadWrite, Mode::Shared)?;
+        *block = Some(again);
+        Ok(false)
+    }
+
+    /// A spare block: `Ok(Some)` at no cost, `Ok(None)` after allocating a batch of
+    /// `preallocate` blocks in one round trip (take one at the next step).
+    pub(crate) fn take_spare(&mut self, mem: &mut M) -> Result<Option<M::Region>, RaceError> {
+        if let Some(r) = self.spare.pop() {
+            return Ok(Some(r));
+        }
+        let n = self.opts.preallocate.max(1);
+        let sizes = vec![u64::from(self.root.config.block_size); n];
+        self.stats.allocations += 1;
+        let blocks = mem.allocate(&sizes, self.opts.lease, Mode::Shared)?;
+        self.stats.allocated += blocks.len() as u64;
+        // Taken from the end: the first allocated is used first.
+        self.spare.extend(blocks.into_iter().rev());
+        Ok(None)
+    }
+
+    /// Returns an unused (never linked, or unlinked by this client's own back-off) block.
+    pub(crate) fn return_spare(&mut self, block: M::Region) {
+        self.spare.push(block);
+    }
+
+    /// Gives up the right over a block that is linked now (others free it; the lease ends).
+    pub(crate) fn consume(&mut self, mem: &mut M, block: M::Region) {
+        self.give_up(mem, block);
+    }
+
+    /// Keeps a right over a block (read by this client) for later use; gives up the ones
+    /// pushed out of the cache.
+    pub(crate) fn keep_block_right(
+        &mut self,
+        mem: &mut M,
+        addr: u64,
+        r: M::Region,
+        access: Access,
+    ) {
+        for old in self.blocks.put(addr, r, access) {
+            self.give_up(mem, old);
+        }
+    }
+
+    /// Frees a block through `right`; if the right ended, acquires the block again and frees
+    /// it only if it still holds the write with `nonce` (not reused since). Best effort: a
+    /// block that cannot be freed is left to its lease (and counted as not freed).
+    pub(crate) fn free_block(&mut self, mem: &mut M, right: M::Region, nonce: u64) -> bool {
+        let (addr, len) = (right.addr(), right.len());
+        self.stats.frees += 1;
+        match mem.free(right) {
+            Ok(()) => return true,
+            Err(MemError::NotFound | MemError::Rejected | MemError::Expired) => {}
+            Err(_) => return false,
+        }
+        self.stats.acquires += 1;
+        let Ok(again) = mem.acquire(
+            addr,
+            len,
+            self.opts.read_lease,
+            Access::ReadWrite,
+            Mode::Shared,
+        ) else {
+            return false; // freed already
+        };
+        let ops = [crate::memory::MemOp::Read {
+            on: &again,
+            offset: 0,
+            len: super::layout::BLOCK_HEADER as u32,
+        }];
+        let out = super::stats::exec(&mut self.stats, mem, &ops).pop();
+        match super::stats::bytes(out) {
+            Ok(h) if super::block::nonce_of(&h) == nonce => {
+                self.stats.frees += 1;
+                mem.free(again).is_ok()
+            }
+            _ => {
+                self.give_up(mem, again);
+                false
+            }
+        }
+    }
+}
+
+/// Rights over KV blocks, by address, with the access they grant; the oldest are given up
+/// past the capacity.
+pub(crate) struct BlockRights<R> {
+    map: HashMap<u64, (R, Access)>,
+    order: VecDeque<u64>,
+    cap: usize,
+}
+
+impl<R: Region> BlockRights<R> {
+    fn new(cap: usize) -> Self {
+        BlockRights {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            cap,
+        }
+    }
+
+    /// The right over `addr` if one with `access` covering `len` bytes is held.
+    pub(crate) fn get(&self, addr: u64, len: u64, access: Access) -> Option<&R> {
+        self.map
+            .get(&addr)
+            .filter(|(r, a)| r.len() >= len && (*a == access || *a == Access::ReadWrite))
+            .map(|(r, _)| r)
+    }
+
+    /// Keeps `r`; returns the rights pushed out (to give up).
+    pub(crate) fn put(&mut self, addr: u64, r: R, access: Access) -> Vec<R> {
+        let mut out: Vec<R> = self
+            .map
+            .insert(addr, (r, access))
+            .map(|(r, _)| r)
+            .into_iter()
+            .collect();
+        self.order.retain(|a| *a != addr);
+        self.order.push_back(addr);
+        // Keep at least a few: an operation holds the rights it is validating.
+        while self.order.len() > self.cap.max(8) {
+            if let Some(a) = self.order.pop_front() {
+                out.extend(self.map.remove(&a).map(|(r, _)| r));
+            }
+        }
+        out
+    }
+
+    /// Takes the right over `addr` out.
+    pub(crate) fn take(&mut self, addr: u64) -> Option<R> {
+        self.order.retain(|a| *a != addr);
+        self.map.remove(&addr).map(|(r, _)| r)
+    }
+
+    fn drain(&mut self) -> Vec<R> {
+        self.order.clear();
+        self.map.drain().map(|(_, (r, _))| r).collect()
+    }
+}

@@ -1,0 +1,202 @@
+//! Finding a key's subtable and reading its two combined buckets.
+//!
+//! One batch: (an optional WRITE of the caller's new block,) READ of each combined bucket,
+//! then a READ of one bucket header of the subtable. Operations on one QP execute in order,
+//! so that header is read after the slots: a split changes every header (depth + 1) before
+//! it changes any slot of the old subtable, so a header that still claims the key proves the
+//! slots read before it were current for the key.
+
+use crate::memory::{MemError, MemOp, RemoteMemory};
+use crate::race::client::TableClient;
+use crate::race::error::RaceError;
+use crate::race::hash::KeyHash;
+use crate::race::layout::{BucketHeader, SlotAt, word};
+use crate::race::stats::{bytes, ended, exec};
+use std::task::Poll;
+
+/// Directory re-reads a probe makes before it calls the directory corrupt.
+const MAX_REFRESHES: u32 = 32;
+
+/// A key's two combined buckets, read from a subtable that claims the key.
+#[derive(Clone, Debug)]
+pub(crate) struct Snapshot {
+    /// The subtable's address.
+    pub subtable: u64,
+    /// Its bucket header, read after the slots.
+    pub header: BucketHeader,
+    /// The slots of both combined buckets, by position (each once).
+    pub slots: Vec<SlotAt>,
+}
+
+impl Snapshot {
+    /// Entries with `fingerprint`, by position.
+    pub fn candidates(&self, fingerprint: u8) -> Vec<SlotAt> {
+        self.slots
+            .iter()
+            .filter(|s| !s.slot.is_empty() && s.slot.fingerprint() == fingerprint)
+            .copied()
+            .collect()
+    }
+
+    /// The slot at `pos`, if it is one of the key's.
+    pub fn at(&self, pos: u32) -> Option<SlotAt> {
+        self.slots.iter().find(|s| s.pos == pos).copied()
+    }
+
+    /// Whether a split froze any of the slots.
+    pub fn frozen(&self) -> bool {
+        self.slots.iter().any(|s| s.slot.is_frozen())
+    }
+
+    /// A free slot for a new entry: in the main bucket with more free slots, else in an
+    /// overflow bucket (RACE's choice: the less loaded of the two).
+    pub fn free_slot(&self, slots_per_bucket: u8) -> Option<SlotAt> {
+        let per = u32::from(slots_per_bucket.max(1));
+        let free = |s: &&SlotAt| s.slot.0 == 0;
+        let mut best: Option<(usize, SlotAt)> = None;
+        for s in self.slots.iter().filter(|s| s.main).filter(free) {
+            let bucket = s.pos / per;
+            let n = self
+                .slots
+                .iter()
+                .filter(|o| o.pos / per == bucket)
+                .filter(free)
+                .count();
+            if best.is_none_or(|(m, b)| n > m || (n == m && s.pos < b.pos)) {
+                best = Some((n, *s));
+            }
+        }
+        best.map(|(_, s)| s)
+            .or_else(|| self.slots.iter().filter(|s| !s.main).find(free).copied())
+    }
+}
+
+/// What a probe found.
+#[derive(Debug)]
+pub(crate) enum Probed {
+    /// The buckets.
+    Snap(Snapshot),
+    /// The caller's WRITE failed (its right over its block ended).
+    WriteFailed(MemError),
+}
+
+/// The probe of one key.
+#[derive(Clone, Debug)]
+pub(crate) struct Probe {
+    pub h: KeyHash,
+    /// Read the directory this deep before the next probe.
+    refresh: Option<u8>,
+    refreshes: u32,
+}
+
+impl Probe {
+    pub fn new(h: KeyHash) -> Self {
+        Probe {
+            h,
+            refresh: None,
+            refreshes: 0,
+        }
+    }
+
+    /// One step; `pre` is a WRITE to put in front of the reads.
+    pub fn step<M: RemoteMemory>(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+        pre: Option<(&M::Region, &[u8])>,
+    ) -> Poll<Result<Probed, RaceError>> {
+        if t.dir.entries.is_empty() && self.refresh.is_none() {
+            self.refresh = Some(t.dir.depth);
+        }
+        if let Some(want) = self.refresh.as_mut() {
+            match t.refresh_step(mem, want) {
+                Ok(true) => self.refresh = None,
+                Ok(false) => return Poll::Pending,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        let Some(entry) = t.dir.entry(self.h.primary) else {
+            self.refresh = Some(t.dir.depth);
+            return Poll::Pending;
+        };
+        match t.ensure_subtable(mem, entry.subtable) {
+            Ok(true) => {}
+            Ok(false) => return Poll::Pending,
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+        let geo = t.geo;
+        let [m1, m2] = self.h.mains(geo.mains());
+        let (o1, l1, f1) = geo.combined(m1);
+        let (o2, l2, f2) = geo.combined(m2);
+        let Some(st) = t.subtables.get(&entry.subtable) else {
+            return Poll::Pending;
+        };
+        let mut ops = Vec::with_capacity(4);
+        if let Some((on, data)) = pre {
+            ops.push(MemOp::Write {
+                on,
+                offset: 0,
+                data,
+            });
+        }
+        let reads = ops.len();
+        ops.extend([
+            MemOp::Read {
+                on: st,
+                offset: o1,
+                len: l1,
+            },
+            MemOp::Read {
+                on: st,
+                offset: o2,
+                len: l2,
+            },
+            MemOp::Read {
+                on: st,
+                offset: geo.bucket_offset(f1),
+                len: 8,
+            },
+        ]);
+        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
+        if reads == 1 {
+            if let Some(Err(e)) = out.next() {
+                return Poll::Ready(Ok(Probed::WriteFailed(e)));
+            }
+        }
+        let (b1, b2, hdr) = match (bytes(out.next()), bytes(out.next()), bytes(out.next())) {
+            (Ok(a), Ok(b), Ok(h)) => (a, b, h),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                if ended(&e) {
+                    t.drop_subtable(mem, entry.subtable);
+                    return Poll::Pending;
+                }
+                return Poll::Ready(Err(e.into()));
+            }
+        };
+        let header = BucketHeader::decode(word(&hdr, 0));
+        if !header.claims(self.h.primary) {
+            // A stale cache entry: read the directory deep enough for what was seen.
+            self.refreshes += 1;
+            if self.refreshes > MAX_REFRESHES {
+                return Poll::Ready(Err(RaceError::Corrupt(
+                    "the directory does not lead to a subtable claiming the key",
+                )));
+            }
+            let want = t.dir.depth.max(header.depth).max(entry.depth);
+            self.refresh = Some(want);
+            return Poll::Pending;
+        }
+        let mut slots = geo.parse(f1, &b1);
+        for s in geo.parse(f2, &b2) {
+            if !slots.iter().any(|o| o.pos == s.pos) {
+                slots.push(s);
+            }
+        }
+        slots.sort_by_key(|s| s.pos);
+        Poll::Ready(Ok(Probed::Snap(Snapshot {
+            subtable: entry.subtable,
+            header,
+            slots,
+        })))
+    }
+}

@@ -1,0 +1,220 @@
+//! Reading a candidate entry's block (the reader design of §6.1 on Patronus).
+//!
+//! A block is another client's object: the reader first gets a right of its own over it
+//! (`acquire`, shared — or reuses one it kept), then in one batch re-reads the slot, reads
+//! the block and re-reads a bucket header, in that order. It accepts the block only if the
+//! slot still names it, the subtable still claims the key and the block's checksum and key
+//! hold. A READ the NIC refuses means the block was freed since the right was granted (every
+//! right over a freed object ends, and the object is reused only after they all have), so
+//! the reader never sees a reused block's bytes through a right it got for the old one: it
+//! starts the lookup again from the buckets.
+
+use crate::memory::{MemError, MemOp, Region, RemoteMemory};
+use crate::race::block::{self, KvBlock};
+use crate::race::client::TableClient;
+use crate::race::error::RaceError;
+use crate::race::hash::KeyHash;
+use crate::race::layout::{BucketHeader, SUBTABLE_HEADER, Slot, SlotAt, word};
+use crate::race::stats::{bytes, ended, exec};
+use patronus_core::proto::messages::{Access, Mode};
+use std::task::Poll;
+
+/// What a candidate turned out to be.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// The key's entry, and its block.
+    Key(KvBlock),
+    /// Another key's entry.
+    Other,
+    /// The slot changed, the block was freed or the subtable no longer claims the key: read
+    /// the buckets again.
+    Gone,
+}
+
+/// The validation of one candidate slot.
+#[derive(Clone, Debug)]
+pub(crate) struct Validate {
+    pub at: SlotAt,
+    subtable: u64,
+    access: Access,
+    /// The block is gone: read the slot again before calling it changed.
+    dangling: bool,
+}
+
+impl Validate {
+    /// Validation of `at` in `subtable`, with a right granting `access` (read-write when the
+    /// caller may free the block).
+    pub fn new(at: SlotAt, subtable: u64, access: Access) -> Self {
+        Validate {
+            at,
+            subtable,
+            access,
+            dangling: false,
+        }
+    }
+
+    /// Whether the right over the block is held (the next step is the reading batch).
+    pub fn holds_right<M: RemoteMemory>(&self, t: &TableClient<M>) -> bool {
+        let s = self.at.slot;
+        t.blocks.get(s.ptr(), s.len(), self.access).is_some()
+    }
+
+    pub fn step<M: RemoteMemory>(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+        key: &[u8],
+        h: &KeyHash,
+    ) -> Poll<Result<Verdict, RaceError>> {
+        let slot = self.at.slot;
+        let (addr, len) = (slot.ptr(), slot.len());
+        if self.dangling {
+            return self.recheck(t, mem, h);
+        }
+        let margin = t.opts.margin;
+        let usable = t
+            .blocks
+            .get(addr, len, self.access)
+            .map(|r| !mem.expires_within(r, margin));
+        match usable {
+            Some(true) => {}
+            Some(false) | None => {
+                if let Some(old) = t.blocks.take(addr) {
+                    t.give_up(mem, old);
+                }
+                t.stats.acquires += 1;
+                let lease = t.opts.read_lease;
+                match mem.acquire(addr, len, lease, self.access, Mode::Shared) {
+                    Ok(r) => {
+                        t.keep_block_right(mem, addr, r, self.access);
+                        return Poll::Pending;
+                    }
+                    // Freed: the slot changed, or it is a copy a split left to clear.
+                    Err(MemError::NotFound | MemError::Invalid(_)) => {
+                        self.dangling = true;
+                        return Poll::Pending;
+                    }
+                    Err(e) => return Poll::Ready(Err(e.into())),
+                }
+            }
+        }
+        match t.ensure_subtable(mem, self.subtable) {
+            Ok(true) => {}
+            Ok(false) => return Poll::Pending,
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+        let (Some(st), Some(b)) = (
+            t.subtables.get(&self.subtable),
+            t.blocks.get(addr, len, self.access),
+        ) else {
+            return Poll::Pending;
+        };
+        let hdr_at = self.at.offset - (self.at.offset - SUBTABLE_HEADER) % t.geo.bucket_bytes();
+        let ops = [
+            MemOp::Read {
+                on: st,
+                offset: self.at.offset,
+                len: 8,
+            },
+            MemOp::Read {
+                on: b,
+                offset: 0,
+                len: len.min(b.len()) as u32,
+            },
+            MemOp::Read {
+                on: st,
+                offset: hdr_at,
+                len: 8,
+            },
+        ];
+        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
+        let (now, data, hdr) = (bytes(out.next()), bytes(out.next()), bytes(out.next()));
+        let (now, hdr) = match (now, hdr) {
+            (Ok(n), Ok(h)) => (Slot(word(&n, 0)), BucketHeader::decode(word(&h, 0))),
+            (Err(e), _) | (_, Err(e)) => {
+                if ended(&e) {
+                    t.drop_subtable(mem, self.subtable);
+                    return Poll::Pending;
+                }
+                return Poll::Ready(Err(e.into()));
+            }
+        };
+        let data = match data {
+            Ok(d) => d,
+            Err(e) if ended(&e) || e == MemError::NotFound => {
+                // The block was freed under the right: never read through it again.
+                if let Some(old) = t.blocks.take(addr) {
+                    t.give_up(mem, old);
+                }
+                self.dangling = true;
+                return Poll::Pending;
+            }
+            Err(e) => return Poll::Ready(Err(e.into())),
+        };
+        if now.thawed() != slot.thawed() || !hdr.claims(h.primary) {
+            return Poll::Ready(Ok(Verdict::Gone));
+        }
+        Poll::Ready(Ok(match block::decode(&data) {
+            None => Verdict::Gone,
+            Some(b) if b.key == key => Verdict::Key(b),
+            Some(_) => Verdict::Other,
+        }))
+    }
+}
+
+impl Validate {
+    /// The candidate's block is gone. If its slot still names it (a frozen copy that an
+    /// unfinished split left in the old subtable, its block freed by a writer of the new
+    /// one), it is no entry of the key's: skip it rather than read the buckets again until
+    /// the split is finished.
+    fn recheck<M: RemoteMemory>(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+        h: &KeyHash,
+    ) -> Poll<Result<Verdict, RaceError>> {
+        match t.ensure_subtable(mem, self.subtable) {
+            Ok(true) => {}
+            Ok(false) => return Poll::Pending,
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+        let Some(st) = t.subtables.get(&self.subtable) else {
+            return Poll::Pending;
+        };
+        let hdr_at = self.at.offset - (self.at.offset - SUBTABLE_HEADER) % t.geo.bucket_bytes();
+        let ops = [
+            MemOp::Read {
+                on: st,
+                offset: self.at.offset,
+                len: 8,
+            },
+            MemOp::Read {
+                on: st,
+                offset: hdr_at,
+                len: 8,
+            },
+        ];
+        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
+        match (bytes(out.next()), bytes(out.next())) {
+            (Ok(n), Ok(hd)) => {
+                let same = Slot(word(&n, 0)).thawed() == self.at.slot.thawed();
+                let claims = BucketHeader::decode(word(&hd, 0)).claims(h.primary);
+                Poll::Ready(Ok(if same && claims {
+                    Verdict::Other
+                } else {
+                    Verdict::Gone
+                }))
+            }
+            (Err(e), _) | (_, Err(e)) if ended(&e) => {
+                t.drop_subtable(mem, self.subtable);
+                Poll::Pending
+            }
+            (Err(e), _) | (_, Err(e)) => Poll::Ready(Err(e.into())),
+        }
+    }
+}
+
+/// The right over a block this client validated, taken out of the cache (to free it).
+pub(crate) fn take_right<M: RemoteMemory>(t: &mut TableClient<M>, addr: u64) -> Option<M::Region> {
+    t.blocks.take(addr).filter(|r| r.addr() == addr)
+}

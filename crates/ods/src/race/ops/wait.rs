@@ -1,0 +1,67 @@
+//! What a writer does when a split has frozen the slots it needs: read the buckets again
+//! until they thaw; every `takeover_after` polls, try the subtable's lock — if its resizer
+//! stopped (and, with a lease, the lease ended), this client finishes the split.
+
+use super::probe::{Probe, Probed, Snapshot};
+use super::ready;
+use crate::memory::RemoteMemory;
+use crate::race::client::TableClient;
+use crate::race::error::RaceError;
+use crate::race::hash::KeyHash;
+use crate::race::split::Split;
+use std::task::Poll;
+
+/// Waiting for a key's buckets to thaw.
+pub(crate) struct Wait<M: RemoteMemory> {
+    probe: Probe,
+    polls: u64,
+    split: Option<Split<M>>,
+}
+
+impl<M: RemoteMemory> std::fmt::Debug for Wait<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wait")
+            .field("polls", &self.polls)
+            .field("split", &self.split)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: RemoteMemory> Wait<M> {
+    pub fn new(h: KeyHash) -> Self {
+        Wait {
+            probe: Probe::new(h),
+            polls: 0,
+            split: None,
+        }
+    }
+
+    /// One step; the buckets once none of them is frozen.
+    pub fn step(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+    ) -> Poll<Result<Snapshot, RaceError>> {
+        if let Some(s) = self.split.as_mut() {
+            // Whatever the outcome (finished, busy, lost), look at the buckets again.
+            let _ = ready!(s.step(t, mem));
+            self.split = None;
+            self.probe = Probe::new(self.probe.h);
+            return Poll::Pending;
+        }
+        let snap = match ready!(self.probe.step(t, mem, None)) {
+            Probed::Snap(s) => s,
+            Probed::WriteFailed(e) => return Poll::Ready(Err(e.into())),
+        };
+        if !snap.frozen() {
+            return Poll::Ready(Ok(snap));
+        }
+        self.polls += 1;
+        t.stats.waits += 1;
+        self.probe = Probe::new(self.probe.h);
+        if self.polls % u64::from(t.opts.takeover_after.max(1)) == 0 {
+            self.split = Some(Split::new(t, snap.subtable, None));
+        }
+        Poll::Pending
+    }
+}

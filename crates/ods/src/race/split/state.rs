@@ -1,0 +1,218 @@
+//! The split's state machine: locking, the split rights and their renewal, and the
+//! dispatch of the phases (`phases`).
+
+use crate::memory::RemoteMemory;
+use crate::race::client::TableClient;
+use crate::race::error::RaceError;
+use crate::race::layout::Slot;
+use crate::race::records::{Phase, SplitRecord};
+use crate::race::stats::ended;
+use std::task::Poll;
+
+/// How a split attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitOutcome {
+    /// The subtable was split (by this client, or finished for a resizer that stopped).
+    Split,
+    /// Nothing to do: split already, or no split in progress (stray frozen slots thawed).
+    NotNeeded,
+    /// Another client holds the lock.
+    Busy,
+    /// This client's lock lease ran out (or a split right ended) mid-split: it stopped; the
+    /// next lock holder finishes.
+    LockLost,
+}
+
+/// What an entry of T is to the split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Class {
+    Unknown,
+    /// Stays in T.
+    Lower,
+    /// Moves to T'.
+    Upper,
+    /// Names no valid block (freed): dropped.
+    Dangling,
+}
+
+#[derive(Debug)]
+pub(super) enum State {
+    /// Read T's lock object address.
+    Locate,
+    /// Take the lock (Lease: acquire it exclusively; Word: acquire the lock object).
+    Lock,
+    /// Word: CAS the lock word.
+    TakeWord,
+    /// Acquire the split rights over T and the directory.
+    Rights,
+    /// Read the record and T.
+    Load,
+    /// Write the record, then go on.
+    Record(Box<State>),
+    Freeze,
+    Reload,
+    Allocate,
+    /// Mark T''s lock object as the new half of this split.
+    MarkChild,
+    /// Acquire a right over an existing T' (recovery).
+    OpenNew,
+    Classify,
+    ReadBlocks,
+    WriteNew,
+    Publish,
+    Depth,
+    Flip,
+    ReadNew,
+    Thaw,
+    /// Take a right over T''s lock object, then clear its `NewHalf` mark.
+    ChildLock,
+    ChildClear,
+    Unlock,
+    Done,
+}
+
+/// A split of one subtable (see the module docs); a step does at most one batch or one
+/// control request.
+pub struct Split<M: RemoteMemory> {
+    pub(super) subtable: u64,
+    /// The depth the caller saw T at (`None`: only finish a split in progress).
+    pub(super) expect: Option<u8>,
+    pub(super) lock_addr: u64,
+    /// Lease: the exclusive right. Word: a shared right over the lock object.
+    pub(super) lock: Option<M::Region>,
+    /// Word: the lock word is this client's.
+    pub(super) held: bool,
+    pub(super) tag: u64,
+    pub(super) t_right: Option<M::Region>,
+    pub(super) dir_right: Option<M::Region>,
+    pub(super) new_right: Option<M::Region>,
+    pub(super) record: SplitRecord,
+    /// The phase last written to the lock object (or read from it).
+    pub(super) recorded: Phase,
+    /// Whether the record found was another resizer's split in progress.
+    pub(super) resumed: bool,
+    /// Undo instead of finishing (no memory for T').
+    pub(super) rollback: Option<RaceError>,
+    pub(super) slots: Vec<Slot>,
+    pub(super) new_slots: Vec<Slot>,
+    pub(super) class: Vec<Class>,
+    pub(super) rights: Vec<(u32, M::Region)>,
+    /// A right over T''s lock object (marking and unmarking it).
+    pub(super) child: Option<M::Region>,
+    /// The subtable turned out to be the new half of a split in progress: finish that one.
+    pub(super) redirect: Option<u64>,
+    pub(super) cursor: usize,
+    pub(super) state: State,
+    pub(super) outcome: Option<Result<SplitOutcome, RaceError>>,
+}
+
+impl<M: RemoteMemory> std::fmt::Debug for Split<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Split")
+            .field("subtable", &format_args!("{:#x}", self.subtable))
+            .field("phase", &self.record.phase)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: RemoteMemory> Split<M> {
+    /// A split of `subtable`, which the caller found full at `depth`; `None` only finishes
+    /// (or undoes) a split another resizer left in progress.
+    pub fn new(t: &TableClient<M>, subtable: u64, depth: Option<u8>) -> Self {
+        Split {
+            subtable,
+            expect: depth,
+            lock_addr: 0,
+            lock: None,
+            held: false,
+            tag: t.lock_tag(),
+            t_right: None,
+            dir_right: None,
+            new_right: None,
+            record: SplitRecord::IDLE,
+            recorded: Phase::Idle,
+            resumed: false,
+            rollback: None,
+            slots: Vec::new(),
+            new_slots: Vec::new(),
+            class: Vec::new(),
+            rights: Vec::new(),
+            child: None,
+            redirect: None,
+            cursor: 0,
+            state: State::Locate,
+            outcome: None,
+        }
+    }
+
+    /// The phase of the split as last recorded in the lock object (by this resizer, or by
+    /// the one it took over from).
+    pub fn phase(&self) -> Phase {
+        self.recorded
+    }
+
+    /// One step.
+    pub fn step(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+    ) -> Poll<Result<SplitOutcome, RaceError>> {
+        if !matches!(
+            self.state,
+            State::Locate | State::Lock | State::TakeWord | State::Done | State::Unlock
+        ) {
+            match self.renew(t, mem) {
+                Ok(true) => {}
+                Ok(false) => return Poll::Pending,
+                Err(_) => return self.abandon(t, mem),
+            }
+        }
+        let r = match std::mem::replace(&mut self.state, State::Done) {
+            State::Locate => self.locate(t, mem),
+            State::Lock => self.take_lock(t, mem),
+            State::TakeWord => self.take_word(t, mem),
+            State::Rights => self.take_rights(t, mem),
+            State::Load => self.load(t, mem),
+            State::Record(next) => self.write_record(t, mem, *next),
+            State::Freeze => self.freeze(t, mem),
+            State::Reload => self.reload(t, mem),
+            State::Allocate => self.allocate(t, mem),
+            State::MarkChild => self.mark_child(t, mem),
+            State::ChildLock => self.child_lock(t, mem),
+            State::ChildClear => self.child_clear(t, mem),
+            State::OpenNew => self.open_new(t, mem),
+            State::Classify => self.classify(t, mem),
+            State::ReadBlocks => self.read_blocks(t, mem),
+            State::WriteNew => self.write_new(t, mem),
+            State::Publish => self.publish(t, mem),
+            State::Depth => self.depth(t, mem),
+            State::Flip => self.flip(t, mem),
+            State::ReadNew => self.read_new(t, mem),
+            State::Thaw => self.thaw(t, mem),
+            State::Unlock => return self.unlock(t, mem),
+            State::Done => {
+                return Poll::Ready(self.outcome.take().unwrap_or(Err(RaceError::Finished)));
+            }
+        };
+        match r {
+            Ok(next) => {
+                self.state = next;
+                Poll::Pending
+            }
+            // A right of the split ended under it: it is late; stop without another write.
+            Err(RaceError::Memory(e)) if ended(&e) => self.abandon(t, mem),
+            Err(e) => {
+                self.outcome = Some(Err(e));
+                self.state = State::Unlock;
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Ends the attempt with `outcome` (after unlocking).
+    pub(super) fn finish(&mut self, outcome: Result<SplitOutcome, RaceError>) -> State {
+        self.outcome = Some(outcome);
+        State::Unlock
+    }
+}

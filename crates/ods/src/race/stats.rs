@@ -1,0 +1,128 @@
+//! What a table client counted: permission operations and one-sided operations, so a test or
+//! a benchmark can check the costs of §6.1 per operation.
+
+use crate::memory::{MemError, MemOp, MemOut, RemoteMemory};
+
+/// Counts of one client's remote operations (take a difference around an operation with
+/// [`RaceStats::since`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RaceStats {
+    /// `allocate` calls (one round trip each: KV blocks come `preallocate` at a time).
+    pub allocations: u64,
+    /// Objects those calls allocated.
+    pub allocated: u64,
+    /// `acquire` calls.
+    pub acquires: u64,
+    /// One-sided lease extensions.
+    pub extends: u64,
+    /// Rights given up (`release` or `relinquish`).
+    pub releases: u64,
+    /// Objects freed.
+    pub frees: u64,
+    /// Batches posted (one doorbell, one round trip each).
+    pub batches: u64,
+    /// READs.
+    pub reads: u64,
+    /// WRITEs.
+    pub writes: u64,
+    /// CASes.
+    pub cas: u64,
+    /// FAAs.
+    pub faa: u64,
+    /// Accesses refused because the right had ended (a freed block, an expired lease).
+    pub rejected: u64,
+    /// Restarts of an operation after losing a race (a slot changed, a block freed).
+    pub retries: u64,
+    /// Directory re-reads.
+    pub refreshes: u64,
+    /// Splits this client completed.
+    pub splits: u64,
+    /// Splits this client took over from another resizer and finished.
+    pub recoveries: u64,
+    /// CASes whose outcome was unknown, resolved by reading.
+    pub unknown_outcomes: u64,
+    /// Polls spent waiting for another client's split.
+    pub waits: u64,
+}
+
+impl RaceStats {
+    /// The counts since `earlier` (a snapshot of the same client).
+    pub fn since(&self, earlier: &RaceStats) -> RaceStats {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        RaceStats {
+            allocations: d(self.allocations, earlier.allocations),
+            allocated: d(self.allocated, earlier.allocated),
+            acquires: d(self.acquires, earlier.acquires),
+            extends: d(self.extends, earlier.extends),
+            releases: d(self.releases, earlier.releases),
+            frees: d(self.frees, earlier.frees),
+            batches: d(self.batches, earlier.batches),
+            reads: d(self.reads, earlier.reads),
+            writes: d(self.writes, earlier.writes),
+            cas: d(self.cas, earlier.cas),
+            faa: d(self.faa, earlier.faa),
+            rejected: d(self.rejected, earlier.rejected),
+            retries: d(self.retries, earlier.retries),
+            refreshes: d(self.refreshes, earlier.refreshes),
+            splits: d(self.splits, earlier.splits),
+            recoveries: d(self.recoveries, earlier.recoveries),
+            unknown_outcomes: d(self.unknown_outcomes, earlier.unknown_outcomes),
+            waits: d(self.waits, earlier.waits),
+        }
+    }
+
+    /// Permission operations (allocations and acquisitions): the control-path cost.
+    pub fn permission_ops(&self) -> u64 {
+        self.allocations + self.acquires
+    }
+}
+
+/// Runs `ops` as one batch, counting it.
+pub(crate) fn exec<M: RemoteMemory>(
+    stats: &mut RaceStats,
+    mem: &mut M,
+    ops: &[MemOp<'_, M::Region>],
+) -> Vec<Result<MemOut, MemError>> {
+    stats.batches += 1;
+    for op in ops {
+        match op {
+            MemOp::Read { .. } => stats.reads += 1,
+            MemOp::Write { .. } => stats.writes += 1,
+            MemOp::Cas { .. } => stats.cas += 1,
+            MemOp::Faa { .. } => stats.faa += 1,
+        }
+    }
+    let out = mem.execute(ops);
+    stats.rejected += out
+        .iter()
+        .filter(|r| matches!(r, Err(MemError::Rejected | MemError::Expired)))
+        .count() as u64;
+    out
+}
+
+/// A READ's bytes.
+pub(crate) fn bytes(r: Option<Result<MemOut, MemError>>) -> Result<Vec<u8>, MemError> {
+    match r {
+        Some(Ok(MemOut::Read(b))) => Ok(b),
+        Some(Err(e)) => Err(e),
+        other => Err(MemError::Failed(format!(
+            "expected a READ's bytes, got {other:?}"
+        ))),
+    }
+}
+
+/// A CAS's or FAA's previous value.
+pub(crate) fn atomic(r: Option<Result<MemOut, MemError>>) -> Result<u64, MemError> {
+    match r {
+        Some(Ok(MemOut::Atomic(v))) => Ok(v),
+        Some(Err(e)) => Err(e),
+        other => Err(MemError::Failed(format!(
+            "expected an atomic's value, got {other:?}"
+        ))),
+    }
+}
+
+/// Whether `e` says the right used has ended (refused by the NIC, or expired locally).
+pub(crate) fn ended(e: &MemError) -> bool {
+    matches!(e, MemError::Rejected | MemError::Expired)
+}

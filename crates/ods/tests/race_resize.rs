@@ -1,0 +1,217 @@
+//! A resizer that stops mid-split (fail-stop: its connection stays open, it never releases
+//! anything) — Fig 8a. With the lease lock, writers to the subtable wait only until its lock's
+//! lease ends; then one of them takes the lock and finishes the split from the recorded
+//! phase. With the vanilla lock word they wait forever. Readers are never blocked.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod race_support;
+mod support;
+
+use patronus_core::cluster::Transport;
+use patronus_ods::race::{self, Insert, LockMode, Phase, RaceError, Stage, TableClient};
+use race_support::{Mem, bed, key, opts, small, value};
+use std::time::Duration;
+
+/// Inserts keys from `first` through `r` until one of its inserts starts a split; steps that
+/// split into `phase`, then `extra` steps more; returns the stopped insert (never stepped
+/// again) and the keys inserted before it.
+fn stop_a_split(
+    r: &mut TableClient<Mem>,
+    mem: &mut Mem,
+    first: u64,
+    phase: Phase,
+    extra: usize,
+) -> (Insert<Mem>, Vec<u64>) {
+    let mut done = Vec::new();
+    for i in first..first + 200 {
+        let mut op = Insert::new(r, &key(i), &value(i, 0)).unwrap();
+        loop {
+            if let Some(s) = op.split() {
+                if s.phase() == phase {
+                    for _ in 0..extra {
+                        assert!(op.step(r, mem).is_pending());
+                    }
+                    return (op, done);
+                }
+            }
+            if op.step(r, mem).is_ready() {
+                done.push(i);
+                break;
+            }
+        }
+    }
+    panic!("no split reached {phase:?}");
+}
+
+/// Steps `op` `n` times, expecting it to keep waiting.
+fn stays_waiting(op: &mut Insert<Mem>, t: &mut TableClient<Mem>, mem: &mut Mem, n: usize) {
+    for _ in 0..n {
+        assert!(
+            op.step(t, mem).is_pending(),
+            "it finished while the lock was held"
+        );
+    }
+    assert!(
+        matches!(op.stage(), Stage::Waiting | Stage::Splitting),
+        "{:?}",
+        op.stage()
+    );
+}
+
+fn a_stopped_resizer_blocks_writers_only_until_its_lease_ends(t: Transport) {
+    let (bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = opts();
+    let all = [
+        (Phase::Freezing, 0),
+        (Phase::Freezing, 1),
+        (Phase::Copying, 0),
+        (Phase::Copying, 2),
+        (Phase::Publishing, 0),
+        (Phase::Publishing, 1),
+        (Phase::Publishing, 3),
+        (Phase::Thawing, 0),
+        (Phase::Thawing, 1),
+    ];
+    // Control requests cost milliseconds over the test bed's TCP: a few points there.
+    let points: Vec<_> = match t {
+        Transport::InProc => all.to_vec(),
+        Transport::Tcp => vec![all[1], all[5], all[7]],
+    };
+    let more = 30;
+    for (n, (phase, extra)) in points.into_iter().enumerate() {
+        let root = race::create(rm, small(LockMode::Lease)).unwrap();
+        let mut r = race::open(rm, root, o).unwrap();
+        let mut w = race::open(wm, root, o).unwrap();
+        let first = 10_000 * n as u64;
+        let (stopped, before) = stop_a_split(&mut r, rm, first, phase, extra);
+        // A writer waits: the stopped resizer's lock is alive.
+        let k = first + 5_000;
+        let mut op = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
+        stays_waiting(&mut op, &mut w, wm, 60);
+        // Readers are not blocked.
+        for &i in &before {
+            assert_eq!(
+                w.get(wm, &key(i)).unwrap(),
+                Some(value(i, 0)),
+                "{phase:?}+{extra}: key {i}"
+            );
+        }
+        // The lock's lease runs out; the writer takes the lock and finishes the split.
+        bed.clock
+            .advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
+        race_support::run(&mut w, wm, |t, m| op.step(t, m)).unwrap();
+        assert_eq!(
+            w.stats().recoveries,
+            1,
+            "{phase:?}+{extra}: {:?}",
+            w.stats()
+        );
+        for i in k + 1..k + more {
+            w.insert(wm, &key(i), &value(i, 1)).unwrap();
+        }
+        for &i in &before {
+            assert_eq!(
+                w.get(wm, &key(i)).unwrap(),
+                Some(value(i, 0)),
+                "{phase:?}+{extra}: key {i}"
+            );
+        }
+        for i in k..k + more {
+            assert_eq!(
+                w.get(wm, &key(i)).unwrap(),
+                Some(value(i, 1)),
+                "{phase:?}+{extra}: key {i}"
+            );
+        }
+        let audit = w.audit(wm).unwrap();
+        assert_eq!(
+            audit.keys,
+            before.len() as u64 + more,
+            "{phase:?}+{extra}: {audit:?}"
+        );
+        assert_eq!(
+            (
+                audit.duplicates,
+                audit.unclaimed,
+                audit.unreadable,
+                audit.frozen
+            ),
+            (0, 0, 0, 0),
+            "{phase:?}+{extra}: {audit:?}"
+        );
+        drop(stopped); // never stepped again: the stopped resizer's handles just go away
+    }
+}
+
+fn a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good(t: Transport) {
+    let (bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = opts();
+    let root = race::create(rm, small(LockMode::Word)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let mut w = race::open(wm, root, o).unwrap();
+    let (_stopped, before) = stop_a_split(&mut r, rm, 0, Phase::Publishing, 0);
+    let mut op = Insert::new(&w, &key(5_000), &value(5_000, 1)).unwrap();
+    stays_waiting(&mut op, &mut w, wm, 60);
+    // However long it waits, the lock word stays taken.
+    for _ in 0..3 {
+        bed.clock.advance(Duration::from_millis(50));
+        stays_waiting(&mut op, &mut w, wm, 60);
+    }
+    assert_eq!(w.stats().recoveries, 0);
+    assert!(matches!(
+        w.insert(wm, &key(5_001), &value(5_001, 1)),
+        Err(RaceError::Stalled { .. })
+    ));
+    // Readers still read.
+    for &i in &before {
+        assert_eq!(w.get(wm, &key(i)).unwrap(), Some(value(i, 0)));
+    }
+}
+
+/// A resizer that is only slow: its lock's lease ends mid-split, another client finishes the
+/// split, and when the slow one resumes it stops without another write (its next step finds
+/// the lease over) and its insert completes in the split table.
+fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Transport) {
+    let (bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = opts();
+    let root = race::create(rm, small(LockMode::Lease)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let mut w = race::open(wm, root, o).unwrap();
+    let (mut slow, before) = stop_a_split(&mut r, rm, 0, Phase::Publishing, 1);
+    let slow_key = before.last().map_or(0, |k| k + 1);
+    bed.clock
+        .advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
+    let k = 5_000;
+    let mut op = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
+    race_support::run(&mut w, wm, |t, m| op.step(t, m)).unwrap();
+    assert_eq!(w.stats().recoveries, 1);
+    // The slow resizer wakes up: its split stops (lock lost), its insert goes on.
+    race_support::run(&mut r, rm, |t, m| slow.step(t, m)).unwrap();
+    assert_eq!(r.stats().splits, 0, "{:?}", r.stats());
+    assert_eq!(w.get(wm, &key(slow_key)).unwrap(), Some(value(slow_key, 0)));
+    assert_eq!(w.get(wm, &key(k)).unwrap(), Some(value(k, 1)));
+    let audit = w.audit(wm).unwrap();
+    assert_eq!(audit.keys, before.len() as u64 + 2, "{audit:?}");
+    assert_eq!(
+        (
+            audit.duplicates,
+            audit.unclaimed,
+            audit.unreadable,
+            audit.frozen
+        ),
+        (0, 0, 0, 0),
+        "{audit:?}"
+    );
+}
+
+both_transports!(
+    a_slow_resizer_whose_lease_ended_stops_and_resumes_safely,
+    a_stopped_resizer_blocks_writers_only_until_its_lease_ends,
+    a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good
+);

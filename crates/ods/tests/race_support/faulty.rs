@@ -1,0 +1,132 @@
+//! [`Faulty`]: remote memory that reports the next CAS's outcome as unknown (a link failure
+//! under it), after running it or without running it — what `MemError::OutcomeUnknown`
+//! means. It also logs every CAS, so a test can check none was repeated blindly.
+
+use patronus_core::proto::messages::{Access, Mode};
+use patronus_ods::{MemError, MemOp, MemOut, RemoteMemory};
+use std::time::Duration;
+
+/// The fault to inject into the next batch with a CAS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CasFault {
+    /// The CAS ran; its result is lost.
+    RanThenLost,
+    /// The CAS never ran; nobody can tell.
+    Lost,
+}
+
+/// Remote memory with one scripted fault.
+#[derive(Debug)]
+pub struct Faulty<M: RemoteMemory> {
+    pub inner: M,
+    pub next_cas: Option<CasFault>,
+    /// Every CAS sent: (address, compare, swap).
+    pub cas_log: Vec<(u64, u64, u64)>,
+}
+
+impl<M: RemoteMemory> Faulty<M> {
+    pub fn new(inner: M) -> Self {
+        Faulty {
+            inner,
+            next_cas: None,
+            cas_log: Vec::new(),
+        }
+    }
+}
+
+impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
+    type Region = M::Region;
+
+    fn allocate(
+        &mut self,
+        sizes: &[u64],
+        lease: Duration,
+        mode: Mode,
+    ) -> Result<Vec<M::Region>, MemError> {
+        self.inner.allocate(sizes, lease, mode)
+    }
+    fn acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<M::Region, MemError> {
+        self.inner.acquire(addr, len, lease, access, mode)
+    }
+    fn extend(&mut self, region: &M::Region, lease: Duration) -> Result<(), MemError> {
+        self.inner.extend(region, lease)
+    }
+    fn expires_within(&self, region: &M::Region, margin: Duration) -> bool {
+        self.inner.expires_within(region, margin)
+    }
+    fn now(&self) -> rnic::Timestamp {
+        self.inner.now()
+    }
+    fn release(&mut self, region: M::Region) -> Result<(), MemError> {
+        self.inner.release(region)
+    }
+    fn relinquish(&mut self, region: M::Region) -> Result<(), MemError> {
+        self.inner.relinquish(region)
+    }
+    fn free(&mut self, region: M::Region) -> Result<(), MemError> {
+        self.inner.free(region)
+    }
+    fn execute(&mut self, ops: &[MemOp<'_, M::Region>]) -> Vec<Result<MemOut, MemError>> {
+        use patronus_ods::Region;
+        for op in ops {
+            if let MemOp::Cas {
+                on,
+                offset,
+                compare,
+                swap,
+            } = op
+            {
+                self.cas_log.push((on.addr() + offset, *compare, *swap));
+            }
+        }
+        let first_cas = ops.iter().position(|o| matches!(o, MemOp::Cas { .. }));
+        let (Some(i), Some(fault)) = (first_cas, self.next_cas) else {
+            return self.inner.execute(ops);
+        };
+        self.next_cas = None;
+        match fault {
+            CasFault::RanThenLost => {
+                let mut out = self.inner.execute(ops);
+                out[i] = Err(MemError::OutcomeUnknown);
+                out
+            }
+            CasFault::Lost => {
+                let rest: Vec<_> = ops
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, o)| copy(o))
+                    .collect();
+                let mut out = self.inner.execute(&rest);
+                out.insert(i, Err(MemError::OutcomeUnknown));
+                out
+            }
+        }
+    }
+}
+
+fn copy<'a, R>(op: &MemOp<'a, R>) -> MemOp<'a, R> {
+    match *op {
+        MemOp::Read { on, offset, len } => MemOp::Read { on, offset, len },
+        MemOp::Write { on, offset, data } => MemOp::Write { on, offset, data },
+        MemOp::Cas {
+            on,
+            offset,
+            compare,
+            swap,
+        } => MemOp::Cas {
+            on,
+            offset,
+            compare,
+            swap,
+        },
+        MemOp::Faa { on, offset, add } => MemOp::Faa { on, offset, add },
+    }
+}
