@@ -32,11 +32,11 @@ struct Plan {
 fn plan(opts: &BenchOpts) -> Plan {
     if opts.quick {
         Plan {
-            producers: vec![1, 8, 32],
-            segments: vec![64, 256, 1024],
+            producers: vec![1, 16],
+            segments: vec![64, 1024],
             sweep_producers: 8,
             ops: 20_000,
-            budget: Duration::from_millis(700),
+            budget: Duration::from_millis(400),
         }
     } else {
         Plan {
@@ -125,6 +125,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         let m = nodes.run(
             mech,
             &Producers { entries },
+            None,
             n as usize,
             plan.ops,
             plan.budget,

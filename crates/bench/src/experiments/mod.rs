@@ -11,6 +11,7 @@ pub mod fig5;
 pub mod fig6;
 pub mod fig7;
 pub mod fig8b;
+pub mod fig9;
 pub mod ods_rig;
 pub mod patronus_rig;
 pub mod redis;
@@ -20,8 +21,8 @@ use crate::harness::{BenchOpts, Experiment};
 use anyhow::{Result, bail};
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 9] = [
-    "fig1", "fig5", "fig6", "fig7", "fig8b", "fig10", "table5", "alloc", "dos",
+pub const ALL: [&str; 10] = [
+    "fig1", "fig5", "fig6", "fig7", "fig8b", "fig9", "fig10", "table5", "alloc", "dos",
 ];
 
 /// Runs the experiment called `name`.
@@ -32,6 +33,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "fig6" => fig6::run(opts),
         "fig7" => fig7::run(opts),
         "fig8b" => fig8b::run(opts),
+        "fig9" => fig9::run(opts),
         "fig10" => fig10::run(opts),
         "table5" => table5::run(opts),
         "alloc" => alloc::run(opts),

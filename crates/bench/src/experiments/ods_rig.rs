@@ -52,6 +52,8 @@ pub struct Measured {
     pub manager: Duration,
     /// NIC engine CPU (zero in-process).
     pub engine: Duration,
+    /// The structure's root (to run on it again).
+    pub root: u64,
 }
 
 impl OdsRig {
@@ -89,12 +91,15 @@ impl OdsRig {
         })
     }
 
-    /// Creates the structure and drives `n` logical clients of `w` on mechanism `mech` until
-    /// `ops` operations completed or `budget` passed.
+    /// Creates the structure (or, given its `root`, uses the one a former run made) and drives
+    /// `n` logical clients of `w` on mechanism `mech` until `ops` operations completed or
+    /// `budget` passed.
+    #[allow(clippy::too_many_arguments)]
     pub fn run<W: Workload>(
         &self,
         mech: &str,
         w: &W,
+        root: Option<u64>,
         n: usize,
         ops: u64,
         budget: Duration,
@@ -107,7 +112,10 @@ impl OdsRig {
                     .pop()
                     .context("a client")?,
             );
-            let root = w.create(&mut setup)?;
+            let root = match root {
+                Some(r) => r,
+                None => w.create(&mut setup)?,
+            };
             let logicals = self
                 .patronus
                 .clients(n, &lean_client())?
@@ -121,6 +129,7 @@ impl OdsRig {
                 driven,
                 manager,
                 engine,
+                root,
             });
         }
         let scheme = match mech {
@@ -147,7 +156,10 @@ impl OdsRig {
             .with_context(|| format!("connecting {mech} client {i}"))
         };
         let mut setup = connect(0)?;
-        let root = w.create(&mut setup)?;
+        let root = match root {
+            Some(r) => r,
+            None => w.create(&mut setup)?,
+        };
         let logicals = (0..n)
             .map(|i| w.client(connect(i)?, root, i))
             .collect::<Result<Vec<_>>>()?;
@@ -159,6 +171,7 @@ impl OdsRig {
             driven,
             manager: m1.saturating_sub(m0),
             engine: e1.saturating_sub(e0),
+            root,
         })
     }
 

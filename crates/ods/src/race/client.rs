@@ -248,6 +248,24 @@ impl<M: RemoteMemory> TableClient<M> {
         Ok(false)
     }
 
+    /// Acquires `block` (one of this client's own) again after its right ended under it (the
+    /// NIC refused a write, or its lease ran out between steps): one control request.
+    pub(crate) fn reacquire_own_block(
+        &mut self,
+        mem: &mut M,
+        block: &mut Option<M::Region>,
+    ) -> Result<(), RaceError> {
+        let Some(b) = block.take() else {
+            return Err(RaceError::Corrupt("no block to acquire again"));
+        };
+        let (addr, len) = (b.addr(), b.len());
+        let _ = mem.relinquish(b);
+        self.stats.acquires += 1;
+        let lease = self.opts.lease;
+        *block = Some(mem.acquire(addr, len, lease, Access::ReadWrite, Mode::Shared)?);
+        Ok(())
+    }
+
     /// A spare block: `Ok(Some)` at no cost, `Ok(None)` after allocating a batch of
     /// `preallocate` blocks in one round trip (take one at the next step).
     pub(crate) fn take_spare(&mut self, mem: &mut M) -> Result<Option<M::Region>, RaceError> {

@@ -189,23 +189,10 @@ impl<M: RemoteMemory> Insert<M> {
                 }
                 if self.stale_block {
                     self.stale_block = false;
-                    if let Some(b) = self.block.take() {
-                        let (addr, len) = (b.addr(), b.len());
-                        let _ = mem.relinquish(b);
-                        t.stats.acquires += 1;
-                        let o = t.opts;
-                        match mem.acquire(
-                            addr,
-                            len,
-                            o.lease,
-                            Access::ReadWrite,
-                            patronus_core::proto::messages::Mode::Shared,
-                        ) {
-                            Ok(r) => self.block = Some(r),
-                            Err(e) => return Poll::Ready(Err(e.into())),
-                        }
-                        return Poll::Pending;
+                    if let Err(e) = t.reacquire_own_block(mem, &mut self.block) {
+                        return Poll::Ready(Err(e));
                     }
+                    return Poll::Pending;
                 }
                 try_ready!(t.refresh_own_block(mem, &mut self.block));
                 self.state = State::Probe(Probe::new(self.h));

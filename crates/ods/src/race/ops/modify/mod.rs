@@ -21,6 +21,7 @@ use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::hash::KeyHash;
 use crate::race::layout::{Slot, SlotAt};
+use crate::race::stats::ended;
 use finish::done;
 use patronus_core::proto::messages::Access;
 use std::task::Poll;
@@ -77,6 +78,9 @@ pub(crate) struct Modify<M: RemoteMemory> {
     /// The new value and its units (`None`: delete).
     new: Option<(Vec<u8>, u8)>,
     block: Option<M::Region>,
+    /// The right over the block must be acquired again (it ended before the block was
+    /// written: refused by the NIC, or its lease ran out between steps).
+    stale_block: bool,
     image: Vec<u8>,
     nonce: u64,
     written: bool,
@@ -147,6 +151,7 @@ impl<M: RemoteMemory> Modify<M> {
             h,
             new,
             block: None,
+            stale_block: false,
             image: Vec::new(),
             nonce: 0,
             written: false,
@@ -208,6 +213,13 @@ impl<M: RemoteMemory> Modify<M> {
                         Err(e) => return Poll::Ready(Err(e)),
                     }
                 }
+                if self.stale_block {
+                    self.stale_block = false;
+                    if let Err(e) = t.reacquire_own_block(mem, &mut self.block) {
+                        return Poll::Ready(Err(e));
+                    }
+                    return Poll::Pending;
+                }
                 try_ready!(t.refresh_own_block(mem, &mut self.block));
                 self.state = State::Probe(Probe::new(self.h));
                 Poll::Pending
@@ -218,6 +230,12 @@ impl<M: RemoteMemory> Modify<M> {
                     _ => None,
                 };
                 match ready!(p.step(t, mem, pre)) {
+                    // The block's right ended before the write: acquire it again, write again.
+                    Probed::WriteFailed(e) if ended(&e) => {
+                        self.stale_block = true;
+                        self.state = State::Block;
+                        Poll::Pending
+                    }
                     Probed::WriteFailed(e) => Poll::Ready(Err(e.into())),
                     Probed::Snap(snap) => {
                         self.written = true;
