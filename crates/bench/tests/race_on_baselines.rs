@@ -68,3 +68,129 @@ mod inproc {
         updates_and_lookups_keep_every_key(Transport::InProc, Scheme::Rpc)
     }
 }
+
+/// Several clients' updates and lookups interleaved step by step (as the benchmark's driver
+/// does), then every key read back.
+fn interleaved_writers_keep_every_key(t: Transport, scheme: Scheme) {
+    let b = bed(
+        t,
+        BaselineConfig {
+            pool_bytes: 64 << 20,
+            whole_pool_region: scheme != Scheme::Mr,
+            ..BaselineConfig::default()
+        },
+    );
+    let connect = || {
+        BaselineMemory::<SoftProvider>::connect(
+            &b.dev,
+            b.node.address(),
+            scheme,
+            BaselineClientConfig::default(),
+        )
+        .unwrap()
+    };
+    interleaved(connect);
+}
+
+fn interleaved<M: patronus_ods::RemoteMemory>(connect: impl Fn() -> M) {
+    use patronus_ods::race::{Lookup, Update};
+    use std::task::Poll;
+    let keys = 20u64;
+    let value = |i: u64, v: u64| patronus_bench::kv::value(i, v, 64);
+    let mut setup = connect();
+    let root = race::create(&mut setup, RaceConfig::default()).unwrap();
+    let mut t0 = race::open(&mut setup, root, ClientOptions::default()).unwrap();
+    for i in 0..keys {
+        t0.insert(&mut setup, &KvWorkload::key(i), &value(i, 0))
+            .unwrap();
+    }
+    let mut clients: Vec<_> = (0..4)
+        .map(|_| {
+            let mut m = connect();
+            let t = race::open(&mut m, root, ClientOptions::default()).unwrap();
+            (m, t)
+        })
+        .collect();
+    let mut seed = 7u64;
+    let mut next = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    for round in 1..=50u64 {
+        let mut ops: Vec<_> = (0..clients.len())
+            .map(|c| {
+                let k = next() % keys;
+                let (_, t) = &clients[c];
+                (
+                    k,
+                    Box::new(
+                        Update::new(t, &KvWorkload::key(k), &value(k, round * 10 + c as u64))
+                            .unwrap(),
+                    ),
+                    None::<Lookup>,
+                )
+            })
+            .collect();
+        let mut done = vec![false; clients.len()];
+        let mut steps = 0;
+        while done.iter().any(|d| !d) {
+            steps += 1;
+            assert!(steps < 100_000, "stuck");
+            let c = (next() as usize) % clients.len();
+            if done[c] {
+                continue;
+            }
+            let (m, t) = &mut clients[c];
+            if let Poll::Ready(r) = ops[c].1.step(t, m) {
+                r.unwrap_or_else(|e| panic!("round {round}, client {c}, key {}: {e}", ops[c].0));
+                done[c] = true;
+            }
+        }
+    }
+    for i in 0..keys {
+        let got = t0.get(&mut setup, &KvWorkload::key(i)).unwrap();
+        assert!(got.is_some_and(|v| check_value(i, &v).is_some()), "key {i}");
+    }
+}
+
+mod interleaved {
+    use super::*;
+    #[test]
+    fn unprot() {
+        interleaved_writers_keep_every_key(Transport::InProc, Scheme::Unprot)
+    }
+    #[test]
+    #[ignore = "known bug, not explained yet: under MR an update reports its key absent (round 23, client 3, key 2 with this seed; docs/evaluation.md, fig9)"]
+    fn mr() {
+        interleaved_writers_keep_every_key(Transport::InProc, Scheme::Mr)
+    }
+    #[test]
+    fn rpc() {
+        interleaved_writers_keep_every_key(Transport::InProc, Scheme::Rpc)
+    }
+    #[test]
+    fn patronus() {
+        use patronus_core::cluster::EmbeddedCluster;
+        let c = EmbeddedCluster::start(
+            Transport::InProc,
+            rnic::soft::SoftConfig::default(),
+            patronus_core::manager::NodeConfig::default(),
+            patronus_core::client::ClientConfig::default(),
+            0,
+        )
+        .unwrap();
+        let dev = c.node_ctx.clone();
+        interleaved(|| {
+            patronus_ods::PatronusMemory::new(
+                patronus_core::client::Client::<SoftProvider>::connect(
+                    &dev,
+                    c.node.address(),
+                    Default::default(),
+                )
+                .unwrap(),
+            )
+        });
+    }
+}
