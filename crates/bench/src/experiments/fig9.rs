@@ -61,7 +61,7 @@ fn plan(opts: &BenchOpts) -> Plan {
 }
 
 /// A RACE table of `keys` keys with values of `value_size` bytes, and a mix to run on it.
-struct Kv {
+pub(crate) struct Kv {
     workload: Arc<KvWorkload>,
     /// Operations that failed (the table said an error), and the first such error.
     failed: Arc<Failures>,
@@ -82,6 +82,22 @@ impl Failures {
 }
 
 impl Kv {
+    /// The workload `w` on a RACE table.
+    pub(crate) fn new(w: KvWorkload) -> Self {
+        Kv {
+            workload: Arc::new(w),
+            failed: Arc::default(),
+        }
+    }
+
+    /// Operations that failed so far (and the first failure), reset.
+    pub(crate) fn take_failures(&self) -> (u64, Option<String>) {
+        (
+            self.failed.count.swap(0, Ordering::Relaxed),
+            self.failed.first.lock().take(),
+        )
+    }
+
     fn config(&self) -> RaceConfig {
         let block = (crate::kv::KEY_LEN as u32 + self.workload.value_size as u32 + BLOCK_HEADER)
             .next_multiple_of(64);
@@ -222,10 +238,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                 if value_size != 4096 && !plan.small_mixes.contains(&mix) {
                     continue;
                 }
-                let kv = Kv {
-                    workload: Arc::new(KvWorkload::new(plan.keys, 0.99, read_ratio, value_size)),
-                    failed: Arc::default(),
-                };
+                let kv = Kv::new(KvWorkload::new(plan.keys, 0.99, read_ratio, value_size));
                 let counts: &[u32] = if value_size == 4096 {
                     &plan.clients
                 } else {
@@ -242,8 +255,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                         &format!("fig9 {mech} {mix} {value_size} B x{n}"),
                     )?;
                     root = Some(m.root);
-                    let failed = kv.failed.count.swap(0, Ordering::Relaxed);
-                    let first = kv.failed.first.lock().take();
+                    let (failed, first) = kv.take_failures();
                     let row = m
                         .driven
                         .row(mech, n, m.manager, m.engine)

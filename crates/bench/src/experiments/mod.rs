@@ -21,8 +21,8 @@ use crate::harness::{BenchOpts, Experiment};
 use anyhow::{Result, bail};
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 10] = [
-    "fig1", "fig5", "fig6", "fig7", "fig8b", "fig9", "fig10", "table5", "alloc", "dos",
+pub const ALL: [&str; 11] = [
+    "fig1", "fig5", "fig6", "fig7", "fig8b", "fig9", "fig10", "redis", "table5", "alloc", "dos",
 ];
 
 /// Runs the experiment called `name`.
@@ -35,6 +35,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "fig8b" => fig8b::run(opts),
         "fig9" => fig9::run(opts),
         "fig10" => fig10::run(opts),
+        "redis" => redis::run(opts),
         "table5" => table5::run(opts),
         "alloc" => alloc::run(opts),
         "dos" => dos::run(opts),
