@@ -4,10 +4,8 @@
 //! segments, the more often a producer allocates one and every other acquires it).
 
 use super::driver::{Logical, Rig, StepCtx, now};
-use super::ods_rig::{MECHANISMS, OdsRig, Workload};
-use crate::harness::{
-    BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
-};
+use super::ods_rig::{MECHANISMS, OdsRig, Workload, mechanism_panel, workload_checks};
+use crate::harness::{BenchOpts, Experiment, Figure, Panel, PaperRef, Ratio, Row};
 use anyhow::Result;
 use patronus_ods::queue::{PushOp, Queue, QueueConfig, QueueOptions};
 use patronus_ods::{NamedRoots, RemoteMemory};
@@ -16,8 +14,6 @@ use std::time::{Duration, Instant};
 
 /// Bytes of each item (a pointer-sized payload, as a queue of references would carry).
 const ITEM: u32 = 8;
-/// The paper's protection-overhead bound on the workloads (abstract, §7.3–7.4).
-const MAX_OVERHEAD: f64 = 0.277;
 /// Patronus / MR throughput in the paper's segment sweep, N = 64 and N = 1024 (§7.4).
 const PAPER_SWEEP: [(u32, f64); 2] = [(64, 5.18), (1024, 1.78)];
 
@@ -178,38 +174,11 @@ fn summarize(exp: &mut Experiment, plan: &Plan) {
     let mut checks = Vec::new();
     let mut ratios = Vec::new();
     for &n in &plan.producers {
-        let tput = |m: &str| find(exp, m, n, 1024, false).map(|r| r.throughput_ops);
-        let (Some(p), Some(u)) = (tput("Patronus"), tput("Unprot")) else {
-            continue;
-        };
-        let overhead = 1.0 - p / u.max(1e-9);
-        checks.push(Check {
-            claim: format!(
-                "protection costs at most {:.1} % of Unprot's throughput ({n} producers; abstract, §7.4)",
-                MAX_OVERHEAD * 100.0
-            ),
-            holds: overhead <= MAX_OVERHEAD,
-            detail: format!(
-                "Patronus {:.1} Kops/s vs Unprot {:.1} Kops/s: {:.1} % lower",
-                p / 1e3,
-                u / 1e3,
-                overhead * 100.0
-            ),
-        });
-        for other in ["MR", "RPC"] {
-            if let Some(o) = tput(other) {
-                checks.push(Check {
-                    claim: format!("Patronus is ahead of {other} ({n} producers, §7.4)"),
-                    holds: p > o,
-                    detail: format!(
-                        "Patronus {:.1} Kops/s vs {other} {:.1} Kops/s ({:.2}×)",
-                        p / 1e3,
-                        o / 1e3,
-                        p / o.max(1e-9)
-                    ),
-                });
-            }
-        }
+        checks.extend(workload_checks(
+            |m| find(exp, m, n, 1024, false).map(|r| r.throughput_ops),
+            &format!("{n} producers"),
+            "§7.4",
+        ));
     }
     let sweep = |m: &str, entries: u32| {
         find(exp, m, plan.sweep_producers, entries, true).map(|r| r.throughput_ops)
@@ -267,40 +236,18 @@ fn summarize(exp: &mut Experiment, plan: &Plan) {
 }
 
 fn panel(exp: &Experiment, title: &str, y: &str, sweep: bool, f: impl Fn(&Row) -> f64) -> Panel {
-    let x = |r: &Row| {
-        if sweep {
+    let x_label = if sweep {
+        "entries per segment"
+    } else {
+        "producers"
+    };
+    mechanism_panel(exp, title, x_label, y, |r| {
+        let in_sweep = r.extra.get("sweep").and_then(|v| v.as_bool()) == Some(sweep);
+        let x = if sweep {
             r.get_f64("segment_entries").unwrap_or(0.0)
         } else {
             f64::from(r.clients)
-        }
-    };
-    Panel {
-        title: title.into(),
-        x_label: if sweep {
-            "entries per segment"
-        } else {
-            "producers"
-        }
-        .into(),
-        y_label: y.into(),
-        x_log: true,
-        y_log: true,
-        kind: PanelKind::Lines,
-        series: MECHANISMS
-            .iter()
-            .map(|m| Series {
-                name: m.to_string(),
-                points: exp
-                    .rows
-                    .iter()
-                    .filter(|r| {
-                        r.mechanism == *m
-                            && r.extra.get("sweep").and_then(|v| v.as_bool()) == Some(sweep)
-                    })
-                    .map(|r| Point::xy(x(r), f(r)))
-                    .collect(),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect(),
-    }
+        };
+        in_sweep.then(|| (x, f(r)))
+    })
 }

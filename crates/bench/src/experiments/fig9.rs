@@ -8,10 +8,8 @@
 //! a new block, a CAS, the old block freed).
 
 use super::driver::{Logical, Rig, StepCtx, now};
-use super::ods_rig::{MECHANISMS, OdsRig, Workload};
-use crate::harness::{
-    BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
-};
+use super::ods_rig::{MECHANISMS, OdsRig, Workload, mechanism_panel, workload_checks};
+use crate::harness::{BenchOpts, Check, Experiment, Figure, Panel, PaperRef, Ratio, Row};
 use crate::kv::{KvOp, KvWorkload, check_value};
 use anyhow::{Context as _, Result, bail};
 use patronus_ods::race::{self, ClientOptions, Lookup, RaceConfig, TableClient, Update};
@@ -21,8 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-/// The paper's protection-overhead bound on the workloads (abstract, §7.3–7.4).
-const MAX_OVERHEAD: f64 = 0.277;
 /// The paper's price of protection on RACE's read-only median latency (§7.3.1).
 const PAPER_RO_P50_PRICE: f64 = 0.29;
 /// Key-block header in a KV block (checksum, lengths, hash, nonce), bytes; blocks are sized
@@ -302,43 +298,17 @@ fn summarize(exp: &mut Experiment, max: u32) {
     for value in [4096u64, 64] {
         for (mix, _) in MIXES {
             let tput = |m: &str| find(exp, m, mix, value, max).map(|r| r.throughput_ops);
-            let (Some(p), Some(u)) = (tput("Patronus"), tput("Unprot")) else {
-                continue;
-            };
-            let overhead = 1.0 - p / u.max(1e-9);
-            ratios.push(Ratio {
-                name: format!("Patronus / Unprot throughput, {mix}, {value} B, {max} clients"),
-                value: p / u.max(1e-9),
-            });
-            checks.push(Check {
-                claim: format!(
-                    "protection costs at most {:.1} % of Unprot's throughput ({mix}, {value} B, {max} clients; abstract, §7.3)",
-                    MAX_OVERHEAD * 100.0
-                ),
-                holds: overhead <= MAX_OVERHEAD,
-                detail: format!(
-                    "Patronus {:.1} Kops/s vs Unprot {:.1} Kops/s: {:.1} % lower",
-                    p / 1e3,
-                    u / 1e3,
-                    overhead * 100.0
-                ),
-            });
-            for other in ["MR", "RPC"] {
-                if let Some(o) = tput(other) {
-                    checks.push(Check {
-                        claim: format!(
-                            "Patronus is ahead of {other} ({mix}, {value} B, {max} clients; §7.3)"
-                        ),
-                        holds: p > o,
-                        detail: format!(
-                            "Patronus {:.1} Kops/s vs {other} {:.1} Kops/s ({:.2}×)",
-                            p / 1e3,
-                            o / 1e3,
-                            p / o.max(1e-9)
-                        ),
-                    });
-                }
+            if let (Some(p), Some(u)) = (tput("Patronus"), tput("Unprot")) {
+                ratios.push(Ratio {
+                    name: format!("Patronus / Unprot throughput, {mix}, {value} B, {max} clients"),
+                    value: p / u.max(1e-9),
+                });
             }
+            checks.extend(workload_checks(
+                tput,
+                &format!("{mix}, {value} B, {max} clients"),
+                "§7.3",
+            ));
         }
     }
     let ro_price = match (
@@ -417,25 +387,7 @@ fn summarize(exp: &mut Experiment, max: u32) {
 }
 
 fn panel(exp: &Experiment, title: &str, y: &str, f: impl Fn(&Row) -> Option<f64>) -> Panel {
-    Panel {
-        title: title.into(),
-        x_label: "clients".into(),
-        y_label: y.into(),
-        x_log: true,
-        y_log: true,
-        kind: PanelKind::Lines,
-        series: MECHANISMS
-            .iter()
-            .map(|m| Series {
-                name: m.to_string(),
-                points: exp
-                    .rows
-                    .iter()
-                    .filter(|r| r.mechanism == *m)
-                    .filter_map(|r| f(r).map(|y| Point::xy(f64::from(r.clients), y)))
-                    .collect(),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect(),
-    }
+    mechanism_panel(exp, title, "clients", y, |r| {
+        f(r).map(|y| (f64::from(r.clients), y))
+    })
 }

@@ -11,6 +11,7 @@
 use super::driver::{CLIENT_THREADS, Driven, Logical, Rig, drive, engine_cpu, spread};
 use super::patronus_rig::{PatronusRig, lean_client};
 use crate::baseline::{BaselineClientConfig, BaselineConfig, BaselineMemory, BaselineNode, Scheme};
+use crate::harness::{Check, Experiment, Panel, PanelKind, Point, Row, Series};
 use anyhow::{Context as _, Result};
 use patronus_core::manager::{NodeConfig, Techniques};
 use patronus_ods::{NamedRoots, PatronusMemory, RemoteMemory};
@@ -180,5 +181,81 @@ impl OdsRig {
         self.base.0.shutdown();
         self.mr.0.shutdown();
         self.patronus.node.shutdown();
+    }
+}
+
+/// The paper's protection-overhead bound on the workloads (abstract, §7.3–7.4).
+pub const MAX_OVERHEAD: f64 = 0.277;
+
+/// The paper's claims about one workload point (`at`, e.g. "RO, 8 clients"), from each
+/// mechanism's throughput (`tput`): protection costs at most [`MAX_OVERHEAD`] of Unprot's
+/// throughput, and Patronus is ahead of MR and RPC (`source`: the paper's section).
+pub fn workload_checks(tput: impl Fn(&str) -> Option<f64>, at: &str, source: &str) -> Vec<Check> {
+    let Some(p) = tput("Patronus") else {
+        return Vec::new();
+    };
+    let mut checks = Vec::new();
+    if let Some(u) = tput("Unprot") {
+        let overhead = 1.0 - p / u.max(1e-9);
+        checks.push(Check {
+            claim: format!(
+                "protection costs at most {:.1} % of Unprot's throughput ({at}; abstract, {source})",
+                MAX_OVERHEAD * 100.0
+            ),
+            holds: overhead <= MAX_OVERHEAD,
+            detail: format!(
+                "Patronus {:.1} Kops/s vs Unprot {:.1} Kops/s: {:.1} % lower",
+                p / 1e3,
+                u / 1e3,
+                overhead * 100.0
+            ),
+        });
+    }
+    for other in ["MR", "RPC"] {
+        if let Some(o) = tput(other) {
+            checks.push(Check {
+                claim: format!("Patronus is ahead of {other} ({at}; {source})"),
+                holds: p > o,
+                detail: format!(
+                    "Patronus {:.1} Kops/s vs {other} {:.1} Kops/s ({:.2}×)",
+                    p / 1e3,
+                    o / 1e3,
+                    p / o.max(1e-9)
+                ),
+            });
+        }
+    }
+    checks
+}
+
+/// A log-log panel with one line per mechanism: each row `point` maps to (x, y) is a point
+/// of its mechanism's line (rows it maps to `None` are left out; empty lines are dropped).
+pub fn mechanism_panel(
+    exp: &Experiment,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    point: impl Fn(&Row) -> Option<(f64, f64)>,
+) -> Panel {
+    Panel {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        x_log: true,
+        y_log: true,
+        kind: PanelKind::Lines,
+        series: MECHANISMS
+            .iter()
+            .map(|m| Series {
+                name: m.to_string(),
+                points: exp
+                    .rows
+                    .iter()
+                    .filter(|r| r.mechanism == *m)
+                    .filter_map(|r| point(r).map(|(x, y)| Point::xy(x, y)))
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect(),
     }
 }
