@@ -7,11 +7,11 @@
 //! margin is extended one-sidedly, and one that cannot be extended is dropped and acquired
 //! again. Each such action is one step of the operation that needed it.
 
-use super::config::ClientOptions;
+use super::config::{ClientOptions, RaceConfig};
 use super::directory::DirCache;
 use super::error::RaceError;
 use super::hash::hash64;
-use super::layout::Geometry;
+use super::layout::{BLOCK_HEADER, Geometry, MAX_BLOCK_UNITS, UNIT};
 use super::records::Root;
 use super::stats::RaceStats;
 use crate::memory::{MemError, Region, RemoteMemory};
@@ -87,6 +87,19 @@ impl<M: RemoteMemory> TableClient<M> {
     /// The table's root address.
     pub fn root(&self) -> u64 {
         self.root_addr
+    }
+
+    /// The table's shape, as its root records it (`initial_depth` is not kept: 0).
+    pub fn config(&self) -> RaceConfig {
+        self.root.config
+    }
+
+    /// The longest value a KV block of this table holds beside a key of `key_len` bytes
+    /// (`None`: not even the key fits).
+    pub fn max_value_len(&self, key_len: usize) -> Option<usize> {
+        let max = u64::from(self.root.config.block_size).min(MAX_BLOCK_UNITS * UNIT);
+        max.checked_sub(BLOCK_HEADER + key_len as u64)
+            .map(|v| v as usize)
     }
 
     /// What this client counted so far.
