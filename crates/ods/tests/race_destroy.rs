@@ -71,6 +71,24 @@ fn named_tables_and_destroy_frees_everything(t: Transport) {
     ));
 }
 
+/// A client's spare blocks are freed when it closes, even once their leases ran out.
+fn close_frees_spares_whose_leases_ran_out(t: Transport) {
+    let (bed, mut mems) = bed(t, 1);
+    let mem = &mut mems[0];
+    let before = pool_in_use(&bed);
+    let o = opts();
+    race::create_named(mem, "t", small(LockMode::Lease)).unwrap();
+    let mut c = race::open_named(mem, "t", o).unwrap();
+    c.insert(mem, b"k", b"v").unwrap();
+    assert_eq!(c.spare_blocks().len(), o.preallocate - 1);
+    bed.clock.advance(o.lease * 10);
+    race_support::wait_expired(&bed, 1);
+    c.close(mem).unwrap();
+    let d = race::destroy_named(mem, "t", o).unwrap();
+    assert_eq!(d.blocks, 1);
+    assert_eq!(pool_in_use(&bed), before, "spares freed");
+}
+
 /// Inserts through `r` until an insert's split reaches `phase`; returns that insert, stopped.
 fn stop_a_split(r: &mut race::TableClient<Mem>, mem: &mut Mem, phase: Phase) -> Insert<Mem> {
     for i in 0..200 {
@@ -124,6 +142,7 @@ fn destroy_finishes_an_abandoned_split_and_refuses_a_held_lock(t: Transport) {
 }
 
 both_transports!(
+    close_frees_spares_whose_leases_ran_out,
     named_tables_and_destroy_frees_everything,
     destroy_finishes_an_abandoned_split_and_refuses_a_held_lock
 );
