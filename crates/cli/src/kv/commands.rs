@@ -70,13 +70,17 @@ pub fn run(args: &KvArgs) -> Result<(), KvError> {
             let mut s = Session::connect(args)?;
             let d = race::destroy_named(&mut s.mem, &args.table, table_options(args))
                 .map_err(race(args))?;
-            emit(
-                format!(
-                    "dropped table \"{}\": freed {} subtables and {} KV blocks\n",
-                    args.table, d.subtables, d.blocks
-                )
-                .as_bytes(),
-            )
+            let mut text = format!(
+                "dropped table \"{}\": freed {} subtables and {} KV blocks\n",
+                args.table, d.subtables, d.blocks
+            );
+            if d.skipped > 0 {
+                text.push_str(&format!(
+                    "note: {} slots named no block of the table (left allocated)\n",
+                    d.skipped
+                ));
+            }
+            emit(text.as_bytes())
         }
     }
 }

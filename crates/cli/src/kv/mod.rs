@@ -69,8 +69,7 @@ enum KvCommand {
     Get {
         /// The key.
         key: String,
-        /// text: UTF-8 (invalid bytes as U+FFFD) and a newline; hex: lowercase hex and a
-        /// newline; raw: the exact bytes, nothing added.
+        /// How the value is printed.
         #[arg(long, value_enum, default_value = "text")]
         format: ValueFormat,
     },
@@ -82,9 +81,7 @@ enum KvCommand {
     /// Print every key and value, one `key<TAB>value` line each, sorted by key (a full
     /// scan of the unordered table; not a snapshot while others write).
     Scan {
-        /// text: UTF-8 (invalid bytes as U+FFFD) with \ tab newline CR escaped as \\ \t \n
-        /// \r, other control characters as \xNN or \u{NNNN}; hex: lowercase hex of key and
-        /// value.
+        /// How keys and values are printed.
         #[arg(long, value_enum, default_value = "text")]
         format: LineFormat,
     },
