@@ -1,10 +1,10 @@
 //! `patronus kv`: a key-value tool on a named RACE hash table of a running `patronus serve`.
 //!
 //! Each command is one short-lived client: it connects (as the tenant given), looks the
-//! table up by name, opens it, does its one operation, and closes — it gives back every
-//! right it holds (revoked, not left to lapse) and frees the KV blocks it allocated and did
-//! not link — then disconnects, which ends its session at the memory node. What stays is
-//! the table's memory, which belongs to the tenant.
+//! table up by name, opens it, does its one operation, and closes — it revokes the rights it
+//! holds (rather than leaving them to lapse) and frees the KV blocks it allocated and did not
+//! link — then disconnects, which ends its session at the memory node and every permission
+//! still in it. What stays is the table's memory, which belongs to the tenant.
 //!
 //! - `error`: exit codes and messages; `output`: value formats;
 //! - `session`: connecting and opening the table; `commands`: the commands.
