@@ -1,8 +1,10 @@
 //! `patronus`: the evaluation suite (the README's main job: `bench all --quick`), the
-//! lifecycle demo, and a memory-node server with a probe client for multi-process set-ups.
+//! lifecycle demo, a memory-node server with a probe client for multi-process set-ups, and a
+//! key-value tool on a named RACE table of such a server.
 
 mod demo;
 mod devices;
+mod kv;
 mod rdma;
 mod serve;
 
@@ -138,6 +140,10 @@ enum Command {
         #[arg(long)]
         device: Option<String>,
     },
+    /// Use a named RACE hash table of a running `patronus serve`: create, put, get, del,
+    /// scan, info, drop (each command one short-lived client; exit codes in `kv --help`).
+    #[command(after_help = kv::EXIT_CODES_HELP)]
+    Kv(kv::KvArgs),
     /// List RDMA devices with ports, GIDs and memory-window capabilities. Exit code 0: devices
     /// listed; 2: no RDMA device; 3: libibverbs not installed; 1: a device could not be queried.
     Devices,
@@ -194,6 +200,7 @@ fn main() -> anyhow::Result<()> {
             ProviderArg::Soft => serve::probe(connect, tenant),
             ProviderArg::Rdma => rdma::probe(connect, tenant, device),
         },
+        Command::Kv(args) => std::process::exit(kv::run(&args)),
         Command::Devices => std::process::exit(devices::run()),
     }
 }

@@ -177,6 +177,10 @@ fn print_served(s: &NodeStats) {
          data reconnections {} ({} refused: fault budget)",
         s.held.sessions, e.closed, e.idle, e.no_hello, s.data_reconnects, s.reconnects_refused
     );
+    println!(
+        "pool: {} bytes in use (live objects and permission headers)",
+        s.pool_bytes_in_use
+    );
 }
 
 /// Connects (as `tenant`, if given), allocates, writes, reads, revokes.

@@ -210,7 +210,45 @@ fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Transport) {
     );
 }
 
+/// With a lock word, a resizer that is only slow (the leases of its rights, the one over the
+/// lock object included, ended mid-split) stops and gives the word back through a new right
+/// over the lock object: its own insert then finishes the split as the next lock holder, and
+/// no writer stalls.
+fn a_slow_resizer_gives_its_lock_word_back(t: Transport) {
+    let (bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = opts();
+    let root = race::create(rm, small(LockMode::Word)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let mut w = race::open(wm, root, o).unwrap();
+    let (mut slow, before) = stop_a_split(&mut r, rm, 0, Phase::Publishing, 1);
+    let slow_key = before.last().map_or(0, |k| k + 1);
+    bed.clock
+        .advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
+    race_support::run(&mut r, rm, |t, m| slow.step(t, m)).unwrap();
+    assert_eq!(r.stats().recoveries, 1, "{:?}", r.stats());
+    let k = 5_000;
+    for i in k..k + 30 {
+        w.insert(wm, &key(i), &value(i, 1)).unwrap();
+    }
+    assert_eq!(w.get(wm, &key(slow_key)).unwrap(), Some(value(slow_key, 0)));
+    let audit = w.audit(wm).unwrap();
+    assert_eq!(audit.keys, before.len() as u64 + 31, "{audit:?}");
+    assert_eq!(
+        (
+            audit.duplicates,
+            audit.unclaimed,
+            audit.unreadable,
+            audit.frozen
+        ),
+        (0, 0, 0, 0),
+        "{audit:?}"
+    );
+}
+
 both_transports!(
+    a_slow_resizer_gives_its_lock_word_back,
     a_slow_resizer_whose_lease_ended_stops_and_resumes_safely,
     a_stopped_resizer_blocks_writers_only_until_its_lease_ends,
     a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good

@@ -17,7 +17,7 @@ use std::task::Poll;
 const MAX_STEPS: u64 = 1 << 24;
 
 impl<M: RemoteMemory> TableClient<M> {
-    fn drive<T>(
+    pub(super) fn drive<T>(
         &mut self,
         mem: &mut M,
         mut step: impl FnMut(&mut Self, &mut M) -> Poll<Result<T, RaceError>>,

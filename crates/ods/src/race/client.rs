@@ -7,11 +7,11 @@
 //! margin is extended one-sidedly, and one that cannot be extended is dropped and acquired
 //! again. Each such action is one step of the operation that needed it.
 
-use super::config::ClientOptions;
+use super::config::{ClientOptions, RaceConfig};
 use super::directory::DirCache;
 use super::error::RaceError;
 use super::hash::hash64;
-use super::layout::Geometry;
+use super::layout::{BLOCK_HEADER, Geometry, MAX_BLOCK_UNITS, UNIT};
 use super::records::Root;
 use super::stats::RaceStats;
 use crate::memory::{MemError, Region, RemoteMemory};
@@ -89,6 +89,19 @@ impl<M: RemoteMemory> TableClient<M> {
         self.root_addr
     }
 
+    /// The table's shape, as its root records it (`initial_depth` is not kept: 0).
+    pub fn config(&self) -> RaceConfig {
+        self.root.config
+    }
+
+    /// The longest value a KV block of this table holds beside a key of `key_len` bytes
+    /// (`None`: not even the key fits).
+    pub fn max_value_len(&self, key_len: usize) -> Option<usize> {
+        let max = u64::from(self.root.config.block_size).min(MAX_BLOCK_UNITS * UNIT);
+        max.checked_sub(BLOCK_HEADER + key_len as u64)
+            .map(|v| v as usize)
+    }
+
     /// What this client counted so far.
     pub fn stats(&self) -> RaceStats {
         self.stats
@@ -109,18 +122,41 @@ impl<M: RemoteMemory> TableClient<M> {
         self.spare.iter().map(Region::addr).collect()
     }
 
-    /// Gives up every right this client holds (its spare blocks stay allocated: they are
-    /// freed).
+    /// Gives up every right this client holds and frees its spare blocks (allocated, never
+    /// linked). Every right is given up even if a spare cannot be freed; the first such
+    /// failure is returned.
     pub fn close(mut self, mem: &mut M) -> Result<(), RaceError> {
+        let mut result = Ok(());
         for r in std::mem::take(&mut self.spare) {
-            mem.free(r)?;
+            let freed = self.free_spare(mem, r);
+            if result.is_ok() {
+                result = freed;
+            }
         }
         let subtables: Vec<M::Region> = self.subtables.drain().map(|(_, r)| r).collect();
         let rest = self.dir_right.take().into_iter().chain(self.blocks.drain());
         for r in subtables.into_iter().chain(rest) {
             self.give_up(mem, r);
         }
-        Ok(())
+        result
+    }
+
+    /// Frees a spare block through its right or, if that right ended (its lease ran out),
+    /// through a new one: nobody else knows an unlinked block, so it is still this client's.
+    fn free_spare(&mut self, mem: &mut M, r: M::Region) -> Result<(), RaceError> {
+        let (addr, len) = (r.addr(), r.len());
+        self.stats.frees += 1;
+        match mem.free(r) {
+            Ok(()) => Ok(()),
+            Err(MemError::NotFound | MemError::Rejected | MemError::Expired) => {
+                self.stats.acquires += 1;
+                let again =
+                    mem.acquire(addr, len, self.opts.lease, Access::ReadWrite, Mode::Shared)?;
+                self.stats.frees += 1;
+                Ok(mem.free(again)?)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A fresh nonce for a block this client writes.

@@ -43,6 +43,10 @@ pub enum RaceError {
     #[error("the table's remote data is inconsistent: {0}")]
     Corrupt(&'static str),
 
+    /// No table is published under the name given (see [`open_named`](super::open_named)).
+    #[error("no table is published under this name")]
+    NoSuchTable,
+
     // ---- other clients ----
     /// The operation kept losing races with other clients (retries exhausted).
     #[error("gave up after {attempts} attempts lost to concurrent changes")]
@@ -57,6 +61,11 @@ pub enum RaceError {
         /// Polls made while waiting.
         polls: u64,
     },
+
+    /// Another client holds a subtable's lock (a split in progress, or one a stopped resizer
+    /// left behind a lock word that never frees): the table cannot be destroyed now.
+    #[error("another client is splitting a subtable of the table (or left its lock taken)")]
+    Busy,
 
     // ---- the remote memory ----
     /// The remote-memory system failed in a way the table cannot work around.

@@ -24,16 +24,21 @@
 //! - `ops`: [`Lookup`], [`Insert`], [`Update`], [`Delete`] as steppable state machines;
 //! - `split`: [`Split`], the resize protocol;
 //! - `blocking`: `get`, `insert`, `update`, `delete`, `scan` run to completion;
+//! - `destroy`: [`TableClient::destroy`] frees a table no other client uses;
+//! - `named`: [`create_named`], [`open_named`], [`destroy_named`] find a table by name
+//!   ([`NamedRoots`](crate::NamedRoots));
 //! - [`RaceStats`], [`RaceError`], [`RaceConfig`], [`ClientOptions`].
 
 mod block;
 mod blocking;
 mod client;
 mod config;
+mod destroy;
 mod directory;
 mod error;
 mod hash;
 mod layout;
+mod named;
 mod ops;
 mod records;
 mod split;
@@ -43,7 +48,9 @@ mod table;
 pub use blocking::{Audit, KeyValues};
 pub use client::TableClient;
 pub use config::{ClientOptions, LockMode, MAX_DEPTH_LIMIT, RaceConfig};
+pub use destroy::Destroyed;
 pub use error::RaceError;
+pub use named::{create_named, destroy_named, open_named};
 pub use ops::{Delete, Insert, Lookup, Stage, Update};
 pub use records::Phase;
 pub use split::{Split, SplitOutcome};
