@@ -81,8 +81,12 @@ fn silent_client(t: Transport, iso: Isolation) {
     assert_eq!(s.sessions_ended.closed, 0, "{s:?}");
     // Its unfreed object stays its tenant's; everything else it held is back.
     wait_back_to(&b, start, 96);
-    // When it speaks again, it learns its session is over and opens a new one.
+    // The node broke its control connection off. Once the client has seen that (its link
+    // delivers the close), its next operation opens a new session first. Before, a request
+    // sent into the dying connection would end as `ControlLost` (outcome unknown, never run
+    // again): that race is not what this test is about.
     let mut silent = silent;
+    seen_lost(&mut silent);
     let p = silent
         .allocate(64, Duration::from_millis(100), Mode::Shared)
         .unwrap();
@@ -90,6 +94,22 @@ fn silent_client(t: Transport, iso: Isolation) {
     silent.free(p).unwrap();
     drop(silent);
     honest_round(&mut b);
+}
+
+/// Waits (bounded, wall time) until `c` has seen its control connection broken off.
+#[allow(clippy::disallowed_methods)] // a bounded wait for another thread's delivery
+fn seen_lost(c: &mut Client<SoftProvider>) {
+    let t0 = std::time::Instant::now();
+    while !matches!(
+        c.poll_reply(),
+        Err(patronus_core::client::ClientError::ControlLost(_))
+    ) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the client never saw its control connection closed"
+        );
+        std::thread::yield_now();
+    }
 }
 
 /// A connection that never authenticates costs nothing after the hello timeout.
