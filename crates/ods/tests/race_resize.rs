@@ -210,7 +210,42 @@ fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Transport) {
     );
 }
 
+/// The key class a stopped split reports names exactly the writers it holds up: inserts of
+/// keys in it wait, every other insert completes (splitting other subtables as it needs).
+fn a_stopped_splits_key_class_names_the_writers_it_holds_up(t: Transport) {
+    let (_bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = opts();
+    let root = race::create(rm, small(LockMode::Lease)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let mut w = race::open(wm, root, o).unwrap();
+    // Enough keys for several subtables, so the stopped split holds up only some keys.
+    for i in 0..60 {
+        r.insert(rm, &key(i), &value(i, 0)).unwrap();
+    }
+    let (stopped, _) = stop_a_split(&mut r, rm, 60, Phase::Copying, 1);
+    let split = stopped.split().unwrap();
+    let class = split.key_class().unwrap();
+    assert!(class.depth >= 1, "{class:?}");
+    assert_ne!(split.subtable(), 0);
+    let (mut held, mut free) = (0, 0);
+    for k in 5_000..5_040 {
+        let mut op = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
+        if class.contains(&w, &key(k)) {
+            stays_waiting(&mut op, &mut w, wm, 30);
+            held += 1;
+        } else {
+            race_support::run(&mut w, wm, |t, m| op.step(t, m)).unwrap();
+            free += 1;
+        }
+    }
+    assert!(held > 0 && free > 0, "held {held}, free {free}");
+    drop(stopped);
+}
+
 both_transports!(
+    a_stopped_splits_key_class_names_the_writers_it_holds_up,
     a_slow_resizer_whose_lease_ended_stops_and_resumes_safely,
     a_stopped_resizer_blocks_writers_only_until_its_lease_ends,
     a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good

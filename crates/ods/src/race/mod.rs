@@ -22,12 +22,13 @@
 //! - `layout`, `block`, `records`, `hash`: the remote formats;
 //! - [`TableClient`] (`client`), `directory`, `table` ([`create`], [`open`]): a client;
 //! - `ops`: [`Lookup`], [`Insert`], [`Update`], [`Delete`] as steppable state machines;
-//! - `split`: [`Split`], the resize protocol;
+//! - `split`: [`Split`], the resize protocol; [`KeyClass`], the keys a subtable claims;
 //! - `blocking`: `get`, `insert`, `update`, `delete`, `scan` run to completion;
 //! - [`RaceStats`], [`RaceError`], [`RaceConfig`], [`ClientOptions`].
 
 mod block;
 mod blocking;
+mod class;
 mod client;
 mod config;
 mod directory;
@@ -41,6 +42,7 @@ mod stats;
 mod table;
 
 pub use blocking::{Audit, KeyValues};
+pub use class::KeyClass;
 pub use client::TableClient;
 pub use config::{ClientOptions, LockMode, MAX_DEPTH_LIMIT, RaceConfig};
 pub use error::RaceError;
