@@ -244,7 +244,35 @@ fn a_stopped_splits_key_class_names_the_writers_it_holds_up(t: Transport) {
     drop(stopped);
 }
 
+/// A resizer's rights over the blocks it classifies are short (`read_lease`): when they end
+/// before it reads the blocks (a slow resizer), it acquires them again — it never takes a block
+/// it could not read for a freed one and drops its entry.
+fn a_resizer_whose_block_rights_ended_reads_them_again(t: Transport) {
+    let (bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = opts();
+    let root = race::create(rm, small(LockMode::Lease)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let mut w = race::open(wm, root, o).unwrap();
+    // Three classification steps: three block rights held, not read yet.
+    let (mut slow, before) = stop_a_split(&mut r, rm, 0, Phase::Copying, 3);
+    // They end; the lock and the split rights (longer leases) do not.
+    bed.clock.advance(o.read_lease + Duration::from_micros(100));
+    assert!(o.read_lease + Duration::from_micros(100) + o.margin < o.split_lease);
+    race_support::run(&mut r, rm, |t, m| slow.step(t, m)).unwrap();
+    assert_eq!(r.stats().splits, 1, "{:?}", r.stats());
+    let slow_key = before.last().map_or(0, |k| k + 1);
+    for &i in before.iter().chain([&slow_key]) {
+        assert_eq!(w.get(wm, &key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    let audit = w.audit(wm).unwrap();
+    assert_eq!(audit.keys, before.len() as u64 + 1, "{audit:?}");
+    assert_eq!((audit.unclaimed, audit.frozen), (0, 0), "{audit:?}");
+}
+
 both_transports!(
+    a_resizer_whose_block_rights_ended_reads_them_again,
     a_stopped_splits_key_class_names_the_writers_it_holds_up,
     a_slow_resizer_whose_lease_ended_stops_and_resumes_safely,
     a_stopped_resizer_blocks_writers_only_until_its_lease_ends,

@@ -103,6 +103,8 @@ pub struct Split<M: RemoteMemory> {
     /// The subtable turned out to be the new half of a split in progress: finish that one.
     pub(super) redirect: Option<u64>,
     pub(super) cursor: usize,
+    /// Block rights that ended before their blocks were read (acquired again).
+    pub(super) reacquired: u32,
     pub(super) state: State,
     pub(super) outcome: Option<Result<SplitOutcome, RaceError>>,
 }
@@ -142,6 +144,7 @@ impl<M: RemoteMemory> Split<M> {
             child: None,
             redirect: None,
             cursor: 0,
+            reacquired: 0,
             state: State::Locate,
             outcome: None,
         }
