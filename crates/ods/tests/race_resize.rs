@@ -271,7 +271,68 @@ fn a_resizer_whose_block_rights_ended_reads_them_again(t: Transport) {
     assert_eq!((audit.unclaimed, audit.frozen), (0, 0), "{audit:?}");
 }
 
+/// With a lock word, the right over the lock object (the word is written through it) is
+/// renewed with the split rights: a resizer that keeps stepping while time passes, more than
+/// its split lease in all, finishes its split itself.
+fn a_resizer_with_a_lock_word_keeps_its_lock_right_alive(t: Transport) {
+    let (bed, mut mems) = bed(t, 1);
+    let rm = &mut mems[0];
+    let o = opts();
+    let root = race::create(rm, small(LockMode::Word)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let (mut op, before) = stop_a_split(&mut r, rm, 0, Phase::Copying, 1);
+    for _ in 0..3 {
+        bed.clock.advance(o.split_lease - o.margin / 2);
+        assert!(op.step(&mut r, rm).is_pending());
+    }
+    race_support::run(&mut r, rm, |t, m| op.step(t, m)).unwrap();
+    assert_eq!(
+        (r.stats().splits, r.stats().recoveries),
+        (1, 0),
+        "{:?}",
+        r.stats()
+    );
+    let audit = r.audit(rm).unwrap();
+    assert_eq!(audit.keys, before.len() as u64 + 1, "{audit:?}");
+    assert_eq!((audit.unclaimed, audit.frozen), (0, 0), "{audit:?}");
+}
+
+/// With a lock word, a resizer that is only slow — every right of its split ran out, the
+/// right over the lock object too — stops when it resumes and gives the word back (through a
+/// new right: the word is still its own), so the split gets finished; until then writers wait.
+fn a_slow_resizer_gives_its_lock_word_back(t: Transport) {
+    let (bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = opts();
+    let root = race::create(rm, small(LockMode::Word)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let mut w = race::open(wm, root, o).unwrap();
+    let (mut slow, before) = stop_a_split(&mut r, rm, 0, Phase::Copying, 1);
+    bed.clock
+        .advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
+    let k = 5_000;
+    let mut op = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
+    stays_waiting(&mut op, &mut w, wm, 30);
+    // It resumes: its split stops and gives the word back; it finishes the split itself
+    // (taking the word again as a waiter), or the writer does.
+    race_support::run(&mut r, rm, |t, m| slow.step(t, m)).unwrap();
+    race_support::run(&mut w, wm, |t, m| op.step(t, m)).unwrap();
+    assert_eq!(r.stats().splits, 0, "{:?}", r.stats());
+    assert_eq!(r.stats().recoveries + w.stats().recoveries, 1);
+    let slow_key = before.last().map_or(0, |k| k + 1);
+    for &i in before.iter().chain([&slow_key]) {
+        assert_eq!(w.get(wm, &key(i)).unwrap(), Some(value(i, 0)), "key {i}");
+    }
+    assert_eq!(w.get(wm, &key(k)).unwrap(), Some(value(k, 1)));
+    let audit = w.audit(wm).unwrap();
+    assert_eq!(audit.keys, before.len() as u64 + 2, "{audit:?}");
+    assert_eq!((audit.unclaimed, audit.frozen), (0, 0), "{audit:?}");
+}
+
 both_transports!(
+    a_resizer_with_a_lock_word_keeps_its_lock_right_alive,
+    a_slow_resizer_gives_its_lock_word_back,
     a_resizer_whose_block_rights_ended_reads_them_again,
     a_stopped_splits_key_class_names_the_writers_it_holds_up,
     a_slow_resizer_whose_lease_ended_stops_and_resumes_safely,

@@ -155,30 +155,24 @@ impl<M: RemoteMemory> Split<M> {
 
     /// Keeps the lock and the split rights alive: when any runs low, the lock is extended
     /// first, then each right, by the same lease, so the rights keep ending `fence_gap`
-    /// before the lock. `Ok(true)`: nothing to do; an error: the lock (or a right) is lost.
+    /// before the lock. With a lock word, the "lock" is the right over the lock object the
+    /// word is written through: it is kept alive the same way (were it to end, the word could
+    /// be neither recorded in nor given back — a live resizer would orphan it).
+    /// `Ok(true)`: nothing to do; an error: the lock (or a right) is lost.
     pub(super) fn renew(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<bool, RaceError> {
         let (lease, margin) = (t.opts.split_lease, t.opts.margin);
         let lease_mode = t.root.config.lock == LockMode::Lease;
-        let rights = [&self.t_right, &self.dir_right, &self.new_right];
+        let rights = [&self.lock, &self.t_right, &self.dir_right, &self.new_right];
         let low = rights
             .iter()
-            .any(|r| r.as_ref().is_some_and(|r| mem.expires_within(r, margin)))
-            || (lease_mode
-                && self
-                    .lock
-                    .as_ref()
-                    .is_some_and(|l| mem.expires_within(l, margin)));
+            .any(|r| r.as_ref().is_some_and(|r| mem.expires_within(r, margin)));
         if !low {
             return Ok(true);
         }
-        if lease_mode {
-            let Some(l) = self.lock.as_ref() else {
-                return Err(RaceError::Memory(MemError::Expired));
-            };
-            t.stats.extends += 1;
-            mem.extend(l, lease)?;
+        if lease_mode && self.lock.is_none() {
+            return Err(RaceError::Memory(MemError::Expired));
         }
-        for r in [&self.t_right, &self.dir_right, &self.new_right]
+        for r in [&self.lock, &self.t_right, &self.dir_right, &self.new_right]
             .into_iter()
             .flatten()
         {
@@ -198,6 +192,32 @@ impl<M: RemoteMemory> Split<M> {
         self.outcome = Some(Ok(SplitOutcome::LockLost));
         self.state = State::Unlock;
         self.unlock(t, mem)
+    }
+
+    /// The right over the lock object ran out under a slow resizer that holds the word (it
+    /// stops without another write to the table): the word is still its own, so it gives it
+    /// back through a new right — the rare case where the unlock step takes a control request
+    /// and a batch.
+    fn give_back_word(&mut self, t: &mut TableClient<M>, mem: &mut M) {
+        t.stats.acquires += 1;
+        let lease = t.opts.split_lease;
+        let Ok(r) = mem.acquire(
+            self.lock_addr,
+            LOCK_BYTES,
+            lease,
+            Access::ReadWrite,
+            Mode::Shared,
+        ) else {
+            return;
+        };
+        let ops = [MemOp::Cas {
+            on: &r,
+            offset: LOCK_WORD,
+            compare: self.tag,
+            swap: 0,
+        }];
+        let _ = exec(&mut t.stats, mem, &ops);
+        t.give_up(mem, r);
     }
 
     pub(super) fn unlock(
@@ -228,8 +248,11 @@ impl<M: RemoteMemory> Split<M> {
                     compare: self.tag,
                     swap: 0,
                 }];
-                // If this fails the word stays taken: the vanilla design's stall.
-                let _ = exec(&mut t.stats, mem, &ops);
+                let out = exec(&mut t.stats, mem, &ops).pop();
+                if matches!(&out, Some(Err(e)) if ended(e)) {
+                    self.give_back_word(t, mem);
+                }
+                // If this fails otherwise the word stays taken: the vanilla design's stall.
                 self.held = false;
             }
             t.stats.releases += 1;
