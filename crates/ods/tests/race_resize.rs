@@ -103,8 +103,8 @@ fn a_stopped_resizer_blocks_writers_only_until_its_lease_ends(t: Transport) {
             .advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
         race_support::run(&mut w, wm, |t, m| op.step(t, m)).unwrap();
         assert_eq!(
-            w.stats().recoveries,
-            1,
+            (w.stats().takeovers, w.stats().recoveries),
+            (1, 1),
             "{phase:?}+{extra}: {:?}",
             w.stats()
         );
