@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXPERIMENTS: [&str; 8] = [
-    "fig1", "fig5", "fig6", "fig7", "fig8b", "table5", "alloc", "dos",
+const EXPERIMENTS: [&str; 9] = [
+    "fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "table5", "alloc", "dos",
 ];
 
 fn out_dir(transport: &str) -> PathBuf {
