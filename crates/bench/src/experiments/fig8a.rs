@@ -134,6 +134,7 @@ struct Run {
 
 /// Runs Figure 8(a) on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
+    let started = super::driver::now();
     let plan = plan(opts);
     let rig = Rig::new(opts.transport);
     let mut exp = Experiment::new("fig8a", opts.transport_name(), opts.quick);
@@ -148,6 +149,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     }
     report::print_epochs(&plan, &runs);
     report::summarize(&mut exp, &plan, &runs);
+    exp.wall_s = started.elapsed().as_secs_f64();
     Ok(exp)
 }
 

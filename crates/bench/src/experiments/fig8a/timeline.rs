@@ -224,3 +224,71 @@ impl Timeline {
         *self.after.lock()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn counts_per_epoch_and_around_the_crash() {
+        let t = Timeline::new(10, ms(5), 3);
+        assert_eq!((t.epoch_of(ms(4)), t.epoch_of(ms(5))), (Some(0), Some(1)));
+        assert_eq!((t.epoch_of(ms(50)), t.epochs_at(ms(50))), (None, 10));
+        t.inserted(ms(1), ms(0), true); // before any crash: no class to be in
+        t.progress(ms(2), 2, 0, 0, false);
+        let class = KeyClass {
+            depth: 1,
+            suffix: 0,
+        };
+        let crash = Crash {
+            at: ms(20),
+            class,
+            subtable: 0x40,
+            loader: 1,
+        };
+        assert!(t.crashed(crash));
+        assert!(!t.crashed(crash), "one crash per run");
+        t.inserted(ms(21), ms(19), true); // linked before the freeze
+        t.inserted(ms(22), ms(21), false); // another subtable's key
+        t.progress(ms(23), 1, 1, 1, false); // another split's takeover
+        assert_eq!(t.after_crash().first_takeover, None);
+        t.progress(ms(30), 1, 1, 1, true);
+        t.inserted(ms(31), ms(25), true);
+        t.inserted(ms(60), ms(40), true); // past the last epoch: counted, not plotted
+        assert_eq!(t.inserts(), vec![1, 0, 0, 0, 2, 0, 1, 0, 0, 0]);
+        assert_eq!(t.splits(), vec![2, 0, 0, 0, 1, 0, 1, 0, 0, 0]);
+        assert_eq!(t.acked(), 5);
+        let a = t.after_crash();
+        assert_eq!((a.class_inserts, a.class_in_flight), (2, 1));
+        assert_eq!(a.first_class_insert, Some(ms(31)));
+        assert_eq!(
+            (a.first_takeover, a.first_recovery),
+            (Some(ms(30)), Some(ms(30)))
+        );
+    }
+
+    #[test]
+    fn stuck_loaders_leave_out_the_crashed_one() {
+        let t = Timeline::new(10, ms(5), 3);
+        t.busy(0, Some(ms(1)));
+        t.busy(1, Some(ms(1)));
+        t.busy(2, Some(ms(40)));
+        assert_eq!(t.stuck(ms(50), ms(20)), 2);
+        t.crashed(Crash {
+            at: ms(2),
+            class: KeyClass {
+                depth: 0,
+                suffix: 0,
+            },
+            subtable: 0,
+            loader: 1,
+        });
+        assert_eq!(t.stuck(ms(50), ms(20)), 1);
+        t.busy(0, None);
+        assert_eq!(t.stuck(ms(50), ms(20)), 0);
+    }
+}
