@@ -135,7 +135,7 @@ impl Loader {
             let in_class = self.in_crashed_class(key);
             let (recovered, took_over) = (now.1.saturating_sub(b), now.2.saturating_sub(c));
             self.timeline
-                .progress(t, now.0 - a, recovered, took_over, in_class);
+                .progress(t, now.0.saturating_sub(a), recovered, took_over, in_class);
         }
         self.seen = now;
     }
