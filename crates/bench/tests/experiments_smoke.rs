@@ -2,7 +2,7 @@
 //! Performance verdicts are never asserted here (they depend on the machine); the reports
 //! show them.
 
-use patronus_bench::experiments::{fig1, table5};
+use patronus_bench::experiments::{fig1, fig8a, table5};
 use patronus_bench::harness::{BenchOpts, Experiment};
 use patronus_core::cluster::Transport;
 use std::path::PathBuf;
@@ -95,6 +95,25 @@ fn table5_structure() {
     }
 }
 
+#[test]
+fn fig8a_structure() {
+    let exp = fig8a::run(&opts("fig8a", Transport::InProc)).expect("fig8a runs");
+    assert_structure(&exp, "fig8a", &["Patronus", "vanilla"]);
+    for r in &exp.rows {
+        for key in [
+            "keys_final",
+            "load_factor_final",
+            "audit_keys",
+            "acknowledged",
+        ] {
+            assert!(r.get_f64(key).is_some(), "{}: no {key}", r.mechanism);
+        }
+    }
+    // Load factor and keys, each with the crash marked.
+    assert_eq!(exp.figure.panels.len(), 2);
+    assert_eq!(exp.checks.len(), 3);
+}
+
 /// Prints the numbers of full or quick runs on both transports (release builds):
 /// `cargo test --release -p patronus-bench --test experiments_smoke -- --ignored --nocapture`.
 #[test]
@@ -107,6 +126,7 @@ fn print_numbers() {
                 "fig1",
                 fig1::run as fn(&BenchOpts) -> anyhow::Result<Experiment>,
             ),
+            ("fig8a", fig8a::run),
             ("table5", table5::run),
         ] {
             let mut o = opts(name, transport);

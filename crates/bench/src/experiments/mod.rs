@@ -10,6 +10,7 @@ pub mod fig10;
 pub mod fig5;
 pub mod fig6;
 pub mod fig7;
+pub mod fig8a;
 pub mod fig8b;
 pub mod fig9;
 pub mod ods_rig;
@@ -21,8 +22,9 @@ use crate::harness::{BenchOpts, Experiment};
 use anyhow::{Result, bail};
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 11] = [
-    "fig1", "fig5", "fig6", "fig7", "fig8b", "fig9", "fig10", "redis", "table5", "alloc", "dos",
+pub const ALL: [&str; 12] = [
+    "fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "redis", "table5", "alloc",
+    "dos",
 ];
 
 /// Runs the experiment called `name`.
@@ -32,6 +34,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "fig5" => fig5::run(opts),
         "fig6" => fig6::run(opts),
         "fig7" => fig7::run(opts),
+        "fig8a" => fig8a::run(opts),
         "fig8b" => fig8b::run(opts),
         "fig9" => fig9::run(opts),
         "fig10" => fig10::run(opts),

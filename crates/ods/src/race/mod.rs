@@ -22,7 +22,7 @@
 //! - `layout`, `block`, `records`, `hash`: the remote formats;
 //! - [`TableClient`] (`client`), `directory`, `table` ([`create`], [`open`]): a client;
 //! - `ops`: [`Lookup`], [`Insert`], [`Update`], [`Delete`] as steppable state machines;
-//! - `split`: [`Split`], the resize protocol;
+//! - `split`: [`Split`], the resize protocol; [`KeyClass`], the keys a subtable claims;
 //! - `blocking`: `get`, `insert`, `update`, `delete`, `scan` run to completion;
 //! - `destroy`: [`TableClient::destroy`] frees a table no other client uses;
 //! - `named`: [`create_named`], [`open_named`], [`destroy_named`] find a table by name
@@ -31,6 +31,7 @@
 
 mod block;
 mod blocking;
+mod class;
 mod client;
 mod config;
 mod destroy;
@@ -46,6 +47,7 @@ mod stats;
 mod table;
 
 pub use blocking::{Audit, KeyValues};
+pub use class::KeyClass;
 pub use client::TableClient;
 pub use config::{ClientOptions, LockMode, MAX_DEPTH_LIMIT, RaceConfig};
 pub use destroy::Destroyed;

@@ -39,6 +39,9 @@ pub struct RaceStats {
     pub splits: u64,
     /// Splits this client took over from another resizer and finished.
     pub recoveries: u64,
+    /// Splits in progress — another resizer's — whose lock this client took (counted when it
+    /// reads the recorded phase, before it finishes them).
+    pub takeovers: u64,
     /// CASes whose outcome was unknown, resolved by reading.
     pub unknown_outcomes: u64,
     /// Polls spent waiting for another client's split.
@@ -66,6 +69,7 @@ impl RaceStats {
             refreshes: d(self.refreshes, earlier.refreshes),
             splits: d(self.splits, earlier.splits),
             recoveries: d(self.recoveries, earlier.recoveries),
+            takeovers: d(self.takeovers, earlier.takeovers),
             unknown_outcomes: d(self.unknown_outcomes, earlier.unknown_outcomes),
             waits: d(self.waits, earlier.waits),
         }

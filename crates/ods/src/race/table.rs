@@ -11,8 +11,10 @@ use crate::memory::{MemOp, Region, RemoteMemory};
 use patronus_core::proto::messages::{Access, Mode};
 use std::time::Duration;
 
-/// Lease of the rights `create` holds while it writes the new table.
-const CREATE_LEASE: Duration = Duration::from_millis(10);
+/// Lease of the rights `create` holds while it writes the new table: long enough for a
+/// dozen round trips on a slow transport (over TCP on a loaded machine, 10 ms was not); the
+/// rights are released as soon as the table is written.
+const CREATE_LEASE: Duration = Duration::from_secs(1);
 /// Bytes per WRITE when laying out large objects.
 const CHUNK: usize = 64 << 10;
 

@@ -1,8 +1,8 @@
 //! `Copying`: classify T's entries by the split bit (their blocks' key hashes) and write T'
 //! whole.
 
-use super::BYTES;
 use super::state::{Class, Split, State};
+use super::{BYTES, REACQUIRE_LIMIT};
 use crate::memory::{MemError, MemOp, RemoteMemory};
 use crate::race::block;
 use crate::race::client::TableClient;
@@ -31,12 +31,22 @@ impl<M: RemoteMemory> Split<M> {
         Ok(State::Classify)
     }
 
-    /// Takes a right over the next unclassified entry's block (one per step).
+    /// Takes a right over the next unclassified entry's block (one per step); reads the
+    /// blocks held once every entry has a right, or as soon as one of the rights runs low
+    /// (they are short: `read_lease`).
     pub(super) fn classify(
         &mut self,
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Result<State, RaceError> {
+        let margin = t.opts.margin;
+        if self
+            .rights
+            .iter()
+            .any(|(_, r)| mem.expires_within(r, margin))
+        {
+            return Ok(State::ReadBlocks);
+        }
         let next = (0..self.slots.len()).find(|&p| {
             let s = self.slots[p];
             s.is_frozen()
@@ -45,7 +55,14 @@ impl<M: RemoteMemory> Split<M> {
                 && !self.rights.iter().any(|(q, _)| *q as usize == p)
         });
         let Some(p) = next else {
-            return Ok(State::ReadBlocks);
+            if !self.rights.is_empty() {
+                return Ok(State::ReadBlocks);
+            }
+            return Ok(match self.record.phase {
+                Phase::Copying => State::WriteNew,
+                Phase::Publishing => State::Publish,
+                _ => State::ReadNew,
+            });
         };
         let s = self.slots[p];
         t.stats.acquires += 1;
@@ -64,18 +81,17 @@ impl<M: RemoteMemory> Split<M> {
         Ok(State::Classify)
     }
 
-    /// Reads the blocks taken rights over and classifies their entries by the split bit.
+    /// Reads the blocks taken rights over and classifies their entries by the split bit. A
+    /// READ refused because the right ended is no sign that the block was freed (the right
+    /// may simply have run out before this slow resizer read it): the entry stays
+    /// unclassified and `classify` acquires the block again — a freed one is `NotFound` then.
     pub(super) fn read_blocks(
         &mut self,
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Result<State, RaceError> {
         if self.rights.is_empty() {
-            return Ok(match self.record.phase {
-                Phase::Copying => State::WriteNew,
-                Phase::Publishing => State::Publish,
-                _ => State::ReadNew,
-            });
+            return Ok(State::Classify);
         }
         let mut total = 0;
         let mut n = 0;
@@ -104,7 +120,16 @@ impl<M: RemoteMemory> Split<M> {
                     Some(_) => Class::Lower,
                     None => Class::Dangling,
                 },
-                Err(e) if ended(&e) || e == MemError::NotFound => Class::Dangling,
+                Err(e) if ended(&e) => {
+                    self.reacquired += 1;
+                    if self.reacquired > REACQUIRE_LIMIT {
+                        return Err(RaceError::Contended {
+                            attempts: self.reacquired,
+                        });
+                    }
+                    Class::Unknown
+                }
+                Err(MemError::NotFound) => Class::Dangling,
                 Err(e) => return Err(e.into()),
             };
         }

@@ -155,9 +155,10 @@ impl<M: RemoteMemory> Split<M> {
 
     /// Keeps the lock and the split rights alive: when any runs low, the lock is extended
     /// first, then each right, by the same lease, so the rights keep ending `fence_gap`
-    /// before the lock. With a lock word, the right over the lock object is renewed too: the
-    /// record is written and the word given back through it. `Ok(true)`: nothing to do; an
-    /// error: the lock (or a right) is lost.
+    /// before the lock. With a lock word, the "lock" is the right over the lock object the
+    /// word is written through: it is kept alive the same way (were it to end, the word could
+    /// be neither recorded in nor given back — a live resizer would orphan it).
+    /// `Ok(true)`: nothing to do; an error: the lock (or a right) is lost.
     pub(super) fn renew(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<bool, RaceError> {
         let (lease, margin) = (t.opts.split_lease, t.opts.margin);
         let lease_mode = t.root.config.lock == LockMode::Lease;
@@ -168,15 +169,10 @@ impl<M: RemoteMemory> Split<M> {
         if !low {
             return Ok(true);
         }
-        match self.lock.as_ref() {
-            Some(l) => {
-                t.stats.extends += 1;
-                mem.extend(l, lease)?;
-            }
-            None if lease_mode => return Err(RaceError::Memory(MemError::Expired)),
-            None => {}
+        if lease_mode && self.lock.is_none() {
+            return Err(RaceError::Memory(MemError::Expired));
         }
-        for r in [&self.t_right, &self.dir_right, &self.new_right]
+        for r in [&self.lock, &self.t_right, &self.dir_right, &self.new_right]
             .into_iter()
             .flatten()
         {
@@ -196,6 +192,32 @@ impl<M: RemoteMemory> Split<M> {
         self.outcome = Some(Ok(SplitOutcome::LockLost));
         self.state = State::Unlock;
         self.unlock(t, mem)
+    }
+
+    /// The right over the lock object ran out under a slow resizer that holds the word (it
+    /// stops without another write to the table): the word is still its own, so it gives it
+    /// back through a new right — the rare case where the unlock step takes a control request
+    /// and a batch.
+    fn give_back_word(&mut self, t: &mut TableClient<M>, mem: &mut M) {
+        t.stats.acquires += 1;
+        let lease = t.opts.split_lease;
+        let Ok(r) = mem.acquire(
+            self.lock_addr,
+            LOCK_BYTES,
+            lease,
+            Access::ReadWrite,
+            Mode::Shared,
+        ) else {
+            return;
+        };
+        let ops = [MemOp::Cas {
+            on: &r,
+            offset: LOCK_WORD,
+            compare: self.tag,
+            swap: 0,
+        }];
+        let _ = exec(&mut t.stats, mem, &ops);
+        t.give_up(mem, r);
     }
 
     pub(super) fn unlock(
@@ -220,12 +242,22 @@ impl<M: RemoteMemory> Split<M> {
         }
         if let Some(l) = self.lock.take() {
             if self.held {
-                self.give_word_back(t, mem, l);
-            } else {
-                t.stats.releases += 1;
-                // Lease: released now (not left to expire) so the next resizer need not wait.
-                let _ = mem.release(l);
+                let ops = [MemOp::Cas {
+                    on: &l,
+                    offset: LOCK_WORD,
+                    compare: self.tag,
+                    swap: 0,
+                }];
+                let out = exec(&mut t.stats, mem, &ops).pop();
+                if matches!(&out, Some(Err(e)) if ended(e)) {
+                    self.give_back_word(t, mem);
+                }
+                // If this fails otherwise the word stays taken: the vanilla design's stall.
+                self.held = false;
             }
+            t.stats.releases += 1;
+            // Lease: released now (not left to expire) so the next resizer need not wait.
+            let _ = mem.release(l);
         }
         if let Some(parent) = self.redirect.take() {
             // Finish the parent's split, whose new half this subtable is.
@@ -243,47 +275,4 @@ impl<M: RemoteMemory> Split<M> {
         }
         Poll::Ready(outcome)
     }
-
-    /// Gives the lock word back (CAS from this resizer's tag to 0) through `l`, or, if that
-    /// right has ended (a slow resizer), through a new right over the lock object: a resizer
-    /// that is alive never leaves the word taken. If both fail the word stays taken: the
-    /// vanilla design's stall.
-    fn give_word_back(&mut self, t: &mut TableClient<M>, mem: &mut M, l: M::Region) {
-        self.held = false;
-        let first = untake(t, mem, &l, self.tag);
-        t.stats.releases += 1;
-        let _ = mem.release(l);
-        if !matches!(first, Err(ref e) if ended(e)) {
-            return;
-        }
-        t.stats.acquires += 1;
-        let lease = t.opts.split_lease;
-        if let Ok(again) = mem.acquire(
-            self.lock_addr,
-            LOCK_BYTES,
-            lease,
-            Access::ReadWrite,
-            Mode::Shared,
-        ) {
-            let _ = untake(t, mem, &again, self.tag);
-            t.stats.releases += 1;
-            let _ = mem.release(again);
-        }
-    }
-}
-
-/// CASes the lock word of `lock` from `tag` back to 0.
-fn untake<M: RemoteMemory>(
-    t: &mut TableClient<M>,
-    mem: &mut M,
-    lock: &M::Region,
-    tag: u64,
-) -> Result<u64, MemError> {
-    let ops = [MemOp::Cas {
-        on: lock,
-        offset: LOCK_WORD,
-        compare: tag,
-        swap: 0,
-    }];
-    atomic(exec(&mut t.stats, mem, &ops).pop())
 }

@@ -55,3 +55,6 @@ const BATCH: usize = 256;
 const BYTES: u64 = 64 << 10;
 /// Freeze rounds before the resizer gives up on writers that keep changing slots.
 const FREEZE_ROUNDS: usize = 4096;
+/// Block rights that ended before the resizer read their blocks, acquired again, before it
+/// gives up (its read lease is then too short for its round trips).
+const REACQUIRE_LIMIT: u32 = 4096;

@@ -66,6 +66,7 @@ impl<M: RemoteMemory> Split<M> {
         if record.phase != Phase::Idle {
             // Another resizer's split, left in progress: finish it.
             self.resumed = true;
+            t.stats.takeovers += 1;
             return Ok(match record.phase {
                 Phase::Freezing => State::Freeze,
                 _ => State::OpenNew,

@@ -2,6 +2,7 @@
 //! dispatch of the phases (`phases`).
 
 use crate::memory::RemoteMemory;
+use crate::race::class::KeyClass;
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::layout::Slot;
@@ -102,6 +103,8 @@ pub struct Split<M: RemoteMemory> {
     /// The subtable turned out to be the new half of a split in progress: finish that one.
     pub(super) redirect: Option<u64>,
     pub(super) cursor: usize,
+    /// Block rights that ended before their blocks were read (acquired again).
+    pub(super) reacquired: u32,
     pub(super) state: State,
     pub(super) outcome: Option<Result<SplitOutcome, RaceError>>,
 }
@@ -141,6 +144,7 @@ impl<M: RemoteMemory> Split<M> {
             child: None,
             redirect: None,
             cursor: 0,
+            reacquired: 0,
             state: State::Locate,
             outcome: None,
         }
@@ -150,6 +154,25 @@ impl<M: RemoteMemory> Split<M> {
     /// the one it took over from).
     pub fn phase(&self) -> Phase {
         self.recorded
+    }
+
+    /// The subtable being split (once a split of another subtable's new half turns into
+    /// the parent's, the parent).
+    pub fn subtable(&self) -> u64 {
+        self.subtable
+    }
+
+    /// The keys the subtable claimed before the split — the writers that wait while it is
+    /// frozen — from the moment the split read its depth (or the record of the split it
+    /// finishes) until it records the split done; `None` outside that span.
+    pub fn key_class(&self) -> Option<KeyClass> {
+        match self.record.phase {
+            Phase::Idle | Phase::NewHalf => None,
+            _ => Some(KeyClass {
+                depth: self.record.depth,
+                suffix: self.record.suffix,
+            }),
+        }
     }
 
     /// One step.
