@@ -302,6 +302,23 @@ impl<M: RemoteMemory> TableClient<M> {
         Ok(())
     }
 
+    /// Makes sure `block` (one of this client's own, about to be written) has a usable right:
+    /// acquired again if `stale` (its right ended under a write), else extended or acquired
+    /// again as its lease requires (`refresh_own_block`). `Ok(true)` if it was usable already;
+    /// `Ok(false)` after one step of work.
+    pub(crate) fn ready_own_block(
+        &mut self,
+        mem: &mut M,
+        block: &mut Option<M::Region>,
+        stale: &mut bool,
+    ) -> Result<bool, RaceError> {
+        if std::mem::take(stale) {
+            self.reacquire_own_block(mem, block)?;
+            return Ok(false);
+        }
+        self.refresh_own_block(mem, block)
+    }
+
     /// A spare block: `Ok(Some)` at no cost, `Ok(None)` after allocating a batch of
     /// `preallocate` blocks in one round trip (take one at the next step).
     pub(crate) fn take_spare(&mut self, mem: &mut M) -> Result<Option<M::Region>, RaceError> {

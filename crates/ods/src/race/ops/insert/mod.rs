@@ -187,14 +187,7 @@ impl<M: RemoteMemory> Insert<M> {
                         Err(e) => return Poll::Ready(Err(e)),
                     }
                 }
-                if self.stale_block {
-                    self.stale_block = false;
-                    if let Err(e) = t.reacquire_own_block(mem, &mut self.block) {
-                        return Poll::Ready(Err(e));
-                    }
-                    return Poll::Pending;
-                }
-                try_ready!(t.refresh_own_block(mem, &mut self.block));
+                try_ready!(t.ready_own_block(mem, &mut self.block, &mut self.stale_block));
                 self.state = State::Probe(Probe::new(self.h));
                 Poll::Pending
             }
