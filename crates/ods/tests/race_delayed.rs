@@ -186,7 +186,53 @@ fn a_delayed_updater_never_frees_or_changes_a_reused_block(t: Transport) {
     );
 }
 
+/// A reader keeps its right over a block it read. The block is freed and its address reused
+/// by a later write of the *same* key, so the slot holds the very same word again (ABA): the
+/// kept right is refused (the address was reused), and the reader acquires the address again
+/// and finds the key — it does not take the slot for a stale copy and report the key absent.
+fn a_reader_whose_kept_right_is_refused_finds_its_key_rewritten_at_the_same_address(t: Transport) {
+    let (_bed, mut mems) = reusing_bed(t, 3);
+    let (a, rest) = mems.split_first_mut().unwrap();
+    let (b, rest) = rest.split_first_mut().unwrap();
+    let c = &mut rest[0];
+    let root = race::create(a, roomy()).unwrap();
+    let mut ta = race::open(a, root, opts()).unwrap();
+    let mut tb = race::open(b, root, opts()).unwrap();
+    let mut tc = race::open(c, root, opts()).unwrap();
+    let x = insert(&mut ta, a, &key(1), &value(1, 1));
+    assert_eq!(tb.get(b, &key(1)).unwrap(), Some(value(1, 1)));
+    // C updates the key until one of its new blocks lands at x again.
+    let mut latest = None;
+    for v in 2..200 {
+        let mut op = Update::new(&tc, &key(1), &value(1, v)).unwrap();
+        let mut block = None;
+        run(&mut tc, c, |t, m| {
+            let r = op.step(t, m);
+            block = block.or(op.block_addr());
+            r
+        })
+        .unwrap();
+        if block == Some(x) {
+            latest = Some(v);
+            break;
+        }
+    }
+    let v = latest.unwrap_or_else(|| panic!("block {x:#x} was never reused for the key"));
+    let before = tb.stats();
+    assert_eq!(
+        tb.get(b, &key(1)).unwrap(),
+        Some(value(1, v)),
+        "the key, rewritten at the address the reader kept a right over"
+    );
+    assert!(
+        tb.stats().since(&before).rejected >= 1,
+        "the kept right was refused: {:?}",
+        tb.stats().since(&before)
+    );
+}
+
 both_transports!(
+    a_reader_whose_kept_right_is_refused_finds_its_key_rewritten_at_the_same_address,
     before_reuse_a_delayed_reader_sees_at_most_the_same_key,
     after_reuse_a_delayed_reader_is_refused_and_retries,
     a_delayed_updater_never_frees_or_changes_a_reused_block

@@ -7,7 +7,14 @@
 //! hold. A READ the NIC refuses means the block was freed since the right was granted (every
 //! right over a freed object ends, and the object is reused only after they all have), so
 //! the reader never sees a reused block's bytes through a right it got for the old one: it
-//! starts the lookup again from the buckets.
+//! reads the slot again, and starts the lookup again from the buckets if the slot changed.
+//!
+//! A slot that still names the freed address may name a *new* block there: the address was
+//! freed, reused for the same key (same fingerprint and length, so the same slot word) and
+//! linked again — the ABA case, common under a skewed update load where a hot key's blocks
+//! cycle through few addresses. The reader then acquires the address again (a right over the
+//! new block) and validates it anew, a bounded number of times; only a slot that keeps naming
+//! a freed block (a frozen copy an unfinished split left) is skipped.
 
 use crate::memory::{MemError, MemOp, Region, RemoteMemory};
 use crate::race::block::{self, KvBlock};
@@ -39,7 +46,15 @@ pub(crate) struct Validate {
     access: Access,
     /// The block is gone: read the slot again before calling it changed.
     dangling: bool,
+    /// Times the address was acquired again because the slot still named it after its block
+    /// was gone (the address reused for the same key).
+    renewed: u8,
 }
+
+/// How many times a validation acquires an address again whose slot still names it after
+/// its block was found freed (each time needs another free and reuse of that address by
+/// others: progress elsewhere).
+const MAX_RENEWALS: u8 = 3;
 
 impl Validate {
     /// Validation of `at` in `subtable`, with a right granting `access` (read-write when the
@@ -50,6 +65,7 @@ impl Validate {
             subtable,
             access,
             dangling: false,
+            renewed: 0,
         }
     }
 
@@ -163,10 +179,13 @@ impl Validate {
 }
 
 impl Validate {
-    /// The candidate's block is gone. If its slot still names it (a frozen copy that an
-    /// unfinished split left in the old subtable, its block freed by a writer of the new
-    /// one), it is no entry of the key's: skip it rather than read the buckets again until
-    /// the split is finished.
+    /// The candidate's block is gone. If its slot changed (or the subtable no longer claims
+    /// the key), read the buckets again. If it still names the address, the address may have
+    /// been reused for the same key and linked again (ABA): acquire it again and validate the
+    /// new block — unless the slot is frozen (a copy an unfinished split left in the old
+    /// subtable, its block freed by a writer of the new one) or the renewals are used up:
+    /// then it is no entry of the key's, and is skipped rather than read again until the
+    /// split is finished.
     fn recheck<M: RemoteMemory>(
         &mut self,
         t: &mut TableClient<M>,
@@ -197,13 +216,21 @@ impl Validate {
         let mut out = exec(&mut t.stats, mem, &ops).into_iter();
         match (bytes(out.next()), bytes(out.next())) {
             (Ok(n), Ok(hd)) => {
-                let same = Slot(word(&n, 0)).thawed() == self.at.slot.thawed();
+                let now = Slot(word(&n, 0));
+                let same = now.thawed() == self.at.slot.thawed();
                 let claims = BucketHeader::decode(word(&hd, 0)).claims(h.primary);
-                Poll::Ready(Ok(if same && claims {
-                    Verdict::Other
-                } else {
-                    Verdict::Gone
-                }))
+                if !(same && claims) {
+                    return Poll::Ready(Ok(Verdict::Gone));
+                }
+                if now.is_frozen() || self.renewed >= MAX_RENEWALS {
+                    return Poll::Ready(Ok(Verdict::Other));
+                }
+                self.renewed += 1;
+                self.dangling = false;
+                if let Some(old) = t.blocks.take(self.at.slot.ptr()) {
+                    t.give_up(mem, old);
+                }
+                Poll::Pending
             }
             (Err(e), _) | (_, Err(e)) if ended(&e) => {
                 t.drop_subtable(mem, self.subtable);

@@ -48,6 +48,11 @@ impl<M: RemoteMemory> Update<M> {
     pub fn stage(&self) -> Stage {
         self.0.stage()
     }
+
+    /// The address of the block this update writes (once it took one).
+    pub fn block_addr(&self) -> Option<u64> {
+        self.0.block.as_ref().map(Region::addr)
+    }
 }
 
 impl<M: RemoteMemory> Delete<M> {
