@@ -1,6 +1,8 @@
 //! [`Faulty`]: remote memory that reports the next CAS's outcome as unknown (a link failure
 //! under it), after running it or without running it — what `MemError::OutcomeUnknown`
-//! means. It also logs every CAS, so a test can check none was repeated blindly.
+//! means. It also logs every CAS, so a test can check none was repeated blindly, and can
+//! answer the next batches `Expired` without running them (a right whose lease ran out
+//! between its grant and its use, as on a loaded machine).
 
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::{MemError, MemOp, MemOut, RemoteMemory};
@@ -22,6 +24,8 @@ pub struct Faulty<M: RemoteMemory> {
     pub next_cas: Option<CasFault>,
     /// Every CAS sent: (address, compare, swap).
     pub cas_log: Vec<(u64, u64, u64)>,
+    /// How many of the next batches are answered `Expired` for every op, none of them run.
+    pub expire_batches: usize,
 }
 
 impl<M: RemoteMemory> Faulty<M> {
@@ -30,6 +34,7 @@ impl<M: RemoteMemory> Faulty<M> {
             inner,
             next_cas: None,
             cas_log: Vec::new(),
+            expire_batches: 0,
         }
     }
 }
@@ -75,6 +80,10 @@ impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
     }
     fn execute(&mut self, ops: &[MemOp<'_, M::Region>]) -> Vec<Result<MemOut, MemError>> {
         use patronus_ods::Region;
+        if self.expire_batches > 0 {
+            self.expire_batches -= 1;
+            return vec![Err(MemError::Expired); ops.len()];
+        }
         for op in ops {
             if let MemOp::Cas {
                 on,
