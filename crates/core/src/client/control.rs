@@ -95,6 +95,8 @@ impl<P: Provider> Client<P> {
         self.stats.reconnects += 1;
         self.live.clear();
         self.in_flight.clear();
+        // No reply of the old session can come any more.
+        self.abandoned.clear();
         self.next_alloc = self.session.client_id as usize;
         self.next_poll = 0;
         Ok(())
@@ -371,8 +373,30 @@ impl<P: Provider> Client<P> {
     }
 
     /// Takes one arrived reply, if any, as (request id, reply). `ControlLost` once the
-    /// session is lost (see [`Client::wait_reply`]).
+    /// session is lost (see [`Client::wait_reply`]). Replies parked by
+    /// [`Client::poll_acquire`] come first.
     pub fn poll_reply(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
+        if let Some(&id) = self.parked.keys().next()
+            && let Some(reply) = self.parked.remove(&id)
+        {
+            return Ok(Some((id, reply)));
+        }
+        self.poll_reply_unparked()
+    }
+
+    /// [`Client::poll_reply`] from the channels only; replies to abandoned acquires are
+    /// dropped on the way (their grants run out).
+    pub(super) fn poll_reply_unparked(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
+        loop {
+            let got = self.poll_channels()?;
+            match got {
+                Some((id, _)) if self.abandoned.remove(&id) => continue,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    fn poll_channels(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
         self.lost_error()?;
         let n = self.session.ctrl.len();
         let mut found = None;

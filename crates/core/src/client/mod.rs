@@ -29,6 +29,7 @@ mod error;
 mod lease;
 mod many;
 mod names;
+mod pending;
 mod perm;
 mod posted;
 mod renew;
@@ -38,6 +39,7 @@ mod vqp;
 pub use data::{Batch, OpResult};
 pub use error::ClientError;
 pub use lease::{ClientStats, LeasePolicy, RttEstimator};
+pub use pending::PendingAcquire;
 pub use perm::Perm;
 pub use posted::{MAX_POSTED, PostedExtend};
 pub use renew::LongLease;
@@ -134,6 +136,10 @@ pub struct Client<P: Provider> {
     stats: ClientStats,
     /// Pipelined requests in flight: (id, sent at, an extension?), for their round trip.
     in_flight: Vec<(u64, Timestamp, bool)>,
+    /// Replies taken while polling for another pending acquire ([`Client::poll_acquire`]).
+    parked: std::collections::HashMap<u64, Reply>,
+    /// Acquires given up ([`Client::abandon_acquire`]): their replies are dropped.
+    abandoned: std::collections::HashSet<u64>,
     /// Extensions posted without waiting ([`Client::post_extend`]).
     posted: posted::PostedOps,
     /// Permissions that may be alive, for rebinding after a QP switch (type 2).
@@ -205,6 +211,8 @@ impl<P: Provider> Client<P> {
             lease: LeasePolicy::new(cfg.lease_slack_rtts),
             stats: ClientStats::default(),
             in_flight: Vec::new(),
+            parked: Default::default(),
+            abandoned: Default::default(),
             posted: posted::PostedOps::default(),
             cfg,
         })
@@ -323,15 +331,7 @@ impl<P: Provider> Client<P> {
         mode: Mode,
     ) -> Result<Perm, ClientError> {
         let sent = self.clock.now();
-        let wait_cap = micros(self.cfg.rpc_timeout * 3 / 4);
-        match self.rpc(Request::Acquire {
-            addr,
-            size,
-            lease_us: micros(lease),
-            access,
-            mode,
-            wait_us: micros(self.cfg.acquire_wait).min(wait_cap),
-        })? {
+        match self.rpc(self.acquire_request(addr, size, lease, access, mode))? {
             Reply::Granted(g) => Ok(self.take_grant(g, access, mode, sent)),
             other => Err(unexpected(other)),
         }
