@@ -14,6 +14,9 @@
 //!   never run again by the implementation (the structure finds out by reading).
 //! - Memory handed out by [`RemoteMemory::allocate`] is zeroed.
 //! - A region is not `Clone`: a right is held once and given up once (release or free).
+//! - An acquire started with [`RemoteMemory::start_acquire`] ends exactly once: answered by
+//!   [`RemoteMemory::poll_acquire`], or abandoned ([`RemoteMemory::abandon_acquire`]: a right
+//!   it brings is given up). Polling never blocks.
 
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::Timestamp;
@@ -137,6 +140,16 @@ pub enum MemError {
     Failed(String),
 }
 
+/// An `acquire` started without waiting ([`RemoteMemory::start_acquire`]).
+#[derive(Debug)]
+#[must_use = "a started acquire is polled to its answer or abandoned"]
+pub enum Acquiring<R> {
+    /// Answered: the right, or why not.
+    Answered(Result<R, MemError>),
+    /// In flight: the implementation's ticket for it.
+    InFlight(u64),
+}
+
 /// Remote memory as a one-sided data structure uses it (see the module docs).
 pub trait RemoteMemory {
     /// The right to access a range of an object.
@@ -163,6 +176,54 @@ pub trait RemoteMemory {
         access: Access,
         mode: Mode,
     ) -> Result<Self::Region, MemError>;
+
+    /// Starts an [`RemoteMemory::acquire`] without waiting for its answer, so that one
+    /// thread can keep several in flight (many logical clients on one thread). By default —
+    /// mechanisms whose acquire does not pipeline — the blocking acquire, answered at once.
+    fn start_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Acquiring<Self::Region> {
+        Acquiring::Answered(self.acquire(addr, len, lease, access, mode))
+    }
+
+    /// Polls a started acquire: `Answered` once its answer is here (an `Answered` is given
+    /// back as it is), `InFlight` while it is not. Never blocks.
+    fn poll_acquire(&mut self, a: Acquiring<Self::Region>) -> Acquiring<Self::Region> {
+        match a {
+            Acquiring::Answered(r) => Acquiring::Answered(r),
+            Acquiring::InFlight(_) => Acquiring::Answered(Err(MemError::Invalid(
+                "no acquire of this memory's is in flight",
+            ))),
+        }
+    }
+
+    /// Gives up a started acquire: a right it brings is given up
+    /// ([`RemoteMemory::relinquish`]).
+    fn abandon_acquire(&mut self, a: Acquiring<Self::Region>) {
+        if let Acquiring::Answered(Ok(r)) = a {
+            let _ = self.relinquish(r);
+        }
+    }
+
+    /// Asks to be woken — on the completion channel the implementation's connection reports
+    /// to — when an answer to an acquire in flight arrives; whether any is in flight. A
+    /// driver whose clients all wait for answers then sleeps on that channel instead of
+    /// polling (arm, poll once more, then sleep). By default nothing is ever in flight.
+    fn arm(&mut self) -> bool {
+        false
+    }
+
+    /// Blocks (sleeping) up to `max` until an answer to an acquire in flight arrives; a
+    /// blocking caller with nothing else to do calls it instead of polling. By default
+    /// nothing is ever in flight: it returns at once.
+    fn wait(&mut self, max: Duration) {
+        let _ = max;
+    }
 
     /// Extends the right's lease by `lease` (Patronus: one-sided, a CAS on the permission's
     /// lifetime word). Fails once the right ended.

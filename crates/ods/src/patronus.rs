@@ -1,10 +1,11 @@
 //! [`RemoteMemory`] on the Patronus client library: a region is a [`Perm`]; allocations go
 //! several per round trip ([`Client::allocate_many`]); a batch is one
 //! [`Client::batch`](patronus_core::client::Client::batch); extension is the one-sided CAS on
-//! the permission's lifetime word.
+//! the permission's lifetime word. Acquires can be pipelined
+//! ([`Client::start_acquire`]): a started acquire's ticket names its pending request here.
 
-use crate::memory::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
-use patronus_core::client::{Client, ClientError, OpResult, Perm};
+use crate::memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
+use patronus_core::client::{Client, ClientError, OpResult, PendingAcquire, Perm};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::{Provider, Timestamp};
 use std::time::Duration;
@@ -23,12 +24,19 @@ impl Region for Perm {
 #[derive(Debug)]
 pub struct PatronusMemory<P: Provider> {
     client: Client<P>,
+    /// Acquires in flight, by ticket.
+    acquiring: std::collections::HashMap<u64, PendingAcquire>,
+    next_ticket: u64,
 }
 
 impl<P: Provider> PatronusMemory<P> {
     /// Wraps a connected client.
     pub fn new(client: Client<P>) -> Self {
-        PatronusMemory { client }
+        PatronusMemory {
+            client,
+            acquiring: Default::default(),
+            next_ticket: 0,
+        }
     }
 
     /// The client (its statistics, its own API).
@@ -89,6 +97,73 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         mode: Mode,
     ) -> Result<Perm, MemError> {
         Ok(self.client.acquire(addr, len, lease, access, mode)?)
+    }
+
+    fn start_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Acquiring<Perm> {
+        match self.client.start_acquire(addr, len, lease, access, mode) {
+            Ok(p) => {
+                self.next_ticket += 1;
+                self.acquiring.insert(self.next_ticket, p);
+                Acquiring::InFlight(self.next_ticket)
+            }
+            // As many requests in flight as the channel takes: wait for this one.
+            Err(ClientError::ControlBusy) => {
+                Acquiring::Answered(self.acquire(addr, len, lease, access, mode))
+            }
+            Err(e) => Acquiring::Answered(Err(e.into())),
+        }
+    }
+
+    fn poll_acquire(&mut self, a: Acquiring<Perm>) -> Acquiring<Perm> {
+        let ticket = match a {
+            Acquiring::InFlight(t) => t,
+            answered => return answered,
+        };
+        let Some(p) = self.acquiring.get_mut(&ticket) else {
+            return Acquiring::Answered(Err(MemError::Invalid("no such acquire in flight")));
+        };
+        match self.client.poll_acquire(p) {
+            Ok(None) => Acquiring::InFlight(ticket),
+            Ok(Some(perm)) => {
+                self.acquiring.remove(&ticket);
+                Acquiring::Answered(Ok(perm))
+            }
+            Err(e) => {
+                self.acquiring.remove(&ticket);
+                Acquiring::Answered(Err(e.into()))
+            }
+        }
+    }
+
+    fn abandon_acquire(&mut self, a: Acquiring<Perm>) {
+        match a {
+            Acquiring::InFlight(t) => {
+                if let Some(p) = self.acquiring.remove(&t) {
+                    self.client.abandon_acquire(p);
+                }
+            }
+            Acquiring::Answered(Ok(perm)) => drop(perm), // its lease runs out
+            Acquiring::Answered(Err(_)) => {}
+        }
+    }
+
+    fn wait(&mut self, max: Duration) {
+        if !self.acquiring.is_empty() {
+            // A lost session shows at the next poll of each acquire.
+            let _ = self.client.wait_for_reply(max);
+        }
+    }
+
+    fn arm(&mut self) -> bool {
+        self.client.arm();
+        !self.acquiring.is_empty()
     }
 
     fn extend(&mut self, region: &Perm, lease: Duration) -> Result<(), MemError> {

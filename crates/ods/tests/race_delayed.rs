@@ -13,7 +13,7 @@ use patronus_core::cluster::Transport;
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::race::{self, Insert, LockMode, Lookup, RaceConfig, Stage, TableClient, Update};
 use patronus_ods::{MemError, RemoteMemory};
-use race_support::{Mem, bed, key, opts, reusing_bed, run, small, value};
+use race_support::{Mem, bed, key, opts, reusing_bed, run, settle, small, value};
 use std::time::Duration;
 
 const LEASE: Duration = Duration::from_millis(100);
@@ -47,6 +47,7 @@ fn lookup_up_to_the_block_read(t: &mut TableClient<Mem>, mem: &mut Mem, k: &[u8]
             return op;
         }
         assert!(op.step(t, mem).is_pending());
+        settle(t, mem);
     }
     panic!("the lookup never got to its block read");
 }
@@ -166,6 +167,7 @@ fn a_delayed_updater_never_frees_or_changes_a_reused_block(t: Transport) {
             break;
         }
         assert!(delayed.step(&mut tu, u).is_pending());
+        settle(&tu, u);
     }
     assert_eq!(delayed.stage(), Stage::Swapping);
     tc.update(c, &key(1), &value(1, 2)).unwrap();

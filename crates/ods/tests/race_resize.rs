@@ -30,6 +30,7 @@ fn stop_a_split(
                 if s.phase() == phase {
                     for _ in 0..extra {
                         assert!(op.step(r, mem).is_pending());
+                        race_support::settle(r, mem);
                     }
                     return (op, done);
                 }
@@ -38,6 +39,7 @@ fn stop_a_split(
                 done.push(i);
                 break;
             }
+            race_support::settle(r, mem);
         }
     }
     panic!("no split reached {phase:?}");
@@ -50,6 +52,7 @@ fn stays_waiting(op: &mut Insert<Mem>, t: &mut TableClient<Mem>, mem: &mut Mem, 
             op.step(t, mem).is_pending(),
             "it finished while the lock was held"
         );
+        race_support::settle(t, mem);
     }
     assert!(
         matches!(op.stage(), Stage::Waiting | Stage::Splitting),

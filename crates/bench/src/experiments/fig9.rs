@@ -171,6 +171,12 @@ struct KvClient<M: RemoteMemory> {
 }
 
 impl<M: RemoteMemory + Send> Logical for KvClient<M> {
+    /// Armed only while its operation waits for an acquire's answer (Patronus readers start
+    /// their acquires without blocking); otherwise its next step has work to do.
+    fn arm(&mut self) -> bool {
+        self.op.is_some() && self.table.awaiting_answer() && self.mem.arm()
+    }
+
     fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()> {
         let (mut op, started) = match self.op.take() {
             Some(op) => op,

@@ -116,6 +116,22 @@ impl<P: Provider> Client<P> {
         Ok(None)
     }
 
+    /// Waits up to `max` (sleeping, not spinning) for a reply to any pipelined request and
+    /// keeps it for its poll ([`Client::poll_acquire`], [`Client::poll_reply`]); whether one
+    /// is here.
+    pub fn wait_for_reply(&mut self, max: Duration) -> Result<bool, ClientError> {
+        if !self.parked.is_empty() {
+            return Ok(true);
+        }
+        match self.wait_reply(max)? {
+            Some((id, reply)) => {
+                self.parked.insert(id, reply);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Gives up a pending acquire: its grant, if one comes, is never used and runs out.
     pub fn abandon_acquire(&mut self, p: PendingAcquire) {
         if p.id != 0 && self.parked.remove(&p.id).is_none() {

@@ -1,6 +1,8 @@
 //! Blocking calls: each runs an operation's steps to completion (`scan` reads the whole
 //! table). While another client's split makes an operation wait, the thread yields between
 //! polls; after `max_wait_polls` such polls the call gives up with [`RaceError::Stalled`].
+//! While it waits for an acquire's answer, the thread sleeps on the memory
+//! ([`RemoteMemory::wait`]).
 
 use super::block;
 use super::client::TableClient;
@@ -15,6 +17,9 @@ use std::task::Poll;
 
 /// Steps an operation may take without waiting before a blocking call calls it a bug.
 const MAX_STEPS: u64 = 1 << 24;
+/// The longest one sleep for an acquire's answer (the memory gives up on an answer that does
+/// not come within its RPC timeout, and the operation then fails).
+const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl<M: RemoteMemory> TableClient<M> {
     pub(super) fn drive<T>(
@@ -34,6 +39,8 @@ impl<M: RemoteMemory> TableClient<M> {
                     }
                     std::thread::yield_now();
                 }
+                // Nothing to do until an acquire's answer comes: sleep until it does.
+                Poll::Pending if self.awaiting_answer() => mem.wait(ANSWER_WAIT),
                 Poll::Pending => {}
             }
         }

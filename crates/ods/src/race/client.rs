@@ -14,7 +14,7 @@ use super::hash::hash64;
 use super::layout::{BLOCK_HEADER, Geometry, MAX_BLOCK_UNITS, UNIT};
 use super::records::Root;
 use super::stats::RaceStats;
-use crate::memory::{MemError, Region, RemoteMemory};
+use crate::memory::{Acquiring, MemError, Region, RemoteMemory};
 use patronus_core::proto::messages::{Access, Mode};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -37,6 +37,11 @@ pub struct TableClient<M: RemoteMemory> {
     pub(crate) spare: Vec<M::Region>,
     /// Rights over blocks this client read (of any writer), by address.
     pub(crate) blocks: BlockRights<M::Region>,
+    /// Acquires of block rights in flight, by address, with the access asked for
+    /// (`acquiring.rs`).
+    pub(crate) acquiring: HashMap<u64, (Access, Acquiring<M::Region>)>,
+    /// The last step of an operation waited for an acquire's answer.
+    pub(crate) awaiting: bool,
     pub(crate) stats: RaceStats,
     /// Frozen slots the last scan saw.
     pub(crate) frozen: u64,
@@ -73,6 +78,8 @@ impl<M: RemoteMemory> TableClient<M> {
             subtables: HashMap::new(),
             spare: Vec::new(),
             blocks: BlockRights::new(opts.reader_cache),
+            acquiring: HashMap::new(),
+            awaiting: false,
             stats: RaceStats::default(),
             frozen: 0,
             tag: 0,
@@ -132,6 +139,9 @@ impl<M: RemoteMemory> TableClient<M> {
             if result.is_ok() {
                 result = freed;
             }
+        }
+        for (_, (_, a)) in self.acquiring.drain() {
+            mem.abandon_acquire(a);
         }
         let subtables: Vec<M::Region> = self.subtables.drain().map(|(_, r)| r).collect();
         let rest = self.dir_right.take().into_iter().chain(self.blocks.drain());

@@ -29,6 +29,7 @@
 //!   ([`NamedRoots`](crate::NamedRoots));
 //! - [`RaceStats`], [`RaceError`], [`RaceConfig`], [`ClientOptions`].
 
+mod acquiring;
 mod block;
 mod blocking;
 mod class;

@@ -94,8 +94,17 @@ pub fn run<T, M: RemoteMemory>(
         if let Poll::Ready(r) = step(t, mem) {
             return r;
         }
+        settle(t, mem);
     }
     panic!("an operation did not finish in 100000 steps");
+}
+
+/// After a step that waited for an acquire's answer, sleeps until the answer is here (so a
+/// test's bounded count of steps counts progress, not polls).
+pub fn settle<M: RemoteMemory>(t: &TableClient<M>, mem: &mut M) {
+    if t.awaiting_answer() {
+        mem.wait(Duration::from_secs(1));
+    }
 }
 
 /// A small seeded RNG (xorshift*), so the interleavings replay exactly.

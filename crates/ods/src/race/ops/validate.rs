@@ -1,7 +1,8 @@
 //! Reading a candidate entry's block (the reader design of §6.1 on Patronus).
 //!
 //! A block is another client's object: the reader first gets a right of its own over it
-//! (`acquire`, shared — or reuses one it kept), then in one batch re-reads the slot, reads
+//! (`acquire`, shared, started without blocking: `race::acquiring` — or reuses one it kept),
+//! then in one batch re-reads the slot, reads
 //! the block and re-reads a bucket header, in that order. It accepts the block only if the
 //! slot still names it, the subtable still claims the key and the block's checksum and key
 //! hold. A READ the NIC refuses means the block was freed since the right was granted (every
@@ -23,7 +24,7 @@ use crate::race::error::RaceError;
 use crate::race::hash::KeyHash;
 use crate::race::layout::{BucketHeader, SUBTABLE_HEADER, Slot, SlotAt, word};
 use crate::race::stats::{bytes, ended, exec};
-use patronus_core::proto::messages::{Access, Mode};
+use patronus_core::proto::messages::Access;
 use std::task::Poll;
 
 /// What a candidate turned out to be.
@@ -98,20 +99,17 @@ impl Validate {
                 if let Some(old) = t.blocks.take(addr) {
                     t.give_up(mem, old);
                 }
-                t.stats.acquires += 1;
-                let lease = t.opts.read_lease;
-                match mem.acquire(addr, len, lease, self.access, Mode::Shared) {
-                    Ok(r) => {
-                        t.keep_block_right(mem, addr, r, self.access);
-                        return Poll::Pending;
-                    }
+                // Without blocking: the operation waits (Pending) while the acquire is in
+                // flight, and the next step reads through the right.
+                return match t.poll_block_right(mem, addr, len, self.access) {
+                    Poll::Pending | Poll::Ready(Ok(())) => Poll::Pending,
                     // Freed: the slot changed, or it is a copy a split left to clear.
-                    Err(MemError::NotFound | MemError::Invalid(_)) => {
+                    Poll::Ready(Err(MemError::NotFound | MemError::Invalid(_))) => {
                         self.dangling = true;
-                        return Poll::Pending;
+                        Poll::Pending
                     }
-                    Err(e) => return Poll::Ready(Err(e.into())),
-                }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+                };
             }
         }
         match t.ensure_subtable(mem, self.subtable) {
