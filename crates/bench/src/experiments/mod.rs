@@ -15,6 +15,7 @@ pub mod fig8b;
 pub mod fig9;
 pub mod ods_rig;
 pub mod patronus_rig;
+pub mod race_costs;
 pub mod redis;
 pub mod table5;
 

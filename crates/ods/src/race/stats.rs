@@ -75,6 +75,36 @@ impl RaceStats {
         }
     }
 
+    /// The sum of two clients' (or two operations') counts.
+    pub fn plus(&self, other: &RaceStats) -> RaceStats {
+        RaceStats {
+            allocations: self.allocations + other.allocations,
+            allocated: self.allocated + other.allocated,
+            acquires: self.acquires + other.acquires,
+            extends: self.extends + other.extends,
+            releases: self.releases + other.releases,
+            frees: self.frees + other.frees,
+            batches: self.batches + other.batches,
+            reads: self.reads + other.reads,
+            writes: self.writes + other.writes,
+            cas: self.cas + other.cas,
+            faa: self.faa + other.faa,
+            rejected: self.rejected + other.rejected,
+            retries: self.retries + other.retries,
+            refreshes: self.refreshes + other.refreshes,
+            splits: self.splits + other.splits,
+            recoveries: self.recoveries + other.recoveries,
+            takeovers: self.takeovers + other.takeovers,
+            unknown_outcomes: self.unknown_outcomes + other.unknown_outcomes,
+            waits: self.waits + other.waits,
+        }
+    }
+
+    /// One-sided operations (READs, WRITEs, CASes, FAAs).
+    pub fn one_sided_ops(&self) -> u64 {
+        self.reads + self.writes + self.cas + self.faa
+    }
+
     /// Permission operations (allocations and acquisitions): the control-path cost.
     pub fn permission_ops(&self) -> u64 {
         self.allocations + self.acquires
