@@ -32,7 +32,7 @@ pub use client::{Orphan, RpcClient};
 pub use server::{ConnectionSlots, Incoming, RpcServer};
 pub use slot::{SlotError, SlotReader, SlotWriter};
 
-use rnic::{CompletionQueue, VerbsError, WcStatus};
+use rnic::{CompletionQueue, Timestamp, VerbsError, WcStatus};
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -93,6 +93,10 @@ pub enum RpcError {
 pub struct IdleWait {
     spins: u32,
     spin_limit: u32,
+    /// Longest spin, µs of the caller's clock (see [`IdleWait::note_time`]).
+    budget_us: u64,
+    /// When the current spin began (the first idle turn noted since work).
+    since: Option<Timestamp>,
 }
 
 impl IdleWait {
@@ -101,12 +105,37 @@ impl IdleWait {
         IdleWait {
             spins: 0,
             spin_limit,
+            budget_us: u64::MAX,
+            since: None,
+        }
+    }
+
+    /// Spins at most `spin_limit` idle turns and at most `budget` of time (as noted with
+    /// [`IdleWait::note_time`]) before sleeping. An idle turn costs what polling the
+    /// transport costs — a few instructions in-process, socket reads over TCP — so a count
+    /// alone spins for microseconds on one transport and for milliseconds on the other.
+    pub fn with_budget(spin_limit: u32, budget: Duration) -> Self {
+        IdleWait {
+            budget_us: u64::try_from(budget.as_micros()).unwrap_or(u64::MAX),
+            ..IdleWait::new(spin_limit)
         }
     }
 
     /// Work arrived: the next idle turn spins again.
     pub fn busy(&mut self) {
         self.spins = 0;
+        self.since = None;
+    }
+
+    /// Notes the time of an idle turn: once the spin has lasted its budget, it is over.
+    pub fn note_time(&mut self, now: Timestamp) {
+        match self.since {
+            None => self.since = Some(now),
+            Some(start) if now.0.saturating_sub(start.0) >= self.budget_us => {
+                self.spins = self.spin_limit;
+            }
+            Some(_) => {}
+        }
     }
 
     /// Whether the spinning phase is over (the thread is about to sleep, a good moment for
@@ -129,5 +158,33 @@ impl IdleWait {
 impl Default for IdleWait {
     fn default() -> Self {
         IdleWait::new(64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_spin_ends_at_its_turn_count_or_its_time_budget() {
+        let mut w = IdleWait::with_budget(256, Duration::from_micros(50));
+        w.note_time(Timestamp(1_000));
+        assert!(!w.is_parking());
+        w.note_time(Timestamp(1_049));
+        assert!(!w.is_parking(), "within the budget");
+        w.note_time(Timestamp(1_050));
+        assert!(w.is_parking(), "the budget is spent, turns or not");
+        w.busy();
+        assert!(!w.is_parking(), "work restarts the spin");
+        w.note_time(Timestamp(5_000));
+        assert!(
+            !w.is_parking(),
+            "and its time counts from the next idle turn"
+        );
+        // Without a budget, only the turn count ends it.
+        let mut n = IdleWait::new(2);
+        n.note_time(Timestamp(0));
+        n.note_time(Timestamp(u64::MAX / 2));
+        assert!(!n.is_parking());
     }
 }

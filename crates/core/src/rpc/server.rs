@@ -24,6 +24,8 @@ use std::time::Duration;
 
 /// Set on the ids of reply sends, to tell them from receives in error reports.
 const REPLY: u64 = 1 << 63;
+/// The longest a serving thread spins without work before it sleeps on its CQ.
+pub const SPIN_BUDGET: Duration = Duration::from_micros(50);
 
 /// A request taken from the shared receive queue.
 #[derive(Debug)]
@@ -204,7 +206,9 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
             deferred: Vec::new(),
             wcs: vec![WorkCompletion::default(); max_batch.clamp(1, 256)],
             scratch: vec![0; Pr::SLOT_SIZE],
-            idle: IdleWait::new(256),
+            // 256 turns are ~25 µs in-process; over TCP each turn reads sockets, and the
+            // budget ends the spin there after as long.
+            idle: IdleWait::with_budget(256, SPIN_BUDGET),
             _protocol: std::marker::PhantomData,
         })
     }
@@ -362,6 +366,11 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
     /// passes. Work noted by [`RpcServer::receive`] (or [`RpcServer::busy`]) restarts the spin.
     pub fn idle(&mut self, max: Duration) {
         self.idle.idle(&self.recv_cq, max);
+    }
+
+    /// Notes the time of an idle turn (the spin ends after [`SPIN_BUDGET`]).
+    pub fn note_idle_time(&mut self, now: rnic::Timestamp) {
+        self.idle.note_time(now);
     }
 
     /// The serving thread did work other than receiving: the next idle turn spins again.

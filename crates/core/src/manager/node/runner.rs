@@ -83,6 +83,7 @@ impl<P: Provider> Runner<P> {
                     self.scrub(&scrubs);
                     continue;
                 }
+                self.rpc.note_idle_time(now);
                 if self.rpc.is_parking() {
                     if published != self.batches {
                         published = self.batches;
@@ -107,7 +108,12 @@ impl<P: Provider> Runner<P> {
                 }
                 continue;
             }
-            self.rpc.busy();
+            // Requests restart the idle spin (more may follow at once); a turn that only ends
+            // expired permissions does not: an idle node woken by a lease's end goes back to
+            // sleep instead of spinning again (each spin turn polls the transport).
+            if !requests.is_empty() {
+                self.rpc.busy();
+            }
             if streak_cpu.is_none() {
                 streak_cpu = Some(thread_cpu());
             }
