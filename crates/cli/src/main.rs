@@ -123,6 +123,11 @@ enum Command {
         /// RDMA device name with `--provider rdma` (default: the first device).
         #[arg(long)]
         device: Option<String>,
+        /// Soft RNIC (`--provider soft`): empty polls a NIC engine thread makes after work
+        /// before it sleeps. Spinning saves a wake-up per burst of frames but keeps the core
+        /// busy; 0 sleeps at once (a node sharing its core, or one measured for CPU per op).
+        #[arg(long, default_value_t = rnic::soft::TcpOptions::default().spin_polls)]
+        engine_spin_polls: u32,
         #[command(flatten)]
         limits: serve::LimitArgs,
     },
@@ -176,6 +181,7 @@ fn main() -> anyhow::Result<()> {
             shards,
             provider,
             device,
+            engine_spin_polls,
             limits,
         } => {
             let opts = serve::ServeOpts {
@@ -185,6 +191,7 @@ fn main() -> anyhow::Result<()> {
                 isolation: isolation.into(),
                 tenants,
                 shards,
+                engine_spin_polls,
                 limits,
             };
             match provider {

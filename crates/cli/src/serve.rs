@@ -7,7 +7,7 @@ use patronus_core::manager::{
 };
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::Provider;
-use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode};
+use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode, TcpOptions};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -46,6 +46,8 @@ pub struct ServeOpts {
     pub tenants: Vec<TenantArg>,
     /// Manager shards.
     pub shards: usize,
+    /// Soft RNIC: empty polls of a NIC engine before it sleeps.
+    pub engine_spin_polls: u32,
     /// Limits and quotas.
     pub limits: LimitArgs,
 }
@@ -147,8 +149,12 @@ impl ServeOpts {
 
 /// Serves until stdin reaches end of file; prints `listening <addr>` first.
 pub fn serve(opts: &ServeOpts) -> Result<()> {
-    let ctx =
-        TcpNode::open(SoftConfig::default(), opts.listen).context("opening the TCP device")?;
+    let tcp = TcpOptions {
+        spin_polls: opts.engine_spin_polls,
+        ..TcpOptions::default()
+    };
+    let ctx = TcpNode::open_with(SoftConfig::default(), opts.listen, tcp)
+        .context("opening the TCP device")?;
     let node = MemoryNode::<SoftProvider>::start(ctx, opts.node_config()?)?;
     let SoftAddress::Tcp(addr) = node.address() else {
         bail!("TCP node without a TCP address");

@@ -7,7 +7,7 @@ use super::driver::{Logical, Rig, StepCtx, now};
 use super::ods_rig::{MECHANISMS, OdsRig, Workload, mechanism_panel, workload_checks};
 use crate::harness::{BenchOpts, Check, Experiment, Figure, Panel, PaperRef, Ratio, Row};
 use anyhow::Result;
-use patronus_ods::queue::{PushOp, Queue, QueueConfig, QueueOptions};
+use patronus_ods::queue::{PushOp, Queue, QueueConfig, QueueOptions, QueueStats};
 use patronus_ods::{NamedRoots, RemoteMemory};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +52,8 @@ fn plan(opts: &BenchOpts) -> Plan {
 struct Producers {
     entries: u32,
     failed: Arc<AtomicU64>,
+    /// What the producers counted (summed as each is dropped at the end of the run).
+    costs: Arc<parking_lot::Mutex<QueueStats>>,
 }
 
 impl Workload for Producers {
@@ -82,7 +84,9 @@ impl Workload for Producers {
         };
         let queue = Queue::open(mem, root, opts)?;
         Ok(Box::new(Producer {
+            opened: queue.stats(),
             queue,
+            costs: self.costs.clone(),
             failed: self.failed.clone(),
             op: None,
             next: (i as u64) << 40,
@@ -93,9 +97,20 @@ impl Workload for Producers {
 /// One producer: pushes items one after another, each a state machine stepped by the driver.
 struct Producer<M: RemoteMemory> {
     queue: Queue<M>,
+    /// The queue handle's counts once open (the run's costs are counted from here).
+    opened: QueueStats,
+    costs: Arc<parking_lot::Mutex<QueueStats>>,
     failed: Arc<AtomicU64>,
     op: Option<(PushOp, Instant)>,
     next: u64,
+}
+
+impl<M: RemoteMemory> Drop for Producer<M> {
+    fn drop(&mut self) {
+        self.costs
+            .lock()
+            .add(&self.queue.stats().since(&self.opened));
+    }
 }
 
 impl<M: RemoteMemory + Send> Logical for Producer<M> {
@@ -122,6 +137,24 @@ impl<M: RemoteMemory + Send> Logical for Producer<M> {
     }
 }
 
+/// Per-push columns like Table 4's counts (§6.1: each new segment costs one `allocate` and,
+/// for every other producer, one `acquire`).
+fn cost_columns(mut row: Row, s: &QueueStats) -> Row {
+    let per = |n: u64| (n as f64 / s.pushes.max(1) as f64 * 1e4).round() / 1e4;
+    for (what, n) in [
+        ("allocates", s.allocates),
+        ("acquires", s.acquires),
+        ("extends", s.extends),
+        ("releases", s.releases),
+        ("frees", s.frees),
+        ("one_sided", s.ops),
+        ("batches", s.batches),
+    ] {
+        row = row.with(&format!("{what}_per_push"), per(n));
+    }
+    row.with("segments_linked", s.segments_linked)
+}
+
 /// Runs Figure 10 on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
@@ -139,6 +172,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         let producers = Producers {
             entries,
             failed: Arc::default(),
+            costs: Arc::default(),
         };
         let m = nodes.run(
             mech,
@@ -149,12 +183,13 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
             plan.budget,
             &format!("fig10 {mech} x{n} N={entries}"),
         )?;
-        let row = m
-            .driven
-            .row(mech, n, m.manager, m.engine)
-            .with("segment_entries", entries)
-            .with("sweep", sweep)
-            .with("failed_ops", producers.failed.load(Ordering::Relaxed));
+        let row = cost_columns(
+            m.driven.row(mech, n, m.manager, m.engine),
+            &producers.costs.lock(),
+        )
+        .with("segment_entries", entries)
+        .with("sweep", sweep)
+        .with("failed_ops", producers.failed.load(Ordering::Relaxed));
         println!(
             "{:<9} {:>9} {:>8} {:>10.1} {:>9.2} {:>9.2} {:>13.3}",
             mech,

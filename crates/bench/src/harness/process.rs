@@ -112,6 +112,12 @@ impl ServerProcess {
     pub fn cpu_time(&self) -> Result<Duration> {
         process_cpu_of(self.pid())
     }
+
+    /// CPU time used by the process's threads whose name starts with `prefix`, and by the
+    /// others.
+    pub fn cpu_split(&self, prefix: &str) -> Result<(Duration, Duration)> {
+        process_cpu_split(self.pid(), prefix)
+    }
 }
 
 impl Drop for ServerProcess {
@@ -123,20 +129,34 @@ impl Drop for ServerProcess {
 
 /// CPU time used by every thread of process `pid`, from `/proc/<pid>/task/*/schedstat`.
 pub fn process_cpu_of(pid: u32) -> Result<Duration> {
-    let mut ns = 0u64;
+    let (a, b) = process_cpu_split(pid, "")?;
+    Ok(a + b)
+}
+
+/// CPU time used by the threads of process `pid` whose name (`comm`) starts with `prefix`,
+/// and by the others, from `/proc/<pid>/task/*/{comm,schedstat}`.
+pub fn process_cpu_split(pid: u32, prefix: &str) -> Result<(Duration, Duration)> {
+    let (mut matching, mut rest) = (0u64, 0u64);
     let dir = format!("/proc/{pid}/task");
     for task in std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
-        let path = task?.path().join("schedstat");
+        let task = task?.path();
+        let path = task.join("schedstat");
         // A thread that exited meanwhile has nothing more to add.
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
         let on_cpu = text.split_whitespace().next().unwrap_or("0");
-        ns += on_cpu
+        let ns = on_cpu
             .parse::<u64>()
             .with_context(|| format!("{}: {text:?}", path.display()))?;
+        let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+        if comm.starts_with(prefix) {
+            matching += ns;
+        } else {
+            rest += ns;
+        }
     }
-    Ok(Duration::from_nanos(ns))
+    Ok((Duration::from_nanos(matching), Duration::from_nanos(rest)))
 }
 
 /// Whether `program` is on the `PATH`.

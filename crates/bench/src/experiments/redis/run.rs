@@ -26,8 +26,12 @@ pub const SERVER_CORE: usize = 1;
 pub struct Run {
     /// The clients' run.
     pub driven: Driven,
-    /// The server's CPU time during it.
+    /// The server's CPU time during it (the memory node's: every thread but its soft NIC's
+    /// engines).
     pub server_cpu: Duration,
+    /// The memory node's soft NIC engine threads' CPU time during it: the work an RDMA NIC
+    /// does in hardware (transport, executing one-sided operations). Zero for Redis.
+    pub nic_cpu: Duration,
 }
 
 /// Redis clients: each step is one command, or one pipeline of `depth` commands.
@@ -116,7 +120,11 @@ pub fn redis(
     let cpu0 = server.process().cpu_time()?;
     let driven = drive(spread(logicals, 1), ops, budget, 13, "redis")?;
     let server_cpu = server.process().cpu_time()?.saturating_sub(cpu0);
-    Ok(Run { driven, server_cpu })
+    Ok(Run {
+        driven,
+        server_cpu,
+        nic_cpu: Duration::ZERO,
+    })
 }
 
 /// A Patronus memory node for the comparison: `patronus serve` in its own process when the
@@ -147,6 +155,9 @@ impl PatronusNode {
                 "shared-pd",
                 "--max-lifetime-ms",
                 "1000",
+                // Engines sleep when idle, as Redis's event loop does: CPU per op is work.
+                "--engine-spin-polls",
+                "0",
             ]
             .map(String::from);
             let (p, addr) =
@@ -185,13 +196,18 @@ impl PatronusNode {
         matches!(self, PatronusNode::Process(..))
     }
 
-    /// CPU time the node has used: its process's, or its manager and NIC engine threads'.
-    pub fn cpu_time(&self) -> Result<Duration> {
+    /// CPU time the node has used: (its process's but its soft NIC engines', the engines'),
+    /// or (its manager's, its NIC engine threads').
+    pub fn cpu_time(&self) -> Result<(Duration, Duration)> {
         match self {
-            PatronusNode::Process(p, _) => p.cpu_time(),
-            PatronusNode::InProcess(n, dev) => {
-                Ok(n.fresh_stats().manager_cpu + crate::experiments::driver::engine_cpu(dev))
+            PatronusNode::Process(p, _) => {
+                let (engines, rest) = p.cpu_split("rnic-tcp-eng")?;
+                Ok((rest, engines))
             }
+            PatronusNode::InProcess(n, dev) => Ok((
+                n.fresh_stats().manager_cpu,
+                crate::experiments::driver::engine_cpu(dev),
+            )),
         }
     }
 }
@@ -222,7 +238,12 @@ pub fn race(
         .collect::<Result<Vec<_>>>()?;
     let cpu0 = node.cpu_time()?;
     let driven = drive(spread(logicals, 1), ops, budget, 13, "patronus race")?;
-    let server_cpu = node.cpu_time()?.saturating_sub(cpu0);
+    let cpu1 = node.cpu_time()?;
     let (failed, first) = kv.take_failures();
-    Ok((Run { driven, server_cpu }, failed, first))
+    let run = Run {
+        driven,
+        server_cpu: cpu1.0.saturating_sub(cpu0.0),
+        nic_cpu: cpu1.1.saturating_sub(cpu0.1),
+    };
+    Ok((run, failed, first))
 }
