@@ -20,6 +20,9 @@ use support::bed;
 
 type Mem = PatronusMemory<SoftProvider>;
 
+/// The longest a test waits for an acquire's answer (real time: the node answers at once).
+const ANSWER_WAIT: Duration = Duration::from_secs(1);
+
 const CONFIG: QueueConfig = QueueConfig {
     entries: 8,
     item_size: 16,
@@ -74,6 +77,7 @@ fn push_until(op: &mut PushOp, q: &mut Queue<Mem>, phase: PushPhase) {
             return;
         }
         assert_eq!(op.step(q).unwrap(), Poll::Pending);
+        q.wait_for_answer(ANSWER_WAIT);
     }
     panic!("the push never reached {phase:?}");
 }
@@ -85,6 +89,7 @@ fn pop_until(op: &mut PopOp, q: &mut Queue<Mem>, phase: PopPhase) {
             return;
         }
         assert_eq!(op.step(q).unwrap(), Poll::Pending);
+        q.wait_for_answer(ANSWER_WAIT);
     }
     panic!("the pop never reached {phase:?}");
 }
@@ -95,6 +100,7 @@ fn pop_to_end(op: &mut PopOp, q: &mut Queue<Mem>) -> Option<Item> {
         if let Poll::Ready(got) = op.step(q).unwrap() {
             return got.map(|b| Item::parse(&b));
         }
+        q.wait_for_answer(ANSWER_WAIT);
     }
     panic!("the pop did not finish");
 }
@@ -137,6 +143,7 @@ fn crashed_producer_slot_is_skipped_after_its_lease(t: Transport) {
         if stuck.step(a).unwrap().is_ready() {
             break;
         }
+        a.wait_for_answer(ANSWER_WAIT);
     }
     assert_eq!(stuck.phase(), PushPhase::Done);
     assert_eq!(a.stats().claims_lost, 1);
@@ -299,6 +306,7 @@ fn stalled_producer_outlives_its_segment(t: Transport) {
         if stuck.step(z).unwrap().is_ready() {
             break;
         }
+        z.wait_for_answer(ANSWER_WAIT);
     }
     assert_eq!(stuck.phase(), PushPhase::Done);
     let s = z.stats();

@@ -114,6 +114,12 @@ impl<M: RemoteMemory> Drop for Producer<M> {
 }
 
 impl<M: RemoteMemory + Send> Logical for Producer<M> {
+    /// Armed only while its push waits for a segment's acquire (Patronus starts them without
+    /// blocking); otherwise its next step has work to do.
+    fn arm(&mut self) -> bool {
+        self.op.is_some() && self.queue.arm()
+    }
+
     fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()> {
         let (mut op, started) = match self.op.take() {
             Some(op) => op,

@@ -14,6 +14,9 @@ use std::time::Duration;
 /// The lease of the two permissions [`Queue::create`] allocates with (released before it
 /// returns).
 const CREATE_LEASE: Duration = Duration::from_millis(10);
+/// The longest one sleep of a blocking push or pop for an acquire's answer (an answer that
+/// does not come within the memory's RPC timeout fails the operation).
+const ANSWER_WAIT: Duration = Duration::from_millis(10);
 
 /// A claimed-but-unfilled slot a consumer of this handle is waiting on, since when.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,6 +193,9 @@ impl<M: RemoteMemory> Queue<M> {
     /// Gives up what the handle holds: frees its spare segments, releases its permissions.
     /// The handle stays usable (it acquires what it needs again).
     pub fn close(&mut self) -> Result<(), QueueError> {
+        for (_, a) in std::mem::take(&mut self.permits.acquiring) {
+            self.mem.abandon_acquire(a);
+        }
         let mut result = Ok(());
         let (lease, margin) = (self.opts.lease, self.opts.renew_margin);
         let len = self.shape.segment_len();
@@ -259,6 +265,8 @@ impl<M: RemoteMemory> Queue<M> {
             if let Poll::Ready(v) = step(self)? {
                 return Ok(v);
             }
+            // Nothing to do until an acquire's answer comes: sleep until it does.
+            self.wait_for_answer(ANSWER_WAIT);
         }
         Err(QueueError::Stalled {
             steps: self.opts.max_steps,
@@ -270,6 +278,26 @@ impl<M: RemoteMemory> Queue<M> {
         let t = Token::new(self.client, self.next_op);
         self.next_op = self.next_op.wrapping_add(1);
         t
+    }
+
+    /// Whether the handle waits for an acquire's answer (its operation's next step has
+    /// nothing to do until it comes).
+    pub fn awaiting_answer(&self) -> bool {
+        !self.permits.acquiring.is_empty()
+    }
+
+    /// Sleeps up to `max` until an answer to one of the handle's acquires arrives (returns at
+    /// once if none is in flight).
+    pub fn wait_for_answer(&mut self, max: Duration) {
+        if self.awaiting_answer() {
+            self.mem.wait(max);
+        }
+    }
+
+    /// Arms the memory's completion channel if the handle waits for an acquire's answer (see
+    /// [`RemoteMemory::arm`]); whether it did.
+    pub fn arm(&mut self) -> bool {
+        self.awaiting_answer() && self.mem.arm()
     }
 
     /// What this handle did so far.

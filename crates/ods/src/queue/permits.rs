@@ -2,7 +2,8 @@
 //! request or one batch):
 //! - the root's: acquired at open and kept for the handle's life — extended one-sidedly when
 //!   its lease nears its end, acquired again when it cannot be;
-//! - the segments': acquired on first use (the creator's comes from its `allocate`), then
+//! - the segments': acquired on first use (the creator's comes from its `allocate`; others'
+//!   acquires start without blocking, and the step that needs one waits for its answer), then
 //!   checked by reading the segment's sequence number and queue before anything else is done
 //!   through them: once a segment is freed its address may hold a later segment or another
 //!   object, and a permission covers whatever object is there when it is granted;
@@ -18,9 +19,13 @@
 
 use super::layout::{ROOT_LEN, SegPtr, Token, header, word_at};
 use super::{Queue, QueueError};
-use crate::memory::{MemError, MemOut, Region, RemoteMemory};
+use crate::memory::{Acquiring, MemError, MemOut, Region, RemoteMemory};
 use patronus_core::proto::messages::{Access, Mode};
 use std::task::Poll;
+
+/// Acquires a handle keeps in flight; past this the oldest is abandoned (its operation
+/// starts it again if it still needs it).
+const MAX_ACQUIRING: usize = 8;
 
 /// The results of one batch.
 pub(super) type Results = Vec<Result<MemOut, MemError>>;
@@ -34,6 +39,10 @@ pub(super) struct Permits<R> {
     pub segs: Vec<Held<R>>,
     /// Segments allocated but not linked.
     pub spares: Vec<Spare<R>>,
+    /// Segments' permissions asked for and not yet answered (started without blocking, so
+    /// that a thread driving many handles keeps their acquires in flight together), at most
+    /// [`MAX_ACQUIRING`]; the operations of the handle that need them take the answers.
+    pub acquiring: Vec<(SegPtr, Acquiring<R>)>,
 }
 
 impl<R> Default for Permits<R> {
@@ -42,6 +51,7 @@ impl<R> Default for Permits<R> {
             meta: None,
             segs: Vec::new(),
             spares: Vec::new(),
+            acquiring: Vec::new(),
         }
     }
 }
@@ -158,22 +168,43 @@ impl<M: RemoteMemory> Queue<M> {
     pub(super) fn seg_ready(&mut self, seg: SegPtr) -> Result<Poll<Reach>, QueueError> {
         let (lease, margin) = (self.opts.lease, self.opts.renew_margin);
         let Some(i) = self.permits.segs.iter().position(|h| h.seg == seg) else {
-            self.stats.acquires += 1;
-            let len = self.shape.segment_len();
-            match self
-                .mem
-                .acquire(seg.addr, len, lease, Access::ReadWrite, Mode::Shared)
-            {
-                Ok(region) => self.keep(Held {
+            let pending = self.permits.acquiring.iter().position(|(s, _)| *s == seg);
+            let answer = match pending {
+                Some(j) => {
+                    let (_, a) = self.permits.acquiring.remove(j);
+                    self.mem.poll_acquire(a)
+                }
+                None => {
+                    if self.permits.acquiring.len() >= MAX_ACQUIRING {
+                        let (_, oldest) = self.permits.acquiring.remove(0);
+                        self.mem.abandon_acquire(oldest);
+                    }
+                    self.stats.acquires += 1;
+                    let len = self.shape.segment_len();
+                    let a = self.mem.start_acquire(
+                        seg.addr,
+                        len,
+                        lease,
+                        Access::ReadWrite,
+                        Mode::Shared,
+                    );
+                    self.mem.poll_acquire(a)
+                }
+            };
+            match answer {
+                Acquiring::Answered(Ok(region)) => self.keep(Held {
                     seg,
                     region,
                     checked: false,
                 }),
-                Err(e) if gone(&e) => {
+                Acquiring::Answered(Err(e)) if gone(&e) => {
                     self.stats.gone += 1;
                     return Ok(Poll::Ready(Reach::Gone));
                 }
-                Err(e) => return Err(e.into()),
+                Acquiring::Answered(Err(e)) => return Err(e.into()),
+                in_flight @ Acquiring::InFlight(_) => {
+                    self.permits.acquiring.push((seg, in_flight));
+                }
             }
             return Ok(Poll::Pending);
         };

@@ -260,6 +260,9 @@ pub fn interleave<M: RemoteMemory>(
                 };
                 match op.step(q) {
                     Ok(Poll::Pending) => {
+                        // A step that waits for an acquire's answer is not progress: wait
+                        // for the answer (real time) before the virtual clock moves on.
+                        q.wait_for_answer(Duration::from_secs(1));
                         if op.phase() == patronus_ods::queue::PushPhase::Filling
                             && rng.chance(a.crash)
                         {
@@ -290,6 +293,7 @@ pub fn interleave<M: RemoteMemory>(
                 };
                 match op.step(q) {
                     Ok(Poll::Pending) => {
+                        q.wait_for_answer(Duration::from_secs(1));
                         tick();
                         continue;
                     }
