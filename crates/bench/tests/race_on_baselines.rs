@@ -146,6 +146,9 @@ fn interleaved<M: patronus_ods::RemoteMemory>(connect: impl Fn() -> M, opts: Cli
             if let Poll::Ready(r) = ops[c].1.step(t, m) {
                 r.unwrap_or_else(|e| panic!("round {round}, client {c}, key {}: {e}", ops[c].0));
                 done[c] = true;
+            } else if t.awaiting_answer() {
+                // Waiting for an acquire's answer is not a step of progress: wait for it.
+                m.wait(std::time::Duration::from_secs(1));
             }
         }
     }
