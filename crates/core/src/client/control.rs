@@ -154,7 +154,9 @@ impl<P: Provider> Client<P> {
             let req = self.with_slack(req);
             let sent = self.clock.now();
             let reply = self.rpc_unmeasured(req)?;
-            self.lease.observe(sent, self.clock.now(), &mut self.stats);
+            if measures_round_trip(&req) {
+                self.lease.observe(sent, self.clock.now(), &mut self.stats);
+            }
             if reply != Reply::Failed(Status::Overloaded) {
                 return Ok(reply);
             }
@@ -289,17 +291,20 @@ impl<P: Provider> Client<P> {
         if self.in_flight.len() >= 4 * MAX_OUTSTANDING_RPCS as usize * n {
             self.in_flight.remove(0);
         }
-        self.in_flight.push((id, self.clock.now(), extend));
+        self.in_flight
+            .push((id, self.clock.now(), extend, measures_round_trip(&req)));
         Ok(id)
     }
 
     /// Counts a pipelined reply: its round trip, and what it says about leases.
     fn on_pipelined_reply(&mut self, id: u64, reply: &Reply) {
-        let Some(i) = self.in_flight.iter().position(|&(rid, _, _)| rid == id) else {
+        let Some(i) = self.in_flight.iter().position(|&(rid, ..)| rid == id) else {
             return;
         };
-        let (_, sent, extend) = self.in_flight.swap_remove(i);
-        self.lease.observe(sent, self.clock.now(), &mut self.stats);
+        let (_, sent, extend, measure) = self.in_flight.swap_remove(i);
+        if measure {
+            self.lease.observe(sent, self.clock.now(), &mut self.stats);
+        }
         match reply {
             Reply::Extended { .. } => self.stats.rpc_extensions += 1,
             Reply::Failed(Status::ExtensionRefused | Status::NotFound) if extend => {
@@ -435,6 +440,15 @@ impl<P: Provider> Client<P> {
             self.retired.strays + ctrl.iter().map(RpcClient::stray_replies).sum::<u64>(),
         )
     }
+}
+
+/// Whether `req`'s reply time is a control round trip the lease policy may learn from. An
+/// acquire allowed to wait for conflicting holders is not: its reply can come a holder's
+/// whole lease later, and a round-trip bound that learned it would lengthen every later lease
+/// by as much — which makes holders hold longer and waiters wait longer (a feedback loop that
+/// took Figure 8(b)'s exclusive acquisitions from 280 to 0.4 Kops/s).
+pub(super) fn measures_round_trip(req: &Request) -> bool {
+    !matches!(req, Request::Acquire { wait_us, .. } if *wait_us > 0)
 }
 
 impl From<RpcError> for ClientError {

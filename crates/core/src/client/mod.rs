@@ -134,8 +134,9 @@ pub struct Client<P: Provider> {
     lease: LeasePolicy,
     /// What the client counted.
     stats: ClientStats,
-    /// Pipelined requests in flight: (id, sent at, an extension?), for their round trip.
-    in_flight: Vec<(u64, Timestamp, bool)>,
+    /// Pipelined requests in flight: (id, sent at, an extension?, a round trip to learn
+    /// from?), for their round trip.
+    in_flight: Vec<(u64, Timestamp, bool, bool)>,
     /// Replies taken while polling for another pending acquire ([`Client::poll_acquire`]).
     parked: std::collections::HashMap<u64, Reply>,
     /// Acquires given up ([`Client::abandon_acquire`]): their replies are dropped.
