@@ -182,15 +182,7 @@ mod interleaved {
     /// refused while the slot names the same address again.
     #[test]
     fn patronus_with_long_leases() {
-        use std::time::Duration;
-        on_patronus(ClientOptions {
-            lease: Duration::from_millis(20),
-            read_lease: Duration::from_millis(10),
-            margin: Duration::from_millis(5),
-            split_lease: Duration::from_millis(20),
-            fence_gap: Duration::from_millis(20),
-            ..ClientOptions::default()
-        });
+        on_patronus(patronus_bench::experiments::fig9::options());
     }
     fn on_patronus(opts: ClientOptions) {
         use patronus_core::cluster::EmbeddedCluster;

@@ -119,7 +119,8 @@ impl Kv {
     }
 }
 
-fn options() -> ClientOptions {
+/// The table clients' options in Figure 9 (and in the Redis comparison).
+pub fn options() -> ClientOptions {
     ClientOptions {
         // The paper's lease is 100 µs on RDMA (§7.3.1). Here many logical clients share one
         // client thread, and on a loaded 2-core machine a client's next step can come
