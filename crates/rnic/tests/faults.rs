@@ -173,6 +173,45 @@ fn delay_completes_after_stepping_past_it() {
     );
 }
 
+/// A link delivers in order: a request sent under a smaller delay waits behind one sent
+/// earlier under a larger delay (it would otherwise reach the responder first, out of
+/// sequence, and close the connection; only the reorder fault reorders).
+#[test]
+fn a_smaller_delay_never_overtakes_a_larger_one() {
+    let w = FW::new();
+    let conn = conn(&w, 7);
+    let (_mw, rkey) = w.window1(OFF, 64, R | W);
+    w.fill_mn(OFF, 64, 1);
+    set_faults(
+        &w,
+        Faults {
+            delay_us: (300, 300),
+            ..Faults::default()
+        },
+    );
+    conn.post(&[wr::<P>(1, op_read::<P>(w.csge(0, 32), w.maddr(OFF), rkey))]);
+    set_faults(&w, Faults::default());
+    conn.post(&[wr::<P>(
+        2,
+        op_read::<P>(w.csge(32, 32), w.maddr(OFF + 32), rkey),
+    )]);
+    let wcs = wait_completions_advancing::<P, FaultBed>(
+        &w.bed,
+        &conn.ccq,
+        2,
+        Some(Duration::from_micros(100)),
+    );
+    let got: Vec<_> = wcs.iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    assert_eq!(got, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    let reqs = requests(&w);
+    assert!(
+        reqs.len() == 2 && reqs[0] != reqs[1],
+        "two requests, neither sent again: {reqs:?}"
+    );
+    assert_eq!(conn.cqp.state(), QpState::ReadyToSend);
+    assert_eq!(conn.sqp.state(), QpState::ReadyToSend);
+}
+
 /// A delay longer than the ack timeout causes a retransmission; the duplicate is answered from
 /// the replay cache, the operation executes once.
 #[test]

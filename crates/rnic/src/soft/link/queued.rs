@@ -237,9 +237,22 @@ impl Link for QueuedLink {
         };
         let reorder = faults.reorder_probability > 0.0
             && st.rng.random_bool(faults.reorder_probability.min(1.0));
+        let me = self.peer.as_ptr() as *const ();
+        if !reorder {
+            // A link delivers in order, as a real one: a packet sent after a slower one (sent
+            // under a larger delay) waits behind it. Only the reorder fault overtakes.
+            let behind = st
+                .in_flight
+                .iter()
+                .filter(|f| f.link == self.conn && f.to.as_ptr() as *const () == me)
+                .map(|f| f.due)
+                .max();
+            if let Some(last) = behind {
+                item.due = item.due.max(last);
+            }
+        }
         if reorder {
             // Overtake the latest packet queued on this connection in the same direction.
-            let me = self.peer.as_ptr() as *const ();
             if let Some(prev) = st
                 .in_flight
                 .iter_mut()
