@@ -1,0 +1,3 @@
+//! ServerlessBench TC4's applications on the runtime.
+
+pub mod analysis;

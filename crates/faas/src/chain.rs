@@ -1,0 +1,257 @@
+//! Chains and their invocations: bootstrap (one `acquire` per remote input), the functions in
+//! order on the container's thread, exit (one `release` per input), and the report of what
+//! each function took and what permission operations the chain made.
+
+use crate::error::FaasError;
+use patronus_core::proto::messages::{Access, Mode};
+use patronus_ods::{Region, RemoteMemory};
+use std::time::Duration;
+
+/// Data in remote memory: an object's address and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Datum {
+    /// The object's first byte.
+    pub addr: u64,
+    /// Its length.
+    pub len: u64,
+}
+
+/// A remote input of an invocation, and the access the chain needs to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Input {
+    /// Where it is.
+    pub datum: Datum,
+    /// Read, or read-write (a table the chain adds a record to).
+    pub access: Access,
+}
+
+impl Input {
+    /// A datum the chain only reads.
+    pub fn read(datum: Datum) -> Self {
+        Input {
+            datum,
+            access: Access::Read,
+        }
+    }
+
+    /// A datum the chain reads and changes.
+    pub fn read_write(datum: Datum) -> Self {
+        Input {
+            datum,
+            access: Access::ReadWrite,
+        }
+    }
+}
+
+/// One invocation of a chain: its remote inputs and the payload the first function gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invocation {
+    /// The chain's remote inputs, acquired on bootstrap in this order.
+    pub inputs: Vec<Input>,
+    /// The first function's argument.
+    pub payload: Vec<u8>,
+}
+
+/// A function of a chain: it gets the previous function's result (the invocation's payload
+/// for the first) and the chain's context, and returns its own result.
+pub type Function<M> = fn(&mut ChainCtx<'_, M>, Vec<u8>) -> Result<Vec<u8>, FaasError>;
+
+/// A sequence of functions run one after another in one container.
+#[derive(Debug)]
+pub struct Chain<M: RemoteMemory> {
+    /// Its name (what invocations ask for).
+    pub name: &'static str,
+    /// The functions, in order, by name.
+    pub functions: Vec<(&'static str, Function<M>)>,
+}
+
+/// What one invocation did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChainReport {
+    /// Each function's name and run time (on the memory's clock, µs resolution).
+    pub functions: Vec<(&'static str, Duration)>,
+    /// Rights acquired (one per input, on bootstrap; one more per lease extension by RPC).
+    pub acquires: u64,
+    /// Objects allocated (outputs).
+    pub allocates: u64,
+    /// Rights released (one per input on exit, one per output once written).
+    pub releases: u64,
+    /// One-sided lease extensions.
+    pub extends: u64,
+    /// The outputs the chain left in remote memory, in the order written.
+    pub outputs: Vec<Datum>,
+    /// The last function's result.
+    pub result: Vec<u8>,
+}
+
+impl ChainReport {
+    /// The functions' total run time.
+    pub fn total(&self) -> Duration {
+        self.functions.iter().map(|(_, d)| *d).sum()
+    }
+}
+
+/// What a function of a running chain can reach: the chain's inputs (through the rights
+/// taken on bootstrap) and outputs of its own.
+pub struct ChainCtx<'a, M: RemoteMemory> {
+    mem: &'a mut M,
+    inputs: Vec<(Input, M::Region)>,
+    report: ChainReport,
+    /// The lease of the chain's rights, and of its outputs' allocation.
+    lease: Duration,
+}
+
+impl<M: RemoteMemory> std::fmt::Debug for ChainCtx<'_, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainCtx")
+            .field("inputs", &self.inputs.len())
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: RemoteMemory> ChainCtx<'_, M> {
+    /// Input `i` (as the invocation named it).
+    pub fn input(&self, i: usize) -> Result<Datum, FaasError> {
+        self.inputs
+            .get(i)
+            .map(|(input, _)| input.datum)
+            .ok_or(FaasError::NoInput(i))
+    }
+
+    /// The right over input `i`, extended one-sidedly first if its lease runs low.
+    fn right(&mut self, i: usize) -> Result<&M::Region, FaasError> {
+        let lease = self.lease;
+        let Some((_, r)) = self.inputs.get(i) else {
+            return Err(FaasError::NoInput(i));
+        };
+        if self.mem.expires_within(r, lease / 4) {
+            self.mem.extend(r, lease)?;
+            self.report.extends += 1;
+        }
+        self.inputs
+            .get(i)
+            .map(|(_, r)| r)
+            .ok_or(FaasError::NoInput(i))
+    }
+
+    /// Reads `len` bytes at `offset` of input `i`.
+    pub fn read(&mut self, i: usize, offset: u64, len: u32) -> Result<Vec<u8>, FaasError> {
+        self.right(i)?;
+        let r = &self.inputs[i].1;
+        Ok(self.mem.read(r, offset, len)?)
+    }
+
+    /// Writes `data` at `offset` of input `i` (acquired read-write).
+    pub fn write(&mut self, i: usize, offset: u64, data: &[u8]) -> Result<(), FaasError> {
+        self.right(i)?;
+        let r = &self.inputs[i].1;
+        Ok(self.mem.write(r, offset, data)?)
+    }
+
+    /// Fetch-and-add on the 8-byte word at `offset` of input `i`; the previous value.
+    pub fn faa(&mut self, i: usize, offset: u64, add: u64) -> Result<u64, FaasError> {
+        self.right(i)?;
+        let r = &self.inputs[i].1;
+        Ok(self.mem.faa(r, offset, add)?)
+    }
+
+    /// Compare-and-swap on the 8-byte word at `offset` of input `i`; the previous value.
+    pub fn cas(
+        &mut self,
+        i: usize,
+        offset: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, FaasError> {
+        self.right(i)?;
+        let r = &self.inputs[i].1;
+        Ok(self.mem.cas(r, offset, compare, swap)?)
+    }
+
+    /// Leaves `bytes` in remote memory for whoever consumes them next: a new object (one
+    /// `allocate`), written, its right revoked (the object stays; its consumer acquires it).
+    pub fn output(&mut self, bytes: &[u8]) -> Result<Datum, FaasError> {
+        let len = (bytes.len() as u64).max(1);
+        let mut objects = self.mem.allocate(&[len], self.lease, Mode::Shared)?;
+        self.report.allocates += 1;
+        let Some(r) = objects.pop() else {
+            return Err(FaasError::Stopped(
+                "an allocation returned no object".into(),
+            ));
+        };
+        let datum = Datum {
+            addr: r.addr(),
+            len: r.len(),
+        };
+        let written = self.mem.write(&r, 0, bytes);
+        if let Err(e) = written {
+            let _ = self.mem.free(r);
+            return Err(e.into());
+        }
+        // Revoked now, not left to lapse: the chain holds nothing once it ends.
+        let _ = self.mem.release(r);
+        self.report.releases += 1;
+        self.report.outputs.push(datum);
+        Ok(datum)
+    }
+}
+
+/// Runs `chain` once for `inv` on `mem`: acquires every input (shared, for `lease`), runs the
+/// functions in order, releases every input — on success and on failure alike.
+pub fn run_chain<M: RemoteMemory>(
+    mem: &mut M,
+    chain: &Chain<M>,
+    inv: &Invocation,
+    lease: Duration,
+) -> Result<ChainReport, FaasError> {
+    let mut ctx = ChainCtx {
+        mem,
+        inputs: Vec::with_capacity(inv.inputs.len()),
+        report: ChainReport::default(),
+        lease,
+    };
+    let result = bootstrap(&mut ctx, inv).and_then(|()| run_functions(&mut ctx, chain, inv));
+    // Exit: one revoke per input, whatever happened.
+    for (_, r) in std::mem::take(&mut ctx.inputs) {
+        let _ = ctx.mem.release(r);
+        ctx.report.releases += 1;
+    }
+    result.map(|out| ChainReport {
+        result: out,
+        ..ctx.report
+    })
+}
+
+fn bootstrap<M: RemoteMemory>(
+    ctx: &mut ChainCtx<'_, M>,
+    inv: &Invocation,
+) -> Result<(), FaasError> {
+    for input in &inv.inputs {
+        let d = input.datum;
+        let r = ctx
+            .mem
+            .acquire(d.addr, d.len, ctx.lease, input.access, Mode::Shared)?;
+        ctx.report.acquires += 1;
+        ctx.inputs.push((*input, r));
+    }
+    Ok(())
+}
+
+fn run_functions<M: RemoteMemory>(
+    ctx: &mut ChainCtx<'_, M>,
+    chain: &Chain<M>,
+    inv: &Invocation,
+) -> Result<Vec<u8>, FaasError> {
+    let mut payload = inv.payload.clone();
+    for (name, f) in &chain.functions {
+        // Timed on the memory's clock (the client's: injected, virtual in tests), in µs.
+        let t0 = ctx.mem.now();
+        payload = f(ctx, payload)?;
+        let took = ctx.mem.now().0.saturating_sub(t0.0);
+        ctx.report
+            .functions
+            .push((name, Duration::from_micros(took)));
+    }
+    Ok(payload)
+}
