@@ -96,6 +96,8 @@ impl ChainReport {
 pub struct ChainCtx<'a, M: RemoteMemory> {
     mem: &'a mut M,
     inputs: Vec<(Input, M::Region)>,
+    /// Intermediate data in the container's local memory, by name, for later functions.
+    local: std::collections::HashMap<&'static str, Vec<u8>>,
     report: ChainReport,
     /// The lease of the chain's rights, and of its outputs' allocation.
     lease: Duration,
@@ -156,6 +158,17 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
         Ok(self.mem.faa(r, offset, add)?)
     }
 
+    /// Keeps `bytes` in the container's local memory under `name` for the chain's later
+    /// functions (intermediate data never goes to remote memory).
+    pub fn keep(&mut self, name: &'static str, bytes: Vec<u8>) {
+        self.local.insert(name, bytes);
+    }
+
+    /// What an earlier function kept under `name`.
+    pub fn kept(&self, name: &'static str) -> Option<&[u8]> {
+        self.local.get(name).map(Vec::as_slice)
+    }
+
     /// Compare-and-swap on the 8-byte word at `offset` of input `i`; the previous value.
     pub fn cas(
         &mut self,
@@ -208,6 +221,7 @@ pub fn run_chain<M: RemoteMemory>(
     let mut ctx = ChainCtx {
         mem,
         inputs: Vec::with_capacity(inv.inputs.len()),
+        local: Default::default(),
         report: ChainReport::default(),
         lease,
     };
