@@ -4,6 +4,7 @@
 
 mod demo;
 mod devices;
+mod faas;
 mod kv;
 mod rdma;
 mod serve;
@@ -150,6 +151,10 @@ enum Command {
     /// scan, info, drop (each command one short-lived client; exit codes in `kv --help`).
     #[command(after_help = kv::EXIT_CODES_HELP)]
     Kv(kv::KvArgs),
+    /// Run one chain of ServerlessBench TC4 on the FaaS runtime: `image` (a thumbnail of a
+    /// photograph) or `analyse` (a salary analysis), against an embedded memory node or a
+    /// running `patronus serve` (--connect).
+    Faas(faas::FaasArgs),
     /// List RDMA devices with ports, GIDs and memory-window capabilities. Exit code 0: devices
     /// listed; 2: no RDMA device; 3: libibverbs not installed; 1: a device could not be queried.
     Devices,
@@ -209,6 +214,7 @@ fn main() -> anyhow::Result<()> {
             ProviderArg::Rdma => rdma::probe(connect, tenant, device),
         },
         Command::Kv(args) => std::process::exit(kv::run(&args)),
+        Command::Faas(args) => faas::run(&args),
         Command::Devices => std::process::exit(devices::run()),
     }
 }

@@ -210,6 +210,19 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
     }
 }
 
+/// Frees the object `datum` names (an uploaded input, an output once consumed) through a
+/// right of the caller's own.
+pub fn free<M: RemoteMemory>(mem: &mut M, datum: Datum) -> Result<(), FaasError> {
+    let r = mem.acquire(
+        datum.addr,
+        datum.len,
+        Duration::from_secs(1),
+        Access::ReadWrite,
+        Mode::Shared,
+    )?;
+    Ok(mem.free(r)?)
+}
+
 /// Runs `chain` once for `inv` on `mem`: acquires every input (shared, for `lease`), runs the
 /// functions in order, releases every input — on success and on failure alike.
 pub fn run_chain<M: RemoteMemory>(
