@@ -81,11 +81,11 @@ enum Command {
     /// JSON + SVG per experiment and a report.md with the paper's numbers beside ours.
     Bench {
         /// fig1, fig5, fig6 (with Table 4), fig7, fig8a (RACE hashing under a resizer
-        /// crash), fig8b, fig9 (RACE hashing), fig10 (the lock-free queue's producers), redis
+        /// crash), fig8b, fig9 (RACE hashing), fig10 (the lock-free queue's producers), fig11 (FaaS chains), redis
         /// (RACE on Patronus against redis-server, over TCP), table5, alloc (scrubbing cost and
         /// memory per live permission), dos (an honest client's throughput around each
         /// denial-of-service abuse), or all.
-        #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "redis", "table5", "alloc", "dos", "all"])]
+        #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "all"])]
         experiments: Vec<String>,
         /// Seconds per experiment instead of minutes (smoke-level sample counts).
         #[arg(long)]

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXPERIMENTS: [&str; 12] = [
-    "fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "redis", "table5", "alloc",
-    "dos",
+const EXPERIMENTS: [&str; 13] = [
+    "fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5",
+    "alloc", "dos",
 ];
 
 fn out_dir(transport: &str) -> PathBuf {

@@ -7,6 +7,38 @@ use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::{Region, RemoteMemory};
 use std::time::Duration;
 
+/// The most bytes one READ or WRITE carries: larger ones go in chunks (a client's staging
+/// buffer bounds one operation).
+pub const CHUNK: usize = 32 << 10;
+
+/// READs `len` bytes at `offset` of `r`, a chunk at a time.
+pub fn read_chunked<M: RemoteMemory>(
+    mem: &mut M,
+    r: &M::Region,
+    offset: u64,
+    len: u32,
+) -> Result<Vec<u8>, FaasError> {
+    let mut out = Vec::with_capacity(len as usize);
+    while out.len() < len as usize {
+        let n = (len as usize - out.len()).min(CHUNK);
+        out.extend(mem.read(r, offset + out.len() as u64, n as u32)?);
+    }
+    Ok(out)
+}
+
+/// WRITEs `data` at `offset` of `r`, a chunk at a time.
+pub fn write_chunked<M: RemoteMemory>(
+    mem: &mut M,
+    r: &M::Region,
+    offset: u64,
+    data: &[u8],
+) -> Result<(), FaasError> {
+    for (i, chunk) in data.chunks(CHUNK).enumerate() {
+        mem.write(r, offset + (i * CHUNK) as u64, chunk)?;
+    }
+    Ok(())
+}
+
 /// Data in remote memory: an object's address and length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Datum {
@@ -141,14 +173,14 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
     pub fn read(&mut self, i: usize, offset: u64, len: u32) -> Result<Vec<u8>, FaasError> {
         self.right(i)?;
         let r = &self.inputs[i].1;
-        Ok(self.mem.read(r, offset, len)?)
+        read_chunked(self.mem, r, offset, len)
     }
 
     /// Writes `data` at `offset` of input `i` (acquired read-write).
     pub fn write(&mut self, i: usize, offset: u64, data: &[u8]) -> Result<(), FaasError> {
         self.right(i)?;
         let r = &self.inputs[i].1;
-        Ok(self.mem.write(r, offset, data)?)
+        write_chunked(self.mem, r, offset, data)
     }
 
     /// Fetch-and-add on the 8-byte word at `offset` of input `i`; the previous value.
@@ -197,10 +229,10 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
             addr: r.addr(),
             len: r.len(),
         };
-        let written = self.mem.write(&r, 0, bytes);
+        let written = write_chunked(self.mem, &r, 0, bytes);
         if let Err(e) = written {
             let _ = self.mem.free(r);
-            return Err(e.into());
+            return Err(e);
         }
         // Revoked now, not left to lapse: the chain holds nothing once it ends.
         let _ = self.mem.release(r);

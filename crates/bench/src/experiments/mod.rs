@@ -7,6 +7,7 @@ pub mod driver;
 pub mod evidence;
 pub mod fig1;
 pub mod fig10;
+pub mod fig11;
 pub mod fig5;
 pub mod fig6;
 pub mod fig7;
@@ -23,9 +24,9 @@ use crate::harness::{BenchOpts, Experiment};
 use anyhow::{Result, bail};
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 12] = [
-    "fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "redis", "table5", "alloc",
-    "dos",
+pub const ALL: [&str; 13] = [
+    "fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5",
+    "alloc", "dos",
 ];
 
 /// Runs the experiment called `name`.
@@ -39,6 +40,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "fig8b" => fig8b::run(opts),
         "fig9" => fig9::run(opts),
         "fig10" => fig10::run(opts),
+        "fig11" => fig11::run(opts),
         "redis" => redis::run(opts),
         "table5" => table5::run(opts),
         "alloc" => alloc::run(opts),

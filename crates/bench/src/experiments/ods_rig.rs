@@ -176,6 +176,56 @@ impl OdsRig {
         })
     }
 
+    /// A way to connect Patronus remote memory from any thread (container `i` from the
+    /// `i`-th client device, round robin), for runtimes that connect their own clients.
+    pub fn patronus_connector(
+        &self,
+    ) -> impl Fn(usize) -> Result<PatronusMemory<SoftProvider>> + Send + Sync + Clone + 'static
+    {
+        let devs = self.client_devs.clone();
+        let addr = self.patronus.node.address().clone();
+        move |i| {
+            let c =
+                patronus_core::client::Client::connect(&devs[i % devs.len()], &addr, lean_client())
+                    .with_context(|| format!("connecting Patronus client {i}"))?;
+            Ok(PatronusMemory::new(c))
+        }
+    }
+
+    /// The same for a baseline mechanism ("Unprot", "MR" or "RPC").
+    pub fn baseline_connector(
+        &self,
+        mech: &str,
+    ) -> Result<
+        impl Fn(usize) -> Result<BaselineMemory<SoftProvider>> + Send + Sync + Clone + 'static,
+    > {
+        let scheme = match mech {
+            "Unprot" => Scheme::Unprot,
+            "MR" => Scheme::Mr,
+            "RPC" => Scheme::Rpc,
+            other => anyhow::bail!("no mechanism called {other:?}"),
+        };
+        let node = if scheme == Scheme::Mr {
+            &self.mr.0
+        } else {
+            &self.base.0
+        };
+        let (devs, addr) = (self.client_devs.clone(), node.address().clone());
+        let mech = mech.to_string();
+        Ok(move |i: usize| {
+            BaselineMemory::<SoftProvider>::connect(
+                &devs[i % devs.len()],
+                &addr,
+                scheme,
+                BaselineClientConfig {
+                    timeout: Duration::from_secs(20),
+                    ..BaselineClientConfig::default()
+                },
+            )
+            .with_context(|| format!("connecting {mech} client {i}"))
+        })
+    }
+
     /// Stops every node.
     pub fn shutdown(self) {
         self.base.0.shutdown();

@@ -13,7 +13,7 @@
 //! A record is claimed by FAA on the header's count, written, then marked used by CAS, so
 //! a concurrent analysis reads whole records or skips them (never a torn one).
 
-use crate::chain::{Chain, ChainCtx, Datum, Input, Invocation};
+use crate::chain::{Chain, ChainCtx, Datum, Input, Invocation, write_chunked};
 use crate::error::FaasError;
 use patronus_core::proto::messages::Mode;
 use patronus_ods::{MemError, Region, RemoteMemory};
@@ -157,10 +157,10 @@ pub fn create_table<M: RemoteMemory>(
         addr: r.addr(),
         len: r.len(),
     };
-    let written = mem.write(&r, 0, &image);
+    let written = write_chunked(mem, &r, 0, &image);
     if let Err(e) = written {
         let _ = mem.free(r);
-        return Err(e.into());
+        return Err(e);
     }
     let _ = mem.release(r);
     Ok(datum)

@@ -7,7 +7,7 @@
 //! file), since an object may be longer than what it holds. The image is read once, by the
 //! first function, into the container's local memory; the later functions use that copy.
 
-use crate::chain::{Chain, ChainCtx, Datum, Input, Invocation};
+use crate::chain::{Chain, ChainCtx, Datum, Input, Invocation, read_chunked, write_chunked};
 use crate::error::FaasError;
 use image::{ImageFormat, ImageReader};
 use patronus_core::proto::messages::{Access, Mode};
@@ -86,9 +86,9 @@ pub fn upload<M: RemoteMemory>(mem: &mut M, file: &[u8]) -> Result<Datum, FaasEr
         addr: r.addr(),
         len: r.len(),
     };
-    if let Err(e) = mem.write(&r, 0, &bytes) {
+    if let Err(e) = write_chunked(mem, &r, 0, &bytes) {
         let _ = mem.free(r);
-        return Err(e.into());
+        return Err(e);
     }
     let _ = mem.release(r);
     Ok(datum)
@@ -121,7 +121,7 @@ fn read_prefixed<M: RemoteMemory>(
             "a file of {len} bytes in an object of {object_len}"
         )));
     }
-    Ok(mem.read(r, 8, len as u32)?)
+    read_chunked(mem, r, 8, len as u32)
 }
 
 /// The chain.
