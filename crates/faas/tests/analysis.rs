@@ -5,6 +5,10 @@
 //! another tenant cannot get at the table. Bad input is refused with a clear error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::live_permissions;
+
 use patronus_core::client::{Client, ClientConfig};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::{NodeConfig, TenantSecret};
@@ -63,10 +67,6 @@ fn runtime(c: &EmbeddedCluster, containers: usize, tenant: TenantSecret) -> Runt
 fn wait(rt: &Runtime) -> Done {
     rt.next_done(Duration::from_secs(30))
         .expect("an invocation did not finish in 30 s")
-}
-
-fn live_permissions(c: &EmbeddedCluster) -> usize {
-    c.node.fresh_stats().occupancy.map_or(0, |o| o.permissions)
 }
 
 fn chains_analyse_the_table(t: Transport) {
@@ -206,17 +206,6 @@ fn bad_input_is_refused_and_changes_nothing(t: Transport) {
     rt.submit("analysis", e.invocation(table)).unwrap();
     let a = Analysis::decode(&wait(&rt).report.unwrap().result).unwrap();
     assert_eq!(a.records(), 9, "only the good invocation added a record");
-}
-
-macro_rules! both_transports {
-    ($($name:ident),* $(,)?) => {
-        mod inproc {
-            $(#[test] fn $name() { super::$name(super::Transport::InProc) })*
-        }
-        mod tcp {
-            $(#[test] fn $name() { super::$name(super::Transport::Tcp) })*
-        }
-    };
 }
 
 both_transports!(

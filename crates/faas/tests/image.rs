@@ -4,6 +4,10 @@
 //! what is no image, or a thumbnail of size 0, is refused with a clear error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use support::live_permissions;
+
 use patronus_core::client::{Client, ClientConfig};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;
@@ -38,10 +42,6 @@ fn setup(t: Transport) -> (EmbeddedCluster, Mem, Runtime) {
         },
     );
     (c, mem, rt)
-}
-
-fn live_permissions(c: &EmbeddedCluster) -> usize {
-    c.node.fresh_stats().occupancy.map_or(0, |o| o.permissions)
 }
 
 fn a_photograph_becomes_a_thumbnail(t: Transport) {
@@ -112,17 +112,6 @@ fn what_is_no_image_is_refused(t: Transport) {
         matches!(&err, FaasError::BadInput(m) if m.contains("size 0")),
         "{err:?}"
     );
-}
-
-macro_rules! both_transports {
-    ($($name:ident),* $(,)?) => {
-        mod inproc {
-            $(#[test] fn $name() { super::$name(super::Transport::InProc) })*
-        }
-        mod tcp {
-            $(#[test] fn $name() { super::$name(super::Transport::Tcp) })*
-        }
-    };
 }
 
 both_transports!(
