@@ -2,7 +2,8 @@
 //! is right (it counts its own record), a final one equals the analysis computed directly,
 //! outputs are readable by their consumer, each chain made exactly one acquire, one allocate
 //! and two releases, and the node holds no permission of theirs afterwards. A container of
-//! another tenant cannot get at the table. Bad input is refused with a clear error.
+//! another tenant cannot get at the table, nor use another container's rkey (the NIC refuses
+//! it). Bad input is refused with a clear error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -159,6 +160,44 @@ fn another_tenant_cannot_reach_the_table(t: Transport) {
     assert_eq!(a.records(), 9);
 }
 
+/// A container holding another's rkey (a function that learned it somehow) gets nothing
+/// through it: the NIC refuses the access (the window is another client's), and the owner's
+/// right works on.
+fn another_container_s_rkey_is_refused_by_the_nic(t: Transport) {
+    let mut c = cluster(t);
+    let mut a = PatronusMemory::new(c.clients.remove(0));
+    let table = analysis::create_table(&mut a, 64, &analysis::employees(8, 1, 3)).unwrap();
+    let ra = a
+        .acquire(
+            table.addr,
+            table.len,
+            LEASE,
+            Access::ReadWrite,
+            Mode::Shared,
+        )
+        .unwrap();
+    let mut b: Mem = PatronusMemory::new(
+        Client::connect(&c.client_ctxs[1], c.node.address(), as_tenant(TENANT_B)).unwrap(),
+    );
+    let own = b
+        .allocate(&[64], LEASE, Mode::Shared)
+        .unwrap()
+        .pop()
+        .unwrap();
+    // B's own identity, A's address and rkey.
+    let stolen = own.forged(table.addr, table.len, ra.rkey());
+    assert_eq!(b.read(&stolen, 0, 64), Err(MemError::Rejected));
+    assert_eq!(b.write(&stolen, 0, &[0xee; 8]), Err(MemError::Rejected));
+    let header = a.read(&ra, 0, 8).unwrap();
+    assert_eq!(
+        header,
+        8u64.to_le_bytes(),
+        "the table is untouched and A reads on"
+    );
+    a.release(ra).unwrap();
+    b.free(own).unwrap();
+}
+
 fn bad_input_is_refused_and_changes_nothing(t: Transport) {
     let mut c = cluster(t);
     let mut setup = PatronusMemory::new(c.clients.remove(0));
@@ -211,5 +250,6 @@ fn bad_input_is_refused_and_changes_nothing(t: Transport) {
 both_transports!(
     chains_analyse_the_table,
     another_tenant_cannot_reach_the_table,
+    another_container_s_rkey_is_refused_by_the_nic,
     bad_input_is_refused_and_changes_nothing
 );
