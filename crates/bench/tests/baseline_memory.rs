@@ -11,6 +11,7 @@ mod support;
 use patronus_bench::baseline::{BaselineClientConfig, BaselineError, BaselineMemory, Scheme};
 use patronus_core::cluster::Transport;
 use patronus_core::proto::messages::{Access, Mode};
+use patronus_ods::conformance;
 use patronus_ods::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 use rnic::soft::SoftProvider;
 use std::time::Duration;
@@ -30,9 +31,8 @@ fn four_objects_in_one_call_each_with_its_own_right(t: Transport, scheme: Scheme
     let mut mem = memory(&bed, scheme);
     let mut other = memory(&bed, scheme);
     let before = bed.node.stats();
-    let blocks = mem
-        .allocate(&[4096, 4096, 64, 64], LEASE, Mode::Shared)
-        .unwrap();
+    let sizes = [4096, 4096, 64, 64];
+    let blocks = mem.allocate(&sizes, LEASE, Mode::Shared).unwrap();
     let after = bed.node.stats();
     assert_eq!(
         after.requests - before.requests,
@@ -46,59 +46,11 @@ fn four_objects_in_one_call_each_with_its_own_right(t: Transport, scheme: Scheme
     );
     let registered = after.mrs_registered - before.mrs_registered;
     assert_eq!(registered, if scheme == Scheme::Mr { 4 } else { 0 });
-    assert_eq!(
-        blocks.iter().map(Region::len).collect::<Vec<_>>(),
-        [4096, 4096, 64, 64]
-    );
-    for (i, b) in blocks.iter().enumerate() {
-        assert_eq!(mem.read(b, 0, 64).unwrap(), vec![0; 64], "zeroed");
-        for c in &blocks[i + 1..] {
-            assert!(b.addr() + b.len() <= c.addr() || c.addr() + c.len() <= b.addr());
-        }
-    }
-    // One batch: a write, an atomic on each side of it, a read of everything.
+    conformance::allocated_objects_are_zeroed_and_disjoint(&mut mem, &blocks, &sizes);
     let (a, b) = (&blocks[0], &blocks[2]);
-    let out = mem.execute(&[
-        MemOp::Write {
-            on: a,
-            offset: 8,
-            data: b"payload!",
-        },
-        MemOp::Cas {
-            on: b,
-            offset: 0,
-            compare: 0,
-            swap: 7,
-        },
-        MemOp::Faa {
-            on: b,
-            offset: 0,
-            add: 5,
-        },
-        MemOp::Read {
-            on: a,
-            offset: 8,
-            len: 8,
-        },
-    ]);
-    let out: Vec<MemOut> = out.into_iter().map(Result::unwrap).collect();
-    assert_eq!(
-        out,
-        [
-            MemOut::Written,
-            MemOut::Atomic(0),
-            MemOut::Atomic(7),
-            MemOut::Read(b"payload!".to_vec())
-        ]
-    );
+    conformance::one_batch_runs_in_order(&mut mem, a, b);
     // Another client finds it by name, acquires it and reads it; no lease ever runs out.
-    mem.publish("block", a.addr(), a.len()).unwrap();
-    assert_eq!(mem.publish("block", a.addr(), 8), Err(MemError::NameTaken));
-    let (at, len) = other.lookup("block").unwrap();
-    let seen = other
-        .acquire(at, len, LEASE, Access::Read, Mode::Shared)
-        .unwrap();
-    assert_eq!(other.read(&seen, 8, 8).unwrap(), b"payload!");
+    let seen = conformance::a_named_root_is_shared(&mut mem, &mut other, a, LEASE);
     assert!(!other.expires_within(&seen, Duration::from_secs(3600)));
     other.extend(&seen, LEASE).unwrap();
     let mut blocks = blocks.into_iter();

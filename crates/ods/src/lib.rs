@@ -14,6 +14,8 @@
 //!   CAS to publish and take it; drained segments freed).
 //! - [`race`]: RACE hashing, an extendible hash table of one-sided operations.
 
+#[cfg(feature = "testing")]
+pub mod conformance;
 pub mod memory;
 pub mod patronus;
 pub mod queue;

@@ -7,7 +7,8 @@ mod support;
 use patronus_core::cluster::Transport;
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
-use patronus_ods::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
+use patronus_ods::conformance;
+use patronus_ods::{MemError, NamedRoots, RemoteMemory};
 use std::time::Duration;
 use support::bed;
 
@@ -18,64 +19,15 @@ fn four_objects_in_one_call_each_with_its_own_right(t: Transport) {
     let mut other = mems.pop().unwrap();
     let mut mem = mems.pop().unwrap();
     let rpcs = mem.client().rpcs();
-    let blocks = mem
-        .allocate(&[4096, 4096, 64, 64], LEASE, Mode::Shared)
-        .unwrap();
+    let sizes = [4096, 4096, 64, 64];
+    let blocks = mem.allocate(&sizes, LEASE, Mode::Shared).unwrap();
     assert_eq!(mem.client().rpcs() - rpcs, 4, "one request per object");
-    assert_eq!(
-        blocks.iter().map(Region::len).collect::<Vec<_>>(),
-        [4096, 4096, 64, 64]
-    );
-    for (i, b) in blocks.iter().enumerate() {
-        assert_eq!(mem.read(b, 0, 64).unwrap(), vec![0; 64], "zeroed");
-        for c in &blocks[i + 1..] {
-            assert!(b.addr() + b.len() <= c.addr() || c.addr() + c.len() <= b.addr());
-        }
-    }
-    // One batch: a write, an atomic on each side of it, a read of everything.
+    conformance::allocated_objects_are_zeroed_and_disjoint(&mut mem, &blocks, &sizes);
     let (a, b) = (&blocks[0], &blocks[2]);
-    let out = mem.execute(&[
-        MemOp::Write {
-            on: a,
-            offset: 8,
-            data: b"payload!",
-        },
-        MemOp::Cas {
-            on: b,
-            offset: 0,
-            compare: 0,
-            swap: 7,
-        },
-        MemOp::Faa {
-            on: b,
-            offset: 0,
-            add: 5,
-        },
-        MemOp::Read {
-            on: a,
-            offset: 8,
-            len: 8,
-        },
-    ]);
-    let out: Vec<MemOut> = out.into_iter().map(Result::unwrap).collect();
-    assert_eq!(
-        out,
-        [
-            MemOut::Written,
-            MemOut::Atomic(0),
-            MemOut::Atomic(7),
-            MemOut::Read(b"payload!".to_vec())
-        ]
-    );
+    conformance::one_batch_runs_in_order(&mut mem, a, b);
     // Another client acquires one (shared: no wait), reads it; once the owner frees it, the
     // reader's right is gone and its READ is refused by the NIC.
-    mem.publish("block", a.addr(), a.len()).unwrap();
-    assert_eq!(mem.publish("block", a.addr(), 8), Err(MemError::NameTaken));
-    let (at, len) = other.lookup("block").unwrap();
-    let seen = other
-        .acquire(at, len, LEASE, Access::Read, Mode::Shared)
-        .unwrap();
-    assert_eq!(other.read(&seen, 8, 8).unwrap(), b"payload!");
+    let seen = conformance::a_named_root_is_shared(&mut mem, &mut other, a, LEASE);
     assert!(!other.expires_within(&seen, Duration::ZERO));
     let mut blocks = blocks.into_iter();
     mem.free(blocks.next().unwrap()).unwrap();
