@@ -1,10 +1,12 @@
-//! Chains and their invocations: bootstrap (one `acquire` per remote input), the functions in
-//! order on the container's thread, exit (one `release` per input), and the report of what
-//! each function took and what permission operations the chain made.
+//! Chains and their invocations: bootstrap (one `acquire` per remote input, and the output's
+//! `allocate` when the chain reserves it, all in one round trip), the functions in order on
+//! the container's thread, exit (one `release` per input and per output, all sent at once:
+//! one round trip), and the report of what each function took and what permission operations
+//! the chain made.
 
 use crate::error::FaasError;
 use patronus_core::proto::messages::{Access, Mode};
-use patronus_ods::{Region, RemoteMemory};
+use patronus_ods::{Acquiring, Region, RemoteMemory};
 use std::time::Duration;
 
 /// The most bytes one READ or WRITE carries: larger ones go in chunks (a client's staging
@@ -95,6 +97,11 @@ pub struct Chain<M: RemoteMemory> {
     pub name: &'static str,
     /// The functions, in order, by name.
     pub functions: Vec<(&'static str, Function<M>)>,
+    /// The most bytes of the chain's output, when known up front: that object is allocated
+    /// on bootstrap, in the round trip of the inputs' acquires, and [`ChainCtx::output`]
+    /// writes into it (a larger output gets an object of its own; an unused one is freed on
+    /// exit).
+    pub output_reserve: Option<u64>,
 }
 
 /// What one invocation did.
@@ -106,7 +113,7 @@ pub struct ChainReport {
     pub acquires: u64,
     /// Objects allocated (outputs).
     pub allocates: u64,
-    /// Rights released (one per input on exit, one per output once written).
+    /// Rights released on exit (one per input, one per output).
     pub releases: u64,
     /// One-sided lease extensions.
     pub extends: u64,
@@ -128,6 +135,10 @@ impl ChainReport {
 pub struct ChainCtx<'a, M: RemoteMemory> {
     mem: &'a mut M,
     inputs: Vec<(Input, M::Region)>,
+    /// The rights over the outputs written so far (released on exit with the inputs').
+    outputs: Vec<M::Region>,
+    /// The object reserved for the output on bootstrap, until used.
+    reserved: Option<M::Region>,
     /// Intermediate data in the container's local memory, by name, for later functions.
     local: std::collections::HashMap<&'static str, Vec<u8>>,
     report: ChainReport,
@@ -215,30 +226,42 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
     }
 
     /// Leaves `bytes` in remote memory for whoever consumes them next: a new object (one
-    /// `allocate`), written, its right revoked (the object stays; its consumer acquires it).
+    /// `allocate`), written; its right is revoked on exit with the inputs' (the object
+    /// stays; its consumer acquires it).
     pub fn output(&mut self, bytes: &[u8]) -> Result<Datum, FaasError> {
         let len = (bytes.len() as u64).max(1);
-        let mut objects = self.mem.allocate(&[len], self.lease, Mode::Shared)?;
-        self.report.allocates += 1;
-        let Some(r) = objects.pop() else {
-            return Err(FaasError::Stopped(
-                "an allocation returned no object".into(),
-            ));
+        let r = match self.reserved.take() {
+            Some(r) if r.len() >= len => r,
+            other => {
+                if let Some(small) = other {
+                    self.reserved = Some(small);
+                }
+                self.allocate(len)?
+            }
         };
         let datum = Datum {
             addr: r.addr(),
-            len: r.len(),
+            len,
         };
         let written = write_chunked(self.mem, &r, 0, bytes);
         if let Err(e) = written {
             let _ = self.mem.free(r);
             return Err(e);
         }
-        // Revoked now, not left to lapse: the chain holds nothing once it ends.
-        let _ = self.mem.release(r);
-        self.report.releases += 1;
+        self.outputs.push(r);
         self.report.outputs.push(datum);
         Ok(datum)
+    }
+}
+
+impl<M: RemoteMemory> ChainCtx<'_, M> {
+    /// A new object of `len` bytes for an output (shared, for the chain's lease).
+    fn allocate(&mut self, len: u64) -> Result<M::Region, FaasError> {
+        let mut objects = self.mem.allocate(&[len], self.lease, Mode::Shared)?;
+        self.report.allocates += 1;
+        objects
+            .pop()
+            .ok_or_else(|| FaasError::Stopped("an allocation returned no object".into()))
     }
 }
 
@@ -256,7 +279,8 @@ pub fn free<M: RemoteMemory>(mem: &mut M, datum: Datum) -> Result<(), FaasError>
 }
 
 /// Runs `chain` once for `inv` on `mem`: acquires every input (shared, for `lease`), runs the
-/// functions in order, releases every input — on success and on failure alike.
+/// functions in order, releases every input and output right — on success and on failure
+/// alike, revoked, not left to lapse: the chain holds nothing once it ends.
 pub fn run_chain<M: RemoteMemory>(
     mem: &mut M,
     chain: &Chain<M>,
@@ -266,35 +290,90 @@ pub fn run_chain<M: RemoteMemory>(
     let mut ctx = ChainCtx {
         mem,
         inputs: Vec::with_capacity(inv.inputs.len()),
+        outputs: Vec::new(),
+        reserved: None,
         local: Default::default(),
         report: ChainReport::default(),
         lease,
     };
-    let result = bootstrap(&mut ctx, inv).and_then(|()| run_functions(&mut ctx, chain, inv));
-    // Exit: one revoke per input, whatever happened.
-    for (_, r) in std::mem::take(&mut ctx.inputs) {
-        let _ = ctx.mem.release(r);
+    let result = bootstrap(&mut ctx, chain, inv).and_then(|()| run_functions(&mut ctx, chain, inv));
+    // Exit: a reserved object no output took is freed (nobody will consume it); one revoke
+    // per right, whatever happened, sent together.
+    if let Some(unused) = ctx.reserved.take() {
+        let _ = ctx.mem.free(unused);
         ctx.report.releases += 1;
     }
+    let mut held: Vec<M::Region> = std::mem::take(&mut ctx.inputs)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    held.append(&mut ctx.outputs);
+    ctx.report.releases += held.len() as u64;
+    let _ = ctx.mem.release_many(held);
     result.map(|out| ChainReport {
         result: out,
         ..ctx.report
     })
 }
 
+/// The longest a bootstrap sleeps between looks at its acquires (each ends on its own, with
+/// its answer or its timeout).
+const ANSWER_WAIT: Duration = Duration::from_millis(50);
+
+/// Every input's acquire sent before any answer is awaited, and the output reserved meanwhile:
+/// one round trip where the memory pipelines acquires (Patronus).
 fn bootstrap<M: RemoteMemory>(
     ctx: &mut ChainCtx<'_, M>,
+    chain: &Chain<M>,
     inv: &Invocation,
 ) -> Result<(), FaasError> {
-    for input in &inv.inputs {
-        let d = input.datum;
-        let r = ctx
-            .mem
-            .acquire(d.addr, d.len, ctx.lease, input.access, Mode::Shared)?;
-        ctx.report.acquires += 1;
-        ctx.inputs.push((*input, r));
+    let mut started: Vec<(usize, Acquiring<M::Region>)> = inv
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let d = input.datum;
+            let a = ctx
+                .mem
+                .start_acquire(d.addr, d.len, ctx.lease, input.access, Mode::Shared);
+            (i, a)
+        })
+        .collect();
+    let mut failed = match chain.output_reserve {
+        Some(len) => ctx
+            .allocate(len.max(1))
+            .map(|r| ctx.reserved = Some(r))
+            .err(),
+        None => None,
+    };
+    // Each input's right in the invocation's order (functions name inputs by index).
+    let mut rights: Vec<Option<M::Region>> = inv.inputs.iter().map(|_| None).collect();
+    while !started.is_empty() {
+        let mut waiting = Vec::with_capacity(started.len());
+        for (i, a) in started {
+            match ctx.mem.poll_acquire(a) {
+                Acquiring::Answered(Ok(r)) => {
+                    ctx.report.acquires += 1;
+                    rights[i] = Some(r);
+                }
+                Acquiring::Answered(Err(e)) => {
+                    failed.get_or_insert(e.into());
+                }
+                a @ Acquiring::InFlight(_) => waiting.push((i, a)),
+            }
+        }
+        started = waiting;
+        if !started.is_empty() {
+            ctx.mem.wait(ANSWER_WAIT);
+        }
     }
-    Ok(())
+    ctx.inputs = inv
+        .inputs
+        .iter()
+        .zip(rights)
+        .filter_map(|(input, r)| Some((*input, r?)))
+        .collect();
+    failed.map_or(Ok(()), Err)
 }
 
 fn run_functions<M: RemoteMemory>(

@@ -1,6 +1,7 @@
 //! Warm containers and a dispatcher: `containers` worker threads, each connecting once to
 //! remote memory and then running the chains it pulls from one shared queue, so the
-//! containers stay busy as long as invocations wait. Results come back on a channel, each
+//! containers stay busy as long as invocations wait. [`Runtime::start`] returns once every
+//! container has connected (hot starts, §7.4: no connection set-up inside a measurement). Results come back on a channel, each
 //! with the container that ran it and its latency from submission.
 
 use crate::chain::{Chain, ChainReport, Invocation, run_chain};
@@ -42,10 +43,10 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Starts `containers` containers running `chains`. Container `i` gets its remote memory
-    /// from `connect(i)` on its own thread (it keeps it: warm starts); a container that
-    /// cannot connect answers every invocation it pulls with [`FaasError::Stopped`]. Rights
-    /// a chain takes last `lease`.
+    /// Starts `containers` containers running `chains`, and waits until each has its remote
+    /// memory: container `i` gets it from `connect(i)` on its own thread (and keeps it: warm
+    /// starts); a container that cannot connect answers every invocation it pulls with
+    /// [`FaasError::Stopped`]. Rights a chain takes last `lease`.
     pub fn start<M, C>(
         containers: usize,
         chains: Vec<Chain<M>>,
@@ -61,16 +62,30 @@ impl Runtime {
         let connect = Arc::new(connect);
         let (jobs, queue) = unbounded::<Job>();
         let (done_tx, done) = unbounded::<Done>();
-        let containers = (0..containers.max(1))
+        let (ready_tx, ready) = unbounded::<()>();
+        let containers: Vec<JoinHandle<()>> = (0..containers.max(1))
             .map(|i| {
                 let (queue, done_tx) = (queue.clone(), done_tx.clone());
-                let (chains, connect) = (chains.clone(), connect.clone());
+                let (chains, connect, ready_tx) =
+                    (chains.clone(), connect.clone(), ready_tx.clone());
                 std::thread::Builder::new()
                     .name(format!("faas-container-{i}"))
-                    .spawn(move || container(i, &*connect, &chains, lease, &queue, &done_tx))
+                    .spawn(move || {
+                        let mem = connect(i);
+                        let _ = ready_tx.send(());
+                        container(i, mem, &chains, lease, &queue, &done_tx)
+                    })
                     .expect("spawning a container thread")
             })
             .collect();
+        drop(ready_tx);
+        // Blocks until every container connected or gave up (connecting is bounded by the
+        // connection's own timeouts); a container that died early just closes its sender.
+        for _ in 0..containers.len() {
+            if ready.recv().is_err() {
+                break;
+            }
+        }
         Runtime {
             jobs: Some(jobs),
             done,
@@ -128,13 +143,12 @@ impl Drop for Runtime {
 
 fn container<M: RemoteMemory>(
     i: usize,
-    connect: &dyn Fn(usize) -> Result<M, FaasError>,
+    mut mem: Result<M, FaasError>,
     chains: &[Chain<M>],
     lease: Duration,
     queue: &Receiver<Job>,
     done: &Sender<Done>,
 ) {
-    let mut mem = connect(i);
     for job in queue.iter() {
         let report = match (&mut mem, chains.get(job.chain)) {
             (Ok(m), Some(chain)) => run_chain(m, chain, &job.invocation, lease),

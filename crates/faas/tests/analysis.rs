@@ -8,7 +8,7 @@
 
 mod support;
 
-use support::live_permissions;
+use support::{live_objects, live_permissions};
 
 use patronus_core::client::{Client, ClientConfig};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
@@ -144,8 +144,14 @@ fn another_tenant_cannot_reach_the_table(t: Transport) {
         department: 1,
         salary: 1_000,
     };
+    let objects = live_objects(&c);
     rt.submit("analysis", e.invocation(table)).unwrap();
     let err = wait(&rt).report.unwrap_err();
+    assert_eq!(
+        live_objects(&c),
+        objects,
+        "the output reserved on bootstrap was freed when the chain failed"
+    );
     assert!(
         matches!(
             err,
@@ -215,11 +221,17 @@ fn bad_input_is_refused_and_changes_nothing(t: Transport) {
             salary: 0,
         },
     ];
+    let objects = live_objects(&c);
     for e in bad {
         rt.submit("analysis", e.invocation(table)).unwrap();
         let err = wait(&rt).report.unwrap_err();
         assert!(matches!(err, FaasError::BadInput(_)), "{err:?}");
     }
+    assert_eq!(
+        live_objects(&c),
+        objects,
+        "a failed chain leaves no object behind (its reserved output is freed)"
+    );
     // Not an employee table: refused by the check.
     let other = {
         let mut objs = setup.allocate(&[4096], LEASE, Mode::Shared).unwrap();

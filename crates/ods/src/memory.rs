@@ -240,6 +240,20 @@ pub trait RemoteMemory {
     /// Ends the right (the object stays allocated).
     fn release(&mut self, region: Self::Region) -> Result<(), MemError>;
 
+    /// Ends every right of `regions`, in as few round trips as the system allows (Patronus:
+    /// one per group of requests a connection carries at once). Every right is ended or
+    /// reported: one that fails does not keep the others alive; the first failure is returned
+    /// once all were tried. By default, one [`RemoteMemory::release`] after another.
+    fn release_many(&mut self, regions: Vec<Self::Region>) -> Result<(), MemError> {
+        let mut first = None;
+        for r in regions {
+            if let Err(e) = self.release(r) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
     /// Gives up a right its holder no longer needs, as cheaply as the system allows: with
     /// leases it may simply run out (no round trip: §5.4's "lease expiry instead of a revoke
     /// RPC"); without, it ends as [`RemoteMemory::release`] ends it (the default). Until it

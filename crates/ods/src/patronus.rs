@@ -183,6 +183,10 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         Ok(self.client.revoke(region)?)
     }
 
+    fn release_many(&mut self, regions: Vec<Perm>) -> Result<(), MemError> {
+        Ok(self.client.revoke_many(regions)?)
+    }
+
     fn relinquish(&mut self, region: Perm) -> Result<(), MemError> {
         // The lease runs out at the memory node: no revoke RPC (§5.4).
         drop(region);

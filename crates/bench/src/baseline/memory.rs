@@ -161,11 +161,21 @@ impl<P: Provider> BaselineMemory<P> {
     /// Frees the objects at `addrs`, pipelined, each whatever happens to the others; the first
     /// failure.
     fn free_all(&mut self, addrs: &[u64]) -> Result<(), MemError> {
+        let requests: Vec<_> = addrs
+            .iter()
+            .map(|&addr| BaselineRequest::Free { addr })
+            .collect();
+        self.all_done(&requests)
+    }
+
+    /// Sends every request of `requests` (each answered `Done` when it worked), a wave of as
+    /// many as the channel carries at once before any answer is awaited; the first failure.
+    fn all_done(&mut self, requests: &[BaselineRequest]) -> Result<(), MemError> {
         let mut first = Ok(());
-        for wave in addrs.chunks(self.control.capacity()) {
+        for wave in requests.chunks(self.control.capacity()) {
             let mut ids = Vec::with_capacity(wave.len());
-            for &addr in wave {
-                match self.control.submit(BaselineRequest::Free { addr }) {
+            for req in wave {
+                match self.control.submit(req.clone()) {
                     Ok(id) => ids.push(id),
                     Err(e) => keep_first(&mut first, e),
                 }
@@ -319,6 +329,18 @@ impl<P: Provider> RemoteMemory for BaselineMemory<P> {
             (Scheme::Mr, Some(rkey)) => Ok(self.control.deregister_mr(rkey)?),
             _ => Ok(()),
         }
+    }
+
+    fn release_many(&mut self, regions: Vec<BaselineRegion>) -> Result<(), MemError> {
+        // MR: the deregistrations pipelined, as Patronus pipelines its revokes.
+        let requests: Vec<_> = regions
+            .iter()
+            .filter_map(|r| match (self.scheme, r.rkey) {
+                (Scheme::Mr, Some(rkey)) => Some(BaselineRequest::DeregisterMr { rkey }),
+                _ => None,
+            })
+            .collect();
+        self.all_done(&requests)
     }
 
     fn free(&mut self, region: BaselineRegion) -> Result<(), MemError> {

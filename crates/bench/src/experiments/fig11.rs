@@ -10,6 +10,7 @@
 
 use super::driver::Rig;
 use super::ods_rig::{MECHANISMS, OdsRig, mechanism_panel};
+use crate::harness::process::process_cpu_split;
 use crate::harness::{BenchOpts, Check, Experiment, Figure, Latency, Panel, Ratio, Row};
 use anyhow::{Context as _, Result, bail};
 use patronus_faas::apps::{analysis, image as image_chain};
@@ -84,6 +85,14 @@ struct Point {
     failed: u64,
     first_failure: Option<String>,
     perms: (u64, u64, u64),
+    /// CPU of the containers' threads, and of every other thread of the process (memory
+    /// nodes, NIC engines, the dispatcher), during the run.
+    cpu: (Duration, Duration),
+}
+
+/// CPU of this process's container threads, and of its other threads.
+fn cpu_split() -> Result<(Duration, Duration)> {
+    process_cpu_split(std::process::id(), "faas-container-")
 }
 
 #[allow(clippy::disallowed_methods)] // a benchmark driver: wall time
@@ -100,6 +109,7 @@ where
     let name = chain.name;
     let mut rt = Runtime::start(containers as usize, vec![chain], LEASE, connect);
     let count = invocations.len() as u64;
+    let cpu0 = cpu_split()?;
     let t0 = Instant::now();
     for inv in invocations {
         rt.submit(name, inv)?;
@@ -111,6 +121,7 @@ where
         failed: 0,
         first_failure: None,
         perms: (0, 0, 0),
+        cpu: (Duration::ZERO, Duration::ZERO),
     };
     for _ in 0..count {
         let Some(done) = rt.next_done(Duration::from_secs(120)) else {
@@ -129,6 +140,9 @@ where
         }
     }
     p.wall = t0.elapsed();
+    // Read while the containers live (idle now): an exited thread's CPU is gone.
+    let cpu1 = cpu_split()?;
+    p.cpu = (cpu1.0.saturating_sub(cpu0.0), cpu1.1.saturating_sub(cpu0.1));
     drop(rt.shutdown());
     Ok(p)
 }
@@ -185,6 +199,7 @@ where
 
 fn push(exp: &mut Experiment, mech: &str, n: u32, app: &str, image_px: u64, p: &Point) {
     let per = |x: u64| x as f64 / p.chains.max(1) as f64;
+    let us_per = |d: Duration| d.as_secs_f64() * 1e6 / p.chains.max(1) as f64;
     let mut row = Row::new(mech, n)
         .with("app", app)
         .with("image_px", image_px)
@@ -193,13 +208,24 @@ fn push(exp: &mut Experiment, mech: &str, n: u32, app: &str, image_px: u64, p: &
         .with("first_failure", p.first_failure.clone().unwrap_or_default())
         .with("acquires_per_chain", per(p.perms.0))
         .with("allocates_per_chain", per(p.perms.1))
-        .with("releases_per_chain", per(p.perms.2));
+        .with("releases_per_chain", per(p.perms.2))
+        .with("container_cpu_us_per_chain", us_per(p.cpu.0))
+        .with("other_cpu_us_per_chain", us_per(p.cpu.1));
     row.throughput_ops = p.chains as f64 / p.wall.as_secs_f64().max(1e-9);
     row.p50_us = p.latency.p50_us();
     row.p99_us = p.latency.p99_us();
     println!(
-        "{:<9} {:<9} {:>10} {:>10} {:>10.1} {:>10.0} {:>10.0} {:>7}",
-        mech, app, n, image_px, row.throughput_ops, row.p50_us, row.p99_us, p.failed
+        "{:<9} {:<9} {:>10} {:>10} {:>10.1} {:>10.0} {:>10.0} {:>9.1} {:>9.1} {:>7}",
+        mech,
+        app,
+        n,
+        image_px,
+        row.throughput_ops,
+        row.p50_us,
+        row.p99_us,
+        us_per(p.cpu.0),
+        us_per(p.cpu.1),
+        p.failed
     );
     exp.rows.push(row);
 }
@@ -212,8 +238,17 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let nodes = OdsRig::start(&rig, 256 << 20, 10_000_000)?;
     println!("Figure 11: FaaS chains (ServerlessBench TC4) on warm containers");
     println!(
-        "{:<9} {:<9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}",
-        "mechanism", "app", "containers", "image px", "chains/s", "p50 us", "p99 us", "failed"
+        "{:<9} {:<9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>7}",
+        "mechanism",
+        "app",
+        "containers",
+        "image px",
+        "chains/s",
+        "p50 us",
+        "p99 us",
+        "cont. us",
+        "other us",
+        "failed"
     );
     for mech in MECHANISMS {
         if mech == "Patronus" {

@@ -426,17 +426,20 @@ impl<P: Provider> Client<P> {
     }
 
     fn end(&mut self, perm: Perm, free: bool) -> Result<(), ClientError> {
-        match self.rpc(Request::Revoke {
-            id: perm.id(),
-            free,
-        })? {
+        self.end_id(perm.id(), free)
+    }
+
+    /// Ends the permission `id` (and frees its memory if `free`): see [`Client::free`].
+    pub(super) fn end_id(
+        &mut self,
+        id: crate::proto::messages::PermissionId,
+        free: bool,
+    ) -> Result<(), ClientError> {
+        match self.rpc(Request::Revoke { id, free })? {
             Reply::Revoked => Ok(()),
             Reply::Failed(s @ (Status::NotOwner | Status::InvalidArgument)) if free => {
                 // Freeing was refused; the caller gave up the handle, so end the permission.
-                match self.rpc(Request::Revoke {
-                    id: perm.id(),
-                    free: false,
-                })? {
+                match self.rpc(Request::Revoke { id, free: false })? {
                     Reply::Revoked | Reply::Failed(Status::NotFound) => {}
                     other => return Err(unexpected(other)),
                 }

@@ -32,6 +32,8 @@ const COUNT: u64 = 0;
 const CAPACITY: u64 = 8;
 const MAGIC_AT: u64 = 16;
 const MAGIC: u64 = 0x454d_504c_4f59_4545; // "EEYOLPME"
+/// Bytes of an encoded [`Analysis`].
+const ANALYSIS_BYTES: u64 = 16 * DEPARTMENTS as u64;
 
 /// An employee record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +196,8 @@ pub fn chain<M: RemoteMemory>() -> Chain<M> {
             ("analyse", analyse::<M>),
             ("respond", respond::<M>),
         ],
+        // The analysis: a count and a sum per department.
+        output_reserve: Some(ANALYSIS_BYTES),
     }
 }
 

@@ -135,6 +135,8 @@ pub fn chain<M: RemoteMemory>() -> Chain<M> {
             ("thumbnail", thumbnail::<M>),
             ("store", store::<M>),
         ],
+        // The thumbnail's size is known once it is encoded.
+        output_reserve: None,
     }
 }
 

@@ -20,3 +20,8 @@ macro_rules! both_transports {
         }
     };
 }
+
+/// Objects allocated on the memory node now.
+pub fn live_objects(c: &EmbeddedCluster) -> usize {
+    c.node.fresh_stats().occupancy.map_or(0, |o| o.live_objects)
+}
