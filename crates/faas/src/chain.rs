@@ -164,12 +164,22 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
             .ok_or(FaasError::NoInput(i))
     }
 
-    /// The right over input `i`, extended one-sidedly first if its lease runs low.
-    fn right(&mut self, i: usize) -> Result<&M::Region, FaasError> {
+    /// The right over input `i` for bytes `offset..offset + len` of it (refused outside the
+    /// input), extended one-sidedly first if its lease runs low.
+    fn right(&mut self, i: usize, offset: u64, len: u64) -> Result<&M::Region, FaasError> {
         let lease = self.lease;
-        let Some((_, r)) = self.inputs.get(i) else {
+        let Some((input, r)) = self.inputs.get(i) else {
             return Err(FaasError::NoInput(i));
         };
+        let end = offset.checked_add(len).unwrap_or(u64::MAX);
+        if end > input.datum.len {
+            return Err(FaasError::OutOfBounds {
+                input: i,
+                offset,
+                end,
+                len: input.datum.len,
+            });
+        }
         if self.mem.expires_within(r, lease / 4) {
             self.mem.extend(r, lease)?;
             self.report.extends += 1;
@@ -182,21 +192,21 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
 
     /// Reads `len` bytes at `offset` of input `i`.
     pub fn read(&mut self, i: usize, offset: u64, len: u32) -> Result<Vec<u8>, FaasError> {
-        self.right(i)?;
+        self.right(i, offset, u64::from(len))?;
         let r = &self.inputs[i].1;
         read_chunked(self.mem, r, offset, len)
     }
 
     /// Writes `data` at `offset` of input `i` (acquired read-write).
     pub fn write(&mut self, i: usize, offset: u64, data: &[u8]) -> Result<(), FaasError> {
-        self.right(i)?;
+        self.right(i, offset, data.len() as u64)?;
         let r = &self.inputs[i].1;
         write_chunked(self.mem, r, offset, data)
     }
 
     /// Fetch-and-add on the 8-byte word at `offset` of input `i`; the previous value.
     pub fn faa(&mut self, i: usize, offset: u64, add: u64) -> Result<u64, FaasError> {
-        self.right(i)?;
+        self.right(i, offset, 8)?;
         let r = &self.inputs[i].1;
         Ok(self.mem.faa(r, offset, add)?)
     }
@@ -220,7 +230,7 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
         compare: u64,
         swap: u64,
     ) -> Result<u64, FaasError> {
-        self.right(i)?;
+        self.right(i, offset, 8)?;
         let r = &self.inputs[i].1;
         Ok(self.mem.cas(r, offset, compare, swap)?)
     }

@@ -15,6 +15,19 @@ pub enum FaasError {
     /// A function asked for an input the invocation does not have.
     #[error("no input {0}")]
     NoInput(usize),
+    /// A function asked for bytes outside the input it was handed (refused before anything
+    /// reaches the NIC, which would refuse it too).
+    #[error("bytes {offset}..{end} are outside input {input} ({len} bytes)")]
+    OutOfBounds {
+        /// The input.
+        input: usize,
+        /// The first byte asked for.
+        offset: u64,
+        /// One past the last.
+        end: u64,
+        /// The input's length.
+        len: u64,
+    },
     /// The chain's name is not registered.
     #[error("no chain called {0:?}")]
     NoChain(String),

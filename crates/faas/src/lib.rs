@@ -27,6 +27,8 @@ pub mod chain;
 mod error;
 pub mod runtime;
 
-pub use chain::{Chain, ChainCtx, ChainReport, Datum, Input, Invocation, free, run_chain};
+pub use chain::{
+    Chain, ChainCtx, ChainReport, Datum, Function, Input, Invocation, free, run_chain,
+};
 pub use error::FaasError;
 pub use runtime::{Done, Runtime};

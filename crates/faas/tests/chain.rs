@@ -1,7 +1,9 @@
 //! The chain machinery on its own, on both transports: a chain of several inputs gets them in
 //! the invocation's order (acquired together: all sent before any answer is awaited); an
 //! output larger than the chain reserved gets an object of its own and the reserved one is
-//! freed; every right ends on exit and no object but the outputs stays.
+//! freed; every right ends on exit and no object but the outputs stays. A function that
+//! reaches outside what it was handed (past an input's end, an input it does not have) gets
+//! a clear refusal, and the chain still gives every right back.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -11,7 +13,7 @@ use support::{live_objects, live_permissions};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
-use patronus_faas::{Chain, ChainCtx, Datum, FaasError, Input, Invocation, run_chain};
+use patronus_faas::{Chain, ChainCtx, Datum, FaasError, Function, Input, Invocation, run_chain};
 use patronus_ods::{PatronusMemory, RemoteMemory};
 use rnic::soft::{SoftConfig, SoftProvider};
 use std::time::Duration;
@@ -134,4 +136,92 @@ fn several_inputs_in_order(t: Transport) {
     assert_eq!(live_objects(&c), objects + 1, "nothing more stays");
 }
 
-both_transports!(several_inputs_in_order);
+/// Reads 8 bytes across the end of input 0.
+fn past_the_end(ctx: &mut ChainCtx<'_, Mem>, _p: Vec<u8>) -> Result<Vec<u8>, FaasError> {
+    let len = ctx.input(0)?.len;
+    ctx.read(0, len - 4, 8)
+}
+
+/// Writes to input 0 far past its end (an address beyond it: the next object's, say).
+fn write_beyond(ctx: &mut ChainCtx<'_, Mem>, _p: Vec<u8>) -> Result<Vec<u8>, FaasError> {
+    ctx.write(0, 4096, b"not mine")?;
+    Ok(Vec::new())
+}
+
+/// An atomic on an input the invocation does not have.
+fn not_handed(ctx: &mut ChainCtx<'_, Mem>, _p: Vec<u8>) -> Result<Vec<u8>, FaasError> {
+    ctx.faa(1, 0, 1)?;
+    Ok(Vec::new())
+}
+
+fn outside_what_it_was_handed(t: Transport) {
+    let mut c = EmbeddedCluster::start(
+        t,
+        SoftConfig::default(),
+        NodeConfig {
+            max_lifetime_us: 60_000_000,
+            ..NodeConfig::default()
+        },
+        patronus_core::client::ClientConfig::default(),
+        2,
+    )
+    .unwrap();
+    let mut setup: Mem = PatronusMemory::new(c.clients.remove(0));
+    let mut mem: Mem = PatronusMemory::new(c.clients.remove(0));
+    // Two objects side by side; the chain is handed the first, read-write.
+    let objs = setup.allocate(&[64, 64], LEASE, Mode::Shared).unwrap();
+    for o in &objs {
+        setup.write(o, 0, &[0x5a; 64]).unwrap();
+    }
+    let input = Input::read_write(Datum {
+        addr: objs[0].addr(),
+        len: 64,
+    });
+    let permissions = live_permissions(&c);
+    let refusals: [(&str, Function<Mem>); 3] = [
+        ("past the end", past_the_end),
+        ("write beyond", write_beyond),
+        ("not handed", not_handed),
+    ];
+    for (what, f) in refusals {
+        let chain = Chain {
+            name: "outside",
+            functions: vec![(what, f)],
+            output_reserve: None,
+        };
+        let inv = Invocation {
+            inputs: vec![input],
+            payload: Vec::new(),
+        };
+        let err = run_chain(&mut mem, &chain, &inv, LEASE).unwrap_err();
+        match what {
+            "not handed" => assert_eq!(err, FaasError::NoInput(1)),
+            _ => assert!(
+                matches!(
+                    err,
+                    FaasError::OutOfBounds {
+                        input: 0,
+                        len: 64,
+                        ..
+                    }
+                ),
+                "{what}: {err:?}"
+            ),
+        }
+        assert!(err.to_string().contains("input"), "a clear message: {err}");
+        assert_eq!(
+            live_permissions(&c),
+            permissions,
+            "{what}: every right ended"
+        );
+    }
+    for o in &objs {
+        assert_eq!(
+            setup.read(o, 0, 64).unwrap(),
+            vec![0x5a; 64],
+            "nothing was touched"
+        );
+    }
+}
+
+both_transports!(several_inputs_in_order, outside_what_it_was_handed);
