@@ -171,7 +171,7 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
         let Some((input, r)) = self.inputs.get(i) else {
             return Err(FaasError::NoInput(i));
         };
-        let end = offset.checked_add(len).unwrap_or(u64::MAX);
+        let end = offset.saturating_add(len);
         if end > input.datum.len {
             return Err(FaasError::OutOfBounds {
                 input: i,
