@@ -44,6 +44,7 @@ use crate::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, 
 use crate::proto::shards::{ShardError, ShardMap};
 use rnic::{AccessFlags, MemoryKey, Timestamp};
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 /// Manager configuration.
 #[derive(Clone, Debug)]
@@ -681,6 +682,27 @@ impl ManagerCore {
         self.perms.len()
     }
 
+    /// The live permissions as an operator sees them (no rkeys: those are the permission),
+    /// the soonest to end first, at most `limit`.
+    pub fn live_permissions(&self, now: Timestamp, limit: usize) -> Vec<LivePermission> {
+        let mut all: Vec<LivePermission> = self
+            .perms
+            .iter()
+            .map(|p| LivePermission {
+                client: p.client,
+                addr: p.buffer.0,
+                len: p.buffer.1,
+                access: p.access,
+                mode: p.mode,
+                lease_left: p.deadline.since(now),
+                hard_left: p.hard_deadline.since(now),
+            })
+            .collect();
+        all.sort_by_key(|p| p.lease_left);
+        all.truncate(limit);
+        all
+    }
+
     /// Pool occupancy, for leak checks: (live objects, free headers / capacity,
     /// (free, stale, capacity) windows, tracked objects).
     pub fn occupancy(&self) -> Occupancy {
@@ -841,6 +863,25 @@ impl ManagerCore {
         }
         self.end_permission(key, false, _now);
     }
+}
+
+/// A live permission as an operator sees it (see [`ManagerCore::live_permissions`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LivePermission {
+    /// Its holder.
+    pub client: ClientId,
+    /// The memory it covers.
+    pub addr: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Read, or read-write.
+    pub access: Access,
+    /// Shared or exclusive.
+    pub mode: Mode,
+    /// Until its lease ends.
+    pub lease_left: Duration,
+    /// Until its maximum lifetime ends (forced invalidation).
+    pub hard_left: Duration,
 }
 
 /// Pool occupancy (see [`ManagerCore::occupancy`]).

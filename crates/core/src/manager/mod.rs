@@ -18,8 +18,8 @@ mod state;
 mod tenants;
 
 pub use self::core::{
-    BindTarget, Chain, Checks, Finished, ManagerConfig, ManagerCore, NicExecutor, NicOp, NicResult,
-    Occupancy, Outgoing, Scrub,
+    BindTarget, Chain, Checks, Finished, LivePermission, ManagerConfig, ManagerCore, NicExecutor,
+    NicOp, NicResult, Occupancy, Outgoing, Scrub,
 };
 pub use keys::RECENT as RECENT_KEYS;
 pub use names::NAMES_PER_TENANT;
@@ -29,5 +29,6 @@ pub use tenants::{DEFAULT_TENANT, TenantId, TenantQuota, Usage};
 pub mod node;
 pub use node::Isolation;
 pub use node::{
-    Held, MemoryNode, NodeConfig, NodeError, NodeLimits, NodeStats, SessionEnds, TenantSecret,
+    Held, MemoryNode, NodeConfig, NodeError, NodeLimits, NodeStats, NodeStatus, PermissionStatus,
+    SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionEnds, SessionStatus, TenantSecret,
 };

@@ -26,9 +26,13 @@ mod nic;
 mod recent;
 mod runner;
 mod sessions;
+mod status;
 
 pub use config::{Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantSecret};
 pub use sessions::SessionEnds;
+pub use status::{
+    NodeStatus, PermissionStatus, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionStatus,
+};
 
 use super::core::{ManagerConfig, ManagerCore};
 use super::state::ClientId;
@@ -76,6 +80,10 @@ struct Shared<P: Provider> {
     stats: Mutex<Vec<NodeStats>>,
     /// Notified (with `stats` locked and released) when a shard published a requested snapshot.
     published: Condvar,
+    /// Per shard: set by `status`; the shard publishes its status with its next snapshot.
+    want_status: Vec<AtomicBool>,
+    /// Per shard: the last published status.
+    status: Mutex<Vec<NodeStatus>>,
     /// Per shard: connections accepted and not yet adopted by the shard's thread.
     incoming: Vec<Pending<P>>,
     /// Clients' secrets (their data and non-first control connections present them).
@@ -164,6 +172,8 @@ struct Runner<P: Provider> {
     expiry_slack_us: u64,
     batches: u64,
     busy_cpu: Duration,
+    /// How long its turns took to answer requests.
+    service: ServiceTimes,
 }
 
 impl<P: Provider> MemoryNode<P> {
@@ -259,6 +269,8 @@ impl<P: Provider> MemoryNode<P> {
             stop: AtomicBool::new(false),
             map,
             publish: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            want_status: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            status: Mutex::new(vec![NodeStatus::default(); shards]),
             stats: Mutex::new(vec![NodeStats::default(); shards]),
             published: Condvar::new(),
             incoming: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
@@ -375,6 +387,7 @@ impl<P: Provider> MemoryNode<P> {
                 expiry_slack_us: cfg.expiry_slack_us,
                 batches: 0,
                 busy_cpu: Duration::ZERO,
+                service: ServiceTimes::default(),
             });
         }
         let mut threads = Vec::with_capacity(shards);
@@ -454,6 +467,26 @@ impl<P: Provider> MemoryNode<P> {
                 .wait_for(&mut stats, Duration::from_millis(5));
         }
         sum(&stats)
+    }
+
+    /// What an operator may see of the node now (see [`NodeStatus`]: no rkeys, no secrets):
+    /// every shard publishes its status with a fresh snapshot, which is returned too.
+    pub fn status(&self) -> (NodeStatus, NodeStats) {
+        for flag in &self.shared.want_status {
+            flag.store(true, Ordering::SeqCst);
+        }
+        let stats = self.fresh_stats();
+        let per_shard = self.shared.status.lock();
+        let mut all = NodeStatus::default();
+        for s in per_shard.iter() {
+            all.permissions.extend(s.permissions.iter().cloned());
+            all.permissions_total += s.permissions_total;
+            all.sessions.extend(s.sessions.iter().cloned());
+        }
+        all.permissions.sort_by_key(|p| p.lease_left);
+        all.permissions.truncate(STATUS_PERMISSIONS);
+        all.sessions.sort_by_key(|s| (s.client, s.shard));
+        (all, stats)
     }
 
     /// Stops the manager threads.

@@ -337,6 +337,10 @@ impl PermTable {
     pub fn len(&self) -> usize {
         self.by_header.len()
     }
+    /// Every record.
+    pub fn iter(&self) -> impl Iterator<Item = &Permission> {
+        self.slots.iter().flatten()
+    }
     /// Bytes of the table (by capacity).
     pub fn metadata_bytes(&self) -> u64 {
         (self.slots.capacity() * std::mem::size_of::<Option<Permission>>()

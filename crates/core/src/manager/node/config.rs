@@ -7,6 +7,7 @@ use super::super::pool::SlabConfig;
 use super::super::state::{Counters, Techniques};
 use super::super::tenants::{TenantId, TenantQuota};
 use super::sessions::SessionEnds;
+use super::status::ServiceTimes;
 use crate::proto::shards::ShardError;
 use rnic::{QpTiming, VerbsError};
 use std::time::Duration;
@@ -299,6 +300,8 @@ pub struct NodeStats {
     pub metadata_bytes: u64,
     /// Manager shards that published this snapshot.
     pub shards: usize,
+    /// How long the manager took to answer requests.
+    pub service: ServiceTimes,
 }
 
 impl NodeStats {
@@ -321,6 +324,7 @@ impl NodeStats {
             pool_bytes_in_use: self.pool_bytes_in_use + o.pool_bytes_in_use,
             metadata_bytes: self.metadata_bytes + o.metadata_bytes,
             shards: self.shards + o.shards,
+            service: self.service.plus(&o.service),
         }
     }
 }

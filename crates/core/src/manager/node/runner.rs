@@ -138,7 +138,9 @@ impl<P: Provider> Runner<P> {
                 }
             }
             self.batches += 1;
-            self.core.note_turn(clock.now().0.saturating_sub(now.0));
+            let turn_us = clock.now().0.saturating_sub(now.0);
+            self.core.note_turn(turn_us);
+            self.service.record(turn_us, requests.len() as u64);
             if self.batches % 64 == 0 {
                 if let Some(start) = streak_cpu.replace(thread_cpu()) {
                     self.busy_cpu += thread_cpu().saturating_sub(start);
@@ -160,6 +162,55 @@ impl<P: Provider> Runner<P> {
             // core already counts them clean, so a failure would be a bug worth catching.
             let zeroed = self.pool.fill_zero(off, len as usize);
             debug_assert!(zeroed.is_ok(), "scrub of {addr:#x}+{len}: {zeroed:?}");
+        }
+    }
+
+    /// This shard's status (see [`NodeStatus`]).
+    fn status(&self) -> NodeStatus {
+        let now = self.ctx.clock().now();
+        let tenants = self.shared.tenants_of.lock().clone();
+        let permissions = self
+            .core
+            .live_permissions(now, STATUS_PERMISSIONS)
+            .into_iter()
+            .map(|p| PermissionStatus {
+                shard: self.shard,
+                client: p.client,
+                tenant: tenants.get(&p.client).copied(),
+                addr: p.addr,
+                len: p.len,
+                access: p.access,
+                mode: p.mode,
+                lease_left: p.lease_left,
+                hard_left: p.hard_left,
+            })
+            .collect();
+        let sessions = self
+            .sessions
+            .iter()
+            .map(|(&client, s)| {
+                let mut data_qps: Vec<(u8, QpState)> = self
+                    .nic
+                    .data_qps
+                    .get(&client)
+                    .map(|qps| qps.iter().map(|(&slot, qp)| (slot, qp.state())).collect())
+                    .unwrap_or_default();
+                data_qps.sort_by_key(|(slot, _)| *slot);
+                SessionStatus {
+                    shard: self.shard,
+                    client,
+                    tenant: s.tenant,
+                    from: s.from,
+                    connected: now.since(s.opened),
+                    control_qp: s.control.state(),
+                    data_qps,
+                }
+            })
+            .collect();
+        NodeStatus {
+            permissions,
+            permissions_total: self.core.active_permissions(),
+            sessions,
         }
     }
 
@@ -202,7 +253,12 @@ impl<P: Provider> Runner<P> {
         };
         s.pool_bytes_in_use = self.core.pool_bytes_in_use();
         s.metadata_bytes = self.core.metadata_bytes();
+        s.service = self.service;
         drop(all);
+        if self.shared.want_status[self.shard].swap(false, Ordering::SeqCst) {
+            let status = self.status();
+            self.shared.status.lock()[self.shard] = status;
+        }
         if self.shared.publish[self.shard].swap(false, Ordering::SeqCst) {
             self.shared.published.notify_all();
         }

@@ -1,0 +1,70 @@
+//! [`MemoryNode::status`]: a client's live permission is listed (its memory, access, mode,
+//! lease left — no rkey) while it lives and not after; its session shows with its QPs ready
+//! to send; the manager's service times count the requests it answered.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use patronus_core::client::ClientConfig;
+use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::manager::NodeConfig;
+use patronus_core::proto::messages::{Access, Mode};
+use rnic::QpState;
+use rnic::soft::SoftConfig;
+use std::time::Duration;
+
+fn status_shows_what_lives(t: Transport) {
+    let node = NodeConfig {
+        max_lifetime_us: 60_000_000,
+        ..NodeConfig::default()
+    };
+    let mut c =
+        EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 1).unwrap();
+    let client = &mut c.clients[0];
+    let p = client
+        .allocate(100, Duration::from_secs(20), Mode::Exclusive)
+        .unwrap();
+    let (status, stats) = c.node.status();
+    assert_eq!(status.permissions_total, 1);
+    let listed = &status.permissions[0];
+    assert_eq!((listed.addr, listed.len), (p.addr(), p.len()));
+    assert_eq!(
+        (listed.access, listed.mode),
+        (Access::ReadWrite, Mode::Exclusive)
+    );
+    assert!(listed.lease_left > Duration::ZERO && listed.lease_left <= Duration::from_secs(21));
+    assert!(listed.hard_left >= listed.lease_left);
+    assert!(
+        !format!("{listed:?}").contains(&format!("{}", p.rkey().0)),
+        "no rkey in what an operator sees"
+    );
+    assert!(
+        !status.sessions.is_empty(),
+        "the client's session is listed"
+    );
+    for s in &status.sessions {
+        assert_eq!(s.control_qp, QpState::ReadyToSend);
+        assert!(
+            s.data_qps.iter().any(|(_, st)| *st == QpState::ReadyToSend),
+            "{s:?}"
+        );
+    }
+    assert!(
+        stats.service.count() >= 1,
+        "the allocation was answered by a timed turn"
+    );
+
+    let client = &mut c.clients[0];
+    client.revoke(p).unwrap();
+    let (status, _) = c.node.status();
+    assert_eq!(status.permissions_total, 0);
+    assert!(status.permissions.is_empty());
+}
+
+#[test]
+fn status_shows_what_lives_inproc() {
+    status_shows_what_lives(Transport::InProc);
+}
+
+#[test]
+fn status_shows_what_lives_tcp() {
+    status_shows_what_lives(Transport::Tcp);
+}
