@@ -1,6 +1,7 @@
 //! [`MemoryNode::status`]: a client's live permission is listed (its memory, access, mode,
 //! lease left — no rkey) while it lives and not after; its session shows with its QPs ready
-//! to send; the manager's service times count the requests it answered.
+//! to send; the manager's service times count the requests it answered. A drained node
+//! refuses new permissions and lets the live ones run on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use patronus_core::client::ClientConfig;
@@ -67,4 +68,40 @@ fn status_shows_what_lives_inproc() {
 #[test]
 fn status_shows_what_lives_tcp() {
     status_shows_what_lives(Transport::Tcp);
+}
+
+/// [`MemoryNode::drain`]: new permissions are refused (overloaded), the live one works on and
+/// is revoked as usual, and the node then holds none.
+fn drain_refuses_new_permissions(t: Transport) {
+    let node = NodeConfig {
+        max_lifetime_us: 60_000_000,
+        ..NodeConfig::default()
+    };
+    let client_cfg = ClientConfig {
+        rpc_timeout: Duration::from_millis(300),
+        ..ClientConfig::default()
+    };
+    let mut c = EmbeddedCluster::start(t, SoftConfig::default(), node, client_cfg, 1).unwrap();
+    let p = c.clients[0]
+        .allocate(64, Duration::from_secs(20), Mode::Shared)
+        .unwrap();
+    c.node.drain();
+    let client = &mut c.clients[0];
+    assert!(matches!(
+        client.allocate(64, Duration::from_secs(1), Mode::Shared),
+        Err(patronus_core::client::ClientError::Overloaded)
+    ));
+    client.write(&p, 0, b"still mine").unwrap();
+    client.revoke(p).unwrap();
+    assert_eq!(c.node.status().0.permissions_total, 0);
+}
+
+#[test]
+fn drain_refuses_new_permissions_inproc() {
+    drain_refuses_new_permissions(Transport::InProc);
+}
+
+#[test]
+fn drain_refuses_new_permissions_tcp() {
+    drain_refuses_new_permissions(Transport::Tcp);
 }

@@ -420,6 +420,8 @@ pub struct ManagerCore {
     deadlines: Deadlines,
     last_start: HashMap<u64, u64>,
     counters: Counters,
+    /// Refusing new permissions (the node is shutting down).
+    draining: bool,
     /// Wall time of the driver's last busy turn, µs ([`ManagerCore::note_turn`]).
     turn_us: u64,
     /// Owners of objects, shares, and each client's tenant.
@@ -485,6 +487,7 @@ impl ManagerCore {
             deadlines: Deadlines::default(),
             last_start: HashMap::new(),
             counters: Counters::default(),
+            draining: false,
             turn_us: 0,
             tenants: Tenants::default(),
             names: Default::default(),
@@ -523,7 +526,13 @@ impl ManagerCore {
 
     /// Admission control: whether a new permission could outlive the manager's own delay.
     pub(super) fn overloaded(&self) -> bool {
-        self.lease_floor_us() > self.cfg.max_lifetime_us
+        self.draining || self.lease_floor_us() > self.cfg.max_lifetime_us
+    }
+
+    /// From now on, new permissions (allocate, acquire) are refused as overloaded; the live
+    /// ones run on until they end (a node shutting down gracefully).
+    pub fn stop_granting(&mut self) {
+        self.draining = true;
     }
 
     /// A requested lease raised to the floor, within the maximum lifetime.

@@ -80,6 +80,8 @@ struct Shared<P: Provider> {
     stats: Mutex<Vec<NodeStats>>,
     /// Notified (with `stats` locked and released) when a shard published a requested snapshot.
     published: Condvar,
+    /// Set by `drain`: every shard stops granting new permissions.
+    draining: AtomicBool,
     /// Per shard: set by `status`; the shard publishes its status with its next snapshot.
     want_status: Vec<AtomicBool>,
     /// Per shard: the last published status.
@@ -112,7 +114,8 @@ pub struct MemoryNode<P: Provider> {
     address: P::Address,
     shared: Arc<Shared<P>>,
     threads: Vec<JoinHandle<()>>,
-    _listener: P::Listener,
+    /// Taking connections (`None` once draining).
+    listener: Option<P::Listener>,
     pool_addr: u64,
 }
 
@@ -270,6 +273,7 @@ impl<P: Provider> MemoryNode<P> {
             map,
             publish: (0..shards).map(|_| AtomicBool::new(false)).collect(),
             want_status: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            draining: AtomicBool::new(false),
             status: Mutex::new(vec![NodeStatus::default(); shards]),
             stats: Mutex::new(vec![NodeStats::default(); shards]),
             published: Condvar::new(),
@@ -417,7 +421,7 @@ impl<P: Provider> MemoryNode<P> {
             address,
             shared,
             threads,
-            _listener: listener,
+            listener: Some(listener),
             pool_addr,
         })
     }
@@ -487,6 +491,19 @@ impl<P: Provider> MemoryNode<P> {
         all.permissions.truncate(STATUS_PERMISSIONS);
         all.sessions.sort_by_key(|s| (s.client, s.shard));
         (all, stats)
+    }
+
+    /// Begins a graceful shutdown: no new connections are taken and every shard refuses new
+    /// permissions (as overloaded: clients back off), while the live ones run on until they
+    /// are revoked or their leases end (at most the maximum lifetime). Watch
+    /// [`MemoryNode::status`] for them to end, then [`MemoryNode::shutdown`].
+    pub fn drain(&mut self) {
+        self.listener = None;
+        self.shared.draining.store(true, Ordering::SeqCst);
+        for flag in &self.shared.publish {
+            // Wakes an idle shard (it looks at its flags at least every 500 µs).
+            flag.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Stops the manager threads.

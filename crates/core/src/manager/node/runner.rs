@@ -49,6 +49,9 @@ impl<P: Provider> Runner<P> {
             // After adopting: a snapshot asked for after a connection was established counts
             // it.
             if self.shared.publish[self.shard].load(Ordering::SeqCst) {
+                if self.shared.draining.load(Ordering::SeqCst) {
+                    self.core.stop_granting();
+                }
                 self.publish_stats();
             }
             for message in incoming.drain(..) {

@@ -1,0 +1,459 @@
+//! The memory-node daemon's configuration: a TOML file (`serve --config`), every setting also
+//! given by a flag or an environment variable (flag over variable over file over default).
+//!
+//! Invariants: a configuration that [`DaemonConfig::validate`] accepts starts a node (the
+//! node's own checks — quotas against the pool — run too, and their refusal is an error, not
+//! a panic); every refusal is one line naming the key and why.
+
+use anyhow::{Result, anyhow, bail};
+use patronus_core::manager::{Isolation, NodeConfig, NodeLimits, SlabConfig, TenantSecret};
+use rnic::QpTiming;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// How clients are isolated (`isolation = "..."`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationSetting {
+    /// One PD for every client, type-1 windows (the paper's mode; a key byte is guessable).
+    SharedPd,
+    /// A PD per client: another client's rkey fails on this client's QPs.
+    #[default]
+    PdPerClient,
+    /// A PD per client and type-2 windows bound to the client's current QP.
+    Type2,
+}
+
+impl From<IsolationSetting> for Isolation {
+    fn from(i: IsolationSetting) -> Self {
+        match i {
+            IsolationSetting::SharedPd => Isolation::SharedPd,
+            IsolationSetting::PdPerClient => Isolation::PdPerClient,
+            IsolationSetting::Type2 => Isolation::Type2,
+        }
+    }
+}
+
+/// The RNIC (`provider = "..."`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProviderSetting {
+    /// The software RNIC over TCP.
+    #[default]
+    Soft,
+    /// An rdma-core device (ConnectX, Soft-RoCE, ...): see `patronus devices`.
+    Rdma,
+}
+
+/// A tenant and its connection secret (`[[tenant]]`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSetting {
+    /// Tenant id (1 and up; 0 is the default tenant of a node without tenants).
+    pub id: u32,
+    /// Its secret: a 64-bit number, decimal or 0x-hex, as a string.
+    pub secret: String,
+}
+
+/// Slab classes (`[slab]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlabSetting {
+    /// Smallest object class, bytes.
+    pub min_class: u64,
+    /// Largest object class, bytes.
+    pub max_class: u64,
+    /// Bytes carved for one slab.
+    pub slab_bytes: u64,
+}
+
+impl Default for SlabSetting {
+    fn default() -> Self {
+        let d = SlabConfig::default();
+        SlabSetting {
+            min_class: d.min_class,
+            max_class: d.max_class,
+            slab_bytes: d.slab_bytes,
+        }
+    }
+}
+
+/// Timing of the node's QPs (`[qp]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QpSetting {
+    /// Time without a response before a request is retransmitted, µs.
+    pub ack_timeout_us: u64,
+    /// Retransmissions before the QP fails (at most 7).
+    pub retry_count: u8,
+    /// Delay after a receiver-not-ready NAK, µs.
+    pub rnr_timer_us: u64,
+    /// RNR retries before the QP fails (at most 7).
+    pub rnr_retry: u8,
+}
+
+impl Default for QpSetting {
+    fn default() -> Self {
+        let d = QpTiming::default();
+        QpSetting {
+            ack_timeout_us: d.ack_timeout_us,
+            retry_count: d.retry_count,
+            rnr_timer_us: d.rnr_timer_us,
+            rnr_retry: d.rnr_retry,
+        }
+    }
+}
+
+/// Limits and quotas (`[limits]`; `docs/threat-model.md` says what each protects against).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSetting {
+    /// Disconnect a client silent on the control path this long, ms.
+    pub idle_timeout_ms: u64,
+    /// Close a connection not authenticated this long after it was accepted, ms.
+    pub hello_timeout_ms: u64,
+    /// Control requests a client may have in flight per shard (0: one shared queue).
+    pub control_credits: u32,
+    /// Control connections per shard.
+    pub max_connections: u32,
+    /// Memory each tenant may own, MiB (0: the node's default share).
+    pub quota_memory_mib: u64,
+    /// Live permissions each tenant may hold (0: the node's default share).
+    pub quota_permissions: u32,
+    /// Live exclusive permissions each tenant may hold (0: as `quota_permissions`).
+    pub quota_exclusive: u32,
+    /// Clients each tenant may have connected (0: an equal share of the connections).
+    pub sessions_per_tenant: u32,
+    /// Clients that may be connected at once from one IP address.
+    pub sessions_per_address: u32,
+    /// Access faults a tenant may cause at once.
+    pub fault_burst: u32,
+    /// Access faults a tenant regains per second.
+    pub faults_per_s: u32,
+}
+
+impl Default for LimitsSetting {
+    fn default() -> Self {
+        let d = NodeLimits::default();
+        LimitsSetting {
+            idle_timeout_ms: d.idle_timeout_us / 1000,
+            hello_timeout_ms: d.hello_timeout_us / 1000,
+            control_credits: d.control_credits,
+            max_connections: d.max_connections,
+            quota_memory_mib: 0,
+            quota_permissions: 0,
+            quota_exclusive: 0,
+            sessions_per_tenant: 0,
+            sessions_per_address: d.sessions_per_address,
+            fault_burst: d.fault_burst,
+            faults_per_s: d.faults_per_s,
+        }
+    }
+}
+
+/// Everything `patronus serve` is configured with.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// Address clients connect to.
+    pub listen: SocketAddr,
+    /// Address of the admin endpoint (`/metrics`, `/status`); empty: none.
+    pub admin: String,
+    /// The RNIC.
+    pub provider: ProviderSetting,
+    /// RDMA device with `provider = "rdma"` (empty: the first).
+    pub device: String,
+    /// Buffer pool, MiB.
+    pub pool_mib: u64,
+    /// Manager threads (shards).
+    pub shards: usize,
+    /// How clients are isolated.
+    pub isolation: IsolationSetting,
+    /// Longest a permission lives (its lease can be extended up to this), ms.
+    pub max_lease_ms: u64,
+    /// Shortest lease granted (a shorter request gets this much), µs.
+    pub min_lease_us: u64,
+    /// How late an expired lease may be collected when no request comes to batch it with, µs.
+    pub expiry_slack_us: u64,
+    /// Longest a conflicting acquire waits for the holders to leave, ms.
+    pub max_wait_ms: u64,
+    /// Windows pre-allocated per client (PD per client).
+    pub windows_per_client: u32,
+    /// Soft RNIC: empty polls of a NIC engine before it sleeps.
+    pub engine_spin_polls: u32,
+    /// On SIGINT/SIGTERM: how long to let live leases end before stopping, ms.
+    pub shutdown_grace_ms: u64,
+    /// Slab classes.
+    pub slab: SlabSetting,
+    /// QP timing.
+    pub qp: QpSetting,
+    /// Limits and quotas.
+    pub limits: LimitsSetting,
+    /// Tenants (none: every client is the default tenant).
+    pub tenant: Vec<TenantSetting>,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        let node = NodeConfig::default();
+        DaemonConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin: String::new(),
+            provider: ProviderSetting::Soft,
+            device: String::new(),
+            pool_mib: 64,
+            shards: 1,
+            isolation: IsolationSetting::PdPerClient,
+            max_lease_ms: 1000,
+            min_lease_us: node.lease_floor_us,
+            expiry_slack_us: node.expiry_slack_us,
+            max_wait_ms: node.max_wait_us / 1000,
+            windows_per_client: node.windows_per_client,
+            engine_spin_polls: rnic::soft::TcpOptions::default().spin_polls,
+            shutdown_grace_ms: 1000,
+            slab: SlabSetting::default(),
+            qp: QpSetting::default(),
+            limits: LimitsSetting::default(),
+            tenant: Vec::new(),
+        }
+    }
+}
+
+/// The commented default file (`serve --print-default-config`).
+pub const DEFAULT_FILE: &str = include_str!("default.toml");
+
+impl DaemonConfig {
+    /// Reads `path`: a missing, unreadable or malformed file is a one-line error naming the
+    /// file, the line and the key.
+    pub fn load(path: &Path) -> Result<DaemonConfig> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow!("config {}: cannot read: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| anyhow!("config {}: {e}", path.display()))
+    }
+
+    /// Parses a TOML text (see [`DaemonConfig::load`]).
+    pub fn parse(text: &str) -> Result<DaemonConfig> {
+        toml::from_str::<DaemonConfig>(text).map_err(|e| anyhow!(one_line(text, &e)))
+    }
+
+    /// Refuses settings that cannot work together, naming the key and why.
+    pub fn validate(&self) -> Result<()> {
+        if self.pool_mib == 0 {
+            bail!("pool_mib: must be at least 1");
+        }
+        if self.shards == 0 {
+            bail!("shards: must be at least 1");
+        }
+        if self.max_lease_ms == 0 {
+            bail!("max_lease_ms: must be at least 1");
+        }
+        if self.min_lease_us > self.max_lease_ms.saturating_mul(1000) {
+            bail!(
+                "min_lease_us: {} µs is above max_lease_ms ({} ms)",
+                self.min_lease_us,
+                self.max_lease_ms
+            );
+        }
+        let s = self.slab;
+        if s.min_class == 0 || s.min_class > s.max_class {
+            bail!(
+                "slab.min_class: {} must be at least 1 and at most slab.max_class ({})",
+                s.min_class,
+                s.max_class
+            );
+        }
+        if s.slab_bytes < s.max_class {
+            bail!(
+                "slab.slab_bytes: {} is below slab.max_class ({}): a slab holds at least one object",
+                s.slab_bytes,
+                s.max_class
+            );
+        }
+        if s.max_class > self.pool_mib << 20 {
+            bail!("slab.max_class: {} is above the pool ({} MiB)", s.max_class, self.pool_mib);
+        }
+        if self.qp.retry_count > 7 || self.qp.rnr_retry > 7 {
+            bail!("qp.retry_count / qp.rnr_retry: at most 7 (as in InfiniBand)");
+        }
+        if !self.admin.is_empty() && self.admin.parse::<SocketAddr>().is_err() {
+            bail!("admin: `{}` is not an address (IP:PORT)", self.admin);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.tenant {
+            if t.id == 0 {
+                bail!("tenant.id: 0 is the default tenant; configured tenants start at 1");
+            }
+            if !seen.insert(t.id) {
+                bail!("tenant.id: {} appears twice", t.id);
+            }
+            parse_secret(&t.secret).map_err(|e| anyhow!("tenant {} secret: {e}", t.id))?;
+        }
+        self.node_config().map(|_| ())
+    }
+
+    /// The tenants and their secrets.
+    pub fn tenants(&self) -> Result<Vec<TenantSecret>> {
+        self.tenant
+            .iter()
+            .map(|t| {
+                Ok(TenantSecret {
+                    tenant: t.id,
+                    secret: parse_secret(&t.secret)
+                        .map_err(|e| anyhow!("tenant {} secret: {e}", t.id))?,
+                })
+            })
+            .collect()
+    }
+
+    /// The memory node's configuration (its own consistency checks included: quotas that
+    /// overcommit the node are refused with the reason).
+    pub fn node_config(&self) -> Result<NodeConfig> {
+        let d = NodeConfig::default();
+        let l = self.limits;
+        let nonzero = |v: u32| (v > 0).then_some(v);
+        let mut cfg = NodeConfig {
+            pool_bytes: self.pool_mib << 20,
+            max_lifetime_us: self.max_lease_ms * 1000,
+            lease_floor_us: self.min_lease_us,
+            expiry_slack_us: self.expiry_slack_us,
+            max_wait_us: self.max_wait_ms * 1000,
+            windows_per_client: self.windows_per_client,
+            isolation: self.isolation.into(),
+            shards: self.shards,
+            tenants: self.tenants()?,
+            slab: SlabConfig {
+                min_class: self.slab.min_class,
+                max_class: self.slab.max_class,
+                slab_bytes: self.slab.slab_bytes,
+            },
+            qp_timing: QpTiming {
+                ack_timeout_us: self.qp.ack_timeout_us,
+                retry_count: self.qp.retry_count,
+                rnr_timer_us: self.qp.rnr_timer_us,
+                rnr_retry: self.qp.rnr_retry,
+            },
+            limits: NodeLimits {
+                idle_timeout_us: l.idle_timeout_ms * 1000,
+                hello_timeout_us: l.hello_timeout_ms * 1000,
+                control_credits: l.control_credits,
+                max_connections: l.max_connections,
+                sessions_per_tenant: nonzero(l.sessions_per_tenant),
+                sessions_per_address: l.sessions_per_address,
+                fault_burst: l.fault_burst,
+                faults_per_s: l.faults_per_s,
+                ..d.limits
+            },
+            ..d
+        };
+        if l.quota_memory_mib > 0 || l.quota_permissions > 0 || l.quota_exclusive > 0 {
+            let base = cfg.tenant_quota().map_err(|e| anyhow!("limits: {e}"))?;
+            let permissions = nonzero(l.quota_permissions).unwrap_or(base.permissions);
+            cfg.limits.tenant_quota = Some(patronus_core::manager::TenantQuota {
+                memory_bytes: if l.quota_memory_mib > 0 {
+                    l.quota_memory_mib << 20
+                } else {
+                    base.memory_bytes
+                },
+                permissions,
+                exclusive: nonzero(l.quota_exclusive).unwrap_or(permissions),
+            });
+        }
+        cfg.tenant_quota().map_err(|e| anyhow!("limits: {e}"))?;
+        Ok(cfg)
+    }
+}
+
+/// Parses a secret: a 64-bit number, decimal or 0x-hex.
+pub fn parse_secret(s: &str) -> std::result::Result<u64, String> {
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse::<u64>(),
+    }
+    .map_err(|e| format!("`{s}` is not a 64-bit number (decimal or 0x-hex): {e}"))
+}
+
+/// A TOML error as one line: where (line, column), the key on that line, and the message.
+fn one_line(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    let line_text = text.lines().nth(line - 1).unwrap_or("");
+    match line_text.split_once('=') {
+        Some((key, _)) if !key.trim().is_empty() && !key.trim().starts_with('[') => format!(
+            "line {line}, column {column}: key `{}`: {message}",
+            key.trim()
+        ),
+        _ => format!("line {line}, column {column}: {message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_file_is_the_default_config() {
+        let parsed = DaemonConfig::parse(DEFAULT_FILE).unwrap();
+        let mut expected = DaemonConfig::default();
+        // The file sets the addresses a daemon listens on; the built-in default picks a
+        // free port and no admin endpoint (tests and embedded use).
+        expected.listen = parsed.listen;
+        expected.admin = parsed.admin.clone();
+        assert_eq!(parsed, expected);
+        parsed.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_files_name_the_problem_in_one_line() {
+        let cases = [
+            ("pool_mb = 5\n", "unknown field `pool_mb`"),
+            ("pool_mib = -1\n", "key `pool_mib`"),
+            ("pool_mib = \"lots\"\n", "key `pool_mib`"),
+            ("[limits]\nfault_burst = -3\n", "key `fault_burst`"),
+            ("listen = \"not an address\"\n", "key `listen`"),
+            ("isolation = \"none\"\n", "key `isolation`"),
+            ("[[tenant]]\nid = 1\n", "missing field `secret`"),
+            ("pool_mib = \n", "line 1"),
+        ];
+        for (text, expect) in cases {
+            let e = DaemonConfig::parse(text).unwrap_err().to_string();
+            assert!(!e.contains('\n'), "one line: {e:?}");
+            assert!(e.contains(expect), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn inconsistent_settings_are_refused_naming_the_key() {
+        let cases: [(&str, &str); 8] = [
+            ("pool_mib = 0\n", "pool_mib"),
+            ("shards = 0\n", "shards"),
+            ("max_lease_ms = 10\nmin_lease_us = 20000\n", "min_lease_us"),
+            ("[slab]\nmin_class = 4096\nmax_class = 64\n", "slab.min_class"),
+            ("[qp]\nretry_count = 9\n", "retry_count"),
+            ("admin = \"localhost\"\n", "admin"),
+            (
+                "[[tenant]]\nid = 1\nsecret = \"12\"\n[[tenant]]\nid = 1\nsecret = \"13\"\n",
+                "appears twice",
+            ),
+            ("[[tenant]]\nid = 2\nsecret = \"0xZZ\"\n", "tenant 2 secret"),
+        ];
+        for (text, expect) in cases {
+            let cfg = DaemonConfig::parse(text).unwrap();
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(!e.contains('\n'), "one line: {e:?}");
+            assert!(e.contains(expect), "{text:?}: {e}");
+        }
+        // Quotas the node cannot honour: the node's own check, as an error.
+        let cfg = DaemonConfig::parse(
+            "pool_mib = 8\n[limits]\nquota_memory_mib = 8\n[[tenant]]\nid = 1\nsecret = \"1\"\n[[tenant]]\nid = 2\nsecret = \"2\"\n",
+        )
+        .unwrap();
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("limits") && e.contains("quotas"), "{e}");
+    }
+}
