@@ -233,6 +233,12 @@ pub struct Counters {
     pub leases_floored: u64,
     /// Requests refused as overloaded (admission control).
     pub overloaded: u64,
+    /// Lease extensions asked for by RPC (the fallback of the one-sided CAS).
+    pub extend_rpcs: u64,
+    /// Requests the manager refused (not found, quota, conflict timed out, overloaded, ...;
+    /// the few answered with a failure elsewhere — an unauthenticated client, a refused
+    /// extension found by its CAS, a failed bind — are not counted).
+    pub refused: u64,
 }
 
 impl Counters {
@@ -253,6 +259,8 @@ impl Counters {
             rebinds_for_qp_switch: self.rebinds_for_qp_switch + o.rebinds_for_qp_switch,
             leases_floored: self.leases_floored + o.leases_floored,
             overloaded: self.overloaded + o.overloaded,
+            extend_rpcs: self.extend_rpcs + o.extend_rpcs,
+            refused: self.refused + o.refused,
         }
     }
 
@@ -273,6 +281,8 @@ impl Counters {
             rebinds_for_qp_switch: self.rebinds_for_qp_switch - earlier.rebinds_for_qp_switch,
             leases_floored: self.leases_floored - earlier.leases_floored,
             overloaded: self.overloaded - earlier.overloaded,
+            extend_rpcs: self.extend_rpcs - earlier.extend_rpcs,
+            refused: self.refused - earlier.refused,
         }
     }
 }

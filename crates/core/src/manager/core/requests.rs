@@ -175,6 +175,7 @@ impl ManagerCore {
         id: PermissionId,
         lease_us: u64,
     ) {
+        self.counters.extend_rpcs += 1;
         let Some(key) = self.lookup(client, id) else {
             return self.fail(client, req_id, Status::NotFound);
         };
@@ -221,6 +222,7 @@ impl ManagerCore {
 
     /// Refuses every copy of a request.
     pub(super) fn refuse(&mut self, asker: Asker, status: Status) {
+        self.counters.refused += 1;
         self.replies.push(Outgoing {
             copies: asker.copies,
             ..Outgoing::new(asker.client, asker.req_id, Reply::Failed(status))
