@@ -2,12 +2,14 @@
 //! lifecycle demo, a memory-node server with a probe client for multi-process set-ups, and a
 //! key-value tool on a named RACE table of such a server.
 
+mod daemon;
 mod demo;
 mod devices;
 mod faas;
 mod kv;
 mod rdma;
 mod serve;
+mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use patronus_core::cluster::Transport;
@@ -47,27 +49,6 @@ enum ProviderArg {
     Rdma,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum IsolationArg {
-    /// One PD for every client, type-1 windows (the paper's mode; a key byte is guessable).
-    SharedPd,
-    /// A PD per client: another client's rkey fails on this client's QPs.
-    PdPerClient,
-    /// A PD per client and type-2 windows bound to the client's current QP.
-    Type2,
-}
-
-impl From<IsolationArg> for patronus_core::manager::Isolation {
-    fn from(i: IsolationArg) -> Self {
-        use patronus_core::manager::Isolation;
-        match i {
-            IsolationArg::SharedPd => Isolation::SharedPd,
-            IsolationArg::PdPerClient => Isolation::PdPerClient,
-            IsolationArg::Type2 => Isolation::Type2,
-        }
-    }
-}
-
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Start an embedded memory node and clients, walk through a permission's lifecycle
@@ -97,40 +78,18 @@ enum Command {
         #[arg(long, default_value = "target/patronus-eval")]
         out: std::path::PathBuf,
     },
-    /// Run a memory node over TCP until stdin closes (for multi-process set-ups).
-    Serve {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:0")]
-        listen: std::net::SocketAddr,
-        /// Buffer pool size in MiB.
-        #[arg(long, default_value_t = 64)]
-        pool_mib: u64,
-        /// Maximum lifetime of a permission, ms.
-        #[arg(long, default_value_t = 1000)]
-        max_lifetime_ms: u64,
-        /// How clients are isolated from each other.
-        #[arg(long, value_enum, default_value = "pd-per-client")]
-        isolation: IsolationArg,
-        /// A tenant the node serves, as ID:SECRET (repeatable; SECRET is a 64-bit number,
-        /// decimal or 0x-hex). Without any, every client is tenant 0 (one application).
-        #[arg(long = "tenant", value_parser = serve::parse_tenant)]
-        tenants: Vec<serve::TenantArg>,
-        /// Manager threads (shards), each owning a slice of the pools.
-        #[arg(long, default_value_t = 1)]
-        shards: usize,
-        /// The RNIC: the software one over TCP, or an rdma-core device.
-        #[arg(long, value_enum, default_value = "soft")]
-        provider: ProviderArg,
-        /// RDMA device name with `--provider rdma` (default: the first device).
+    /// Run a memory node as a daemon until SIGINT or SIGTERM (then drain gracefully):
+    /// configured by `--config FILE` (TOML; `--print-default-config`), each setting also a
+    /// flag or an environment variable; Prometheus metrics and status on `--admin ADDR`.
+    Serve(Box<daemon::flags::ServeFlags>),
+    /// Print a running node's status (from its admin address): live permissions, leases
+    /// about to expire, sessions and their QPs, pools, manager CPU.
+    Status {
+        /// The node's admin address (its `admin` setting), IP:PORT.
+        admin: std::net::SocketAddr,
+        /// Print the report as JSON.
         #[arg(long)]
-        device: Option<String>,
-        /// Soft RNIC (`--provider soft`): empty polls a NIC engine thread makes after work
-        /// before it sleeps. Spinning saves a wake-up per burst of frames but keeps the core
-        /// busy; 0 sleeps at once (a node sharing its core, or one measured for CPU per op).
-        #[arg(long, default_value_t = rnic::soft::TcpOptions::default().spin_polls)]
-        engine_spin_polls: u32,
-        #[command(flatten)]
-        limits: serve::LimitArgs,
+        json: bool,
     },
     /// Connect to a memory node over TCP, run a short lifecycle, print the result.
     Probe {
@@ -160,8 +119,17 @@ enum Command {
     Devices,
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; an error is one line on stderr (its causes joined by ": ") and exit
+/// code 1.
+fn main() {
     let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Demo { transport } => demo::run(transport.into()),
         Command::Bench {
@@ -177,33 +145,8 @@ fn main() -> anyhow::Result<()> {
             };
             patronus_bench::suite::run(&experiments, &opts).map(|_| ())
         }
-        Command::Serve {
-            listen,
-            pool_mib,
-            max_lifetime_ms,
-            isolation,
-            tenants,
-            shards,
-            provider,
-            device,
-            engine_spin_polls,
-            limits,
-        } => {
-            let opts = serve::ServeOpts {
-                listen,
-                pool_mib,
-                max_lifetime_ms,
-                isolation: isolation.into(),
-                tenants,
-                shards,
-                engine_spin_polls,
-                limits,
-            };
-            match provider {
-                ProviderArg::Soft => serve::serve(&opts),
-                ProviderArg::Rdma => rdma::serve(&opts, device),
-            }
-        }
+        Command::Serve(flags) => daemon::run(&flags),
+        Command::Status { admin, json } => status::run(admin, json),
         Command::Probe {
             connect,
             tenant,

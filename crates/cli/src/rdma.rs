@@ -1,7 +1,8 @@
 //! `serve` and `probe` on the rdma-core provider (`--provider rdma --device NAME`): the same
 //! memory node and client library as on the software RNIC, generic over the provider.
 
-use crate::serve::{ServeOpts, TenantArg, probe_on, serve_until_eof};
+use crate::daemon::config::DaemonConfig;
+use crate::serve::{TenantArg, probe_on};
 use anyhow::{Context as _, Result};
 use patronus_core::MemoryNode;
 use rnic_rdma::{RdmaConfig, RdmaContext, RdmaProvider};
@@ -17,18 +18,19 @@ fn open(device: Option<String>, listen: SocketAddr) -> Result<RdmaContext> {
     .with_context(|| format!("opening RDMA device {name}; `patronus devices` lists them"))
 }
 
-/// Serves on an RDMA device until stdin closes; prints `listening <addr>` (the handshake
-/// address clients connect to) first.
-pub fn serve(opts: &ServeOpts, device: Option<String>) -> Result<()> {
-    let ctx = open(device, opts.listen)?;
+/// Starts a memory node on an RDMA device (the daemon serves it); returns it with the
+/// handshake address clients connect to.
+pub fn start(cfg: &DaemonConfig) -> Result<(MemoryNode<RdmaProvider>, String)> {
+    let device = (!cfg.device.is_empty()).then(|| cfg.device.clone());
+    let ctx = open(device, cfg.listen)?;
     println!(
         "device {} (GID index {})",
         ctx.device_name(),
         ctx.gid_index()
     );
-    let node = MemoryNode::<RdmaProvider>::start(ctx, opts.node_config()?)?;
-    println!("listening {}", node.address());
-    serve_until_eof(node)
+    let node = MemoryNode::<RdmaProvider>::start(ctx, cfg.node_config()?)?;
+    let listen = node.address().to_string();
+    Ok((node, listen))
 }
 
 /// The probe's lifecycle (allocate, write, revoke, acquire, read, revoke) over RDMA.

@@ -1,14 +1,13 @@
-//! A memory node in its own process (over TCP), and a probe client for it.
+//! A probe client for a memory node in its own process (over TCP), the tenant and limit
+//! flags of `serve`, and its closing report (the daemon itself: `daemon/`).
 
-use anyhow::{Context as _, Result, bail};
+use crate::daemon::config::LimitsSetting;
+use anyhow::{Context as _, Result};
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::manager::{
-    Isolation, MemoryNode, NodeConfig, NodeLimits, NodeStats, TenantQuota, TenantSecret,
-};
+use patronus_core::manager::{NodeStats, TenantSecret};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::Provider;
-use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode, TcpOptions};
-use std::io::Read;
+use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -23,33 +22,9 @@ pub fn parse_tenant(s: &str) -> std::result::Result<TenantArg, String> {
     let tenant = id
         .parse::<u32>()
         .map_err(|e| format!("tenant id `{id}`: {e}"))?;
-    let secret = match secret.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => secret.parse::<u64>(),
-    }
-    .map_err(|e| format!("secret of tenant {tenant}: {e}"))?;
+    let secret = crate::daemon::config::parse_secret(secret)
+        .map_err(|e| format!("secret of tenant {tenant}: {e}"))?;
     Ok(TenantSecret { tenant, secret })
-}
-
-/// What `serve` runs.
-#[derive(Debug)]
-pub struct ServeOpts {
-    /// Listening address.
-    pub listen: SocketAddr,
-    /// Buffer pool, MiB.
-    pub pool_mib: u64,
-    /// Maximum lifetime, ms.
-    pub max_lifetime_ms: u64,
-    /// Isolation mode.
-    pub isolation: Isolation,
-    /// Tenants (empty: one default tenant).
-    pub tenants: Vec<TenantArg>,
-    /// Manager shards.
-    pub shards: usize,
-    /// Soft RNIC: empty polls of a NIC engine before it sleeps.
-    pub engine_spin_polls: u32,
-    /// Limits and quotas.
-    pub limits: LimitArgs,
 }
 
 /// The memory node's limits and quotas on the command line (`docs/threat-model.md` says what
@@ -57,122 +32,72 @@ pub struct ServeOpts {
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct LimitArgs {
     /// Disconnect a client silent on the control path this long, ms (default 30000).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_IDLE_TIMEOUT_MS")]
     pub idle_timeout_ms: Option<u64>,
     /// Close a connection that has not authenticated this long after it was accepted, ms
     /// (default 2000).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_HELLO_TIMEOUT_MS")]
     pub hello_timeout_ms: Option<u64>,
     /// Control requests a client may have in flight per shard (flow control enforced by the
     /// NIC; default 16). 0: one shared receive queue for all (the paper's design).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_CONTROL_CREDITS")]
     pub control_credits: Option<u32>,
     /// Control connections per shard (default 1024).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_MAX_CONNECTIONS")]
     pub max_connections: Option<u32>,
     /// Memory each tenant may own, MiB (default with tenants: ¾ of an equal share).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_QUOTA_MEMORY_MIB")]
     pub quota_memory_mib: Option<u64>,
     /// Live permissions each tenant may hold (default with tenants: an equal share).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_QUOTA_PERMISSIONS")]
     pub quota_permissions: Option<u32>,
     /// Live exclusive permissions each tenant may hold (default: as permissions).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_QUOTA_EXCLUSIVE")]
     pub quota_exclusive: Option<u32>,
     /// Clients each tenant may have connected (default: an equal share of the connections).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_SESSIONS_PER_TENANT")]
     pub sessions_per_tenant: Option<u32>,
     /// Clients that may be connected at once from one IP address (default 512).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_SESSIONS_PER_ADDRESS")]
     pub sessions_per_address: Option<u32>,
     /// Access faults (data reconnections) a tenant may cause at once (default 1024).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_FAULT_BURST")]
     pub fault_burst: Option<u32>,
     /// Access faults a tenant regains per second (default 100).
-    #[arg(long)]
+    #[arg(long, env = "PATRONUS_FAULTS_PER_S")]
     pub faults_per_s: Option<u32>,
 }
 
 impl LimitArgs {
-    /// `cfg` with these limits applied: a quota given in part keeps the node's default for
-    /// the rest.
-    fn apply(&self, mut cfg: NodeConfig) -> Result<NodeConfig> {
-        let d = cfg.limits;
-        cfg.limits = NodeLimits {
-            idle_timeout_us: self
-                .idle_timeout_ms
-                .map_or(d.idle_timeout_us, |ms| ms * 1000),
-            hello_timeout_us: self
-                .hello_timeout_ms
-                .map_or(d.hello_timeout_us, |ms| ms * 1000),
-            control_credits: self.control_credits.unwrap_or(d.control_credits),
-            max_connections: self.max_connections.unwrap_or(d.max_connections),
-            sessions_per_tenant: self.sessions_per_tenant.or(d.sessions_per_tenant),
-            sessions_per_address: self.sessions_per_address.unwrap_or(d.sessions_per_address),
-            fault_burst: self.fault_burst.unwrap_or(d.fault_burst),
-            faults_per_s: self.faults_per_s.unwrap_or(d.faults_per_s),
-            ..d
+    /// Lays the limits given over `l` (a configuration file's, or the defaults).
+    pub fn lay_over(&self, l: &mut LimitsSetting) {
+        let set = |v: Option<u32>, to: &mut u32| {
+            if let Some(v) = v {
+                *to = v;
+            }
         };
-        let given = self.quota_memory_mib.is_some()
-            || self.quota_permissions.is_some()
-            || self.quota_exclusive.is_some();
-        if given {
-            let base: TenantQuota = cfg.tenant_quota()?;
-            cfg.limits.tenant_quota = Some(TenantQuota {
-                memory_bytes: self.quota_memory_mib.map_or(base.memory_bytes, |m| m << 20),
-                permissions: self.quota_permissions.unwrap_or(base.permissions),
-                exclusive: self
-                    .quota_exclusive
-                    .or(self.quota_permissions)
-                    .unwrap_or(base.exclusive),
-            });
-            // Refuses quotas that overcommit the node, with the reason.
-            cfg.tenant_quota()?;
+        if let Some(ms) = self.idle_timeout_ms {
+            l.idle_timeout_ms = ms;
         }
-        Ok(cfg)
+        if let Some(ms) = self.hello_timeout_ms {
+            l.hello_timeout_ms = ms;
+        }
+        if let Some(m) = self.quota_memory_mib {
+            l.quota_memory_mib = m;
+        }
+        set(self.control_credits, &mut l.control_credits);
+        set(self.max_connections, &mut l.max_connections);
+        set(self.quota_permissions, &mut l.quota_permissions);
+        set(self.quota_exclusive, &mut l.quota_exclusive);
+        set(self.sessions_per_tenant, &mut l.sessions_per_tenant);
+        set(self.sessions_per_address, &mut l.sessions_per_address);
+        set(self.fault_burst, &mut l.fault_burst);
+        set(self.faults_per_s, &mut l.faults_per_s);
     }
-}
-
-impl ServeOpts {
-    /// The memory node's configuration (whatever the provider).
-    pub fn node_config(&self) -> Result<NodeConfig> {
-        self.limits.apply(NodeConfig {
-            pool_bytes: self.pool_mib << 20,
-            max_lifetime_us: self.max_lifetime_ms * 1000,
-            isolation: self.isolation,
-            tenants: self.tenants.clone(),
-            shards: self.shards,
-            ..NodeConfig::default()
-        })
-    }
-}
-
-/// Serves until stdin reaches end of file; prints `listening <addr>` first.
-pub fn serve(opts: &ServeOpts) -> Result<()> {
-    let tcp = TcpOptions {
-        spin_polls: opts.engine_spin_polls,
-        ..TcpOptions::default()
-    };
-    let ctx = TcpNode::open_with(SoftConfig::default(), opts.listen, tcp)
-        .context("opening the TCP device")?;
-    let node = MemoryNode::<SoftProvider>::start(ctx, opts.node_config()?)?;
-    let SoftAddress::Tcp(addr) = node.address() else {
-        bail!("TCP node without a TCP address");
-    };
-    println!("listening {addr}");
-    serve_until_eof(node)
-}
-
-/// Keeps `node` serving until stdin reaches end of file, then prints what it served.
-pub fn serve_until_eof<P: Provider>(node: MemoryNode<P>) -> Result<()> {
-    let mut sink = Vec::new();
-    let _ = std::io::stdin().read_to_end(&mut sink);
-    print_served(&node.fresh_stats());
-    Ok(())
 }
 
 /// What a node served, and how its clients left.
-fn print_served(s: &NodeStats) {
+pub fn print_served(s: &NodeStats) {
     println!(
         "served: granted {} ended {} rpcs {}",
         s.counters.granted, s.counters.ended, s.counters.rpcs

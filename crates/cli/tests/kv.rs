@@ -44,9 +44,13 @@ impl Server {
         Server { child, out, addr }
     }
 
-    /// Closes stdin: the node stops and reports; returns the report.
+    /// SIGTERM: the node drains, stops and reports; returns the report.
     fn stop(mut self) -> String {
-        drop(self.child.stdin.take());
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM");
         let mut rest = String::new();
         for l in (&mut self.out).lines() {
             rest.push_str(&l.expect("line"));

@@ -1,7 +1,17 @@
-//! A memory node in one process, a client in another, over TCP.
+//! A memory node in one process, a client in another, over TCP; the node runs on when its
+//! stdin closes and stops gracefully on SIGTERM.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+
+/// Sends SIGTERM to process `pid`.
+fn terminate(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -TERM {pid}");
+}
 
 #[test]
 fn memory_node_and_client_in_separate_processes() {
@@ -61,17 +71,26 @@ fn memory_node_and_client_in_separate_processes() {
     );
     assert!(stdout.contains("probe ok: across processes"), "{stdout}");
 
-    // Closing stdin stops the server, which reports what it served.
+    // Closing stdin does not stop the daemon (systemd and CI run it without one)...
     let mut stdin = server.stdin.take().expect("stdin");
     stdin.flush().expect("flush");
     drop(stdin);
+    let again = Command::new(exe)
+        .args(["probe", "--connect", &addr, "--tenant", "7:0x5ec2e7"])
+        .output()
+        .expect("run probe");
+    assert!(again.status.success(), "still serving after stdin closed");
+    // ...SIGTERM does: it drains and reports what it served.
+    terminate(server.id());
     let mut rest = String::new();
     for l in out.lines() {
         rest.push_str(&l.expect("line"));
         rest.push('\n');
     }
     assert!(server.wait().expect("server exits").success());
-    assert!(rest.contains("served: granted 2 ended 2"), "{rest}");
+    assert!(rest.contains("SIGTERM: draining"), "{rest}");
+    assert!(rest.contains("shutdown: every lease ended"), "{rest}");
+    assert!(rest.contains("served: granted 4 ended 4"), "{rest}");
     // Both probes' sessions ended when their processes closed their connections (the
     // intruder's never authenticated: it is closed too, at once or by the hello timeout).
     assert!(rest.contains("sessions: 0 connected now"), "{rest}");

@@ -271,7 +271,11 @@ impl DaemonConfig {
             );
         }
         if s.max_class > self.pool_mib << 20 {
-            bail!("slab.max_class: {} is above the pool ({} MiB)", s.max_class, self.pool_mib);
+            bail!(
+                "slab.max_class: {} is above the pool ({} MiB)",
+                s.max_class,
+                self.pool_mib
+            );
         }
         if self.qp.retry_count > 7 || self.qp.rnr_retry > 7 {
             bail!("qp.retry_count / qp.rnr_retry: at most 7 (as in InfiniBand)");
@@ -399,11 +403,13 @@ mod tests {
     #[test]
     fn the_default_file_is_the_default_config() {
         let parsed = DaemonConfig::parse(DEFAULT_FILE).unwrap();
-        let mut expected = DaemonConfig::default();
         // The file sets the addresses a daemon listens on; the built-in default picks a
         // free port and no admin endpoint (tests and embedded use).
-        expected.listen = parsed.listen;
-        expected.admin = parsed.admin.clone();
+        let expected = DaemonConfig {
+            listen: parsed.listen,
+            admin: parsed.admin.clone(),
+            ..DaemonConfig::default()
+        };
         assert_eq!(parsed, expected);
         parsed.validate().unwrap();
     }
@@ -433,7 +439,10 @@ mod tests {
             ("pool_mib = 0\n", "pool_mib"),
             ("shards = 0\n", "shards"),
             ("max_lease_ms = 10\nmin_lease_us = 20000\n", "min_lease_us"),
-            ("[slab]\nmin_class = 4096\nmax_class = 64\n", "slab.min_class"),
+            (
+                "[slab]\nmin_class = 4096\nmax_class = 64\n",
+                "slab.min_class",
+            ),
             ("[qp]\nretry_count = 9\n", "retry_count"),
             ("admin = \"localhost\"\n", "admin"),
             (

@@ -894,7 +894,7 @@ pub struct LivePermission {
 }
 
 /// Pool occupancy (see [`ManagerCore::occupancy`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Occupancy {
     /// Live permissions.
     pub permissions: usize,

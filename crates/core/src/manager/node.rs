@@ -115,7 +115,7 @@ pub struct MemoryNode<P: Provider> {
     shared: Arc<Shared<P>>,
     threads: Vec<JoinHandle<()>>,
     /// Taking connections (`None` once draining).
-    listener: Option<P::Listener>,
+    listener: Mutex<Option<P::Listener>>,
     pool_addr: u64,
 }
 
@@ -421,7 +421,7 @@ impl<P: Provider> MemoryNode<P> {
             address,
             shared,
             threads,
-            listener: Some(listener),
+            listener: Mutex::new(Some(listener)),
             pool_addr,
         })
     }
@@ -497,8 +497,8 @@ impl<P: Provider> MemoryNode<P> {
     /// permissions (as overloaded: clients back off), while the live ones run on until they
     /// are revoked or their leases end (at most the maximum lifetime). Watch
     /// [`MemoryNode::status`] for them to end, then [`MemoryNode::shutdown`].
-    pub fn drain(&mut self) {
-        self.listener = None;
+    pub fn drain(&self) {
+        drop(self.listener.lock().take());
         self.shared.draining.store(true, Ordering::SeqCst);
         for flag in &self.shared.publish {
             // Wakes an idle shard (it looks at its flags at least every 500 µs).

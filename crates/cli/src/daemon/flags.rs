@@ -1,0 +1,140 @@
+//! `patronus serve`'s flags: each overrides the configuration file's setting of the same
+//! name, and each may come from an environment variable instead (flag over variable over
+//! file over default).
+
+use super::config::{DaemonConfig, IsolationSetting, ProviderSetting, TenantSetting};
+use crate::serve::{LimitArgs, TenantArg, parse_tenant};
+use anyhow::Result;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Flags of `patronus serve`.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct ServeFlags {
+    /// Configuration file (TOML; `--print-default-config` prints a commented one).
+    #[arg(long, env = "PATRONUS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the commented default configuration file and exit.
+    #[arg(long)]
+    pub print_default_config: bool,
+    /// Address clients connect to [file: listen].
+    #[arg(long, env = "PATRONUS_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Address of the admin endpoint: /metrics, /status [file: admin; default: none
+    /// without a file].
+    #[arg(long, env = "PATRONUS_ADMIN")]
+    pub admin: Option<SocketAddr>,
+    /// The RNIC: the software one over TCP, or an rdma-core device [file: provider].
+    #[arg(long, value_enum, env = "PATRONUS_PROVIDER")]
+    pub provider: Option<ProviderSetting>,
+    /// RDMA device name with `--provider rdma` [file: device; default: the first].
+    #[arg(long, env = "PATRONUS_DEVICE")]
+    pub device: Option<String>,
+    /// Buffer pool, MiB [file: pool_mib].
+    #[arg(long, env = "PATRONUS_POOL_MIB")]
+    pub pool_mib: Option<u64>,
+    /// Manager threads (shards), each owning a slice of the pools [file: shards].
+    #[arg(long, env = "PATRONUS_SHARDS")]
+    pub shards: Option<usize>,
+    /// How clients are isolated from each other [file: isolation].
+    #[arg(long, value_enum, env = "PATRONUS_ISOLATION")]
+    pub isolation: Option<IsolationSetting>,
+    /// Longest a permission lives, ms [file: max_lease_ms].
+    #[arg(long, visible_alias = "max-lifetime-ms", env = "PATRONUS_MAX_LEASE_MS")]
+    pub max_lease_ms: Option<u64>,
+    /// Shortest lease granted, µs [file: min_lease_us].
+    #[arg(long, env = "PATRONUS_MIN_LEASE_US")]
+    pub min_lease_us: Option<u64>,
+    /// How late an expired lease may be collected, µs [file: expiry_slack_us].
+    #[arg(long, env = "PATRONUS_EXPIRY_SLACK_US")]
+    pub expiry_slack_us: Option<u64>,
+    /// Longest a conflicting acquire waits, ms [file: max_wait_ms].
+    #[arg(long, env = "PATRONUS_MAX_WAIT_MS")]
+    pub max_wait_ms: Option<u64>,
+    /// Windows pre-allocated per client [file: windows_per_client].
+    #[arg(long, env = "PATRONUS_WINDOWS_PER_CLIENT")]
+    pub windows_per_client: Option<u32>,
+    /// Soft RNIC: empty polls of a NIC engine before it sleeps (0: at once)
+    /// [file: engine_spin_polls].
+    #[arg(long, env = "PATRONUS_ENGINE_SPIN_POLLS")]
+    pub engine_spin_polls: Option<u32>,
+    /// On SIGINT/SIGTERM, how long live leases may run on before the node stops, ms
+    /// [file: shutdown_grace_ms].
+    #[arg(long, env = "PATRONUS_SHUTDOWN_GRACE_MS")]
+    pub shutdown_grace_ms: Option<u64>,
+    /// QP retransmission timeout, µs [file: qp.ack_timeout_us].
+    #[arg(long, env = "PATRONUS_QP_ACK_TIMEOUT_US")]
+    pub qp_ack_timeout_us: Option<u64>,
+    /// QP retransmissions before it fails, at most 7 [file: qp.retry_count].
+    #[arg(long, env = "PATRONUS_QP_RETRY_COUNT")]
+    pub qp_retry_count: Option<u8>,
+    /// Smallest object class, bytes [file: slab.min_class].
+    #[arg(long, env = "PATRONUS_SLAB_MIN_CLASS")]
+    pub slab_min_class: Option<u64>,
+    /// Largest object class, bytes [file: slab.max_class].
+    #[arg(long, env = "PATRONUS_SLAB_MAX_CLASS")]
+    pub slab_max_class: Option<u64>,
+    /// A tenant the node serves, as ID:SECRET (repeatable; SECRET a 64-bit number, decimal
+    /// or 0x-hex); replaces the file's tenants [file: [[tenant]]; env: comma-separated].
+    #[arg(long = "tenant", value_parser = parse_tenant, env = "PATRONUS_TENANTS", value_delimiter = ',')]
+    pub tenants: Vec<TenantArg>,
+    /// Limits and quotas [file: [limits]].
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+impl ServeFlags {
+    /// The configuration: the file (or the defaults), with every flag given laid over it.
+    pub fn config(&self) -> Result<DaemonConfig> {
+        let mut c = match &self.config {
+            Some(path) => DaemonConfig::load(path)?,
+            None => DaemonConfig::default(),
+        };
+        macro_rules! over {
+            ($($flag:ident => $field:expr),* $(,)?) => {
+                $(if let Some(v) = self.$flag.clone() { $field = v; })*
+            };
+        }
+        over!(
+            listen => c.listen,
+            provider => c.provider,
+            device => c.device,
+            pool_mib => c.pool_mib,
+            shards => c.shards,
+            isolation => c.isolation,
+            max_lease_ms => c.max_lease_ms,
+            min_lease_us => c.min_lease_us,
+            expiry_slack_us => c.expiry_slack_us,
+            max_wait_ms => c.max_wait_ms,
+            windows_per_client => c.windows_per_client,
+            engine_spin_polls => c.engine_spin_polls,
+            shutdown_grace_ms => c.shutdown_grace_ms,
+            qp_ack_timeout_us => c.qp.ack_timeout_us,
+            qp_retry_count => c.qp.retry_count,
+            slab_min_class => c.slab.min_class,
+            slab_max_class => c.slab.max_class,
+        );
+        if let Some(a) = self.admin {
+            c.admin = a.to_string();
+        }
+        if !self.tenants.is_empty() {
+            c.tenant = self
+                .tenants
+                .iter()
+                .map(|t| TenantSetting {
+                    id: t.tenant,
+                    secret: t.secret.to_string(),
+                })
+                .collect();
+        }
+        self.limits.lay_over(&mut c.limits);
+        c.validate().map_err(|e| match &self.config {
+            Some(path) => anyhow::anyhow!(
+                "configuration ({} with flags and environment): {e}",
+                path.display()
+            ),
+            None => anyhow::anyhow!("configuration (flags and environment): {e}"),
+        })?;
+        Ok(c)
+    }
+}

@@ -1,0 +1,206 @@
+//! The node's Prometheus metrics, encoded from a fresh snapshot at every scrape (a
+//! `prometheus_client` collector: the manager keeps plain counters, nothing is double-kept).
+//!
+//! Invariant: no metric carries an rkey, a tenant secret or a client's address.
+
+use super::view::NodeView;
+use patronus_core::manager::{NodeStats, SERVICE_BUCKETS, ServiceTimes};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet as NoLabels};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// The collector: reads the node's stats when scraped.
+#[derive(Debug)]
+struct NodeCollector {
+    node: Arc<dyn NodeView>,
+}
+
+fn counter(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> std::fmt::Result {
+    let c = ConstCounter::new(v);
+    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> std::fmt::Result {
+    let g = ConstGauge::new(v);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+fn gauge_f(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: f64) -> std::fmt::Result {
+    let g = ConstGauge::new(v);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+fn service_histogram(e: &mut DescriptorEncoder<'_>, t: &ServiceTimes) -> std::fmt::Result {
+    let mut buckets = Vec::with_capacity(SERVICE_BUCKETS);
+    for (i, n) in t.buckets.iter().enumerate() {
+        let le = ServiceTimes::bound_us(i).map_or(f64::INFINITY, |us| us as f64 / 1e6);
+        buckets.push((le, *n));
+    }
+    let mut m = e.encode_descriptor(
+        "patronus_rpc_service_seconds",
+        "Time the manager took to answer a control request (its turn, up to the reply)",
+        None,
+        MetricType::Histogram,
+    )?;
+    m.encode_histogram::<NoLabels>(t.sum_us as f64 / 1e6, t.count(), &buckets, None)
+}
+
+fn as_i64(v: usize) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let s: NodeStats = self.node.stats();
+        let c = s.counters;
+        let revoked = c.ended.saturating_sub(c.expired + c.forced);
+        let e = &mut e;
+        counter(e, "patronus_grants", "Permissions granted", c.granted)?;
+        counter(
+            e,
+            "patronus_revokes",
+            "Permissions ended by revoke",
+            revoked,
+        )?;
+        counter(
+            e,
+            "patronus_expiries",
+            "Permissions ended by lease expiry",
+            c.expired,
+        )?;
+        counter(
+            e,
+            "patronus_forced_invalidations",
+            "Permissions ended at their maximum lifetime",
+            c.forced,
+        )?;
+        counter(
+            e,
+            "patronus_extensions_by_cas",
+            "Expiry checks that found the lease extended one-sidedly (CAS)",
+            c.extended_by_client,
+        )?;
+        counter(
+            e,
+            "patronus_extensions_by_rpc",
+            "Lease extensions asked for by RPC",
+            c.extend_rpcs,
+        )?;
+        counter(
+            e,
+            "patronus_refusals",
+            "Requests the manager refused",
+            c.refused,
+        )?;
+        counter(
+            e,
+            "patronus_overloaded_refusals",
+            "Requests refused as overloaded (admission control, draining)",
+            c.overloaded,
+        )?;
+        counter(e, "patronus_rpcs", "Control RPCs received", c.rpcs)?;
+        counter(e, "patronus_mw_binds", "Window binds that granted", c.binds)?;
+        counter(e, "patronus_mw_unbinds", "Window unbinds", c.unbinds)?;
+        counter(
+            e,
+            "patronus_mw_handovers",
+            "Binds that also revoked an earlier binding (handover)",
+            c.handovers,
+        )?;
+        counter(
+            e,
+            "patronus_qp_errors",
+            "Client sessions ended because their control QP broke",
+            s.sessions_ended.closed,
+        )?;
+        counter(
+            e,
+            "patronus_spare_promotions",
+            "Data QPs replaced after an access fault (a client's spare taking over)",
+            s.data_reconnects,
+        )?;
+        counter(
+            e,
+            "patronus_spare_promotions_refused",
+            "Data QP replacements refused (a tenant's fault budget ran out)",
+            s.reconnects_refused,
+        )?;
+        let occ = s.occupancy.unwrap_or_default();
+        gauge(
+            e,
+            "patronus_live_permissions",
+            "Live permissions",
+            as_i64(occ.permissions),
+        )?;
+        gauge(
+            e,
+            "patronus_live_objects",
+            "Allocated objects",
+            as_i64(occ.live_objects),
+        )?;
+        gauge(
+            e,
+            "patronus_sessions",
+            "Client sessions",
+            as_i64(s.held.sessions),
+        )?;
+        gauge(
+            e,
+            "patronus_pool_bytes_in_use",
+            "Pool bytes held by live objects and headers",
+            i64::try_from(s.pool_bytes_in_use).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            e,
+            "patronus_pool_bytes",
+            "Pool bytes in all",
+            i64::try_from(self.node.pool_bytes()).unwrap_or(i64::MAX),
+        )?;
+        gauge(
+            e,
+            "patronus_headers_free",
+            "Free permission headers",
+            as_i64(occ.headers_free),
+        )?;
+        gauge(
+            e,
+            "patronus_windows_free",
+            "Free memory windows",
+            as_i64(occ.mw_free),
+        )?;
+        gauge_f(
+            e,
+            "patronus_manager_cpu_seconds",
+            "CPU time of the manager threads (idle polling included)",
+            s.manager_cpu.as_secs_f64(),
+        )?;
+        gauge_f(
+            e,
+            "patronus_manager_busy_cpu_seconds",
+            "CPU time of the manager threads handling batches",
+            s.busy_cpu.as_secs_f64(),
+        )?;
+        service_histogram(e, &s.service)
+    }
+}
+
+/// A registry holding the node's collector.
+pub fn registry(node: Arc<dyn NodeView>) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(NodeCollector { node }));
+    r
+}
+
+/// The text exposition of `registry`.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Encoding into a String cannot fail but for a collector's error, reported in the text.
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, registry) {
+        out.push_str(&format!("# encoding failed: {e}\n"));
+    }
+    out
+}

@@ -1,0 +1,152 @@
+//! `patronus serve`: the memory-node daemon. Configured from a file, flags and environment
+//! (`config`, `flags`), watched through an admin endpoint (`admin`: Prometheus `/metrics`,
+//! `/status`), logging through `tracing` (levels from `RUST_LOG`), stopped by SIGINT or
+//! SIGTERM — never by its stdin closing, so systemd and CI can run it.
+//!
+//! A stop is graceful: the node stops taking connections and new permissions, lets the live
+//! leases end (or their holders revoke them) for up to `shutdown_grace_ms`, reports what was
+//! still outstanding, and exits 0.
+
+pub mod admin;
+pub mod config;
+pub mod flags;
+pub mod metrics;
+pub mod report;
+pub mod view;
+
+use admin::{Admin, AdminState};
+use anyhow::{Context as _, Result};
+use config::{DaemonConfig, ProviderSetting};
+use flags::ServeFlags;
+use patronus_core::MemoryNode;
+use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode, TcpOptions};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use view::{NodeView, Served};
+
+/// Runs `patronus serve`.
+pub fn run(flags: &ServeFlags) -> Result<()> {
+    if flags.print_default_config {
+        print!("{}", config::DEFAULT_FILE);
+        return Ok(());
+    }
+    let cfg = flags.config()?;
+    init_logging();
+    // Before the node announces itself: a signal sent as soon as `listening` shows is caught.
+    let signals = Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    match cfg.provider {
+        ProviderSetting::Soft => {
+            let tcp = TcpOptions {
+                spin_polls: cfg.engine_spin_polls,
+                ..TcpOptions::default()
+            };
+            let ctx = TcpNode::open_with(SoftConfig::default(), cfg.listen, tcp)
+                .context("opening the TCP device")?;
+            let node = MemoryNode::<SoftProvider>::start(ctx, cfg.node_config()?)?;
+            let listen = match node.address() {
+                SoftAddress::Tcp(a) => a.to_string(),
+                other => format!("{other:?}"),
+            };
+            serve(node, &cfg, listen, signals)
+        }
+        ProviderSetting::Rdma => {
+            let (node, listen) = crate::rdma::start(&cfg)?;
+            serve(node, &cfg, listen, signals)
+        }
+    }
+}
+
+/// `RUST_LOG` levels (default: info) to stderr.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A second initialisation (tests running several daemons in one process) keeps the first.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[allow(clippy::disallowed_methods)] // a daemon's uptime and grace period are wall time
+fn serve<P: rnic::Provider>(
+    node: MemoryNode<P>,
+    cfg: &DaemonConfig,
+    listen: String,
+    mut signals: Signals,
+) -> Result<()>
+where
+    MemoryNode<P>: Send + Sync + 'static,
+{
+    let served = Arc::new(Served {
+        node,
+        pool_bytes: cfg.pool_mib << 20,
+    });
+    let view: Arc<dyn NodeView> = served.clone();
+    let state = Arc::new(AdminState {
+        node: view,
+        listen: listen.clone(),
+        started: Instant::now(),
+        draining: Default::default(),
+    });
+    let admin = match cfg.admin.as_str() {
+        "" => None,
+        a => Some(Admin::start(a.parse()?, state.clone())?),
+    };
+    println!("listening {listen}");
+    if let Some(a) = &admin {
+        println!(
+            "admin http://{}/metrics http://{}/status",
+            a.addr(),
+            a.addr()
+        );
+    }
+    tracing::info!(
+        listen = %listen,
+        admin = %admin.as_ref().map_or("none".into(), |a| a.addr().to_string()),
+        pool_mib = cfg.pool_mib,
+        shards = cfg.shards,
+        max_lease_ms = cfg.max_lease_ms,
+        tenants = cfg.tenant.len(),
+        "memory node serving"
+    );
+    let signal = signals.forever().next().unwrap_or(SIGTERM);
+    let name = if signal == SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
+    };
+    state.draining.store(true, Ordering::SeqCst);
+    served.node.drain();
+    let (status, stats) = served.node.status();
+    println!(
+        "{name}: draining — {} live permissions, {} sessions; waiting up to {} ms for their leases",
+        status.permissions_total, stats.held.sessions, cfg.shutdown_grace_ms
+    );
+    tracing::info!(signal = name, live = status.permissions_total, "draining");
+    let deadline = Instant::now() + Duration::from_millis(cfg.shutdown_grace_ms);
+    let mut live = status.permissions_total;
+    while live > 0 && Instant::now() < deadline {
+        // Each look is a fresh snapshot from every shard (it blocks until they publish).
+        std::thread::park_timeout(Duration::from_millis(20));
+        live = served.node.status().0.permissions_total;
+    }
+    let stats = served.node.fresh_stats();
+    if live == 0 {
+        println!("shutdown: every lease ended");
+    } else {
+        println!(
+            "shutdown: {live} permissions still live after {} ms; they end with the node (their windows die with it)",
+            cfg.shutdown_grace_ms
+        );
+    }
+    crate::serve::print_served(&stats);
+    drop(admin);
+    drop(state);
+    if let Ok(served) = Arc::try_unwrap(served) {
+        served.node.shutdown();
+    }
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! The status report: what `/status` serves as JSON and `patronus status` prints.
+//!
+//! Invariant: built from [`NodeStatus`], which holds no rkeys and no secrets; nothing is
+//! added here that could open memory.
+
+use patronus_core::manager::{NodeStats, NodeStatus};
+use patronus_core::proto::messages::{Access, Mode};
+use serde::{Deserialize, Serialize};
+
+/// A lease ending within this is "about to expire".
+pub const EXPIRING_MS: f64 = 1000.0;
+
+/// The node as a whole.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    /// Where clients connect.
+    pub listen: String,
+    /// Since the daemon started, s.
+    pub uptime_s: f64,
+    /// Manager shards.
+    pub shards: usize,
+    /// Pool, bytes.
+    pub pool_bytes: u64,
+    /// Held by live objects and headers, bytes.
+    pub pool_bytes_in_use: u64,
+    /// Allocated objects.
+    pub live_objects: usize,
+    /// Live permissions (all of them, also those not listed).
+    pub live_permissions: usize,
+    /// Free / all permission headers.
+    pub headers: (usize, usize),
+    /// Free / all memory windows (of the shared pool's domain).
+    pub windows: (usize, usize),
+    /// Client sessions.
+    pub sessions: usize,
+    /// Manager CPU, s: all, and handling batches.
+    pub manager_cpu_s: f64,
+    /// See `manager_cpu_s`.
+    pub manager_busy_cpu_s: f64,
+    /// Permissions granted and ended so far.
+    pub granted: u64,
+    /// See `granted`.
+    pub ended: u64,
+    /// Whether the node is draining (shutting down).
+    pub draining: bool,
+}
+
+/// A live permission (no rkey).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PermissionRow {
+    /// Shard.
+    pub shard: usize,
+    /// Holder.
+    pub client: u32,
+    /// Holder's tenant.
+    pub tenant: Option<u32>,
+    /// First byte, hex.
+    pub addr: String,
+    /// Bytes.
+    pub len: u64,
+    /// "read" or "read-write".
+    pub access: String,
+    /// "shared" or "exclusive".
+    pub mode: String,
+    /// Lease left, ms.
+    pub lease_left_ms: f64,
+    /// Maximum lifetime left, ms.
+    pub hard_left_ms: f64,
+}
+
+/// A client session on one shard.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionRow {
+    /// Shard.
+    pub shard: usize,
+    /// Client.
+    pub client: u32,
+    /// Tenant (none: not authenticated yet).
+    pub tenant: Option<u32>,
+    /// Where it connected from.
+    pub from: Option<String>,
+    /// Connected for, s.
+    pub connected_s: f64,
+    /// Control QP state.
+    pub control_qp: String,
+    /// Data QPs, "slot:STATE".
+    pub data_qps: Vec<String>,
+}
+
+/// What `/status` serves.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The node.
+    pub node: NodeSummary,
+    /// Live permissions, the soonest to end first (at most 1000).
+    pub permissions: Vec<PermissionRow>,
+    /// How many of them end within [`EXPIRING_MS`].
+    pub expiring_soon: usize,
+    /// Client sessions.
+    pub sessions: Vec<SessionRow>,
+}
+
+impl StatusReport {
+    /// The report of `status`, `stats`, for a node listening at `listen`.
+    pub fn new(
+        listen: &str,
+        uptime_s: f64,
+        pool_bytes: u64,
+        draining: bool,
+        status: &NodeStatus,
+        stats: &NodeStats,
+    ) -> Self {
+        let occ = stats.occupancy.unwrap_or_default();
+        let permissions: Vec<PermissionRow> = status
+            .permissions
+            .iter()
+            .map(|p| PermissionRow {
+                shard: p.shard,
+                client: p.client,
+                tenant: p.tenant,
+                addr: format!("{:#x}", p.addr),
+                len: p.len,
+                access: match p.access {
+                    Access::Read => "read",
+                    Access::ReadWrite => "read-write",
+                }
+                .into(),
+                mode: match p.mode {
+                    Mode::Shared => "shared",
+                    Mode::Exclusive => "exclusive",
+                }
+                .into(),
+                lease_left_ms: p.lease_left.as_secs_f64() * 1e3,
+                hard_left_ms: p.hard_left.as_secs_f64() * 1e3,
+            })
+            .collect();
+        let expiring_soon = permissions
+            .iter()
+            .filter(|p| p.lease_left_ms < EXPIRING_MS)
+            .count();
+        StatusReport {
+            node: NodeSummary {
+                listen: listen.to_string(),
+                uptime_s,
+                shards: stats.shards,
+                pool_bytes,
+                pool_bytes_in_use: stats.pool_bytes_in_use,
+                live_objects: occ.live_objects,
+                live_permissions: status.permissions_total,
+                headers: (occ.headers_free, occ.headers_capacity),
+                windows: (occ.mw_free, occ.mw_capacity),
+                sessions: stats.held.sessions,
+                manager_cpu_s: stats.manager_cpu.as_secs_f64(),
+                manager_busy_cpu_s: stats.busy_cpu.as_secs_f64(),
+                granted: stats.counters.granted,
+                ended: stats.counters.ended,
+                draining,
+            },
+            permissions,
+            expiring_soon,
+            sessions: status
+                .sessions
+                .iter()
+                .map(|s| SessionRow {
+                    shard: s.shard,
+                    client: s.client,
+                    tenant: s.tenant,
+                    from: s.from.map(|a| a.to_string()),
+                    connected_s: s.connected.as_secs_f64(),
+                    control_qp: s.control_qp.name().into(),
+                    data_qps: s
+                        .data_qps
+                        .iter()
+                        .map(|(slot, st)| format!("{slot}:{}", st.name()))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! `patronus status ADMIN`: a running node's status report (its admin endpoint's `/status`),
+//! as tables or as JSON.
+
+use crate::daemon::report::{EXPIRING_MS, StatusReport};
+use anyhow::{Context as _, Result};
+use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Fetches the report from `admin` and prints it.
+pub fn run(admin: SocketAddr, json: bool) -> Result<()> {
+    let report = fetch(admin)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+/// The report a node's admin endpoint serves.
+pub fn fetch(admin: SocketAddr) -> Result<StatusReport> {
+    let url = format!("http://{admin}/status");
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .build();
+    let body = agent
+        .get(&url)
+        .call()
+        .with_context(|| format!("asking {url} (is the node's admin endpoint there?)"))?
+        .into_string()
+        .with_context(|| format!("reading {url}"))?;
+    serde_json::from_str(&body).with_context(|| format!("{url}: not a status report"))
+}
+
+/// The report as text tables.
+pub fn render(r: &StatusReport) -> String {
+    let n = &r.node;
+    let mut out = String::new();
+    let mut node = Table::new();
+    node.load_preset(UTF8_BORDERS_ONLY).set_header(["node", ""]);
+    let pct = |a: u64, b: u64| 100.0 * a as f64 / b.max(1) as f64;
+    node.add_row(vec!["listening".into(), n.listen.clone()]);
+    node.add_row(vec![
+        "state".into(),
+        if n.draining { "draining" } else { "serving" }.to_string(),
+    ]);
+    node.add_row(vec!["uptime".into(), format!("{:.1} s", n.uptime_s)]);
+    node.add_row(vec![
+        "pool".into(),
+        format!(
+            "{} of {} bytes in use ({:.1} %), {} objects",
+            n.pool_bytes_in_use,
+            n.pool_bytes,
+            pct(n.pool_bytes_in_use, n.pool_bytes),
+            n.live_objects
+        ),
+    ]);
+    node.add_row(vec![
+        "headers / windows free".into(),
+        format!(
+            "{} of {} / {} of {}",
+            n.headers.0, n.headers.1, n.windows.0, n.windows.1
+        ),
+    ]);
+    node.add_row(vec![
+        "permissions".into(),
+        format!(
+            "{} live, {} ending within {} ms; {} granted, {} ended",
+            n.live_permissions, r.expiring_soon, EXPIRING_MS, n.granted, n.ended
+        ),
+    ]);
+    node.add_row(vec!["sessions".into(), n.sessions.to_string()]);
+    node.add_row(vec![
+        "manager CPU".into(),
+        format!(
+            "{:.3} s ({:.3} s handling requests), {} shard(s)",
+            n.manager_cpu_s, n.manager_busy_cpu_s, n.shards
+        ),
+    ]);
+    out.push_str(&format!("{node}\n"));
+
+    let mut perms = Table::new();
+    perms.load_preset(UTF8_BORDERS_ONLY).set_header([
+        "client",
+        "tenant",
+        "address",
+        "bytes",
+        "access",
+        "mode",
+        "lease left",
+        "max left",
+    ]);
+    for p in &r.permissions {
+        perms.add_row(vec![
+            p.client.to_string(),
+            p.tenant.map_or("-".into(), |t| t.to_string()),
+            p.addr.clone(),
+            p.len.to_string(),
+            p.access.clone(),
+            p.mode.clone(),
+            format!("{:.1} ms", p.lease_left_ms),
+            format!("{:.1} ms", p.hard_left_ms),
+        ]);
+    }
+    out.push_str(&format!(
+        "live permissions ({} listed of {}, soonest to end first)\n{perms}\n",
+        r.permissions.len(),
+        n.live_permissions
+    ));
+
+    let mut sessions = Table::new();
+    sessions.load_preset(UTF8_BORDERS_ONLY).set_header([
+        "client",
+        "shard",
+        "tenant",
+        "from",
+        "connected",
+        "control QP",
+        "data QPs",
+    ]);
+    for s in &r.sessions {
+        sessions.add_row(vec![
+            s.client.to_string(),
+            s.shard.to_string(),
+            s.tenant.map_or("-".into(), |t| t.to_string()),
+            s.from.clone().unwrap_or_else(|| "-".into()),
+            format!("{:.1} s", s.connected_s),
+            s.control_qp.clone(),
+            s.data_qps.join(" "),
+        ]);
+    }
+    out.push_str(&format!("sessions\n{sessions}\n"));
+    out
+}
