@@ -24,6 +24,7 @@
 pub mod client;
 pub mod cluster;
 pub mod manager;
+pub mod nodes;
 pub mod proto;
 pub mod rpc;
 #[cfg(feature = "testing")]
@@ -34,5 +35,6 @@ pub use cluster::{ClusterError, EmbeddedCluster, Transport};
 pub use manager::{
     Isolation, MemoryNode, NodeConfig, NodeError, NodeStats, TenantId, TenantSecret,
 };
+pub use nodes::{GlobalAddr, NodeId, NodePerm, NodeSet, NodeSetConfig, NodeSetError};
 pub use proto::messages::{Access, Mode, PermissionId};
 pub use rpc::RpcError;
