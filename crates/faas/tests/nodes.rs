@@ -50,7 +50,7 @@ fn analysis_chains_run_over_several_nodes(t: Transport) {
     let before = permissions(&n);
 
     // Two containers, each a compute node with a set over every memory node.
-    let devices = vec![n.open_device().unwrap(), n.open_device().unwrap()];
+    let devices = [n.open_device().unwrap(), n.open_device().unwrap()];
     let addresses = n.addresses().to_vec();
     let mut rt = Runtime::start(2, vec![analysis::chain::<Mem>()], LEASE, move |i| {
         let ctx = &devices[i % devices.len()];

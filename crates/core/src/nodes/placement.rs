@@ -113,10 +113,9 @@ impl<P: Provider> NodeSet<P> {
                 match self.outcome(node, r, true) {
                     Ok(perms) => {
                         for (i, perm) in members.into_iter().zip(perms) {
-                            match self.wrap(node, perm) {
+                            match self.wrap(node, perm, true) {
                                 Ok(p) => placed[i] = Some(p),
-                                Err((e, perm)) => {
-                                    let _ = self.members[node.index()].client.free(perm);
+                                Err(e) => {
                                     self.give_back(placed);
                                     return Err(e);
                                 }
@@ -138,12 +137,27 @@ impl<P: Provider> NodeSet<P> {
         Ok(placed.into_iter().flatten().collect())
     }
 
-    /// `perm`, granted by `node`, with its global address; or why it has none (and `perm`
-    /// back, to be given up).
-    pub(super) fn wrap(&self, node: NodeId, perm: Perm) -> Result<NodePerm, (NodeSetError, Perm)> {
+    /// `perm`, granted by `node`, with its global address; or why it has none (a node whose
+    /// pool is larger than a global address can name), having ended `perm` — and freed its
+    /// object if `free` (a new allocation nobody will use).
+    pub(super) fn wrap(
+        &mut self,
+        node: NodeId,
+        perm: Perm,
+        free: bool,
+    ) -> Result<NodePerm, NodeSetError> {
         match self.global(node, perm.addr()) {
             Ok(addr) => Ok(NodePerm { node, addr, perm }),
-            Err(e) => Err((e, perm)),
+            Err(e) => {
+                let client = &mut self.members[node.index()].client;
+                // Best effort: what cannot be ended now ends with its lease.
+                let _ = if free {
+                    client.free(perm)
+                } else {
+                    client.revoke(perm)
+                };
+                Err(e)
+            }
         }
     }
 

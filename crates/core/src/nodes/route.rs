@@ -51,7 +51,7 @@ impl<P: Provider> NodeSet<P> {
             .client
             .acquire(local, size, lease, access, mode);
         let perm = self.outcome(node, r, true)?;
-        self.wrap(node, perm).map_err(|(e, _)| e)
+        self.wrap(node, perm, false)
     }
 
     /// Sends an acquire to the node of `addr` without waiting for its answer
@@ -80,7 +80,7 @@ impl<P: Provider> NodeSet<P> {
         let node = p.node;
         let r = self.members[node.index()].client.poll_acquire(&mut p.inner);
         match self.outcome(node, r, true)? {
-            Some(perm) => self.wrap(node, perm).map(Some).map_err(|(e, _)| e),
+            Some(perm) => self.wrap(node, perm, false).map(Some),
             None => Ok(None),
         }
     }
