@@ -15,7 +15,8 @@
 //! What an application needs is at the root: a [`Client`] (control channel plus data path)
 //! with its [`ClientConfig`], the [`Perm`]issions it holds with their [`Access`] and
 //! [`Mode`], [`Batch`]es of one-sided ops, and the errors; a [`MemoryNode`] with its
-//! [`NodeConfig`]; an [`EmbeddedCluster`] for tests and demos. The modules hold the rest:
+//! [`NodeConfig`]; an [`EmbeddedCluster`] for tests and demos; a [`NodeSet`] over several
+//! memory nodes, with [`GlobalAddr`]esses ([`nodes`], `docs/multi-node.md`). The modules hold the rest:
 //! [`proto`] (wire formats), [`rpc`] (the control channel), [`manager`] (the policy core and
 //! the memory node's driver).
 #![warn(missing_docs)]
