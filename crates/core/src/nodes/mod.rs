@@ -17,7 +17,7 @@
 //!   object lives on exactly one node (a global address names it for good).
 //! - Node `i` is the `i`-th target the set was connected with: every client of a deployment
 //!   lists the nodes in the same order, so they decode each other's addresses alike.
-//! - Every call on a node goes through [`NodeSet::outcome`], so a node whose connection
+//! - Every call on a node goes through `NodeSet::outcome`, so a node whose connection
 //!   failed is marked down and named in the error, and the other nodes go on working.
 
 mod addr;
