@@ -1,8 +1,10 @@
 //! An embedded cluster: a memory node and N clients in one process on the software RNIC —
-//! in-process links by default, or the memory node behind TCP.
+//! in-process links by default, or the memory node behind TCP. [`EmbeddedNodes`]: several
+//! memory nodes in one process, for a [`NodeSet`] to connect to.
 
 use crate::client::{Client, ClientConfig, ClientError};
 use crate::manager::{MemoryNode, NodeConfig, NodeError};
+use crate::nodes::{NodeId, NodeSet, NodeSetConfig, NodeSetError};
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftProvider, TcpNode};
 use std::net::SocketAddr;
 
@@ -41,6 +43,9 @@ pub enum ClusterError {
     /// A device failed to open.
     #[error("device: {0}")]
     Device(#[from] rnic::VerbsError),
+    /// A node set failed to connect.
+    #[error("node set: {0}")]
+    Nodes(#[from] NodeSetError),
 }
 
 impl EmbeddedCluster {
@@ -81,5 +86,111 @@ impl EmbeddedCluster {
             client_ctxs,
             _fabric: fabric,
         })
+    }
+}
+
+/// Several memory nodes running in one process, each on its own device, on one transport; a
+/// compute node's [`NodeSet`] over them comes from [`EmbeddedNodes::connect`]. A node can be
+/// stopped mid-way ([`EmbeddedNodes::stop`]): its manager threads end and its device closes,
+/// so every connection to it fails, as when a machine goes away.
+#[derive(Debug)]
+pub struct EmbeddedNodes {
+    /// The running nodes and their devices, by index (`None` once stopped).
+    nodes: Vec<Option<(MemoryNode<SoftProvider>, SoftContext)>>,
+    /// Where each node listened (kept after it stopped: connecting there fails).
+    addresses: Vec<rnic::soft::SoftAddress>,
+    transport: Transport,
+    device: SoftConfig,
+    /// Client devices opened so far (their seeds differ).
+    opened: u64,
+    fabric: Option<SoftFabric>,
+}
+
+impl EmbeddedNodes {
+    /// Starts `count` memory nodes with configuration `node_cfg`.
+    pub fn start(
+        transport: Transport,
+        device: SoftConfig,
+        node_cfg: NodeConfig,
+        count: usize,
+    ) -> Result<Self, ClusterError> {
+        let fabric = (transport == Transport::InProc).then(SoftFabric::new);
+        let mut this = EmbeddedNodes {
+            nodes: Vec::with_capacity(count),
+            addresses: Vec::with_capacity(count),
+            transport,
+            device,
+            opened: 0,
+            fabric,
+        };
+        for _ in 0..count {
+            let ctx = this.open_device()?;
+            let node = MemoryNode::<SoftProvider>::start(ctx.clone(), node_cfg.clone())?;
+            this.addresses.push(node.address().clone());
+            this.nodes.push(Some((node, ctx)));
+        }
+        Ok(this)
+    }
+
+    /// A new device on the nodes' transport (its seed differs from every earlier one's).
+    pub fn open_device(&mut self) -> Result<SoftContext, ClusterError> {
+        let mut dc = self.device.clone();
+        dc.seed = dc.seed.map(|s| s.wrapping_add(self.opened));
+        self.opened += 1;
+        Ok(match &self.fabric {
+            Some(f) => f.open_device(dc),
+            None => TcpNode::open(dc, SocketAddr::from(([127, 0, 0, 1], 0)))?,
+        })
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Number of nodes started (stopped ones included).
+    pub fn len(&self) -> usize {
+        self.addresses.len()
+    }
+
+    /// Whether no node was started.
+    pub fn is_empty(&self) -> bool {
+        self.addresses.is_empty()
+    }
+
+    /// Where each node listens (or listened), by index.
+    pub fn addresses(&self) -> &[rnic::soft::SoftAddress] {
+        &self.addresses
+    }
+
+    /// Node `i`, if it runs.
+    pub fn node(&self, i: NodeId) -> Option<&MemoryNode<SoftProvider>> {
+        self.nodes.get(i.index())?.as_ref().map(|(n, _)| n)
+    }
+
+    /// A node set over every node, its clients on one new device (one compute node).
+    pub fn connect(
+        &mut self,
+        client_cfg: &ClientConfig,
+        cfg: NodeSetConfig,
+    ) -> Result<NodeSet<SoftProvider>, ClusterError> {
+        let ctx = self.open_device()?;
+        let addresses = self.addresses.clone();
+        Ok(NodeSet::connect_with(addresses.len(), cfg, |node| {
+            Client::connect(&ctx, &addresses[node.index()], client_cfg.clone())
+        })?)
+    }
+
+    /// Stops node `i`: its manager threads end and its device closes (every connection to
+    /// it fails; connecting to it is refused). Whether it was running.
+    pub fn stop(&mut self, i: NodeId) -> bool {
+        match self.nodes.get_mut(i.index()).and_then(Option::take) {
+            Some((node, ctx)) => {
+                node.shutdown();
+                drop(ctx);
+                true
+            }
+            None => false,
+        }
     }
 }

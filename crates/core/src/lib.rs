@@ -15,7 +15,8 @@
 //! What an application needs is at the root: a [`Client`] (control channel plus data path)
 //! with its [`ClientConfig`], the [`Perm`]issions it holds with their [`Access`] and
 //! [`Mode`], [`Batch`]es of one-sided ops, and the errors; a [`MemoryNode`] with its
-//! [`NodeConfig`]; an [`EmbeddedCluster`] for tests and demos. The modules hold the rest:
+//! [`NodeConfig`]; an [`EmbeddedCluster`] for tests and demos; a [`NodeSet`] over several
+//! memory nodes, with [`GlobalAddr`]esses ([`nodes`], `docs/multi-node.md`). The modules hold the rest:
 //! [`proto`] (wire formats), [`rpc`] (the control channel), [`manager`] (the policy core and
 //! the memory node's driver).
 #![warn(missing_docs)]
@@ -24,6 +25,7 @@
 pub mod client;
 pub mod cluster;
 pub mod manager;
+pub mod nodes;
 pub mod proto;
 pub mod rpc;
 #[cfg(feature = "testing")]
@@ -34,5 +36,6 @@ pub use cluster::{ClusterError, EmbeddedCluster, Transport};
 pub use manager::{
     Isolation, MemoryNode, NodeConfig, NodeError, NodeStats, TenantId, TenantSecret,
 };
+pub use nodes::{GlobalAddr, NodeId, NodePerm, NodeSet, NodeSetConfig, NodeSetError};
 pub use proto::messages::{Access, Mode, PermissionId};
 pub use rpc::RpcError;

@@ -1,0 +1,247 @@
+//! Calls that name an object or a permission go to its node: acquire (blocking and
+//! pipelined), extend, revoke, free, share, the single data-path ops, and named roots.
+//!
+//! Invariants:
+//! - A global address is decoded once, at the call; the node's client only ever sees
+//!   node-local addresses, and the set hands out only global ones.
+//! - A call on a permission of a node marked down, granted in the session that was lost (or
+//!   earlier), fails at once with [`NodeSetError::NodeDown`] and sends nothing.
+//! - Named roots live on node 0 ([`NAMES_NODE`]) and hold global addresses, so a name can lead
+//!   to an object on any node; node 0 stays the names' home as nodes are added at the end.
+
+use super::{GlobalAddr, NodeId, NodePerm, NodeSet, NodeSetError};
+use crate::client::PendingAcquire;
+use crate::manager::TenantId;
+use crate::proto::messages::{Access, Mode};
+use rnic::Provider;
+use std::time::Duration;
+
+/// The node that keeps the set's named roots.
+pub const NAMES_NODE: NodeId = NodeId(0);
+
+/// An acquire sent to a node and not yet answered ([`NodeSet::start_acquire`]).
+#[derive(Debug)]
+#[must_use = "a pending acquire is polled to its end or abandoned"]
+pub struct NodePending {
+    node: NodeId,
+    inner: PendingAcquire,
+}
+
+impl NodePending {
+    /// The node asked.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+}
+
+impl<P: Provider> NodeSet<P> {
+    /// `acquire(addr, size, lease, access, mode)` over the object at global address `addr`, on
+    /// its node.
+    pub fn acquire(
+        &mut self,
+        addr: u64,
+        size: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<NodePerm, NodeSetError> {
+        let (node, local) = self.locate(addr)?;
+        self.usable(node)?;
+        let r = self.members[node.index()]
+            .client
+            .acquire(local, size, lease, access, mode);
+        let perm = self.outcome(node, r, true)?;
+        self.wrap(node, perm, false)
+    }
+
+    /// Sends an acquire to the node of `addr` without waiting for its answer
+    /// ([`NodeSet::poll_acquire`] takes it). `ControlBusy` (as a node's error) when that
+    /// node's client has as many requests unanswered as it can.
+    pub fn start_acquire(
+        &mut self,
+        addr: u64,
+        size: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<NodePending, NodeSetError> {
+        let (node, local) = self.locate(addr)?;
+        self.usable(node)?;
+        let r = self.members[node.index()]
+            .client
+            .start_acquire(local, size, lease, access, mode);
+        let inner = self.outcome(node, r, true)?;
+        Ok(NodePending { node, inner })
+    }
+
+    /// The permission `p` asked for, once its answer is here (`Ok(None)` while in flight).
+    /// Never blocks.
+    pub fn poll_acquire(&mut self, p: &mut NodePending) -> Result<Option<NodePerm>, NodeSetError> {
+        let node = p.node;
+        let r = self.members[node.index()].client.poll_acquire(&mut p.inner);
+        match self.outcome(node, r, true)? {
+            Some(perm) => self.wrap(node, perm, false).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Gives up a pending acquire: its grant, if one comes, runs out unused.
+    pub fn abandon_acquire(&mut self, p: NodePending) {
+        self.members[p.node.index()].client.abandon_acquire(p.inner);
+    }
+
+    /// Waits up to `max` (sleeping) for an answer from `node` to a pipelined request; whether
+    /// one is here.
+    pub fn wait_for_reply(&mut self, node: NodeId, max: Duration) -> Result<bool, NodeSetError> {
+        self.member(node, u64::MAX)?;
+        let r = self.members[node.index()].client.wait_for_reply(max);
+        self.outcome(node, r, false)
+    }
+
+    /// CN-collaborated extension (one-sided CAS on the lifetime word, on the permission's
+    /// node).
+    pub fn extend(&mut self, p: &NodePerm, lease: Duration) -> Result<(), NodeSetError> {
+        self.alive(p)?;
+        let r = self.members[p.node.index()].client.extend(&p.perm, lease);
+        self.outcome(p.node, r, false)
+    }
+
+    /// RPC-based extension, on the permission's node.
+    pub fn extend_rpc(&mut self, p: &NodePerm, lease: Duration) -> Result<(), NodeSetError> {
+        self.alive(p)?;
+        let r = self.members[p.node.index()]
+            .client
+            .extend_rpc(&p.perm, lease);
+        self.outcome(p.node, r, true)
+    }
+
+    /// `revoke(perm)` on its node: its rkeys fail once this returns.
+    pub fn revoke(&mut self, p: NodePerm) -> Result<(), NodeSetError> {
+        self.alive(&p)?;
+        let r = self.members[p.node.index()].client.revoke(p.perm);
+        self.outcome(p.node, r, true)
+    }
+
+    /// `revoke` of every permission of `perms`: one [`Client::revoke_many`] per node (one
+    /// round trip per node and group of 16). Every permission is ended or reported; the first
+    /// failure is returned once all were tried.
+    ///
+    /// [`Client::revoke_many`]: crate::client::Client::revoke_many
+    pub fn revoke_many(&mut self, perms: Vec<NodePerm>) -> Result<(), NodeSetError> {
+        let mut first = None;
+        let mut groups: Vec<(NodeId, Vec<crate::client::Perm>)> = Vec::new();
+        for p in perms {
+            if let Err(e) = self.alive(&p) {
+                first.get_or_insert(e);
+                continue;
+            }
+            match groups.iter_mut().find(|(n, _)| *n == p.node) {
+                Some((_, g)) => g.push(p.perm),
+                None => groups.push((p.node, vec![p.perm])),
+            }
+        }
+        for (node, group) in groups {
+            let r = self.members[node.index()].client.revoke_many(group);
+            if let Err(e) = self.outcome(node, r, true) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Ends the permission and frees the object, on its node (see [`Client::free`]: a
+    /// permission of an earlier session of a node that is back is freed through a new one).
+    ///
+    /// [`Client::free`]: crate::client::Client::free
+    pub fn free(&mut self, p: NodePerm) -> Result<(), NodeSetError> {
+        self.usable(p.node)?;
+        let r = self.members[p.node.index()].client.free(p.perm);
+        self.outcome(p.node, r, true)
+    }
+
+    /// Lets clients of `tenant` acquire the object at global address `addr` (see
+    /// [`Client::share`](crate::client::Client::share)).
+    pub fn share(
+        &mut self,
+        addr: u64,
+        tenant: TenantId,
+        access: Option<Access>,
+    ) -> Result<(), NodeSetError> {
+        let (node, local) = self.locate(addr)?;
+        self.usable(node)?;
+        let r = self.members[node.index()]
+            .client
+            .share(local, tenant, access);
+        self.outcome(node, r, true)
+    }
+
+    /// Reads `dst.len()` bytes at `offset` of the permission's buffer.
+    pub fn read(&mut self, p: &NodePerm, offset: u64, dst: &mut [u8]) -> Result<(), NodeSetError> {
+        self.alive(p)?;
+        let r = self.members[p.node.index()]
+            .client
+            .read(&p.perm, offset, dst);
+        self.outcome(p.node, r, false)
+    }
+
+    /// Writes `src` at `offset` of the permission's buffer.
+    pub fn write(&mut self, p: &NodePerm, offset: u64, src: &[u8]) -> Result<(), NodeSetError> {
+        self.alive(p)?;
+        let r = self.members[p.node.index()]
+            .client
+            .write(&p.perm, offset, src);
+        self.outcome(p.node, r, false)
+    }
+
+    /// Compare-and-swap on the aligned word at `offset`; the previous value.
+    pub fn cas(
+        &mut self,
+        p: &NodePerm,
+        offset: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, NodeSetError> {
+        self.alive(p)?;
+        let r = self.members[p.node.index()]
+            .client
+            .cas(&p.perm, offset, compare, swap);
+        self.outcome(p.node, r, false)
+    }
+
+    /// Fetch-and-add on the aligned word at `offset`; the previous value.
+    pub fn faa(&mut self, p: &NodePerm, offset: u64, add: u64) -> Result<u64, NodeSetError> {
+        self.alive(p)?;
+        let r = self.members[p.node.index()]
+            .client
+            .faa(&p.perm, offset, add);
+        self.outcome(p.node, r, false)
+    }
+
+    /// Publishes the object at global address `addr` under `name`, on [`NAMES_NODE`].
+    pub fn publish(&mut self, name: &str, addr: u64, len: u64) -> Result<(), NodeSetError> {
+        self.locate(addr)?;
+        self.usable(NAMES_NODE)?;
+        let r = self.members[NAMES_NODE.index()]
+            .client
+            .publish(name, addr, len);
+        self.outcome(NAMES_NODE, r, true)
+    }
+
+    /// The object published under `name`: (global address, length).
+    pub fn lookup(&mut self, name: &str) -> Result<(u64, u64), NodeSetError> {
+        self.usable(NAMES_NODE)?;
+        let r = self.members[NAMES_NODE.index()].client.lookup(name);
+        let (addr, len) = self.outcome(NAMES_NODE, r, true)?;
+        // A name published by a client of one node holds a node-local address: refused.
+        let g = GlobalAddr::try_from(addr)?;
+        self.locate(g.into())?;
+        Ok((addr, len))
+    }
+
+    /// Withdraws `name`.
+    pub fn unpublish(&mut self, name: &str) -> Result<(), NodeSetError> {
+        self.usable(NAMES_NODE)?;
+        let r = self.members[NAMES_NODE.index()].client.unpublish(name);
+        self.outcome(NAMES_NODE, r, true)
+    }
+}

@@ -1,0 +1,282 @@
+//! [`RemoteMemory`] over several memory nodes: a region is a [`NodePerm`], addresses are
+//! global ([`GlobalAddr`](patronus_core::nodes::GlobalAddr): below 2^48 and never 0, so RACE's
+//! 48-bit pointers and the queue's root-relative ones hold them unchanged), allocations go
+//! round the nodes ([`NodeSet::allocate_many`]), a batch is one doorbell per node it touches,
+//! and named roots live on node 0 (`docs/multi-node.md`).
+//!
+//! Errors keep their meaning ([`MemError::Rejected`] for an ended right, ...); a node that is
+//! gone is [`MemError::Failed`] with the node named, never `Rejected` or `NotFound`, so a
+//! structure does not take a lost node's objects for freed ones and retry forever.
+
+use crate::memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
+use patronus_core::client::{ClientError, OpResult};
+use patronus_core::nodes::{NodeId, NodeOp, NodePending, NodePerm, NodeSet, NodeSetError};
+use patronus_core::proto::messages::{Access, Mode};
+use rnic::{Provider, Timestamp};
+use std::collections::HashMap;
+use std::time::Duration;
+
+impl Region for NodePerm {
+    fn addr(&self) -> u64 {
+        NodePerm::addr(self)
+    }
+
+    fn len(&self) -> u64 {
+        NodePerm::len(self)
+    }
+}
+
+impl From<NodeSetError> for MemError {
+    fn from(e: NodeSetError) -> Self {
+        match e {
+            NodeSetError::Node { source, node } => match MemError::from(source) {
+                MemError::Failed(what) => MemError::Failed(format!("{node}: {what}")),
+                other => other,
+            },
+            NodeSetError::NoNodeAvailable { last } => match *last {
+                NodeSetError::Node {
+                    source:
+                        ClientError::NoMemory | ClientError::PoolExhausted | ClientError::QuotaExceeded,
+                    ..
+                } => MemError::Exhausted,
+                other => MemError::Failed(format!("no memory node could allocate: {other}")),
+            },
+            NodeSetError::Address(_) => MemError::Invalid("not a global address of this node set"),
+            other => MemError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// A [`NodeSet`] as remote memory for the data structures.
+#[derive(Debug)]
+pub struct NodeSetMemory<P: Provider> {
+    set: NodeSet<P>,
+    /// Acquires in flight, by ticket.
+    acquiring: HashMap<u64, NodePending>,
+    next_ticket: u64,
+}
+
+impl<P: Provider> NodeSetMemory<P> {
+    /// Wraps a node set.
+    pub fn new(set: NodeSet<P>) -> Self {
+        NodeSetMemory {
+            set,
+            acquiring: HashMap::new(),
+            next_ticket: 0,
+        }
+    }
+
+    /// The node set.
+    pub fn set(&self) -> &NodeSet<P> {
+        &self.set
+    }
+
+    /// The node set, mutably.
+    pub fn set_mut(&mut self) -> &mut NodeSet<P> {
+        &mut self.set
+    }
+
+    /// Gives the node set back.
+    pub fn into_set(self) -> NodeSet<P> {
+        self.set
+    }
+}
+
+/// How long one look at a node waits when acquires are in flight at several nodes, so an
+/// answer from another node waits at most this long to be noticed.
+const WAIT_SLICE: Duration = Duration::from_micros(200);
+
+impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
+    type Region = NodePerm;
+
+    fn allocate(
+        &mut self,
+        sizes: &[u64],
+        lease: Duration,
+        mode: Mode,
+    ) -> Result<Vec<NodePerm>, MemError> {
+        Ok(self.set.allocate_many(sizes, lease, mode)?)
+    }
+
+    fn acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<NodePerm, MemError> {
+        Ok(self.set.acquire(addr, len, lease, access, mode)?)
+    }
+
+    fn start_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Acquiring<NodePerm> {
+        match self.set.start_acquire(addr, len, lease, access, mode) {
+            Ok(p) => {
+                self.next_ticket += 1;
+                self.acquiring.insert(self.next_ticket, p);
+                Acquiring::InFlight(self.next_ticket)
+            }
+            // As many requests in flight at that node as its channel takes: wait for this one.
+            Err(NodeSetError::Node {
+                source: ClientError::ControlBusy,
+                ..
+            }) => Acquiring::Answered(self.acquire(addr, len, lease, access, mode)),
+            Err(e) => Acquiring::Answered(Err(e.into())),
+        }
+    }
+
+    fn poll_acquire(&mut self, a: Acquiring<NodePerm>) -> Acquiring<NodePerm> {
+        let ticket = match a {
+            Acquiring::InFlight(t) => t,
+            answered => return answered,
+        };
+        let Some(p) = self.acquiring.get_mut(&ticket) else {
+            return Acquiring::Answered(Err(MemError::Invalid("no such acquire in flight")));
+        };
+        match self.set.poll_acquire(p) {
+            Ok(None) => Acquiring::InFlight(ticket),
+            Ok(Some(perm)) => {
+                self.acquiring.remove(&ticket);
+                Acquiring::Answered(Ok(perm))
+            }
+            Err(e) => {
+                self.acquiring.remove(&ticket);
+                Acquiring::Answered(Err(e.into()))
+            }
+        }
+    }
+
+    fn abandon_acquire(&mut self, a: Acquiring<NodePerm>) {
+        match a {
+            Acquiring::InFlight(t) => {
+                if let Some(p) = self.acquiring.remove(&t) {
+                    self.set.abandon_acquire(p);
+                }
+            }
+            Acquiring::Answered(Ok(perm)) => drop(perm), // its lease runs out
+            Acquiring::Answered(Err(_)) => {}
+        }
+    }
+
+    fn wait(&mut self, max: Duration) {
+        let mut nodes: Vec<NodeId> = self.acquiring.values().map(NodePending::node).collect();
+        nodes.sort();
+        nodes.dedup();
+        match nodes.as_slice() {
+            [] => {}
+            // Errors (a node gone) show at the next poll of its acquires.
+            [one] => {
+                let _ = self.set.wait_for_reply(*one, max);
+            }
+            // Answers come from several nodes: look at each in turn, a slice at a time, so
+            // one node's answer is not slept through waiting for another's.
+            several => {
+                let rounds = (max.as_micros() / WAIT_SLICE.as_micros()).max(1);
+                for r in 0..rounds {
+                    let node = several[r as usize % several.len()];
+                    if let Ok(true) = self.set.wait_for_reply(node, WAIT_SLICE.min(max)) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn arm(&mut self) -> bool {
+        for node in self.set.nodes().collect::<Vec<_>>() {
+            if let Some(c) = self.set.client(node) {
+                c.arm();
+            }
+        }
+        !self.acquiring.is_empty()
+    }
+
+    fn extend(&mut self, region: &NodePerm, lease: Duration) -> Result<(), MemError> {
+        Ok(self.set.extend(region, lease)?)
+    }
+
+    fn expires_within(&self, region: &NodePerm, margin: Duration) -> bool {
+        let now = self
+            .set
+            .client(region.node())
+            .map_or_else(|| self.set.now(), |c| c.clock().now());
+        region.expiry().since(now) <= margin
+    }
+
+    fn now(&self) -> Timestamp {
+        self.set.now()
+    }
+
+    fn release(&mut self, region: NodePerm) -> Result<(), MemError> {
+        Ok(self.set.revoke(region)?)
+    }
+
+    fn release_many(&mut self, regions: Vec<NodePerm>) -> Result<(), MemError> {
+        Ok(self.set.revoke_many(regions)?)
+    }
+
+    fn relinquish(&mut self, region: NodePerm) -> Result<(), MemError> {
+        // The lease runs out at its memory node: no revoke RPC (§5.4).
+        drop(region);
+        Ok(())
+    }
+
+    fn free(&mut self, region: NodePerm) -> Result<(), MemError> {
+        Ok(self.set.free(region)?)
+    }
+
+    fn execute(&mut self, ops: &[MemOp<'_, NodePerm>]) -> Vec<Result<MemOut, MemError>> {
+        let ops: Vec<NodeOp<'_>> = ops
+            .iter()
+            .map(|op| match *op {
+                MemOp::Read { on, offset, len } => NodeOp::Read { on, offset, len },
+                MemOp::Write { on, offset, data } => NodeOp::Write { on, offset, data },
+                MemOp::Cas {
+                    on,
+                    offset,
+                    compare,
+                    swap,
+                } => NodeOp::Cas {
+                    on,
+                    offset,
+                    compare,
+                    swap,
+                },
+                MemOp::Faa { on, offset, add } => NodeOp::Faa { on, offset, add },
+            })
+            .collect();
+        self.set
+            .execute(&ops)
+            .into_iter()
+            .map(|r| {
+                r.map(|out| match out {
+                    OpResult::Read(bytes) => MemOut::Read(bytes),
+                    OpResult::Written => MemOut::Written,
+                    OpResult::Atomic(v) => MemOut::Atomic(v),
+                })
+                .map_err(MemError::from)
+            })
+            .collect()
+    }
+}
+
+impl<P: Provider> NamedRoots for NodeSetMemory<P> {
+    fn publish(&mut self, name: &str, addr: u64, len: u64) -> Result<(), MemError> {
+        Ok(self.set.publish(name, addr, len)?)
+    }
+
+    fn lookup(&mut self, name: &str) -> Result<(u64, u64), MemError> {
+        Ok(self.set.lookup(name)?)
+    }
+
+    fn unpublish(&mut self, name: &str) -> Result<(), MemError> {
+        Ok(self.set.unpublish(name)?)
+    }
+}
