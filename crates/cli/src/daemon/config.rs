@@ -415,6 +415,14 @@ mod tests {
     }
 
     #[test]
+    fn the_sample_in_docs_is_valid() {
+        let sample = include_str!("../../../../docs/deploy/mn.toml");
+        let cfg = DaemonConfig::parse(sample).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.tenants().unwrap().len(), 2);
+    }
+
+    #[test]
     fn bad_files_name_the_problem_in_one_line() {
         let cases = [
             ("pool_mb = 5\n", "unknown field `pool_mb`"),
