@@ -25,7 +25,7 @@ fn status_shows_what_lives(t: Transport) {
         .unwrap();
     let (status, stats) = c.node.status();
     assert_eq!(status.permissions_total, 1);
-    let listed = &status.permissions[0];
+    let listed = &status.permissions[0].permission;
     assert_eq!((listed.addr, listed.len), (p.addr(), p.len()));
     assert_eq!(
         (listed.access, listed.mode),

@@ -114,10 +114,11 @@ impl StatusReport {
         let permissions: Vec<PermissionRow> = status
             .permissions
             .iter()
-            .map(|p| PermissionRow {
-                shard: p.shard,
+            .map(|s| (s, &s.permission))
+            .map(|(s, p)| PermissionRow {
+                shard: s.shard,
                 client: p.client,
-                tenant: p.tenant,
+                tenant: s.tenant,
                 addr: format!("{:#x}", p.addr),
                 len: p.len,
                 access: match p.access {

@@ -487,7 +487,7 @@ impl<P: Provider> MemoryNode<P> {
             all.permissions_total += s.permissions_total;
             all.sessions.extend(s.sessions.iter().cloned());
         }
-        all.permissions.sort_by_key(|p| p.lease_left);
+        all.permissions.sort_by_key(|p| p.permission.lease_left);
         all.permissions.truncate(STATUS_PERMISSIONS);
         all.sessions.sort_by_key(|s| (s.client, s.shard));
         (all, stats)

@@ -178,14 +178,8 @@ impl<P: Provider> Runner<P> {
             .into_iter()
             .map(|p| PermissionStatus {
                 shard: self.shard,
-                client: p.client,
                 tenant: tenants.get(&p.client).copied(),
-                addr: p.addr,
-                len: p.len,
-                access: p.access,
-                mode: p.mode,
-                lease_left: p.lease_left,
-                hard_left: p.hard_left,
+                permission: p,
             })
             .collect();
         let sessions = self

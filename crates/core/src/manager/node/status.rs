@@ -7,9 +7,9 @@
 //!
 //! [`MemoryNode::status`]: super::MemoryNode::status
 
+use super::super::core::LivePermission;
 use super::super::state::ClientId;
 use super::super::tenants::TenantId;
-use crate::proto::messages::{Access, Mode};
 use rnic::QpState;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -17,27 +17,15 @@ use std::time::Duration;
 /// Most permissions a status lists (the soonest to end first); the count is always whole.
 pub const STATUS_PERMISSIONS: usize = 1000;
 
-/// A live permission (no rkey).
+/// A live permission (no rkey), with the shard holding it and its holder's tenant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PermissionStatus {
     /// The shard holding it.
     pub shard: usize,
-    /// Its holder.
-    pub client: ClientId,
     /// The holder's tenant (`None`: not known to this node any more).
     pub tenant: Option<TenantId>,
-    /// The memory it covers.
-    pub addr: u64,
-    /// Bytes.
-    pub len: u64,
-    /// Read, or read-write.
-    pub access: Access,
-    /// Shared or exclusive.
-    pub mode: Mode,
-    /// Until its lease ends (extensions move it).
-    pub lease_left: Duration,
-    /// Until its maximum lifetime ends (forced invalidation).
-    pub hard_left: Duration,
+    /// The permission: holder, memory, access, mode, time left.
+    pub permission: LivePermission,
 }
 
 /// A client's session on one shard.
