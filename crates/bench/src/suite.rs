@@ -2,7 +2,7 @@
 //! `report.md`; at the end a compact comparison table is printed and added to the report.
 
 use crate::experiments;
-use crate::harness::{BenchOpts, Experiment, markdown_table, start_report, write_all};
+use crate::harness::{BenchOpts, Experiment, markdown_table, start_report, write_all, wrote_line};
 use anyhow::{Context as _, Result};
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -25,12 +25,13 @@ pub fn run(names: &[String], opts: &BenchOpts) -> Result<Vec<Experiment>> {
     )?;
     let started = std::time::Instant::now();
     let mut done = Vec::new();
+    let mut written = Vec::new();
     for name in &names {
         println!();
         let t0 = std::time::Instant::now();
         let mut exp = experiments::run(name, opts).with_context(|| format!("experiment {name}"))?;
         exp.wall_s = t0.elapsed().as_secs_f64();
-        write_all(&opts.out, &exp)?;
+        written.push(write_all(&opts.out, &exp)?);
         done.push(exp);
     }
     let summary = summary(&done);
@@ -43,11 +44,7 @@ pub fn run(names: &[String], opts: &BenchOpts) -> Result<Vec<Experiment>> {
     let report = opts.out.join("report.md");
     let mut f = OpenOptions::new().append(true).open(&report)?;
     writeln!(f, "\n## Summary\n\n{summary}")?;
-    println!(
-        "Wrote JSON, SVG figures and {} ({} experiments)",
-        report.display(),
-        done.len()
-    );
+    println!("{}", wrote_line(&written, &report));
     Ok(done)
 }
 

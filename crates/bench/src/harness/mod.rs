@@ -15,7 +15,9 @@ pub use cpu::{process_cpu, thread_cpu};
 pub use latency::Latency;
 pub use plot::render_svg;
 pub use progress::bar;
-pub use report::{append_report, markdown_table, start_report, write_all, write_json};
+pub use report::{
+    Written, append_report, markdown_table, start_report, write_all, write_json, wrote_line,
+};
 pub use result::{
     Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };

@@ -1,7 +1,8 @@
 //! Figures as SVG: the panels of a [`Figure`] side by side under its title.
 //!
-//! Text needs a font (see the `font` module); without one rendering fails with an error, never a
-//! panic, and the caller still writes the JSON and the report.
+//! Text needs a font (see the `font` module: one is bundled, `PATRONUS_FONT` may name another);
+//! if it cannot be loaded rendering fails with an error, never a panic, and the caller still
+//! writes the JSON and the report.
 //!
 //! Data is never trusted to be plottable: non-finite values are dropped, and so are
 //! non-positive values on a logarithmic axis; a panel left with nothing to draw gets an empty
@@ -39,8 +40,8 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// Draws `fig` as an SVG at `path`: panels side by side (480×360 px each) under the title.
 ///
-/// Fails if no font can be loaded (install `fonts-dejavu-core` or set `PATRONUS_FONT`) or the
-/// file cannot be written; nothing is written on failure.
+/// Fails if the font cannot be loaded (only when `PATRONUS_FONT` names an unusable file) or
+/// the file cannot be written; nothing is written on failure.
 pub fn render_svg(fig: &Figure, path: &Path) -> Result<()> {
     let svg = svg_string(fig)?;
     std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
@@ -428,9 +429,7 @@ mod tests {
 
     fn require_font() {
         if let Err(e) = ensure_font() {
-            panic!(
-                "SVG tests need a font: install fonts-dejavu-core (apt-get install -y fonts-dejavu-core) or set PATRONUS_FONT: {e}"
-            );
+            panic!("SVG tests need the bundled font (is PATRONUS_FONT set to a bad file?): {e}");
         }
     }
 

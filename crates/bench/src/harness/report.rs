@@ -57,26 +57,74 @@ pub fn append_report(dir: &Path, exp: &Experiment, svg_name: Option<&str>) -> Re
         .with_context(|| format!("appending to {}", path.display()))
 }
 
+/// What [`write_all`] put on disk for one experiment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The experiment's name.
+    pub experiment: String,
+    /// `<experiment>.json`.
+    pub json: PathBuf,
+    /// `<experiment>.svg`, if a figure was drawn.
+    pub svg: Option<PathBuf>,
+    /// Whether the experiment has a figure to draw (false for table-only experiments).
+    pub has_figure: bool,
+}
+
 /// JSON, then the SVG (skipped when the figure has no panels; a rendering failure is printed
-/// to stderr and the section goes without image), then the report section.
-pub fn write_all(dir: &Path, exp: &Experiment) -> Result<()> {
-    write_json(dir, exp)?;
+/// to stderr and the section goes without image), then the report section. Returns what was
+/// written.
+pub fn write_all(dir: &Path, exp: &Experiment) -> Result<Written> {
+    let json = write_json(dir, exp)?;
     let svg_name = format!("{}.svg", exp.experiment);
-    let drawn = if exp.figure.panels.is_empty() {
-        false
-    } else {
-        match render_svg(&exp.figure, &dir.join(&svg_name)) {
-            Ok(()) => true,
+    let has_figure = !exp.figure.panels.is_empty();
+    let svg = if has_figure {
+        let path = dir.join(&svg_name);
+        match render_svg(&exp.figure, &path) {
+            Ok(()) => Some(path),
             Err(e) => {
                 eprintln!(
                     "warning: {}: figure not drawn ({e:#}); report written without it",
                     exp.experiment
                 );
-                false
+                None
             }
         }
+    } else {
+        None
     };
-    append_report(dir, exp, drawn.then_some(svg_name.as_str()))
+    append_report(dir, exp, svg.is_some().then_some(svg_name.as_str()))?;
+    Ok(Written {
+        experiment: exp.experiment.clone(),
+        json,
+        svg,
+        has_figure,
+    })
+}
+
+/// The suite's closing line, counted from what was really written: "Wrote 13 JSON files,
+/// 12 SVG figures and DIR/report.md", then the figures that were due but not drawn, if any.
+pub fn wrote_line(written: &[Written], report: &Path) -> String {
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let svgs = written.iter().filter(|w| w.svg.is_some()).count();
+    let mut line = format!(
+        "Wrote {}, {} and {}",
+        plural(written.len(), "JSON file", "JSON files"),
+        plural(svgs, "SVG figure", "SVG figures"),
+        report.display()
+    );
+    let missing: Vec<&str> = written
+        .iter()
+        .filter(|w| w.has_figure && w.svg.is_none())
+        .map(|w| w.experiment.as_str())
+        .collect();
+    if !missing.is_empty() {
+        line.push_str(&format!(
+            "; NOT drawn (see the warnings above): {}",
+            missing.join(", ")
+        ));
+    }
+    line
 }
 
 /// A GitHub-flavoured markdown table, columns padded to line up in a terminal. Short rows are
@@ -437,10 +485,19 @@ mod tests {
         )
         .unwrap();
         let e = sample();
-        write_all(&dir, &e).unwrap();
+        let first = write_all(&dir, &e).unwrap();
         let mut other = Experiment::new("table5", "inproc", true);
         other.rows.push(Row::new("MW bind", 0));
-        write_all(&dir, &other).unwrap();
+        let second = write_all(&dir, &other).unwrap();
+        // The bundled font draws every figure, on any machine.
+        assert_eq!(first.svg, Some(dir.join("fig_test.svg")));
+        assert_eq!(first.json, dir.join("fig_test.json"));
+        assert_eq!((second.svg.as_deref(), second.has_figure), (None, false));
+        let report = dir.join(REPORT_FILE);
+        assert_eq!(
+            wrote_line(&[first, second], &report),
+            format!("Wrote 2 JSON files, 1 SVG figure and {}", report.display())
+        );
         let md = std::fs::read_to_string(dir.join(REPORT_FILE)).unwrap();
         assert!(md.starts_with("# Patronus evaluation\n\nFirst.\n\nSecond.\n\n## Test figure"));
         assert!(md.contains("## table5 (inproc, quick)"));
@@ -465,7 +522,15 @@ mod tests {
         let dir = temp_dir("nofig");
         // A directory where the SVG should go makes rendering fail like a missing font would.
         std::fs::create_dir_all(dir.join("fig_test.svg")).unwrap();
-        write_all(&dir, &sample()).unwrap();
+        let w = write_all(&dir, &sample()).unwrap();
+        assert_eq!((w.svg.as_deref(), w.has_figure), (None, true));
+        assert_eq!(
+            wrote_line(&[w], &dir.join(REPORT_FILE)),
+            format!(
+                "Wrote 1 JSON file, 0 SVG figures and {}; NOT drawn (see the warnings above): fig_test",
+                dir.join(REPORT_FILE).display()
+            )
+        );
         let md = std::fs::read_to_string(dir.join(REPORT_FILE)).unwrap();
         assert!(md.contains("| Patronus "), "{md}");
         assert!(!md.contains("]("), "no image link: {md}");
