@@ -3,6 +3,7 @@
 
 use crate::{connect, ms_since, now};
 use anyhow::{Context as _, Result, bail};
+use patronus_core::nodes::{NodeId, NodeSet, NodeSetConfig};
 use patronus_core::{Access, ClientError, Mode};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -208,44 +209,55 @@ pub struct TwoNodesArgs {
     nodes: Vec<SocketAddr>,
 }
 
-/// A `Client` per memory node in one process: allocate and write on each, then read each
-/// back through a fresh permission, then free.
+/// One client process over several memory nodes through the multi-node handle
+/// (`NodeSet`): two objects per node placed round robin, each written, then read back
+/// through a fresh permission acquired by its global address, then freed.
 pub fn two_nodes(a: &TwoNodesArgs) -> Result<()> {
+    let mut devices = Vec::new();
     let mut clients = Vec::new();
     for &node in &a.nodes {
-        clients.push((node, connect(node, Duration::from_secs(1))?));
+        let (dev, c) = connect(node, Duration::from_secs(1))?;
+        devices.push(dev);
+        clients.push(c);
     }
+    let mut set = NodeSet::from_clients(clients, NodeSetConfig::default())
+        .context("a node set over the memory nodes")?;
+    let node_addr = |n: NodeId| a.nodes[n.index()];
     let mut objects = Vec::new();
-    for (node, (_, c)) in &mut clients {
-        let text = format!("object on memory node {node}");
-        let p = c.allocate(text.len() as u64, Duration::from_secs(1), Mode::Exclusive)?;
-        c.write(&p, 0, text.as_bytes())?;
+    for _ in 0..2 * a.nodes.len() {
+        // The text names the node the object was placed on: room for any address.
+        let p = set.allocate(64, Duration::from_secs(1), Mode::Exclusive)?;
+        let text = format!("object on memory node {}", node_addr(p.node()));
+        set.write(&p, 0, text.as_bytes())?;
         println!(
-            "allocated node={node} addr={:#x} len={}",
+            "allocated node={} global={:#x} len={}",
+            node_addr(p.node()),
             p.addr(),
             text.len()
         );
         objects.push((p.addr(), text));
-        c.revoke(p)?;
+        set.revoke(p)?;
     }
-    for ((node, (_, c)), (addr, text)) in clients.iter_mut().zip(&objects) {
-        let len = text.len() as u64;
-        let p = c.acquire(
+    for (addr, text) in &objects {
+        let p = set.acquire(
             *addr,
-            len,
+            text.len() as u64,
             Duration::from_secs(1),
             Access::ReadWrite,
             Mode::Shared,
         )?;
+        let node = node_addr(p.node());
         let mut buf = vec![0u8; text.len()];
-        c.read(&p, 0, &mut buf)?;
+        set.read(&p, 0, &mut buf)?;
         let back = String::from_utf8_lossy(&buf);
         println!("read node={node} addr={addr:#x} text={back}");
         if back != *text {
             bail!("node {node}: read {back:?}, wrote {text:?}");
         }
-        c.free(p)?;
+        set.free(p)?;
     }
+    drop(set);
+    drop(devices);
     println!("two-nodes ok nodes={}", a.nodes.len());
     Ok(())
 }

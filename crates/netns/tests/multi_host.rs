@@ -348,8 +348,8 @@ fn link_flap_loses_and_doubles_nothing() {
     });
 }
 
-/// (d) Two memory nodes serve one client process: one `Client` per node, an object allocated
-/// on each, each read back from its own node.
+/// (d) Two memory nodes serve one client process through the multi-node handle (`NodeSet`):
+/// objects placed on both, each read back from its own node by its global address.
 #[test]
 fn one_client_process_uses_two_memory_nodes() {
     run_or_skip("one_client_process_uses_two_memory_nodes", || {
