@@ -166,6 +166,8 @@ pub struct DaemonConfig {
     pub device: String,
     /// Buffer pool, MiB.
     pub pool_mib: u64,
+    /// Back the pool with transparent huge pages where the kernel has them (soft RNIC).
+    pub huge_pages: bool,
     /// Manager threads (shards).
     pub shards: usize,
     /// How clients are isolated.
@@ -203,6 +205,7 @@ impl Default for DaemonConfig {
             provider: ProviderSetting::Soft,
             device: String::new(),
             pool_mib: 64,
+            huge_pages: false,
             shards: 1,
             isolation: IsolationSetting::PdPerClient,
             max_lease_ms: 1000,

@@ -33,6 +33,10 @@ pub struct ServeFlags {
     /// Buffer pool, MiB [file: pool_mib].
     #[arg(long, env = "PATRONUS_POOL_MIB")]
     pub pool_mib: Option<u64>,
+    /// Back the pool with transparent huge pages where the kernel has them [file:
+    /// huge_pages].
+    #[arg(long, env = "PATRONUS_HUGE_PAGES")]
+    pub huge_pages: Option<bool>,
     /// Manager threads (shards), each owning a slice of the pools [file: shards].
     #[arg(long, env = "PATRONUS_SHARDS")]
     pub shards: Option<usize>,
@@ -100,6 +104,7 @@ impl ServeFlags {
             provider => c.provider,
             device => c.device,
             pool_mib => c.pool_mib,
+            huge_pages => c.huge_pages,
             shards => c.shards,
             isolation => c.isolation,
             max_lease_ms => c.max_lease_ms,

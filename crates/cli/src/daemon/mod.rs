@@ -43,9 +43,19 @@ pub fn run(flags: &ServeFlags) -> Result<()> {
                 spin_polls: cfg.engine_spin_polls,
                 ..TcpOptions::default()
             };
-            let ctx = TcpNode::open_with(SoftConfig::default(), cfg.listen, tcp)
-                .context("opening the TCP device")?;
+            let device = SoftConfig {
+                huge_pages: cfg.huge_pages,
+                ..SoftConfig::default()
+            };
+            let ctx =
+                TcpNode::open_with(device, cfg.listen, tcp).context("opening the TCP device")?;
             let node = MemoryNode::<SoftProvider>::start(ctx, cfg.node_config()?)?;
+            if cfg.huge_pages {
+                tracing::info!(
+                    anon_huge_pages_kib = huge_page_kib(),
+                    "pool advised for transparent huge pages"
+                );
+            }
             let listen = match node.address() {
                 SoftAddress::Tcp(a) => a.to_string(),
                 other => format!("{other:?}"),
@@ -53,10 +63,26 @@ pub fn run(flags: &ServeFlags) -> Result<()> {
             serve(node, &cfg, listen, signals)
         }
         ProviderSetting::Rdma => {
+            if cfg.huge_pages {
+                tracing::warn!("huge_pages applies to the software RNIC's pool only; ignored");
+            }
             let (node, listen) = crate::rdma::start(&cfg)?;
             serve(node, &cfg, listen, signals)
         }
     }
+}
+
+/// The process's anonymous memory on huge pages, KiB (`AnonHugePages` of
+/// `/proc/self/smaps_rollup`; 0 where it cannot be read).
+fn huge_page_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("AnonHugePages:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// `RUST_LOG` levels (default: info) to stderr.

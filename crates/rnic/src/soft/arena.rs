@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Translation granule of the soft NIC's page tables.
 pub const PAGE_SIZE: usize = 4096;
@@ -50,6 +50,8 @@ struct BlockInner {
     len: usize,
     /// Per-page pin counts; a page is mlocked while its count is non-zero and `locked` is set.
     pins: Mutex<PinState>,
+    /// The kernel took the advice to back the mapping with huge pages.
+    huge: AtomicBool,
 }
 
 struct PinState {
@@ -83,6 +85,31 @@ impl fmt::Debug for MemoryBlock {
 }
 
 impl MemoryBlock {
+    /// [`MemoryBlock::new`], and the mapping advised for transparent huge pages
+    /// (`MADV_HUGEPAGE`) where the kernel has them; [`MemoryBlock::huge_pages`] says whether
+    /// it took the advice. The kernel backs the mapping with huge pages as it faults them in
+    /// (in its `madvise` or `always` modes), with normal pages where it cannot.
+    pub fn new_huge(len: usize) -> VerbsResult<Self> {
+        let block = Self::new(len)?;
+        // SAFETY: the range is exactly the mapping `new` made and owns; the advice changes no
+        // contents and no permissions (it is a hint on how the kernel backs the pages).
+        let rc = unsafe {
+            libc::madvise(
+                block.inner.base.as_ptr().cast(),
+                block.inner.mapped,
+                libc::MADV_HUGEPAGE,
+            )
+        };
+        block.inner.huge.store(rc == 0, Ordering::Relaxed);
+        Ok(block)
+    }
+
+    /// Whether the kernel took the advice to back this block with huge pages (see
+    /// [`MemoryBlock::new_huge`]).
+    pub fn huge_pages(&self) -> bool {
+        self.inner.huge.load(Ordering::Relaxed)
+    }
+
     /// Maps `len` bytes (rounded up to whole pages, at least one), zero-initialized.
     pub fn new(len: usize) -> VerbsResult<Self> {
         let mapped = len
@@ -119,6 +146,7 @@ impl MemoryBlock {
                     counts: vec![0; pages],
                     locked: vec![false; pages],
                 }),
+                huge: AtomicBool::new(false),
             }),
         })
     }
@@ -389,6 +417,7 @@ mod tests {
     #[test]
     fn unaligned_copies_round_trip() {
         let b = MemoryBlock::new(100).unwrap();
+        assert!(!b.huge_pages(), "normal pages unless asked");
         let src: Vec<u8> = (0..37).collect();
         for off in 0..20 {
             b.write(off, &src).unwrap();
@@ -445,5 +474,20 @@ mod tests {
         b.unpin(PAGE_SIZE, 2 * PAGE_SIZE);
         assert_eq!(b.inner.pins.lock().counts, vec![0, 0, 0, 0]);
         assert!(b.inner.pins.lock().locked.iter().all(|l| !l));
+    }
+
+    #[test]
+    fn a_huge_page_block_is_advised_where_the_kernel_has_them() {
+        let b = MemoryBlock::new_huge(4 << 20).unwrap();
+        let thp = std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists();
+        assert_eq!(
+            b.huge_pages(),
+            thp,
+            "advised exactly where the kernel has huge pages"
+        );
+        b.write(3 << 20, b"still memory").unwrap();
+        let mut back = [0u8; 12];
+        b.read(3 << 20, &mut back).unwrap();
+        assert_eq!(&back, b"still memory");
     }
 }

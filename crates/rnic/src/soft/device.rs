@@ -38,7 +38,15 @@ pub struct SoftConfig {
     pub seed: Option<u64>,
     /// Hand out QP numbers sequentially (predictable, as ReDMArk's V5) instead of randomly.
     pub sequential_qpns: bool,
+    /// Ask the kernel to back buffers of at least [`HUGE_PAGE`] bytes with transparent huge
+    /// pages (`madvise(MADV_HUGEPAGE)`; fewer TLB misses on a large pool). Where the kernel
+    /// has no transparent huge pages the buffer keeps normal pages; the buffer says which
+    /// ([`MemoryBlock::huge_pages`](super::arena::MemoryBlock::huge_pages)).
+    pub huge_pages: bool,
 }
+
+/// The huge page size buffers are advised for (x86-64's 2 MiB).
+pub const HUGE_PAGE: usize = 2 << 20;
 
 impl Default for SoftConfig {
     fn default() -> Self {
@@ -49,6 +57,7 @@ impl Default for SoftConfig {
             clock: RealClock::shared(),
             seed: None,
             sequential_qpns: false,
+            huge_pages: false,
         }
     }
 }

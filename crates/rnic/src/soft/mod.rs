@@ -93,7 +93,11 @@ impl Context<SoftProvider> for SoftContext {
         SoftCq::new(&self.inner, capacity, Some(channel.clone()))
     }
     fn alloc_buffer(&self, len: usize) -> VerbsResult<SoftBuffer> {
-        SoftBuffer::new(len)
+        if self.inner.config.huge_pages && len >= device::HUGE_PAGE {
+            SoftBuffer::new_huge(len)
+        } else {
+            SoftBuffer::new(len)
+        }
     }
     fn poll_async_event(&self) -> Option<AsyncEvent> {
         self.inner.pop_event()
