@@ -535,6 +535,11 @@ impl ManagerCore {
         self.draining = true;
     }
 
+    /// Whether new permissions are refused ([`ManagerCore::stop_granting`]).
+    pub fn is_draining(&self) -> bool {
+        self.draining
+    }
+
     /// A requested lease raised to the floor, within the maximum lifetime.
     pub(super) fn floored_lease(&mut self, lease_us: u64) -> u64 {
         let floor = self.lease_floor_us();

@@ -125,6 +125,11 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     .lock()
                     .admit(intent.client_id, tenant, intent.slot, now)
                 {
+                    tracing::warn!(
+                        client = intent.client_id,
+                        tenant,
+                        "data reconnection refused: the tenant's access-fault budget is spent"
+                    );
                     return Err("too many access faults: the tenant is throttled".into());
                 }
                 let own = self

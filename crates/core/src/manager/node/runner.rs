@@ -49,7 +49,8 @@ impl<P: Provider> Runner<P> {
             // After adopting: a snapshot asked for after a connection was established counts
             // it.
             if self.shared.publish[self.shard].load(Ordering::SeqCst) {
-                if self.shared.draining.load(Ordering::SeqCst) {
+                if self.shared.draining.load(Ordering::SeqCst) && !self.core.is_draining() {
+                    tracing::info!(shard = self.shard, "draining: new permissions refused");
                     self.core.stop_granting();
                 }
                 self.publish_stats();
@@ -405,8 +406,13 @@ impl<P: Provider> Runner<P> {
         match message.message {
             Ok((req_id, Request::Hello { tenant, secret })) => {
                 if let Err(status) = self.authenticate(client, tenant, secret) {
+                    // The secret itself is never logged.
+                    tracing::warn!(client, tenant, ?status, "hello refused");
                     self.transmit(client, req_id, &Reply::Failed(status));
                     return;
+                }
+                if !authenticated {
+                    tracing::info!(client, tenant, shard = self.shard, "client authenticated");
                 }
                 let secret = self
                     .shared

@@ -141,6 +141,13 @@ impl<P: Provider> Runner<P> {
             && (self.forget_client(client) || session.tenant.is_none())
         {
             self.ended.count(reason);
+            tracing::info!(
+                client,
+                tenant = session.tenant,
+                from = ?session.from,
+                reason = ?reason,
+                "session ended; what it held is given back"
+            );
         }
     }
 
