@@ -80,3 +80,27 @@ pub fn a_named_root_is_shared<M: RemoteMemory + NamedRoots>(
     assert_eq!(other.read(&seen, 8, 8).unwrap(), b"payload!");
     seen
 }
+
+/// After the owner freed the object `seen` covers (shared by [`a_named_root_is_shared`]),
+/// `other`'s stale right reads nothing that is not the object's own: the NIC refuses it, or —
+/// delayed unbinding (§5.4; `docs/threat-model.md` §10, invariant 2's exception) keeps a
+/// freed object's window bound until its memory is reused, which unbinds it first — it still
+/// reads the freed object's own bytes. The right itself is gone at the memory node: acquiring
+/// the object again is refused as not found.
+pub fn a_freed_objects_stale_right_reads_nothing_foreign<M: RemoteMemory>(
+    other: &mut M,
+    seen: &M::Region,
+    lease: Duration,
+) {
+    match other.read(seen, 8, 8) {
+        Err(MemError::Rejected) => {}
+        Ok(bytes) => assert_eq!(bytes, b"payload!", "only the freed object's own bytes"),
+        Err(e) => panic!("a stale right's READ: {e:?}"),
+    }
+    assert_eq!(
+        other
+            .acquire(seen.addr(), 8, lease, Access::Read, Mode::Shared)
+            .err(),
+        Some(MemError::NotFound)
+    );
+}

@@ -9,11 +9,11 @@
 //! structure does not take a lost node's objects for freed ones and retry forever.
 
 use crate::memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
+use crate::tickets::Tickets;
 use patronus_core::client::{ClientError, OpResult};
 use patronus_core::nodes::{NodeId, NodeOp, NodePending, NodePerm, NodeSet, NodeSetError};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::{Provider, Timestamp};
-use std::collections::HashMap;
 use std::time::Duration;
 
 impl Region for NodePerm {
@@ -52,8 +52,7 @@ impl From<NodeSetError> for MemError {
 pub struct NodeSetMemory<P: Provider> {
     set: NodeSet<P>,
     /// Acquires in flight, by ticket.
-    acquiring: HashMap<u64, NodePending>,
-    next_ticket: u64,
+    acquiring: Tickets<NodePending>,
 }
 
 impl<P: Provider> NodeSetMemory<P> {
@@ -61,8 +60,7 @@ impl<P: Provider> NodeSetMemory<P> {
     pub fn new(set: NodeSet<P>) -> Self {
         NodeSetMemory {
             set,
-            acquiring: HashMap::new(),
-            next_ticket: 0,
+            acquiring: Tickets::default(),
         }
     }
 
@@ -118,11 +116,7 @@ impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
         mode: Mode,
     ) -> Acquiring<NodePerm> {
         match self.set.start_acquire(addr, len, lease, access, mode) {
-            Ok(p) => {
-                self.next_ticket += 1;
-                self.acquiring.insert(self.next_ticket, p);
-                Acquiring::InFlight(self.next_ticket)
-            }
+            Ok(p) => self.acquiring.start(p),
             // As many requests in flight at that node as its channel takes: wait for this one.
             Err(NodeSetError::Node {
                 source: ClientError::ControlBusy,
@@ -133,36 +127,13 @@ impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
     }
 
     fn poll_acquire(&mut self, a: Acquiring<NodePerm>) -> Acquiring<NodePerm> {
-        let ticket = match a {
-            Acquiring::InFlight(t) => t,
-            answered => return answered,
-        };
-        let Some(p) = self.acquiring.get_mut(&ticket) else {
-            return Acquiring::Answered(Err(MemError::Invalid("no such acquire in flight")));
-        };
-        match self.set.poll_acquire(p) {
-            Ok(None) => Acquiring::InFlight(ticket),
-            Ok(Some(perm)) => {
-                self.acquiring.remove(&ticket);
-                Acquiring::Answered(Ok(perm))
-            }
-            Err(e) => {
-                self.acquiring.remove(&ticket);
-                Acquiring::Answered(Err(e.into()))
-            }
-        }
+        let set = &mut self.set;
+        self.acquiring.poll(a, |p| set.poll_acquire(p))
     }
 
     fn abandon_acquire(&mut self, a: Acquiring<NodePerm>) {
-        match a {
-            Acquiring::InFlight(t) => {
-                if let Some(p) = self.acquiring.remove(&t) {
-                    self.set.abandon_acquire(p);
-                }
-            }
-            Acquiring::Answered(Ok(perm)) => drop(perm), // its lease runs out
-            Acquiring::Answered(Err(_)) => {}
-        }
+        let set = &mut self.set;
+        self.acquiring.abandon(a, |p| set.abandon_acquire(p));
     }
 
     fn wait(&mut self, max: Duration) {

@@ -5,6 +5,7 @@
 //! ([`Client::start_acquire`]): a started acquire's ticket names its pending request here.
 
 use crate::memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
+use crate::tickets::Tickets;
 use patronus_core::client::{Client, ClientError, OpResult, PendingAcquire, Perm};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::{Provider, Timestamp};
@@ -25,8 +26,7 @@ impl Region for Perm {
 pub struct PatronusMemory<P: Provider> {
     client: Client<P>,
     /// Acquires in flight, by ticket.
-    acquiring: std::collections::HashMap<u64, PendingAcquire>,
-    next_ticket: u64,
+    acquiring: Tickets<PendingAcquire>,
 }
 
 impl<P: Provider> PatronusMemory<P> {
@@ -34,8 +34,7 @@ impl<P: Provider> PatronusMemory<P> {
     pub fn new(client: Client<P>) -> Self {
         PatronusMemory {
             client,
-            acquiring: Default::default(),
-            next_ticket: 0,
+            acquiring: Tickets::default(),
         }
     }
 
@@ -108,11 +107,7 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         mode: Mode,
     ) -> Acquiring<Perm> {
         match self.client.start_acquire(addr, len, lease, access, mode) {
-            Ok(p) => {
-                self.next_ticket += 1;
-                self.acquiring.insert(self.next_ticket, p);
-                Acquiring::InFlight(self.next_ticket)
-            }
+            Ok(p) => self.acquiring.start(p),
             // As many requests in flight as the channel takes: wait for this one.
             Err(ClientError::ControlBusy) => {
                 Acquiring::Answered(self.acquire(addr, len, lease, access, mode))
@@ -122,36 +117,13 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
     }
 
     fn poll_acquire(&mut self, a: Acquiring<Perm>) -> Acquiring<Perm> {
-        let ticket = match a {
-            Acquiring::InFlight(t) => t,
-            answered => return answered,
-        };
-        let Some(p) = self.acquiring.get_mut(&ticket) else {
-            return Acquiring::Answered(Err(MemError::Invalid("no such acquire in flight")));
-        };
-        match self.client.poll_acquire(p) {
-            Ok(None) => Acquiring::InFlight(ticket),
-            Ok(Some(perm)) => {
-                self.acquiring.remove(&ticket);
-                Acquiring::Answered(Ok(perm))
-            }
-            Err(e) => {
-                self.acquiring.remove(&ticket);
-                Acquiring::Answered(Err(e.into()))
-            }
-        }
+        let client = &mut self.client;
+        self.acquiring.poll(a, |p| client.poll_acquire(p))
     }
 
     fn abandon_acquire(&mut self, a: Acquiring<Perm>) {
-        match a {
-            Acquiring::InFlight(t) => {
-                if let Some(p) = self.acquiring.remove(&t) {
-                    self.client.abandon_acquire(p);
-                }
-            }
-            Acquiring::Answered(Ok(perm)) => drop(perm), // its lease runs out
-            Acquiring::Answered(Err(_)) => {}
-        }
+        let client = &mut self.client;
+        self.acquiring.abandon(a, |p| client.abandon_acquire(p));
     }
 
     fn wait(&mut self, max: Duration) {
