@@ -5,7 +5,7 @@
 
 use super::driver::{Logical, Rig, StepCtx, now};
 use super::ods_rig::{MECHANISMS, OdsRig, Workload, mechanism_panel, workload_checks};
-use crate::harness::{BenchOpts, Check, Experiment, Figure, Panel, PaperRef, Ratio, Row};
+use crate::harness::{BenchOpts, Experiment, Figure, Panel, PaperRef, Ratio, Row};
 use anyhow::Result;
 use patronus_ods::queue::{PushOp, Queue, QueueConfig, QueueOptions, QueueStats};
 use patronus_ods::{NamedRoots, RemoteMemory};
@@ -274,16 +274,7 @@ fn summarize(exp: &mut Experiment, plan: &Plan) {
             });
         }
     }
-    let failed: f64 = exp
-        .rows
-        .iter()
-        .filter_map(|r| r.get_f64("failed_ops"))
-        .sum();
-    checks.push(Check {
-        claim: "every push completed".into(),
-        holds: failed == 0.0,
-        detail: format!("{failed} failed"),
-    });
+    checks.push(exp.all_completed("failed_ops", "push"));
     exp.checks = checks;
     exp.ratios = ratios;
     exp.paper = paper;

@@ -253,6 +253,17 @@ impl Experiment {
         }
     }
 
+    /// The check that no row counted a failure in its column `failed` ("every `what`
+    /// completed"), with the total.
+    pub fn all_completed(&self, failed: &str, what: &str) -> Check {
+        let n: f64 = self.rows.iter().filter_map(|r| r.get_f64(failed)).sum();
+        Check {
+            claim: format!("every {what} completed"),
+            holds: n == 0.0,
+            detail: format!("{n} failed"),
+        }
+    }
+
     /// The first row of `mechanism` at `clients`.
     pub fn row(&self, mechanism: &str, clients: u32) -> Option<&Row> {
         self.rows

@@ -129,16 +129,7 @@ pub(super) fn summarize(exp: &mut Experiment, plan: &Plan) {
             "some Patronus run counted otherwise (see the rows)".into()
         },
     });
-    let failed: f64 = exp
-        .rows
-        .iter()
-        .filter_map(|r| r.get_f64("failed_chains"))
-        .sum();
-    checks.push(Check {
-        claim: "every chain completed".into(),
-        holds: failed == 0.0,
-        detail: format!("{failed} failed"),
-    });
+    checks.push(exp.all_completed("failed_chains", "chain"));
     exp.checks = checks;
     exp.ratios = ratios;
     exp.notes = vec![
