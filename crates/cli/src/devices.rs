@@ -37,7 +37,7 @@ pub fn run() -> i32 {
             EXIT_NO_DEVICE
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::errors::one_line(&e));
             EXIT_ERROR
         }
     }

@@ -1,10 +1,11 @@
-//! `patronus`: the evaluation suite (the README's main job: `bench all --quick`), the
-//! lifecycle demo, a memory-node server with a probe client for multi-process set-ups, and a
-//! key-value tool on a named RACE table of such a server.
+//! `patronus`: a memory-node daemon (`serve`, `status`), clients for it (`probe`, `kv`,
+//! `faas`), the lifecycle demo and the RDMA device list. The evaluation is `patronus-bench`
+//! (crates/bench), so that this shipped binary carries no test helpers.
 
 mod daemon;
 mod demo;
 mod devices;
+mod errors;
 mod faas;
 mod kv;
 mod rdma;
@@ -58,25 +59,12 @@ enum Command {
         #[arg(long, value_enum, default_value = "inproc")]
         transport: TransportArg,
     },
-    /// Run experiments of the paper's §7 on the software RNIC: every mechanism side by side,
-    /// JSON + SVG per experiment and a report.md with the paper's numbers beside ours.
+    /// The evaluation moved to its own binary, `patronus-bench` (it links test helpers the
+    /// shipped `patronus` must not carry).
+    #[command(hide = true, disable_help_flag = true)]
     Bench {
-        /// fig1, fig5, fig6 (with Table 4), fig7, fig8a (RACE hashing under a resizer
-        /// crash), fig8b, fig9 (RACE hashing), fig10 (the lock-free queue's producers), fig11 (FaaS chains), redis
-        /// (RACE on Patronus against redis-server, over TCP), table5, alloc (scrubbing cost and
-        /// memory per live permission), dos (an honest client's throughput around each
-        /// denial-of-service abuse), or all.
-        #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "all"])]
-        experiments: Vec<String>,
-        /// Seconds per experiment instead of minutes (smoke-level sample counts).
-        #[arg(long)]
-        quick: bool,
-        /// Transport between clients and the memory node.
-        #[arg(long, value_enum, default_value = "inproc")]
-        transport: TransportArg,
-        /// Output folder for the JSON, SVG figures and report.md.
-        #[arg(long, default_value = "target/patronus-eval")]
-        out: std::path::PathBuf,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Run a memory node as a daemon until SIGINT or SIGTERM (then drain gracefully):
     /// configured by `--config FILE` (TOML; `--print-default-config`), each setting also a
@@ -86,6 +74,7 @@ enum Command {
     /// about to expire, sessions and their QPs, pools, manager CPU.
     Status {
         /// The node's admin address (its `admin` setting), IP:PORT.
+        #[arg(default_value = "127.0.0.1:9471")]
         admin: std::net::SocketAddr,
         /// Print the report as JSON.
         #[arg(long)]
@@ -119,12 +108,12 @@ enum Command {
     Devices,
 }
 
-/// Runs the command; an error is one line on stderr (its causes joined by ": ") and exit
-/// code 1.
+/// Runs the command; an error is one line on stderr (its causes joined by ": ", each once)
+/// and exit code 1.
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", errors::one_line_anyhow(&e));
         std::process::exit(1);
     }
 }
@@ -132,19 +121,14 @@ fn main() {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Demo { transport } => demo::run(transport.into()),
-        Command::Bench {
-            experiments,
-            quick,
-            transport,
-            out,
-        } => {
-            let opts = patronus_bench::harness::BenchOpts {
-                quick,
-                transport: transport.into(),
-                out,
-            };
-            patronus_bench::suite::run(&experiments, &opts).map(|_| ())
-        }
+        Command::Bench { args } => anyhow::bail!(
+            "the evaluation is its own binary now: cargo run --release -p patronus-bench -- {}",
+            if args.is_empty() {
+                "all --quick".to_string()
+            } else {
+                args.join(" ")
+            }
+        ),
         Command::Serve(flags) => daemon::run(&flags),
         Command::Status { admin, json } => status::run(admin, json),
         Command::Probe {

@@ -173,3 +173,13 @@ impl fmt::Display for KvError {
         }
     }
 }
+
+impl std::error::Error for KvError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            KvError::Unreachable { why, .. } => Some(why),
+            KvError::Table { why, .. } => Some(why),
+            _ => None,
+        }
+    }
+}

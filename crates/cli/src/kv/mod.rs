@@ -148,7 +148,7 @@ pub fn run(args: &KvArgs) -> i32 {
     match commands::run(args) {
         Ok(()) => error::EXIT_OK,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::errors::one_line(&e));
             e.exit_code()
         }
     }

@@ -1,4 +1,4 @@
-//! CI's smoke run of the evaluation: `patronus bench all --quick` on both transports must
+//! CI's smoke run of the evaluation: `patronus-bench all --quick` on both transports must
 //! produce every experiment's JSON and figure and a report with every section. Structure
 //! only: performance verdicts are the report's business, never a test's.
 
@@ -23,12 +23,12 @@ fn out_dir(transport: &str) -> PathBuf {
 
 fn smoke(transport: &str) {
     let out = out_dir(transport);
-    let run = Command::new(env!("CARGO_BIN_EXE_patronus"))
-        .args(["bench", "all", "--quick", "--transport", transport, "--out"])
+    let run = Command::new(env!("CARGO_BIN_EXE_patronus-bench"))
+        .args(["all", "--quick", "--transport", transport, "--out"])
         .arg(&out)
         .env("PATRONUS_NO_PROGRESS", "1")
         .output()
-        .expect("run patronus bench");
+        .expect("run patronus-bench");
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "bench failed:\n{stdout}\n{stderr}");

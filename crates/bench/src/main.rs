@@ -1,0 +1,63 @@
+//! `patronus-bench`: the evaluation suite as its own binary (the README's main job:
+//! `patronus-bench all --quick`). It is kept apart from the shipped `patronus` binary because
+//! the suite links the core library's `testing` tamper helpers (the denial-of-service
+//! experiment's flooder forges control traffic); `patronus` never compiles them.
+
+use clap::{Parser, ValueEnum};
+use patronus_bench::harness::BenchOpts;
+use patronus_core::cluster::Transport;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "patronus-bench",
+    version,
+    about = "Run experiments of the paper's §7 on the software RNIC: every mechanism side by \
+             side, JSON + SVG per experiment and a report.md with the paper's numbers beside ours"
+)]
+struct Cli {
+    /// fig1, fig5, fig6 (with Table 4), fig7, fig8a (RACE hashing under a resizer crash),
+    /// fig8b, fig9 (RACE hashing), fig10 (the lock-free queue's producers), fig11 (FaaS
+    /// chains), redis (RACE on Patronus against redis-server, over TCP), table5, alloc
+    /// (scrubbing cost and memory per live permission), dos (an honest client's throughput
+    /// around each denial-of-service abuse), or all.
+    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "all"])]
+    experiments: Vec<String>,
+    /// Seconds per experiment instead of minutes (smoke-level sample counts).
+    #[arg(long)]
+    quick: bool,
+    /// Transport between clients and the memory node.
+    #[arg(long, value_enum, default_value = "inproc")]
+    transport: TransportArg,
+    /// Output folder for the JSON, SVG figures and report.md.
+    #[arg(long, default_value = "target/patronus-eval")]
+    out: std::path::PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TransportArg {
+    Inproc,
+    Tcp,
+}
+
+impl From<TransportArg> for Transport {
+    fn from(t: TransportArg) -> Self {
+        match t {
+            TransportArg::Inproc => Transport::InProc,
+            TransportArg::Tcp => Transport::Tcp,
+        }
+    }
+}
+
+/// Runs the suite; an error is one line on stderr (its causes joined by ": ") and exit code 1.
+fn main() {
+    let cli = Cli::parse();
+    let opts = BenchOpts {
+        quick: cli.quick,
+        transport: cli.transport.into(),
+        out: cli.out,
+    };
+    if let Err(e) = patronus_bench::suite::run(&cli.experiments, &opts) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
