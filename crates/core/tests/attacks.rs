@@ -40,7 +40,7 @@ fn node_cfg() -> NodeConfig {
         windows_per_client: 512,
         buffer_watermark: 512 << 10,
         max_lifetime_us: 1_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     }
 }
 

@@ -89,7 +89,7 @@ fn access_after_revoke_is_rejected(t: Transport, iso: Isolation) {
 fn forced_invalidation_at_max_lifetime(t: Transport, iso: Isolation) {
     let node = NodeConfig {
         max_lifetime_us: 5_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     let mut b = bed(t, iso, 1, node, late_client());
     let clock = b.clock.clone();
@@ -323,7 +323,7 @@ fn storm_returns_everything_to_pools(t: Transport, iso: Isolation) {
 fn long_lease_renews_past_max_lifetime(t: Transport, iso: Isolation, mode: Mode) {
     let node = NodeConfig {
         max_lifetime_us: 2_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     let mut b = bed(t, iso, 1, node, ClientConfig::default());
     let clock = b.clock.clone();

@@ -1,4 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
+mod support;
+
 use patronus_core::client::{ClientConfig, ClientError};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;
@@ -9,7 +11,7 @@ use std::time::Duration;
 fn lifecycle(t: Transport) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     // A conflicting acquire waits 10 ms (real time) for the holder, then gives up.
     let client = ClientConfig {
@@ -77,7 +79,7 @@ fn retries_are_idempotent(t: Transport) {
     use patronus_core::proto::messages::{Reply, Request};
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     let mut c =
         EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 1).unwrap();
@@ -138,7 +140,7 @@ fn type2_isolation_needs_type2_windows() {
     let ctx = SoftFabric::new().open_device(device);
     let node = NodeConfig {
         isolation: Isolation::Type2,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     match MemoryNode::<SoftProvider>::start(ctx.clone(), node) {
         Err(NodeError::Config(why)) => assert!(why.contains("type-2"), "{why}"),
@@ -146,7 +148,7 @@ fn type2_isolation_needs_type2_windows() {
     }
     let shared = NodeConfig {
         isolation: Isolation::PdPerClient,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     assert!(MemoryNode::<SoftProvider>::start(ctx, shared).is_ok());
 }

@@ -48,7 +48,7 @@ fn lost_response_of_an_faa_is_reported_not_rerun(iso: Isolation) {
             NodeConfig {
                 isolation: iso,
                 max_lifetime_us: 60_000_000,
-                ..NodeConfig::default()
+                ..crate::support::node_config()
             },
         )
         .unwrap();

@@ -5,6 +5,8 @@
 //! Kops/s that way).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
+mod support;
+
 use patronus_core::client::ClientConfig;
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;
@@ -15,7 +17,7 @@ use std::time::Duration;
 fn waits_are_no_round_trips(t: Transport) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     // Acquires may wait up to a second for conflicting holders (the default).
     let client = ClientConfig {

@@ -6,6 +6,8 @@
 //! keep working and allocations skip it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
+mod support;
+
 use patronus_core::client::{ClientConfig, ClientError, OpResult};
 use patronus_core::cluster::{EmbeddedNodes, Transport};
 use patronus_core::manager::NodeConfig;
@@ -20,7 +22,7 @@ fn nodes(t: Transport, count: usize) -> EmbeddedNodes {
     let cfg = NodeConfig {
         max_lifetime_us: 60_000_000,
         pool_bytes: 8 << 20,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     EmbeddedNodes::start(t, SoftConfig::default(), cfg, count).unwrap()
 }

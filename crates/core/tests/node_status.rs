@@ -4,6 +4,8 @@
 //! refuses new permissions and lets the live ones run on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use patronus_core::client::ClientConfig;
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;
@@ -15,7 +17,7 @@ use std::time::Duration;
 fn status_shows_what_lives(t: Transport) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     let mut c =
         EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 1).unwrap();
@@ -75,7 +77,7 @@ fn status_shows_what_lives_tcp() {
 fn drain_refuses_new_permissions(t: Transport) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     let client_cfg = ClientConfig {
         rpc_timeout: Duration::from_millis(300),

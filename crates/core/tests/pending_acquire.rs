@@ -4,6 +4,8 @@
 //! abandoned acquire's reply dropped.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
+mod support;
+
 use patronus_core::client::{Client, ClientConfig, ClientError, PendingAcquire, Perm};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;
@@ -30,7 +32,7 @@ fn until_ended(c: &mut Client<SoftProvider>, p: &mut PendingAcquire) -> Result<P
 fn several_in_flight(t: Transport) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     let mut c =
         EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 2).unwrap();

@@ -212,7 +212,7 @@ fn large_objects_have_a_lifetime_word(t: Transport, iso: Isolation) {
 fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
     let node = NodeConfig {
         max_lifetime_us: 2_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     let waiting = ClientConfig {
         acquire_wait: Duration::from_secs(1),
@@ -534,7 +534,10 @@ fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
 /// Hole 9: a served or embedded node isolates clients by PD unless told otherwise.
 #[test]
 fn default_isolation_is_pd_per_client() {
-    assert_eq!(NodeConfig::default().isolation, Isolation::PdPerClient);
+    assert_eq!(
+        crate::support::node_config().isolation,
+        Isolation::PdPerClient
+    );
 }
 
 every_mode! {

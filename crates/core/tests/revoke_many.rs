@@ -4,6 +4,8 @@
 //! flight, the rest still end.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
+mod support;
+
 use patronus_core::client::{Client, ClientConfig, ClientError, MAX_OUTSTANDING_RPCS, Perm};
 use patronus_core::cluster::{EmbeddedCluster, Transport};
 use patronus_core::manager::NodeConfig;
@@ -16,7 +18,7 @@ const LEASE: Duration = Duration::from_secs(30);
 fn cluster(t: Transport) -> EmbeddedCluster {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     };
     EmbeddedCluster::start(t, SoftConfig::default(), node, ClientConfig::default(), 1).unwrap()
 }

@@ -61,7 +61,7 @@ fn acquire_and_read(slack_rtts: u32, floor_turns: u32) -> (usize, ClientStats) {
             NodeConfig {
                 max_lifetime_us: 10_000_000,
                 lease_floor_turns: floor_turns,
-                ..NodeConfig::default()
+                ..crate::support::node_config()
             },
         )
         .unwrap();

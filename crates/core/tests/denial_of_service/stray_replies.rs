@@ -261,7 +261,7 @@ fn the_library_s_own_retry_leaves_a_stray_and_the_client_works_on() {
             bed.device(1),
             NodeConfig {
                 max_lifetime_us: 60_000_000,
-                ..NodeConfig::default()
+                ..crate::support::node_config()
             },
         )
         .unwrap();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 pub fn node_cfg() -> NodeConfig {
     NodeConfig {
         max_lifetime_us: 1_000_000,
-        ..NodeConfig::default()
+        ..super::node_config()
     }
 }
 

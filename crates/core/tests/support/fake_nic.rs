@@ -7,6 +7,7 @@
 //! go through the manager's loopback QP (any registered, 8-aligned address). Memory contents
 //! are not modelled except the words the manager or clients CAS and the header words.
 
+use super::test_shards;
 use patronus_core::manager::{
     BindTarget, ClientId, Counters, ManagerConfig, ManagerCore, MwId, NicOp, NicResult, Occupancy,
     Outgoing, Scrub, SlabConfig, Techniques, TenantQuota,
@@ -401,15 +402,6 @@ pub struct Sim {
     pub scrubbed: Vec<(u64, u64)>,
 }
 
-/// The shard count the simulator tests use unless a test names one: `PATRONUS_TEST_SHARDS`
-/// (CI runs the suite with 1 and with 4), else 1.
-pub fn test_shards() -> usize {
-    std::env::var("PATRONUS_TEST_SHARDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-}
-
 /// The largest shard count up to `want` that `cfg`'s pools can be split into (every shard
 /// needs a header, a slab and a window).
 pub fn feasible_shards(cfg: &ManagerConfig, want: usize) -> usize {
@@ -420,14 +412,14 @@ pub fn feasible_shards(cfg: &ManagerConfig, want: usize) -> usize {
 }
 
 impl Sim {
-    /// A simulation of a fresh manager at time 1000 µs, with [`test_shards`] shards (as many
+    /// A simulation of a fresh manager at time 1000 µs, with [`test_shards`](super::test_shards) shards (as many
     /// as the pools allow).
     pub fn new(cfg: ManagerConfig) -> Self {
         let shards = feasible_shards(&cfg, test_shards());
         Self::with_shards(cfg, shards)
     }
 
-    /// A simulation of a one-shard manager, whatever [`test_shards`] says: for tests of one
+    /// A simulation of a one-shard manager, whatever [`test_shards`](super::test_shards) says: for tests of one
     /// core's exact behaviour (its pool capacities, its batches, its fault positions).
     pub fn one_shard(cfg: ManagerConfig) -> Self {
         Self::with_shards(cfg, 1)

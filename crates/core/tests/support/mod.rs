@@ -4,12 +4,34 @@
 //!   that executes [`NicOp`](patronus_core::manager::NicOp)s like the soft NIC does, and a
 //!   [`Sim`] driver with a virtual clock that pumps the sans-IO core (`begin` → CASes → `plan`
 //!   → chain → `finish` → header writes → replies) exactly as the memory node's runner does.
-//!   It runs the manager split into shards as the node does (`PATRONUS_TEST_SHARDS`, default
-//!   1; the model tests always run both 1 and several), routing requests as clients do.
+//!   It runs the manager split into shards as the node does ([`test_shards`]; the model
+//!   tests always run both 1 and several), routing requests as clients do.
 //! - [`bed`]: an embedded cluster on a virtual clock for end-to-end tests.
 //! - [`queued`]: devices on a queued network (delays, faults) timed by a virtual clock.
 //! - [`echo`]: the control channel on its own, with a test-controlled server end.
 #![allow(dead_code)]
+
+use patronus_core::manager::NodeConfig;
+
+/// The shard count the tests run the manager with unless a test names one:
+/// `PATRONUS_TEST_SHARDS` (`scripts/test` runs the core suite with 1 and again with 4), else
+/// 1. Only the tests read this variable: a shipped node's shard count is its configuration's.
+pub fn test_shards() -> usize {
+    std::env::var("PATRONUS_TEST_SHARDS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The node configuration every end-to-end test starts from: the defaults with
+/// [`test_shards`] shards.
+pub fn node_config() -> NodeConfig {
+    NodeConfig {
+        shards: test_shards(),
+        ..NodeConfig::default()
+    }
+}
 
 /// `every_mode! { name => body; ... }` stamps out one `#[test] fn name` per test bed: both
 /// transports × the three isolation modes, in modules `inproc`, `tcp`, `inproc_pd_per_client`,

@@ -177,20 +177,6 @@ impl NodeConfig {
     }
 }
 
-/// One manager shard — or, in builds with the `testing` feature, the number the
-/// `PATRONUS_TEST_SHARDS` environment variable names, so that every test runs unchanged with
-/// one and with several shards (CI runs both).
-fn default_shards() -> usize {
-    #[cfg(feature = "testing")]
-    if let Some(n) = std::env::var("PATRONUS_TEST_SHARDS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        return n.max(1);
-    }
-    1
-}
-
 /// A tenant the memory node serves, and the secret its clients authenticate with.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct TenantSecret {
@@ -250,7 +236,7 @@ impl Default for NodeConfig {
             key_seed: None,
             lease_floor_us: 0,
             lease_floor_turns: 2,
-            shards: default_shards(),
+            shards: 1,
             limits: NodeLimits::default(),
         }
     }
