@@ -173,7 +173,13 @@ pub fn run(args: &FaasArgs) -> Result<()> {
             salary,
         } => {
             let loaded = analysis::employees(*records, 1, 7);
-            let table = analysis::create_table(&mut mem, records.saturating_add(1), &loaded)?;
+            let capacity = records.saturating_add(1);
+            let table = analysis::create_table(&mut mem, capacity, &loaded).with_context(|| {
+                format!(
+                    "an employee table of {capacity} records ({} bytes, one object)",
+                    analysis::table_bytes(capacity)
+                )
+            })?;
             let new = Employee {
                 id: u64::from(*records) + 1,
                 department: *department,

@@ -122,7 +122,8 @@ pub fn probe(connect: SocketAddr, tenant: Option<TenantArg>) -> Result<()> {
     Ok(())
 }
 
-/// The probe's lifecycle on any provider: allocate, write, revoke, acquire, read, revoke.
+/// The probe's lifecycle on any provider: allocate, write, revoke, acquire, read, free — the
+/// object it made is freed before it returns, so probing leaves nothing behind on the node.
 /// Returns the text read back.
 pub fn probe_on<P: Provider>(
     ctx: &P::Context,
@@ -135,13 +136,17 @@ pub fn probe_on<P: Provider>(
         cfg.tenant_secret = t.secret;
     }
     let mut c = Client::<P>::connect(ctx, connect, cfg).context("connecting to the memory node")?;
-    let p = c.allocate(256, Duration::from_secs(1), Mode::Exclusive)?;
+    let lease = c.max_lease().min(Duration::from_secs(1));
+    let p = c.allocate(256, lease, Mode::Exclusive)?;
     c.write(&p, 0, b"across processes")?;
     let addr = p.addr();
     c.revoke(p)?;
-    let q = c.acquire(addr, 16, Duration::from_secs(1), Access::Read, Mode::Shared)?;
+    let q = c.acquire(addr, 16, lease, Access::ReadWrite, Mode::Shared)?;
     let mut buf = [0u8; 16];
-    c.read(&q, 0, &mut buf)?;
-    c.revoke(q)?;
+    let read = c.read(&q, 0, &mut buf);
+    // Freed whether or not the read worked; a read error is reported over a free error.
+    let freed = c.free(q).context("freeing the probe's object");
+    read?;
+    freed?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }

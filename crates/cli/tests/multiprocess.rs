@@ -91,6 +91,8 @@ fn memory_node_and_client_in_separate_processes() {
     assert!(rest.contains("SIGTERM: draining"), "{rest}");
     assert!(rest.contains("shutdown: every lease ended"), "{rest}");
     assert!(rest.contains("served: granted 4 ended 4"), "{rest}");
+    // Each probe freed the object it made: nothing is left in the pool.
+    assert!(rest.contains("pool: 0 bytes in use"), "{rest}");
     // Both probes' sessions ended when their processes closed their connections (the
     // intruder's never authenticated: it is closed too, at once or by the hello timeout).
     assert!(rest.contains("sessions: 0 connected now"), "{rest}");

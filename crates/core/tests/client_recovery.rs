@@ -36,7 +36,7 @@ fn node_cfg(isolation: Isolation) -> NodeConfig {
     NodeConfig {
         isolation,
         max_lifetime_us: 60_000_000,
-        ..NodeConfig::default()
+        ..crate::support::node_config()
     }
 }
 
@@ -423,6 +423,7 @@ mod forgetful {
                                 buffer_base: 0,
                                 buffer_span: u64::MAX,
                             },
+                            max_lifetime_us: 1_000_000,
                         }
                     }
                     _ if forgotten.load(Ordering::SeqCst) => {

@@ -1085,11 +1085,11 @@ fn malformed_requests_get_clean_failures() {
         let bad = |r: Reply| expect_failed(r);
         assert_eq!(bad(sim.call(1, alloc(0, 1000))), Status::InvalidArgument);
         assert_eq!(bad(sim.call(1, alloc(64, 0))), Status::InvalidArgument);
-        // Larger than the largest class: refused as an argument, not as a lack of memory.
+        // Larger than the largest class: refused as too large, not as a lack of memory.
         for size in [u64::MAX, u64::MAX - 31, 1 << 40, (1 << 16) + 1] {
             assert_eq!(
                 bad(sim.call(1, alloc(size, 1000))),
-                Status::InvalidArgument,
+                Status::TooLarge,
                 "size {size}"
             );
         }

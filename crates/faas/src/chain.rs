@@ -6,7 +6,7 @@
 
 use crate::error::FaasError;
 use patronus_core::proto::messages::{Access, Mode};
-use patronus_ods::{Acquiring, Region, RemoteMemory};
+use patronus_ods::{Acquiring, MemError, Region, RemoteMemory};
 use std::time::Duration;
 
 /// The most bytes one READ or WRITE carries: larger ones go in chunks (a client's staging
@@ -109,11 +109,12 @@ pub struct Chain<M: RemoteMemory> {
 pub struct ChainReport {
     /// Each function's name and run time (on the memory's clock, µs resolution).
     pub functions: Vec<(&'static str, Duration)>,
-    /// Rights acquired (one per input, on bootstrap; one more per lease extension by RPC).
+    /// Rights acquired (one per input, on bootstrap; one more each time a right is acquired
+    /// again because its extension was refused).
     pub acquires: u64,
     /// Objects allocated (outputs).
     pub allocates: u64,
-    /// Rights released on exit (one per input, one per output).
+    /// Rights released (on exit one per input and one per output; one per right replaced).
     pub releases: u64,
     /// One-sided lease extensions.
     pub extends: u64,
@@ -181,13 +182,36 @@ impl<M: RemoteMemory> ChainCtx<'_, M> {
             });
         }
         if self.mem.expires_within(r, lease / 4) {
-            self.mem.extend(r, lease)?;
-            self.report.extends += 1;
+            match self.mem.extend(r, lease) {
+                Ok(()) => self.report.extends += 1,
+                // Refused (the right reached the memory node's maximum lifetime, or another
+                // client waits for the object) or already ended: a fresh right replaces it.
+                Err(MemError::Rejected | MemError::Expired) => self.acquire_again(i)?,
+                Err(e) => return Err(e.into()),
+            }
         }
         self.inputs
             .get(i)
             .map(|(_, r)| r)
             .ok_or(FaasError::NoInput(i))
+    }
+
+    /// Replaces the right over input `i` by a new one (the old is released).
+    fn acquire_again(&mut self, i: usize) -> Result<(), FaasError> {
+        let Some(&(input, _)) = self.inputs.get(i) else {
+            return Err(FaasError::NoInput(i));
+        };
+        let d = input.datum;
+        let fresh = self
+            .mem
+            .acquire(d.addr, d.len, self.lease, input.access, Mode::Shared)?;
+        self.report.acquires += 1;
+        if let Some(slot) = self.inputs.get_mut(i) {
+            let old = std::mem::replace(&mut slot.1, fresh);
+            self.report.releases += 1;
+            let _ = self.mem.release(old);
+        }
+        Ok(())
     }
 
     /// Reads `len` bytes at `offset` of input `i`.
@@ -288,15 +312,18 @@ pub fn free<M: RemoteMemory>(mem: &mut M, datum: Datum) -> Result<(), FaasError>
     Ok(mem.free(r)?)
 }
 
-/// Runs `chain` once for `inv` on `mem`: acquires every input (shared, for `lease`), runs the
-/// functions in order, releases every input and output right — on success and on failure
-/// alike, revoked, not left to lapse: the chain holds nothing once it ends.
+/// Runs `chain` once for `inv` on `mem`: acquires every input (shared, for `lease`, or the
+/// memory's longest lease if that is shorter), runs the functions in order, releases every
+/// input and output right — on success and on failure alike, revoked, not left to lapse: the
+/// chain holds nothing once it ends. A right whose lease runs low is extended one-sidedly, or,
+/// once that is refused, acquired again.
 pub fn run_chain<M: RemoteMemory>(
     mem: &mut M,
     chain: &Chain<M>,
     inv: &Invocation,
     lease: Duration,
 ) -> Result<ChainReport, FaasError> {
+    let lease = mem.max_lease().map_or(lease, |max| lease.min(max));
     let mut ctx = ChainCtx {
         mem,
         inputs: Vec::with_capacity(inv.inputs.len()),

@@ -225,6 +225,14 @@ pub trait RemoteMemory {
         let _ = max;
     }
 
+    /// The longest lease a right can have (Patronus: the memory node's maximum lifetime,
+    /// learned when the client connected); `None`: no limit (mechanisms without leases). A
+    /// structure plans its leases and extensions within it: asking for more only gets it
+    /// capped, and a right cannot be extended past it.
+    fn max_lease(&self) -> Option<Duration> {
+        None
+    }
+
     /// Extends the right's lease by `lease` (Patronus: one-sided, a CAS on the permission's
     /// lifetime word). Fails once the right ended.
     fn extend(&mut self, region: &Self::Region, lease: Duration) -> Result<(), MemError>;

@@ -173,6 +173,14 @@ impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
         Ok(self.set.extend(region, lease)?)
     }
 
+    fn max_lease(&self) -> Option<Duration> {
+        // The shortest of the nodes': a structure's rights may land on any of them.
+        self.set
+            .nodes()
+            .filter_map(|n| self.set.client(n).map(|c| c.max_lease()))
+            .min()
+    }
+
     fn expires_within(&self, region: &NodePerm, margin: Duration) -> bool {
         let now = self
             .set

@@ -69,6 +69,9 @@ impl From<ClientError> for MemError {
                 MemError::Exhausted
             }
             ClientError::InvalidArgument(what) => MemError::Invalid(what),
+            ClientError::TooLarge => {
+                MemError::Invalid("larger than the largest object the memory node allocates")
+            }
             ClientError::NameTaken => MemError::NameTaken,
             other => MemError::Failed(other.to_string()),
         }
@@ -140,6 +143,10 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
 
     fn extend(&mut self, region: &Perm, lease: Duration) -> Result<(), MemError> {
         Ok(self.client.extend(region, lease)?)
+    }
+
+    fn max_lease(&self) -> Option<Duration> {
+        Some(self.client.max_lease())
     }
 
     fn expires_within(&self, region: &Perm, margin: Duration) -> bool {

@@ -40,6 +40,9 @@ pub enum ClientError {
     /// exclusive permissions or connections).
     #[error("the tenant's quota at the memory node is used up")]
     QuotaExceeded,
+    /// Larger than the largest object the memory node allocates (its largest slab class).
+    #[error("larger than the largest object the memory node allocates")]
+    TooLarge,
     /// [`MAX_POSTED`](super::MAX_POSTED) extensions are posted and not yet polled.
     #[error("too many posted operations in flight")]
     TooManyPosted,
@@ -114,6 +117,7 @@ impl ClientError {
             Status::Overloaded => ClientError::Overloaded,
             Status::QuotaExceeded => ClientError::QuotaExceeded,
             Status::NameTaken => ClientError::NameTaken,
+            Status::TooLarge => ClientError::TooLarge,
         }
     }
 }

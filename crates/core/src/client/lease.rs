@@ -16,11 +16,11 @@
 //! ```
 //!
 //! so the requested lease is what remains, with high probability, once the grant is in the
-//! application's hands. Invariants: the wire lease is never below the requested one; without
-//! samples (or with `slack_rtts = 0`) it is the requested one; and it never exceeds the
-//! memory node's maximum lifetime once a grant told the client what that is (unless the
-//! request itself did). The maximum lifetime and forced invalidation are the manager's and
-//! are untouched.
+//! application's hands. Invariants: the wire lease never exceeds the memory node's maximum
+//! lifetime (the client learns it when it connects: a longer lease would only be capped by
+//! the node, and extensions planned from it would be refused); below that, it is never below
+//! the requested one, and without samples (or with `slack_rtts = 0`) it is the requested one.
+//! The maximum lifetime and forced invalidation are the manager's and are untouched.
 
 use hdrhistogram::Histogram;
 use rnic::Timestamp;
@@ -168,7 +168,7 @@ impl LeasePolicy {
         let _ = stats.rtt_us.record(rtt.clamp(1, stats.rtt_us.high()));
     }
 
-    /// The memory node's maximum lifetime, as a grant states it.
+    /// The memory node's maximum lifetime, as its `Welcome` or a grant states it.
     pub fn learn_max_lifetime(&mut self, max_lifetime_us: u64) {
         self.max_lifetime_us = Some(max_lifetime_us);
     }
@@ -191,7 +191,7 @@ impl LeasePolicy {
     pub fn wire_lease_us(&self, requested_us: u64) -> u64 {
         let wanted = requested_us.saturating_add(self.slack_us());
         match self.max_lifetime_us {
-            Some(max) => wanted.min(max.max(requested_us)),
+            Some(max) => wanted.min(max),
             None => wanted,
         }
     }
@@ -246,7 +246,11 @@ mod tests {
             1500,
             "capped at the maximum lifetime"
         );
-        assert_eq!(p.wire_lease_us(4000), 4000, "never below what was asked");
+        assert_eq!(
+            p.wire_lease_us(4000),
+            1500,
+            "never more than the node grants, even when asked for more"
+        );
         assert_eq!(LeasePolicy::new(0).wire_lease_us(1000), 1000);
         assert_eq!(stats.rtt_us.len(), 100);
         assert_eq!(stats.rtt_us.value_at_quantile(0.5), 500);

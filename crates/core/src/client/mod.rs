@@ -196,6 +196,8 @@ impl<P: Provider> Client<P> {
             data_cq: data_cq.clone(),
         };
         let session = Session::open(&endpoint, &cfg, 0)?;
+        let mut lease = LeasePolicy::new(cfg.lease_slack_rtts);
+        lease.learn_max_lifetime(session.max_lifetime_us);
         Ok(Client {
             clock: ctx.clock(),
             endpoint,
@@ -209,7 +211,7 @@ impl<P: Provider> Client<P> {
             staging_mr,
             live: Vec::new(),
             epoch: 0,
-            lease: LeasePolicy::new(cfg.lease_slack_rtts),
+            lease,
             stats: ClientStats::default(),
             in_flight: Vec::new(),
             parked: Default::default(),
@@ -217,6 +219,13 @@ impl<P: Provider> Client<P> {
             posted: posted::PostedOps::default(),
             cfg,
         })
+    }
+
+    /// The longest lease the memory node grants (its maximum lifetime of a permission, learned
+    /// when the client connected): a longer lease asked for is capped at it, and a permission
+    /// cannot be extended past it (renewal starts a new one, see [`Client::renew`]).
+    pub fn max_lease(&self) -> Duration {
+        Duration::from_micros(self.session.max_lifetime_us)
     }
 
     /// Turns a grant of a request sent at `sent` into a permission, counting it.

@@ -52,6 +52,8 @@ pub(super) struct Session<P: Provider> {
     pub(super) client_id: u32,
     /// Windows are type 2, bound to the active QP: a QP switch needs `UseQp` + `Rebind`.
     pub(super) type2: bool,
+    /// The node's maximum lifetime of a permission, µs (from the `Welcome`).
+    pub(super) max_lifetime_us: u64,
 }
 
 fn qp_init<'a, P: Provider>(cq: &'a P::Cq, max_recv: u32, timing: QpTiming) -> QpInit<'a, P> {
@@ -107,15 +109,17 @@ impl<P: Provider> Session<P> {
             tenant: cfg.tenant,
             secret: cfg.tenant_secret,
         };
-        let (client_id, secret, type2, shards) = match ctrl.call(hello, cfg.rpc_timeout, true)? {
-            Reply::Welcome {
-                client_id,
-                secret,
-                type2,
-                shards,
-            } => (client_id, secret, type2, shards),
-            other => return Err(unexpected(other)),
-        };
+        let (client_id, secret, type2, shards, max_lifetime_us) =
+            match ctrl.call(hello, cfg.rpc_timeout, true)? {
+                Reply::Welcome {
+                    client_id,
+                    secret,
+                    type2,
+                    shards,
+                    max_lifetime_us,
+                } => (client_id, secret, type2, shards, max_lifetime_us),
+                other => return Err(unexpected(other)),
+            };
         // One control channel per manager shard, with disjoint request ids.
         let n = shards.shards.max(1) as u64;
         ctrl.use_ids(1, n);
@@ -158,6 +162,7 @@ impl<P: Provider> Session<P> {
             vqp,
             client_id,
             type2,
+            max_lifetime_us,
         })
     }
 

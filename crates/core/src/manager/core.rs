@@ -518,6 +518,12 @@ impl ManagerCore {
         self.turn_us = turn_us;
     }
 
+    /// The longest a permission lives, µs (leases asked for are capped at it; the `Welcome`
+    /// reply tells clients).
+    pub fn max_lifetime_us(&self) -> u64 {
+        self.cfg.max_lifetime_us
+    }
+
     /// The shortest lease granted now, µs.
     pub fn lease_floor_us(&self) -> u64 {
         let turns = u64::from(self.cfg.lease_floor_turns).saturating_mul(self.turn_us);

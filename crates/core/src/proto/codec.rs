@@ -48,7 +48,7 @@ mod field {
         pub const START_US: usize = 32;
         pub const BUFFER_ADDR: usize = 40;
         pub const BUFFER_LEN: usize = 48;
-        /// Granted's and Extended's lifetime.
+        /// Granted's and Extended's lifetime, Welcome's maximum lifetime.
         pub const LIFETIME_US: usize = 56;
         /// Welcome's shard map: first header, first buffer byte, buffer bytes per shard.
         pub const SHARD_HEADER_BASE: usize = 32;
@@ -130,7 +130,7 @@ fn mode_of(b: u8) -> Result<Mode, ProtoError> {
     }
 }
 
-const STATUSES: [Status; 13] = [
+const STATUSES: [Status; 14] = [
     Status::Ok,
     Status::NoMemory,
     Status::PoolExhausted,
@@ -144,6 +144,7 @@ const STATUSES: [Status; 13] = [
     Status::Overloaded,
     Status::QuotaExceeded,
     Status::NameTaken,
+    Status::TooLarge,
 ];
 
 fn status_code(s: Status) -> u8 {
@@ -351,7 +352,9 @@ fn write_reply(w: &mut SlotWriter<'_>, req_id: u64, reply: &Reply) {
             secret,
             type2,
             shards,
+            max_lifetime_us,
         } => {
+            w.u64(LIFETIME_US, max_lifetime_us);
             w.u8(FLAGS, type2 as u8);
             w.u32(BUFFER_RKEY, client_id);
             w.u64(HEADER_ADDR, secret);
@@ -412,6 +415,7 @@ pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
                 buffer_base: r.u64(SHARD_BUFFER_BASE)?,
                 buffer_span: r.u64(SHARD_BUFFER_SPAN)?,
             },
+            max_lifetime_us: r.u64(LIFETIME_US)?,
         },
         kind::FAILED => Reply::Failed(
             *STATUSES

@@ -11,7 +11,9 @@
 //! reply:    0 u64 req_id | 8 u8 kind | 9 u8 status | 10 u8 flags | 11 u8 rsvd | 12 u32 buffer_rkey
 //!           16 u32 lifetime_rkey | 20 u32 max_lifetime_us | 24 u64 header_addr | 32 u64 start_us
 //!           40 u64 buffer_addr | 48 u64 buffer_len | 56 u64 lifetime_us
-//!           (Found: buffer_addr, buffer_len)
+//!           (Found: buffer_addr, buffer_len; Welcome: 10 type2 | 12 client_id | 16 u32 shards |
+//!            20 u32 headers_per_shard | 24 secret | 32, 40, 48 the shard map |
+//!            56 u64 max_lifetime_us)
 //! ```
 //! Only durations travel (lease and lifetime in µs); the start time is an opaque part of the
 //! permission id (the ABA filter), never compared with the client's clock.
@@ -232,7 +234,8 @@ pub enum Status {
     NotFound,
     /// The manager refuses to extend (maximum lifetime reached or waiters queued).
     ExtensionRefused,
-    /// Malformed or inconsistent arguments (size 0, not an object start, size too large).
+    /// Malformed or inconsistent arguments (size 0, not an object start, longer than the
+    /// object).
     InvalidArgument,
     /// A window bind failed at the NIC.
     BindFailed,
@@ -248,6 +251,8 @@ pub enum Status {
     QuotaExceeded,
     /// The name is published already (by the same tenant).
     NameTaken,
+    /// Larger than the largest object the memory node allocates (its largest slab class).
+    TooLarge,
 }
 
 /// A granted permission, as sent to the client.
@@ -313,6 +318,9 @@ pub enum Reply {
         type2: bool,
         /// The node's manager shards: the client connects to each and routes by address.
         shards: super::shards::ShardMap,
+        /// The node's maximum lifetime of a permission, µs: no grant lasts longer, so the
+        /// client never asks for a longer lease and plans its extensions within it.
+        max_lifetime_us: u64,
     },
     /// Failed.
     Failed(Status),
@@ -431,6 +439,7 @@ mod tests {
                     buffer_base: 0x10_0000,
                     buffer_span: 1 << 20,
                 },
+                max_lifetime_us: 1_000_000,
             },
             Reply::Failed(Status::ConflictTimeout),
         ];

@@ -130,6 +130,11 @@ fn word(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(bytes))
 }
 
+/// The bytes of an employee table with room for `capacity` records (one object).
+pub fn table_bytes(capacity: u32) -> u64 {
+    HEADER + RECORD * u64::from(capacity)
+}
+
 /// Creates an employee table with room for `capacity` records holding `employees`; returns
 /// it. The object is shared (every container of the tenant may acquire it); the creator's
 /// right is given up.
@@ -141,7 +146,7 @@ pub fn create_table<M: RemoteMemory>(
     if employees.len() > capacity as usize {
         return Err(FaasError::Full("the employee table"));
     }
-    let len = HEADER + RECORD * u64::from(capacity);
+    let len = table_bytes(capacity);
     let mut objects = mem.allocate(&[len], Duration::from_secs(1), Mode::Shared)?;
     let r = objects
         .pop()

@@ -248,7 +248,7 @@ impl ManagerCore {
         {
             // Larger than the largest class (or, with a custom slab configuration, a length
             // the header cannot describe): refused, never granted without a lifetime word.
-            return self.fail(client, req_id, Status::InvalidArgument);
+            return self.fail(client, req_id, Status::TooLarge);
         }
         let bytes = self.buffers.footprint_for(size).unwrap_or(u64::MAX);
         if !self

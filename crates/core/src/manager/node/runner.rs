@@ -429,6 +429,7 @@ impl<P: Provider> Runner<P> {
                         secret,
                         type2: self.nic.isolation == Isolation::Type2,
                         shards: self.shared.map,
+                        max_lifetime_us: self.core.max_lifetime_us(),
                     },
                 );
             }
@@ -448,6 +449,7 @@ impl<P: Provider> Runner<P> {
                         secret: secret.unwrap_or(0),
                         type2: self.nic.isolation == Isolation::Type2,
                         shards: self.shared.map,
+                        max_lifetime_us: self.core.max_lifetime_us(),
                     },
                 );
             }
