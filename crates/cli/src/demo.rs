@@ -15,12 +15,12 @@ fn step(n: usize, what: &str) {
 #[allow(clippy::disallowed_methods)] // a demo driver waits on wall time for a lease to end
 pub fn run(transport: Transport) -> Result<()> {
     let node_cfg = NodeConfig {
-        max_lifetime_us: 1_000_000,
+        max_lifetime_us: 2_000_000,
         ..NodeConfig::default()
     };
     let client_cfg = ClientConfig {
         check_local_expiry: false, // so the demo can show the NIC refusing a late access
-        acquire_wait: Duration::from_millis(20), // a conflicting acquire waits 20 ms for the holder
+        acquire_wait: Duration::from_secs(1), // a conflicting acquire waits up to 1 s
         ..ClientConfig::default()
     };
     let started = Instant::now();
@@ -33,15 +33,16 @@ pub fn run(transport: Transport) -> Result<()> {
         transport,
         started.elapsed().as_secs_f64() * 1e3
     );
+    let node = &cluster.node;
     let [alice, bob, carol] = &mut cluster.clients[..] else {
         bail!("expected three clients");
     };
 
     step(
         1,
-        "alice allocates 4 KiB (exclusive, lease 200 ms) and writes to it",
+        "alice allocates 4 KiB (exclusive, lease 500 ms) and writes to it",
     );
-    let p = alice.allocate(4096 - 32, Duration::from_millis(200), Mode::Exclusive)?;
+    let p = alice.allocate(4096 - 32, Duration::from_millis(500), Mode::Exclusive)?;
     println!(
         "    granted {:?}: buffer {:#x}+{} rkey {:?}, lifetime {} us, contiguous header+buffer window: {}",
         p.id(),
@@ -63,46 +64,73 @@ pub fn run(transport: Transport) -> Result<()> {
 
     step(
         2,
-        "bob asks for a shared read permission while alice holds it exclusively",
-    );
-    match bob.acquire(
-        p.addr(),
-        19,
-        Duration::from_millis(10),
-        Access::Read,
-        Mode::Shared,
-    ) {
-        Err(ClientError::ConflictTimeout) => {
-            println!("    refused after waiting 20 ms: alice still holds it (conflict timeout)")
-        }
-        other => println!("    unexpected: {other:?}"),
-    }
-
-    step(
-        3,
         "alice extends her lease one-sidedly (RDMA CAS on the header's lifetime field)",
     );
     for _ in 0..3 {
-        alice.extend(&p, Duration::from_millis(50))?;
+        alice
+            .extend(&p, Duration::from_millis(100))
+            .context("extending while nobody waits")?;
         println!("    lifetime now {} us", p.lifetime_us());
     }
 
     step(
-        4,
-        "alice revokes; bob acquires read-only and reads; his write is refused by the NIC",
+        3,
+        "bob asks for a shared read permission while alice holds it exclusively: he waits",
     );
-    let addr = p.addr();
-    let alice_rkey = p.rkey();
-    alice.revoke(p)?;
-    let q = bob.acquire(
-        addr,
+    let cas_before = node.fresh_stats().counters.lifetime_cas;
+    let asked = Instant::now();
+    let mut pending = bob.start_acquire(
+        p.addr(),
         19,
         Duration::from_millis(500),
         Access::Read,
         Mode::Shared,
     )?;
+    // The node queues bob and zeroes alice's lifetime field by CAS through its NIC (§5.3: a
+    // holder others wait for may not extend). Wait for that CAS: each `fresh_stats` call
+    // returns after the manager's next turn.
+    while node.fresh_stats().counters.lifetime_cas == cas_before {
+        if asked.elapsed() > Duration::from_secs(5) {
+            bail!("the memory node did not take up bob's acquire within 5 s");
+        }
+    }
+    if let Some(q) = bob.poll_acquire(&mut pending)? {
+        bail!(
+            "bob was granted {:?} while alice held it exclusively",
+            q.id()
+        );
+    }
+    println!("    bob's acquire is queued at the memory node behind alice's exclusive permission");
+    println!("    the node zeroed alice's lifetime field so that she cannot extend past her lease");
+
+    step(
+        4,
+        "alice tries to extend again: refused, someone is waiting (§5.3, \"regulate the extension\")",
+    );
+    match alice.extend(&p, Duration::from_millis(100)) {
+        Err(ClientError::ExtensionRefused) => println!(
+            "    refused by the memory node: her CAS found the lifetime field zeroed; her lease ends in at most {} us",
+            p.lifetime_us()
+        ),
+        other => bail!("alice's extension while bob waits: expected a refusal, got {other:?}"),
+    }
+
+    step(
+        5,
+        "alice revokes: bob's waiting acquire is granted at once; he reads; his write is refused by the NIC",
+    );
+    let addr = p.addr();
+    let alice_rkey = p.rkey();
+    alice.revoke(p)?;
+    let q = loop {
+        if let Some(q) = bob.poll_acquire(&mut pending)? {
+            break q;
+        }
+        bob.wait_for_reply(Duration::from_millis(100))?;
+    };
     println!(
-        "    bob's rkey {:?} (alice's old rkey {:?} is dead)",
+        "    granted {:.1} ms after he asked; bob's rkey {:?} (alice's old rkey {:?} is dead)",
+        asked.elapsed().as_secs_f64() * 1e3,
         q.rkey(),
         alice_rkey
     );
@@ -124,10 +152,10 @@ pub fn run(transport: Transport) -> Result<()> {
     );
 
     step(
-        5,
+        6,
         "carol acquires with a 20 ms lease and never revokes: the lease expires",
     );
-    let before = cluster.node.stats().counters.expired;
+    let before = node.stats().counters.expired;
     let r = carol.acquire(
         addr,
         19,
@@ -137,7 +165,7 @@ pub fn run(transport: Transport) -> Result<()> {
     )?;
     carol.read(&r, 0, &mut buf)?;
     let t0 = Instant::now();
-    while cluster.node.stats().counters.expired == before {
+    while node.stats().counters.expired == before {
         if t0.elapsed() > Duration::from_secs(5) {
             bail!("lease did not expire within 5 s");
         }
@@ -153,7 +181,7 @@ pub fn run(transport: Transport) -> Result<()> {
     }
     bob.revoke(q)?;
 
-    let s = cluster.node.fresh_stats();
+    let s = node.fresh_stats();
     let c = s.counters;
     println!("\nMemory node report");
     println!(

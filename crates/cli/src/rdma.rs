@@ -28,7 +28,8 @@ pub fn start(cfg: &DaemonConfig) -> Result<(MemoryNode<RdmaProvider>, String)> {
         ctx.device_name(),
         ctx.gid_index()
     );
-    let node = MemoryNode::<RdmaProvider>::start(ctx, cfg.node_config()?)?;
+    let node = MemoryNode::<RdmaProvider>::start(ctx, cfg.node_config()?)
+        .with_context(|| format!("listening for clients on {}", cfg.listen))?;
     let listen = node.address().to_string();
     Ok((node, listen))
 }

@@ -2,7 +2,7 @@
 //! as tables or as JSON.
 
 use crate::daemon::report::{EXPIRING_MS, StatusReport};
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, anyhow};
 use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -27,10 +27,40 @@ pub fn fetch(admin: SocketAddr) -> Result<StatusReport> {
     let body = agent
         .get(&url)
         .call()
-        .with_context(|| format!("asking {url} (is the node's admin endpoint there?)"))?
+        .map_err(|e| not_answered(admin, &url, e))?
         .into_string()
         .with_context(|| format!("reading {url}"))?;
     serde_json::from_str(&body).with_context(|| format!("{url}: not a status report"))
+}
+
+/// Why `GET url` failed, in words: a peer that does not speak HTTP is most likely the port
+/// clients connect to (its reply bytes are not worth printing).
+fn not_answered(admin: SocketAddr, url: &str, e: ureq::Error) -> anyhow::Error {
+    let t = match e {
+        ureq::Error::Status(code, _) => return anyhow!("{url}: HTTP status {code}"),
+        ureq::Error::Transport(t) => t,
+    };
+    let io = std::error::Error::source(&t).and_then(|s| s.downcast_ref::<std::io::Error>());
+    let garbled = matches!(
+        t.kind(),
+        ureq::ErrorKind::BadStatus | ureq::ErrorKind::BadHeader
+    ) || io.is_some_and(|io| {
+        use std::io::ErrorKind::{InvalidData, InvalidInput, Other};
+        // ureq reports a reply that is no HTTP header this way (the bytes of a soft-NIC
+        // frame, say); connection failures have kinds of their own.
+        matches!(io.kind(), InvalidData | InvalidInput | Other)
+    });
+    if garbled {
+        return anyhow!(
+            "{admin} did not answer in HTTP: is it the node's admin address (its `admin` \
+             setting) and not the port clients connect to?"
+        );
+    }
+    let why = io.map_or_else(|| t.kind().to_string(), |io| io.to_string());
+    anyhow!(
+        "no admin endpoint answered at {admin} ({why}): is the node running, with this \
+         `admin` address?"
+    )
 }
 
 /// The report as text tables.

@@ -17,13 +17,14 @@ pub struct ServeFlags {
     /// Print the commented default configuration file and exit.
     #[arg(long)]
     pub print_default_config: bool,
-    /// Address clients connect to [file: listen].
+    /// Address clients connect to; port 0 picks a free one [file: listen; default
+    /// 127.0.0.1:7471].
     #[arg(long, env = "PATRONUS_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Address of the admin endpoint: /metrics, /status [file: admin; default: none
-    /// without a file].
-    #[arg(long, env = "PATRONUS_ADMIN")]
-    pub admin: Option<SocketAddr>,
+    /// Address of the admin endpoint: /metrics, /status; "" serves none [file: admin;
+    /// default 127.0.0.1:9471].
+    #[arg(long, env = "PATRONUS_ADMIN", value_name = "ADDR")]
+    pub admin: Option<String>,
     /// The RNIC: the software one over TCP, or an rdma-core device [file: provider].
     #[arg(long, value_enum, env = "PATRONUS_PROVIDER")]
     pub provider: Option<ProviderSetting>,
@@ -119,8 +120,8 @@ impl ServeFlags {
             slab_min_class => c.slab.min_class,
             slab_max_class => c.slab.max_class,
         );
-        if let Some(a) = self.admin {
-            c.admin = a.to_string();
+        if let Some(a) = &self.admin {
+            c.admin = a.clone();
         }
         if !self.tenants.is_empty() {
             c.tenant = self

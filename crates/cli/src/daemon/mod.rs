@@ -47,9 +47,10 @@ pub fn run(flags: &ServeFlags) -> Result<()> {
                 huge_pages: cfg.huge_pages,
                 ..SoftConfig::default()
             };
-            let ctx =
-                TcpNode::open_with(device, cfg.listen, tcp).context("opening the TCP device")?;
-            let node = MemoryNode::<SoftProvider>::start(ctx, cfg.node_config()?)?;
+            let listening = || format!("listening for clients on {}", cfg.listen);
+            let ctx = TcpNode::open_with(device, cfg.listen, tcp).with_context(listening)?;
+            let node = MemoryNode::<SoftProvider>::start(ctx, cfg.node_config()?)
+                .with_context(listening)?;
             if cfg.huge_pages {
                 tracing::info!(
                     anon_huge_pages_kib = huge_page_kib(),
