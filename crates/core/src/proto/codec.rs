@@ -1,6 +1,12 @@
 //! The byte layout of control messages (summarised in `messages.rs`): every offset lives in
 //! [`field`], decoding goes through the control channel's checked [`SlotReader`], encoding
 //! writes the same offsets through a [`SlotWriter`].
+//!
+//! Decoding is strict and the encoding canonical: a message is accepted only if it is exactly
+//! the encoding of what it decodes to — one slot long, with every byte its kind does not use
+//! (reserved bytes, the other kinds' fields) zero. A peer cannot hide bytes the receiver
+//! ignores, and a field added later in those bytes is refused by an older receiver instead of
+//! being silently dropped.
 
 use super::messages::{
     Access, Grant, Mode, PermissionId, ProtoError, Reply, Request, RootName, SLOT_SIZE, Status,
@@ -248,8 +254,27 @@ fn write_request(w: &mut SlotWriter<'_>, req_id: u64, req: &Request) {
     w.u8(field::KIND, kind);
 }
 
-/// Parses a request slot.
+/// Parses a request slot (strictly: see the module docs).
 pub fn decode_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
+    let (req_id, req) = parse_request(buf)?;
+    canonical(buf, &encode_request(req_id, &req))?;
+    Ok((req_id, req))
+}
+
+/// Accepts `buf` only if it is `encoding`, the encoding of what it decoded to: one slot,
+/// nothing in the bytes the decoder did not read.
+fn canonical(buf: &[u8], encoding: &[u8; SLOT_SIZE]) -> Result<(), ProtoError> {
+    if buf.len() != SLOT_SIZE {
+        return Err(ProtoError::BadField("length"));
+    }
+    if buf != encoding {
+        return Err(ProtoError::BadField("reserved"));
+    }
+    Ok(())
+}
+
+/// The fields of a request slot, whatever the bytes no field of its kind uses.
+fn parse_request(buf: &[u8]) -> Result<(u64, Request), ProtoError> {
     use field::request::*;
     let r = SlotReader::new(buf, SLOT_SIZE)?;
     let id = || -> Result<PermissionId, ProtoError> {
@@ -373,8 +398,15 @@ fn write_reply(w: &mut SlotWriter<'_>, req_id: u64, reply: &Reply) {
     w.u8(field::KIND, kind);
 }
 
-/// Parses a reply slot.
+/// Parses a reply slot (strictly: see the module docs).
 pub fn decode_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
+    let (req_id, reply) = parse_reply(buf)?;
+    canonical(buf, &encode_reply(req_id, &reply))?;
+    Ok((req_id, reply))
+}
+
+/// The fields of a reply slot, whatever the bytes no field of its kind uses.
+fn parse_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
     use field::reply::*;
     let r = SlotReader::new(buf, SLOT_SIZE)?;
     let reply = match r.u8(field::KIND)? {

@@ -20,7 +20,8 @@
 //!
 //! The codec (`proto/codec.rs`, field offsets in one place) reads through the control
 //! channel's checked slot views; parsing never panics on peer input, it returns a
-//! [`ProtoError`].
+//! [`ProtoError`]. Parsing is strict: reserved bytes, and the fields a kind does not use, must
+//! be zero, and a message is exactly one slot (the encoding is canonical).
 
 use rnic::MemoryKey;
 
@@ -445,6 +446,32 @@ mod tests {
         ];
         for r in replies {
             assert_eq!(decode_reply(&encode_reply(42, &r)), Ok((42, r)));
+        }
+    }
+
+    #[test]
+    fn unused_bytes_and_longer_slots_are_refused() {
+        let wire = encode_reply(7, &Reply::Found { addr: 0x40, len: 9 });
+        // The reply's reserved byte, then a word only Granted uses.
+        for at in [11, 32] {
+            let mut bad = wire;
+            bad[at] = 1;
+            assert_eq!(decode_reply(&bad), Err(ProtoError::BadField("reserved")));
+        }
+        let mut long = wire.to_vec();
+        long.push(0);
+        assert_eq!(decode_reply(&long), Err(ProtoError::BadField("length")));
+        let hello = encode_request(
+            1,
+            &Request::Hello {
+                tenant: 4,
+                secret: 5,
+            },
+        );
+        for at in [9, 12, 40] {
+            let mut bad = hello;
+            bad[at] = 0x80;
+            assert_eq!(decode_request(&bad), Err(ProtoError::BadField("reserved")));
         }
     }
 
