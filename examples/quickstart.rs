@@ -37,8 +37,7 @@ const B: TenantSecret = TenantSecret {
 const HELLO: &[u8; 19] = b"hello from tenant 1";
 
 fn main() -> Result<()> {
-    // Every client (and an in-process node) has its own device: the software RDMA NIC, here
-    // over TCP on a free loopback port.
+    // A device is an RDMA NIC: here the software one, over TCP on a free loopback port.
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
     let connect = std::env::args().skip_while(|a| a != "--connect").nth(1);
     let connect = connect.or_else(|| std::env::var("PATRONUS_CONNECT").ok());
@@ -62,8 +61,10 @@ fn main() -> Result<()> {
             (Some(node), address)
         }
     };
+    // This compute node's device. Both tenants' clients use it here; each client gets its own
+    // protection domain on it and its own connections to the memory node.
+    let device = TcpNode::open(SoftConfig::default(), loopback)?;
     let connect_as = |t: TenantSecret| -> Result<Client<SoftProvider>> {
-        let device = TcpNode::open(SoftConfig::default(), loopback)?;
         let config = ClientConfig {
             tenant: t.tenant,
             tenant_secret: t.secret,
