@@ -1,4 +1,4 @@
-//! Attack suite (issue 8): the ReDMArk-style attacks of `docs/threat-model.md`, one test per
+//! Attack suite: the ReDMArk-style attacks of `docs/threat-model.md`, one test per
 //! attack, each on both transports and in each isolation mode (`mod inproc` / `mod tcp` are the
 //! shared-PD mode, then `*_pd_per_client` and `*_type2`).
 //!

@@ -1,7 +1,7 @@
-//! Issue 11, item 4: a client whose control connection dies opens a new session with the
-//! memory node. The connection breaks for real under a request in flight: in-process, the
-//! queued network kills the connection with the request on the wire; over TCP, the client's
-//! links drop the request and its retransmissions until the QP gives up (retry exceeded).
+//! A client whose control connection dies opens a new session with the memory node
+//! (`docs/architecture.md`, "Sessions"). The connection breaks for real under a request in flight:
+//! in-process, the queued network kills the connection with the request on the wire; over TCP, the
+//! client's links drop the request and its retransmissions until the QP gives up (retry exceeded).
 //!
 //! Then: the request in flight reports its outcome unknown (`ControlLost`, never sent again);
 //! the next allocation succeeds in a new session (a new `Hello`: a new client id; new data QPs

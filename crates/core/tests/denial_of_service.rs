@@ -1,6 +1,7 @@
-//! Denial of service (issue 11): what one client — careless or hostile — can do to the memory
-//! node and to the other clients, one hole per module. Each test runs on both transports and
-//! in every isolation mode where the hole applies; it asserts that the honest client keeps
+//! Denial of service (`docs/threat-model.md`, "Denial of service"): what one client —
+//! careless or hostile — can do to the memory node and to the other clients, one abuse per
+//! module. Each test runs on both transports and in every isolation mode where the abuse
+//! applies; it asserts that the honest client keeps
 //! making progress during the abuse and is fully served after, and that the node's resource
 //! counts (sessions, QPs, windows, protection domains, pool bytes) return to their starting
 //! values. Loops are bounded in count; the tens of thousands of cycles live in the `#[ignore]`d

@@ -1,11 +1,11 @@
-//! Hole 3 of issue 8, end to end: a data op whose outcome the NIC cannot report is never run
-//! again. The memory node and a client run on a queued in-process network (a pump thread is its
-//! delivery engine, timed by a virtual clock); the link dies under the responses of two FAAs
-//! after both executed. The client must report both as `OutcomeUnknown` (the first timed out,
-//! the second was flushed), not retry the flushed one on its spare QP (the counter must read 2,
-//! not 3), and keep working on the spare. The TCP transport has no fault
-//! wrapper to lose one response on purpose (issue 9 adds one); the rule itself is unit-tested
-//! in `client/data.rs`.
+//! Exactly-once data ops, end to end (`docs/threat-model.md`, "Exactly-once data retries"): a data
+//! op whose outcome the NIC cannot report is never run again. The memory node and a client run on a
+//! queued in-process network (a pump thread is its delivery engine, timed by a virtual clock); the
+//! link dies under the responses of two FAAs after both executed. The client must report both as
+//! `OutcomeUnknown` (the first timed out, the second was flushed), not retry the flushed one on its
+//! spare QP (the counter must read 2, not 3), and keep working on the spare. This test has no TCP
+//! variant (though the TCP transport takes the same fault wrappers,
+//! `rnic::soft::TcpOptions::links`); the rule itself is unit-tested in `client/data.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 mod support;

@@ -1,7 +1,7 @@
 //! Manager core against a fake NIC, deterministic: grants, revocation, expiry, forced
 //! invalidation, CN-collaborated extension, ABA filtering, conflicts, handover, delayed
 //! unbinding, malformed input. Each test is named after the invariant it checks
-//! (`/work/shared/design.md`, "Invariants"; paper §5.2–§5.6).
+//! (`docs/architecture.md`, "Invariants and where they are tested"; paper §5.2–§5.6).
 
 mod support;
 
@@ -1560,7 +1560,8 @@ fn only_a_writer_may_free_memory() {
     assert!(!sim.reaches(&r, r.buffer_addr, r.buffer_len));
 }
 
-/// Issue 10: the manager never grants a lease shorter than a few of its own turns (a request
+/// Leases under a slow control path (`docs/architecture.md`, "Leases that fit the control
+/// path"): the manager never grants a lease shorter than a few of its own turns (a request
 /// received now may have waited a turn, its reply leaves after this one), and when even the
 /// maximum lifetime is shorter than that it refuses new permissions as overloaded instead of
 /// granting leases that end before they arrive; ending and extending stay served.

@@ -1,7 +1,7 @@
 //! Manager core against the fake NIC: what a departed client (closed or silent connection)
 //! held is given back — its permissions end and their windows are unbound before anyone else
 //! is served the memory, its queued requests go, and its protection domain's windows retire
-//! and are reused whole by later clients, so tables do not grow with churn (issue 11).
+//! and are reused whole by later clients, so tables do not grow with churn.
 
 mod support;
 

@@ -552,7 +552,7 @@ impl Harness {
                 (g.lifetime_rkey, p.lifetime_target, p.lifetime_epoch, true),
             ] {
                 // The same key after 256 rebinds of the window is the accepted 8-bit limit
-                // (design.md, "rkey key byte"), not this grant's binding.
+                // (`docs/threat-model.md`, attack 3), not this grant's binding.
                 let b = nic
                     .binding(key)
                     .filter(|_| nic.window(key.index()).epoch == epoch);

@@ -1,7 +1,7 @@
-//! Manager core against the fake NIC, deterministic: the protection guarantees of issue 8 at
-//! the policy level — retries that join their original, failures that stay in their domain,
-//! scrubbing ordered after the chain, tenants, atomic renewal, headers for large objects and
-//! random key bytes. (The end-to-end versions are in `protection.rs` and `attacks.rs`.)
+//! Manager core against the fake NIC, deterministic: the protection guarantees of `protection.rs`
+//! at the policy level — retries that join their original, failures that stay in their domain,
+//! scrubbing ordered after the chain, tenants, atomic renewal, headers for large objects and random
+//! key bytes. (The end-to-end versions are in `protection.rs` and `attacks.rs`.)
 
 mod support;
 

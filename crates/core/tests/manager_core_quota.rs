@@ -1,4 +1,5 @@
-//! Manager core against the fake NIC: tenant quotas (issue 11, hole 2). A tenant that hits
+//! Manager core against the fake NIC: tenant quotas (`docs/threat-model.md`, `tenant_quota`).
+//! A tenant that hits
 //! its own quota gets `QuotaExceeded`; the others are unaffected; what it frees or revokes
 //! gives room back; a renewal at the quota still goes through (it replaces a permission).
 

@@ -1,9 +1,9 @@
-//! Issue 14: a client over several memory nodes (`NodeSet`), on both transports. Objects are
-//! spread round robin over the nodes and hold their data; global addresses round-trip and
-//! lead another compute node to the same objects; a permission's rkey means nothing on
-//! another node (that node's NIC refuses it); a node stopped mid-way fails its permissions
-//! with an error naming it, at once and without I/O after the first, while the other nodes
-//! keep working and allocations skip it.
+//! A client over several memory nodes (`NodeSet`, `docs/multi-node.md`), on both transports.
+//! Objects are spread round robin over the nodes and hold their data; global addresses round-trip
+//! and lead another compute node to the same objects; a permission's rkey means nothing on another
+//! node (that node's NIC refuses it); a node stopped mid-way fails its permissions with an error
+//! naming it, at once and without I/O after the first, while the other nodes keep working and
+//! allocations skip it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 mod support;

@@ -1,4 +1,4 @@
-//! Regression tests for protection under reuse, retries and hostile clients (issue 8). Each
+//! Regression tests for protection under reuse, retries and hostile clients. Each
 //! test is named after the guarantee it checks and runs on both transports, in every isolation
 //! mode where the guarantee applies.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
@@ -25,7 +25,7 @@ fn small_slabs() -> NodeConfig {
     }
 }
 
-/// Hole 1: whatever `allocate` returns holds no byte of an earlier tenant.
+/// Whatever `allocate` returns holds no byte of an earlier tenant.
 fn allocated_memory_never_holds_earlier_bytes(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, small_slabs(), no_wait());
     let (a, c) = two(&mut b);
@@ -57,7 +57,7 @@ fn allocated_memory_never_holds_earlier_bytes(t: Transport, iso: Isolation) {
     panic!("the freed object was never reused");
 }
 
-/// Hole 2: an automatic retry of an acquire that is still waiting is the same request, not a
+/// An automatic retry of an acquire that is still waiting is the same request, not a
 /// second waiter that outlives both holders.
 fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
     let waiting = ClientConfig {
@@ -108,8 +108,9 @@ fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
     );
 }
 
-/// Hole 2, the client's side: a grant that arrives after the client gave up on its request
-/// (RPC timeout) is handed back at once, so it does not block the object until its lease ends.
+/// A retried acquire, the client's side: a grant that arrives after the client gave up on its
+/// request (RPC timeout) is handed back at once, so it does not block the object until its lease
+/// ends.
 fn grant_after_a_client_timeout_is_handed_back(t: Transport, iso: Isolation) {
     let impatient = ClientConfig {
         rpc_timeout: Duration::from_millis(300),
@@ -166,7 +167,7 @@ fn grant_after_a_client_timeout_is_handed_back(t: Transport, iso: Isolation) {
     w.revoke(q).unwrap();
 }
 
-/// Hole 4: a 4 KiB allocation costs at most 4 KiB + 64 B of pool.
+/// A 4 KiB allocation costs at most 4 KiB + 64 B of pool.
 fn four_kib_allocation_costs_at_most_64_bytes_more(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
@@ -186,7 +187,7 @@ fn four_kib_allocation_costs_at_most_64_bytes_more(t: Transport, iso: Isolation)
     assert!(stride <= 4096 + 64, "a 4 KiB object takes {stride} bytes");
 }
 
-/// Hole 5: objects of 2 MiB and more have a header like any other: one-sided extension works.
+/// Objects of 2 MiB and more have a header like any other: one-sided extension works.
 fn large_objects_have_a_lifetime_word(t: Transport, iso: Isolation) {
     let node = NodeConfig {
         pool_bytes: 16 << 20,
@@ -207,7 +208,7 @@ fn large_objects_have_a_lifetime_word(t: Transport, iso: Isolation) {
     a.write(&p, (2 << 20) - 8, &7u64.to_le_bytes()).unwrap();
 }
 
-/// Hole 6: renewing an exclusive long lease never hands the object to a waiter in between; if
+/// Renewing an exclusive long lease never hands the object to a waiter in between; if
 /// it cannot renew (others wait), it says so and the current permission stays valid.
 fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
     let node = NodeConfig {
@@ -285,7 +286,7 @@ fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
     });
 }
 
-/// Hole 8: a conflicting acquire waits by default (bounded), then gets the object.
+/// A conflicting acquire waits by default (bounded), then gets the object.
 fn conflicting_acquire_waits_by_default(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
     let clock = b.clock.clone();
@@ -314,7 +315,7 @@ fn conflicting_acquire_waits_by_default(t: Transport, iso: Isolation) {
     });
 }
 
-/// Hole 9: in the shared-PD mode a window's previous holder cannot predict the key its next
+/// In the shared-PD mode a window's previous holder cannot predict the key its next
 /// holder gets. With MW handover the window is rebound straight from one holder to the next
 /// (a waiter is granted in the batch of the revoke); the NIC's +1 per bind made the new key the
 /// old one + 1. Now the key byte is drawn at random and never repeats one of the window's last
@@ -394,7 +395,7 @@ fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
     );
 }
 
-/// Hole 3: the ops flushed behind an access the NIC refused never executed, so they are run
+/// The ops flushed behind an access the NIC refused never executed, so they are run
 /// again on the promoted QP — once: an FAA after the fault adds exactly once.
 fn flushed_ops_behind_a_refused_access_run_exactly_once(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
@@ -425,7 +426,7 @@ fn flushed_ops_behind_a_refused_access_run_exactly_once(t: Transport, iso: Isola
     assert_eq!(u64::from_le_bytes(word), 2, "each FAA ran exactly once");
 }
 
-/// Hole 10: an object belongs to its tenant. Another tenant gets the answer it would get for
+/// An object belongs to its tenant. Another tenant gets the answer it would get for
 /// no object at all, may acquire only what the owner shared, never frees it; a disconnect frees
 /// nothing.
 fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
@@ -531,7 +532,7 @@ fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
     colleague.free(r).unwrap();
 }
 
-/// Hole 9: a served or embedded node isolates clients by PD unless told otherwise.
+/// A served or embedded node isolates clients by PD unless told otherwise.
 #[test]
 fn default_isolation_is_pd_per_client() {
     assert_eq!(

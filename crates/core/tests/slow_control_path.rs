@@ -1,4 +1,5 @@
-//! Issue 10, end to end: a control path slower than the leases clients ask for. The memory
+//! Leases under a slow control path, end to end (`docs/architecture.md`, "Leases that fit the
+//! control path"): a control path slower than the leases clients ask for. The memory
 //! node and a client run on a queued in-process network whose packets spend 2 ms (virtual) on
 //! the wire each way, so every round trip takes 4 ms, while the client asks for 500 µs leases.
 //! A pump thread is the network's delivery engine: it moves the virtual clock to the next due
@@ -6,10 +7,10 @@
 //! much of it a round trip takes still depends on when the manager's thread runs, so the
 //! test asserts bounds, not exact times).
 //!
-//! Without the client's lease slack (and the manager's floor) every grant is dead on arrival and the client restarts
-//! forever (this is the cliff of issue 10, shown here so the test can tell the two apart); with
-//! it, the client learns the round trip from its first request and every later grant arrives
-//! usable.
+//! Without the client's lease slack (and the manager's floor) every grant is dead on arrival and
+//! the client restarts forever (the cliff the slack exists for, shown here so the test can tell the
+//! two apart); with it, the client learns the round trip from its first request and every later
+//! grant arrives usable.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 mod support;

@@ -22,6 +22,8 @@
 //! - A function reaches remote memory only through the chain's inputs and its own outputs:
 //!   [`chain::ChainCtx`] has no other door.
 
+#![warn(missing_docs)]
+
 pub mod apps;
 pub mod chain;
 mod error;

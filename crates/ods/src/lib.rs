@@ -16,6 +16,8 @@
 //!   CAS to publish and take it; drained segments freed).
 //! - [`race`]: RACE hashing, an extendible hash table of one-sided operations.
 
+#![warn(missing_docs)]
+
 #[cfg(feature = "testing")]
 pub mod conformance;
 pub mod memory;

@@ -8,7 +8,7 @@
 //! a protected memory node.
 //!
 //! Invariant: a wait never hangs. [`wait_completions`] gives up after a timeout measured on
-//! the context's own [`Clock`](crate::Clock) (on a virtual clock, whoever drives the clock
+//! the context's own [`Clock`] (on a virtual clock, whoever drives the clock
 //! decides), and a failed completion ends the wait with its status.
 
 use crate::verbs::{

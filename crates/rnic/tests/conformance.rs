@@ -1,5 +1,6 @@
-//! The verbs conformance suite: every rule of `verbs-semantics.md` §6 as a test written once,
-//! generic over the provider, and stamped out per test bed (provider + transport).
+//! The verbs conformance suite: every memory-window rule of `docs/conformance.md` as a test
+//! written once, generic over the provider, and stamped out per test bed (provider +
+//! transport).
 //!
 //! Test names are `conformance::<bed>::<rule>`; `docs/conformance.md` maps each rule (with its
 //! InfiniBand spec number) to its test. To add a bed, implement `harness::TestBed` and add one

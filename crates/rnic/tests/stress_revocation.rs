@@ -1,7 +1,8 @@
 //! Revocation under fire: worker threads hammer a memory window with READs and WRITEs through
 //! in-process QPs while another thread rebinds the window back and forth between two buffers.
 //!
-//! Invariants (design.md "Revocation is a barrier"; invariants 1 and 2):
+//! Invariants (`docs/architecture.md`: "Protection table and the revocation barrier", and
+//! invariants 1 and 2 of "Invariants and where they are tested"):
 //! - Once a rebind away from a buffer has completed, no access ever touches that buffer again
 //!   until the window is bound back over it: the binder snapshots the buffer right after the
 //!   bind completes and compares just before binding back.

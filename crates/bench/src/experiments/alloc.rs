@@ -1,6 +1,5 @@
 //! Allocation: what scrubbing freed memory costs, and what a live permission costs in memory
-//! (issue 8: "the allocate/free benchmark reports the cost of scrubbing; the full report gives
-//! memory per live permission").
+//! (`docs/architecture.md`, "Freed memory is scrubbed").
 //!
 //! (a) Churn: one client allocates, writes the whole buffer and frees it, over and over, at
 //! 64 B, 4 KiB and 64 KiB, under each [`Scrub`] policy (Off, OnGrant, Idle) in the same run.

@@ -1,4 +1,4 @@
-//! Denial of service (issue 11): what one abusive client costs an honest one. For each abuse,
+//! Denial of service: what one abusive client costs an honest one. For each abuse,
 //! in a fresh cluster on the real clock, an honest client runs a steady loop of control and
 //! data work (one round: allocate 128 B exclusive, write, read back, free) for a fixed window
 //! before the abuse (abuser idle), during it (the abuser runs on its own thread and device)

@@ -25,10 +25,10 @@ use std::time::Instant;
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 
-/// Target from the project brief: a soft-NIC READ over TCP within this factor of a raw TCP
+/// Target (`docs/benchmarks.md`): a soft-NIC READ over TCP within this factor of a raw TCP
 /// ping-pong of the same size (the transport adds little to a round trip).
 const TARGET_READ_OVER_PINGPONG: f64 = 1.5;
-/// Target from the project brief: an in-process MW bind (posted and completed) within this.
+/// Target (`docs/benchmarks.md`): an in-process MW bind (posted and completed) within this.
 const TARGET_MW_BIND_US: f64 = 0.3;
 
 /// How much of everything to measure.

@@ -74,7 +74,7 @@ pub struct Ratio {
     pub value: f64,
 }
 
-/// A claim the "done when" (or the paper) makes, checked against this run.
+/// A claim this project's targets (or the paper) make, checked against this run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Check {
     /// The claim ("MW bind is flat in the region size").

@@ -1,8 +1,7 @@
 //! The admin endpoint: `GET /metrics` (Prometheus text), `GET /status` (the status report,
 //! JSON), `GET /healthz`, on its own thread. Loopback by default (`docs/operations.md`).
 //!
-//! Invariant: serves only what [`metrics`](super::metrics) and
-//! [`StatusReport`](super::report::StatusReport) hold — no rkeys, no secrets.
+//! Invariant: serves only what [`metrics`] and [`StatusReport`] hold — no rkeys, no secrets.
 
 use super::metrics;
 use super::report::StatusReport;

@@ -9,6 +9,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// Flags of `patronus serve`.
+// The field docs are the `--help` text, where `[file: [limits]]` names a TOML table, not a
+// link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct ServeFlags {
     /// Configuration file (TOML; `--print-default-config` prints a commented one).

@@ -25,15 +25,15 @@
 //! # }
 //! ```
 //!
-//! Invariants (design.md): a buffer is never reached by a new owner while an earlier owner's
-//! window is still bound over it (stale windows of reused memory are killed in the same chain,
-//! before the reply leaves); memory handed out by `allocate` never holds an earlier tenant's
-//! bytes (a dirty object is scrubbed after that chain and before the reply, or in the
-//! background while no window covers it); every grant ends by its deadline; stale ids change
-//! nothing; an object is acquired only by its owner tenant or a tenant it was shared with, and
-//! "no object" and "not yours" get the same answer; a retried request (same client and id)
-//! that is still waiting is the same request; a failed bind fails only the grants of the
-//! protection domain it happened in.
+//! Invariants (`docs/architecture.md`, "Invariants and where they are tested"): a buffer is
+//! never reached by a new owner while an earlier owner's window is still bound over it (stale
+//! windows of reused memory are killed in the same chain, before the reply leaves); memory
+//! handed out by `allocate` never holds an earlier tenant's bytes (a dirty object is scrubbed
+//! after that chain and before the reply, or in the background while no window covers it);
+//! every grant ends by its deadline; stale ids change nothing; an object is acquired only by
+//! its owner tenant or a tenant it was shared with, and "no object" and "not yours" get the
+//! same answer; a retried request (same client and id) that is still waiting is the same
+//! request; a failed bind fails only the grants of the protection domain it happened in.
 
 use super::keys::KeyBytes;
 use super::pool::{BufferPool, HeaderPool, MwId, Object, SlabConfig, WindowPools};
@@ -124,8 +124,8 @@ impl ManagerConfig {
     }
 }
 
-/// When the manager zeroes freed memory (hole 1 of issue 8: a new tenant must never see an
-/// earlier tenant's bytes).
+/// When the manager zeroes freed memory (a new tenant must never see an earlier tenant's
+/// bytes; `docs/architecture.md`, "Freed memory is scrubbed").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Scrub {
     /// In the background while idle, for freed objects no window covers any more; whatever is

@@ -368,7 +368,7 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
         self.idle.idle(&self.recv_cq, max);
     }
 
-    /// Notes the time of an idle turn (the spin ends after [`SPIN_BUDGET`]).
+    /// Notes the time of an idle turn (the spin ends once it has lasted `SPIN_BUDGET`).
     pub fn note_idle_time(&mut self, now: rnic::Timestamp) {
         self.idle.note_time(now);
     }

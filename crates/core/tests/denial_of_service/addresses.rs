@@ -1,4 +1,4 @@
-//! Hole 2 (connections per source address): one host cannot take every connection the node
+//! Connections per source address: one host cannot take every connection the node
 //! serves. A host at its limit (`sessions_per_address`) has its next client refused with a
 //! clear reason; a client from another host is admitted meanwhile, and the host's count is
 //! given back as its sessions end. TCP only: in-process peers have no address.

@@ -1,4 +1,4 @@
-//! Hole 1: connections that close or go silent leave nothing behind. Clients connect, work
+//! Connections that close or go silent leave nothing behind. Clients connect, work
 //! and disconnect (cleanly, by crashing, or by going silent past the idle timeout); the
 //! node's footprint returns to where it was, and the honest client is served throughout.
 

@@ -1,4 +1,4 @@
-//! Hole 7: a client that keeps faulting (each access fault costs it a QP, which it
+//! A client that keeps faulting (each access fault costs it a QP, which it
 //! reconnects, and the node the reconnection) is throttled past its tenant's fault budget:
 //! its reconnections are refused until the budget refills, while the honest tenant is served
 //! throughout. Deliberate-fault experiments stay within the default budget (Table 5 makes

@@ -1,4 +1,4 @@
-//! Hole 3: a client flooding the control path with requests (raw verbs, ignoring every rule
+//! A client flooding the control path with requests (raw verbs, ignoring every rule
 //! the client library keeps) slows only itself: each control connection has its own credits
 //! (receive slots) at the node, so the flood meets receiver-not-ready on the flooder's QP,
 //! never on an honest client's.

@@ -1,4 +1,4 @@
-//! Hole 5: a TCP peer of the memory node that declares a huge frame is cut off before the
+//! A TCP peer of the memory node that declares a huge frame is cut off before the
 //! node buffers it (the length is checked against the largest frame first), and the honest
 //! client is not disturbed. (The transport's own tests, `rnic/tests/tcp_hostile.rs`, cover
 //! the frame limits before and after the handshake in detail.)

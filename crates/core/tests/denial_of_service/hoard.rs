@@ -1,4 +1,4 @@
-//! Hole 2: one tenant cannot take everything. With tenants configured, each has a quota (by
+//! One tenant cannot take everything. With tenants configured, each has a quota (by
 //! default an equal share of the pool, of the permissions the node can hold and of the
 //! connections); a tenant that hits its own quota gets `QuotaExceeded`, and the honest tenant
 //! gets its whole share whatever the hoarder does.

@@ -1,4 +1,4 @@
-//! Hole 6: a reconnect storm. In type-2 mode every data QP a client drops takes its type-2
+//! A reconnect storm. In type-2 mode every data QP a client drops takes its type-2
 //! windows with it; the node once scanned its whole window table per dropped QP, so a client
 //! reconnecting thousands of times kept it busy for seconds. The work per reconnection is now
 //! bounded by the windows bound to that QP (the NIC keeps them per QP, unit-tested in `rnic`),

@@ -1,4 +1,5 @@
-//! Issue 11, item 4: replies a client was not waiting for. A late duplicate (the client's own
+//! Stray replies (`docs/threat-model.md`, "Denial of service"): replies a client was not
+//! waiting for. A late duplicate (the client's own
 //! retry: the server answers both copies) or a forged reply (an unknown request id) is dropped
 //! and counted, its receive slot is posted again, and the client's next RPC is answered — or
 //! times out by its deadline, never later, however many strays keep arriving.

@@ -190,7 +190,9 @@ pub fn employees(count: u32, first_id: u64, seed: u64) -> Vec<Employee> {
         .collect()
 }
 
-/// The chain.
+/// The data-analysis chain (see the module docs): check the new employee, claim a record in
+/// the table by FAA, write it and mark it used by CAS, analyse every record (a count and a
+/// salary sum per department), and leave the analysis in remote memory for its consumer.
 pub fn chain<M: RemoteMemory>() -> Chain<M> {
     Chain {
         name: "analysis",

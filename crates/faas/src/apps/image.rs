@@ -124,7 +124,9 @@ fn read_prefixed<M: RemoteMemory>(
     read_chunked(mem, r, 8, len as u32)
 }
 
-/// The chain.
+/// The image chain (see the module docs): extract reads the image and its size, transform
+/// computes the thumbnail's size, handler checks the request, thumbnail decodes, resizes and
+/// encodes it, store leaves it in a new object (whose size is known only once it is encoded).
 pub fn chain<M: RemoteMemory>() -> Chain<M> {
     Chain {
         name: "image",

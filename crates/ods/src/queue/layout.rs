@@ -252,7 +252,8 @@ pub(crate) fn word_at(bytes: &[u8], offset: usize) -> u64 {
 }
 
 impl Header {
-    /// Parses [`header::READ_LEN`] bytes read at offset 0 of a segment.
+    /// Parses the first 40 bytes of a segment (`header::READ_LEN`: tail, head, next,
+    /// sequence number, queue), as read at its offset 0.
     pub fn parse(bytes: &[u8]) -> Header {
         Header {
             tail: word_at(bytes, header::TAIL as usize),

@@ -30,7 +30,7 @@ use measure::{fmt_ns, now, timer_overhead_ns, unix_time, verdict};
 use one_sided::{Op, inproc};
 use tcp::tcp;
 
-/// Target from the project brief: an in-process 64 B READ within this, on one core (the MW
+/// Target (`docs/benchmarks.md`): an in-process 64 B READ within this, on one core (the MW
 /// bind's share of the target is checked by `bench fig1`).
 const TARGET_INPROC_NS: u64 = 300;
 

@@ -1,7 +1,7 @@
-//! Remote-access checks (`rxe_lookup_mw` + `check_rkey`, `check_op_valid`; verbs-semantics.md
-//! §6 "Remote-access check" and "What happens on a violation"). Every rejected request ends
-//! with the status on the requester, both QPs in ERR, the MN's async event for the responder
-//! QP, and memory untouched.
+//! Remote-access checks (`rxe_lookup_mw` + `check_rkey`, `check_op_valid`; `docs/conformance.md`,
+//! "Remote access checks" and "Errors, flushing, recovery"). Every rejected request ends with the
+//! status on the requester, both QPs in ERR, the MN's async event for the responder QP, and memory
+//! untouched.
 
 use super::harness::*;
 use rnic::{

@@ -1,4 +1,4 @@
-//! Bind checks (`rxe_check_bind_mw`; verbs-semantics.md §6 "Bind checks"). A failed bind
+//! Bind checks (`rxe_check_bind_mw`; `docs/conformance.md`, "Bind checks"). A failed bind
 //! completes with `MwBindError`, moves the QP it was posted on to ERR, and changes nothing:
 //! a dedicated region's `deregister` succeeding proves no window got bound over it.
 

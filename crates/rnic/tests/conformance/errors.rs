@@ -1,4 +1,4 @@
-//! Error propagation and flushing (verbs-semantics.md §6 "What happens on a violation"), QP
+//! Error propagation and flushing (`docs/conformance.md`, "Errors, flushing, recovery"), QP
 //! recovery, batched posts with signaled/unsignaled requests, and local buffer checks.
 
 use super::harness::*;

@@ -1,4 +1,4 @@
-//! Invalidation (`rxe_invalidate_mw`; verbs-semantics.md §6 "Invalidation"): LOCAL_INV and
+//! Invalidation (`rxe_invalidate_mw`; `docs/conformance.md`, "Invalidation"): LOCAL_INV and
 //! SEND_WITH_INV free a type-2 window; type-1 windows cannot be invalidated that way.
 
 use super::harness::*;

@@ -1,4 +1,4 @@
-//! rkey key bytes (verbs-semantics.md §6 "rkey layout", ReDMArk V1/M2 and attack scenario 1):
+//! rkey key bytes (`docs/conformance.md`, "rkey key byte"; ReDMArk V1/M2, and A3 guessing):
 //! +1 per bind by default (`ibv_inc_rkey`), seeded random on request, and an exhaustive
 //! guessing attack that finds only the current key.
 

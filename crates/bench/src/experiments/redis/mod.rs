@@ -1,4 +1,4 @@
-//! The Redis comparison (issue 12): the same key-value workload (keys, Zipfian popularity,
+//! The Redis comparison: the same key-value workload (keys, Zipfian popularity,
 //! value size, read ratio, clients) against `redis-server` and against RACE hashing on
 //! Patronus with the memory node in its own process — always over TCP, one system at a time,
 //! each server pinned to its own core ([`run::SERVER_CORE`]; the client thread has the other).

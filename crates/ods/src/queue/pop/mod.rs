@@ -95,7 +95,9 @@ pub(super) enum Prelude {
     Skip(u32),
 }
 
-/// A pop under way (see the [module docs](self)).
+/// A pop under way: a state machine that takes at most one batch or one control request per
+/// [`step`](PopOp::step) (Look, Claim, waiting on or skipping a claimed empty slot, retiring a
+/// drained segment; `docs/data-structures.md`, "Pop").
 #[derive(Debug)]
 pub struct PopOp {
     token: Token,

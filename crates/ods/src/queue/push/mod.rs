@@ -86,7 +86,9 @@ pub(super) enum Push {
     Done,
 }
 
-/// A push under way (see the [module docs](self)).
+/// A push under way: a state machine that takes at most one batch or one control request per
+/// [`step`](PushOp::step) (Locate, Claim, Fill, linking a new segment when the last is full;
+/// `docs/data-structures.md`, "Push").
 #[derive(Debug)]
 pub struct PushOp {
     item: Vec<u8>,

@@ -175,7 +175,9 @@ impl<M: RemoteMemory> Split<M> {
         }
     }
 
-    /// One step.
+    /// Runs the split's next step (at most one batch or one control request): `Pending`
+    /// while there is more to do, `Ready` with its [`SplitOutcome`] once it is over (a
+    /// split whose lock lease ran out unlocks and ends as `LockLost`).
     pub fn step(
         &mut self,
         t: &mut TableClient<M>,
