@@ -122,7 +122,7 @@ fn arb_request(u: &mut Unstructured<'_>) -> Arb<Request> {
     })
 }
 
-const STATUSES: [Status; 13] = [
+const STATUSES: [Status; 14] = [
     Status::Ok,
     Status::NoMemory,
     Status::PoolExhausted,
@@ -136,6 +136,7 @@ const STATUSES: [Status; 13] = [
     Status::Overloaded,
     Status::QuotaExceeded,
     Status::NameTaken,
+    Status::TooLarge,
 ];
 
 /// A reply in the encoder's domain (a Welcome names 1 to 255 shards).
@@ -172,6 +173,7 @@ fn arb_reply(u: &mut Unstructured<'_>) -> Arb<Reply> {
                 buffer_base: u.arbitrary()?,
                 buffer_span: u.arbitrary()?,
             },
+            max_lifetime_us: u.arbitrary()?,
         },
         _ => Reply::Failed(*u.choose(&STATUSES)?),
     })
@@ -296,6 +298,7 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
                     buffer_base: 0x10_0000,
                     buffer_span: 1 << 20,
                 },
+                max_lifetime_us: 1_000_000,
             },
         ),
         ("failed", Reply::Failed(Status::NotOwner)),
