@@ -104,9 +104,15 @@ pub fn print_served(s: &NodeStats) {
     );
     let e = s.sessions_ended;
     println!(
-        "sessions: {} connected now; ended {} closed, {} idle, {} without hello; \
+        "sessions: {} connected now; ended {} closed, {} broken, {} idle, {} without hello; \
          data reconnections {} ({} refused: fault budget)",
-        s.held.sessions, e.closed, e.idle, e.no_hello, s.data_reconnects, s.reconnects_refused
+        s.held.sessions,
+        e.closed,
+        e.broken,
+        e.idle,
+        e.no_hello,
+        s.data_reconnects,
+        s.reconnects_refused
     );
     println!(
         "pool: {} bytes in use (live objects and permission headers)",

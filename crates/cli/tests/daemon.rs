@@ -178,6 +178,8 @@ fn metrics_move_and_status_shows_the_live_permission() {
     assert!(sample(&after, "patronus_revokes_total") >= 1.0);
     drop(c);
     let report = daemon.terminate();
+    // The client disconnected in order: a closed session, not a QP error.
+    assert!(report.contains("ended 1 closed, 0 broken"), "{report}");
     assert!(report.contains("SIGTERM: draining"), "{report}");
     assert!(report.contains("shutdown: every lease ended"), "{report}");
 }

@@ -273,9 +273,11 @@ fn tcp_local_close_is_seen_by_the_peer() {
     wait_until("server QP in ERR after the client closed", || {
         sqp.state() == QpState::Error
     });
+    // An orderly close between frames: the peer learns it was disconnected, not that its
+    // QP failed (a memory node counts only failures as QP errors).
     assert_eq!(
         s.ctx.poll_async_event(),
-        Some(AsyncEvent::QpFatal(sqp.qp_num()))
+        Some(AsyncEvent::QpDisconnected(sqp.qp_num()))
     );
     // The client side reports nothing: it closed on purpose.
     assert_eq!(c.ctx.poll_async_event(), None);

@@ -114,7 +114,14 @@ impl Collector for NodeCollector {
         counter(
             e,
             "patronus_qp_errors",
-            "Client sessions ended because their control QP broke",
+            "Client sessions ended because their control QP failed (transport or protocol \
+             error, reset, retries exhausted; not a client's orderly disconnect)",
+            s.sessions_ended.broken,
+        )?;
+        counter(
+            e,
+            "patronus_sessions_closed",
+            "Client sessions ended by the client closing its connection in order",
             s.sessions_ended.closed,
         )?;
         counter(

@@ -66,6 +66,8 @@ pub struct PermissionRow {
     pub lease_left_ms: f64,
     /// Maximum lifetime left, ms.
     pub hard_left_ms: f64,
+    /// Whether its holder may still extend it (false: others wait, it ends with its lease).
+    pub extendable: bool,
 }
 
 /// A client session on one shard.
@@ -133,6 +135,7 @@ impl StatusReport {
                 .into(),
                 lease_left_ms: p.lease_left.as_secs_f64() * 1e3,
                 hard_left_ms: p.hard_left.as_secs_f64() * 1e3,
+                extendable: p.extendable,
             })
             .collect();
         let expiring_soon = permissions

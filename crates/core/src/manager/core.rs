@@ -716,6 +716,7 @@ impl ManagerCore {
                 mode: p.mode,
                 lease_left: p.deadline.since(now),
                 hard_left: p.hard_deadline.since(now),
+                extendable: !p.refused,
             })
             .collect();
         all.sort_by_key(|p| p.lease_left);
@@ -902,6 +903,9 @@ pub struct LivePermission {
     pub lease_left: Duration,
     /// Until its maximum lifetime ends (forced invalidation).
     pub hard_left: Duration,
+    /// Whether its holder may still extend it: false once the manager zeroed its lifetime
+    /// word because others wait for the object (paper §5.3), so it ends with its lease.
+    pub extendable: bool,
 }
 
 /// Pool occupancy (see [`ManagerCore::occupancy`]).

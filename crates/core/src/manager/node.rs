@@ -104,8 +104,9 @@ struct Shared<P: Provider> {
     /// Live sessions per source address.
     addresses: Mutex<addresses::AddressSessions>,
     /// Per shard: QPs the device reported broken (shard 0 reads the device's asynchronous
-    /// events and tells every shard; a shard ends the session whose control QP it is).
-    broken: Vec<Mutex<Vec<QpNumber>>>,
+    /// events and tells every shard, with how each ended; a shard ends the session whose
+    /// control QP it is).
+    broken: Vec<Mutex<Vec<(QpNumber, sessions::QpEnd)>>>,
     loop_secret: u64,
 }
 

@@ -67,4 +67,9 @@ pub enum AsyncEvent {
     QpLastWqeReached(QpNumber),
     /// A completion queue overflowed (`IBV_EVENT_CQ_ERR`); completions were lost.
     CqOverrun,
+    /// The peer closed the connection in order (its side shut down, its process ended); the QP
+    /// is in the error state as after [`AsyncEvent::QpFatal`], but nothing failed. rdma-core
+    /// reports this as the connection manager's `RDMA_CM_EVENT_DISCONNECTED`, not as a QP
+    /// event; a provider that cannot tell reports `QpFatal`.
+    QpDisconnected(QpNumber),
 }

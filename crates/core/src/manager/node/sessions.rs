@@ -45,8 +45,11 @@ pub(super) struct Session<P: Provider> {
 /// Why a session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum EndReason {
-    /// Its control QP broke: the client closed its connection or crashed.
+    /// The client closed its control connection in order (or its process ended and the
+    /// operating system closed it).
     Closed,
+    /// Its control QP failed: a transport or protocol error, a reset, retries exhausted.
+    Broken,
     /// Silent on every shard's control path past the idle timeout.
     Idle,
     /// Connected and never authenticated within the hello timeout.
@@ -176,9 +179,10 @@ impl<P: Provider> Runner<P> {
             let mut broken = Vec::new();
             while let Some(event) = self.ctx.poll_async_event() {
                 match event {
+                    AsyncEvent::QpDisconnected(qpn) => broken.push((qpn, QpEnd::Closed)),
                     AsyncEvent::QpFatal(qpn)
                     | AsyncEvent::QpAccessError(qpn)
-                    | AsyncEvent::QpRequestError(qpn) => broken.push(qpn),
+                    | AsyncEvent::QpRequestError(qpn) => broken.push((qpn, QpEnd::Failed)),
                     _ => {}
                 }
             }
@@ -195,7 +199,7 @@ impl<P: Provider> Runner<P> {
             }
             std::mem::take(&mut *mailbox)
         };
-        for qpn in broken {
+        for (qpn, end) in broken {
             // The number may name a newer QP by now: only a broken one ends its session.
             let client = self.by_qpn.get(&qpn).copied().filter(|c| {
                 self.sessions
@@ -203,7 +207,11 @@ impl<P: Provider> Runner<P> {
                     .is_some_and(|s| s.control.state() == QpState::Error)
             });
             if let Some(client) = client {
-                self.end_session(client, EndReason::Closed);
+                let reason = match end {
+                    QpEnd::Closed => EndReason::Closed,
+                    QpEnd::Failed => EndReason::Broken,
+                };
+                self.end_session(client, reason);
             }
         }
     }
@@ -256,11 +264,24 @@ impl<P: Provider> Runner<P> {
     }
 }
 
+/// How a QP of a client ended, as its asynchronous event says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum QpEnd {
+    /// The peer disconnected in order.
+    Closed,
+    /// A failure (fatal transport error, access or request error).
+    Failed,
+}
+
 /// Sessions ended, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SessionEnds {
-    /// The client closed its connection (or crashed: its control QP broke).
+    /// The client closed its connection in order (its process may have ended: the operating
+    /// system closes what a process leaves open).
     pub closed: u64,
+    /// The client's control QP failed (transport or protocol error, reset, retries
+    /// exhausted): a QP error.
+    pub broken: u64,
     /// The client was silent past the idle timeout.
     pub idle: u64,
     /// The connection never authenticated within the hello timeout.
@@ -271,6 +292,7 @@ impl SessionEnds {
     fn count(&mut self, reason: EndReason) {
         match reason {
             EndReason::Closed => self.closed += 1,
+            EndReason::Broken => self.broken += 1,
             EndReason::Idle => self.idle += 1,
             EndReason::NoHello => self.no_hello += 1,
             EndReason::Elsewhere => {}
@@ -281,6 +303,7 @@ impl SessionEnds {
     pub fn plus(&self, o: &SessionEnds) -> SessionEnds {
         SessionEnds {
             closed: self.closed + o.closed,
+            broken: self.broken + o.broken,
             idle: self.idle + o.idle,
             no_hello: self.no_hello + o.no_hello,
         }

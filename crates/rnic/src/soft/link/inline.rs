@@ -53,7 +53,7 @@ impl Link for InlineLink {
         if !self.closed.swap(true, Ordering::AcqRel)
             && let Some(peer) = self.peer.upgrade()
         {
-            peer.link_down();
+            peer.link_down(super::LinkEnd::Closed);
         }
     }
 }

@@ -75,8 +75,18 @@ pub trait Link: Send + Sync + Debug {
 pub trait PacketSink: Send + Sync + Debug {
     /// Handles a packet from the peer.
     fn deliver(&self, packet: &Packet<&[u8]>);
-    /// The link to the peer is gone.
-    fn link_down(&self);
+    /// The link to the peer is gone, closed in order or failed.
+    fn link_down(&self, end: LinkEnd);
+}
+
+/// How a link ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkEnd {
+    /// The peer closed it in order, between packets (a TCP FIN at a frame boundary, a local
+    /// `close`).
+    Closed,
+    /// It failed: an error, a reset, a fault injected, a close in the middle of a frame.
+    Failed,
 }
 
 impl<L: Link + ?Sized> Link for Arc<L> {

@@ -2,7 +2,7 @@
 //! releases those due at `now`. Faults — delay, drop, reorder, kill — come from a seeded
 //! generator, so a test replays exactly.
 
-use super::{Link, LinkDown, PacketSink};
+use super::{Link, LinkDown, LinkEnd, PacketSink};
 use crate::soft::wire::Packet;
 use crate::verbs::{Clock, Timestamp};
 use parking_lot::Mutex;
@@ -44,7 +44,7 @@ struct NetState {
     /// Both ends of every live connection, so a kill can tell them.
     ends: HashMap<u64, [Weak<dyn PacketSink>; 2]>,
     /// Sinks to tell about a kill at the next step.
-    down: Vec<Weak<dyn PacketSink>>,
+    down: Vec<(Weak<dyn PacketSink>, LinkEnd)>,
     delivered: u64,
     dropped: u64,
 }
@@ -124,7 +124,12 @@ impl QueuedNetwork {
         }
         st.in_flight.clear();
         // Both ends of every connection still up learn, whether or not a packet was in flight.
-        let ends: Vec<_> = st.ends.drain().flat_map(|(_, e)| e).collect();
+        let ends: Vec<_> = st
+            .ends
+            .drain()
+            .flat_map(|(_, e)| e)
+            .map(|e| (e, LinkEnd::Failed))
+            .collect();
         st.down.extend(ends);
     }
 
@@ -137,7 +142,8 @@ impl QueuedNetwork {
         for &c in &conns {
             st.killed.insert(c);
             if let Some(ends) = st.ends.remove(&c) {
-                st.down.extend(ends);
+                st.down
+                    .extend(ends.into_iter().map(|e| (e, LinkEnd::Failed)));
             }
         }
         st.in_flight.retain(|f| !conns.contains(&f.link));
@@ -183,8 +189,8 @@ impl QueuedNetwork {
                 st.delivered += due.len() as u64;
                 (due, down)
             };
-            for sink in down.iter().filter_map(Weak::upgrade) {
-                sink.link_down();
+            for (sink, end) in down.iter().filter_map(|(s, e)| Some((s.upgrade()?, *e))) {
+                sink.link_down(end);
             }
             if batch.is_empty() {
                 return count;
@@ -273,7 +279,7 @@ impl Link for QueuedLink {
             let conn = self.conn;
             st.ends.remove(&conn);
             st.in_flight.retain(|f| f.link != conn);
-            st.down.push(self.peer.clone());
+            st.down.push((self.peer.clone(), LinkEnd::Closed));
         }
     }
 }

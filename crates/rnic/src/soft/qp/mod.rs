@@ -18,7 +18,7 @@ pub mod requester;
 pub mod responder;
 
 use super::device::{Connecting, DeviceInner};
-use super::link::{Link, LinkDown, PacketSink, check_destination};
+use super::link::{Link, LinkDown, LinkEnd, PacketSink, check_destination};
 use super::mpt::BindRequest;
 use super::objects::{SoftMr, SoftMw, SoftPd};
 use super::provider::{SoftAddress, SoftProvider};
@@ -256,10 +256,19 @@ impl QpInner {
     }
 
     fn link_lost(&self) {
+        self.link_ended(LinkEnd::Failed);
+    }
+
+    /// The link is gone: outstanding work flushes and the QP enters the error state, with the
+    /// event saying whether the peer closed in order or something failed.
+    fn link_ended(&self, end: LinkEnd) {
         if let Some(r) = self.req.lock().as_mut() {
             r.link_lost();
         }
-        self.enter_error(Some(AsyncEvent::QpFatal(self.qpn)));
+        self.enter_error(Some(match end {
+            LinkEnd::Closed => AsyncEvent::QpDisconnected(self.qpn),
+            LinkEnd::Failed => AsyncEvent::QpFatal(self.qpn),
+        }));
     }
 
     fn transmit_request(&self, r: &Request<Payload>) -> Result<(), LinkDown> {
@@ -438,10 +447,10 @@ impl PacketSink for QpInner {
         }
     }
 
-    fn link_down(&self) {
+    fn link_down(&self, end: LinkEnd) {
         match self.state() {
             QpState::Reset | QpState::Error => {}
-            _ => self.link_lost(),
+            _ => self.link_ended(end),
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use super::buffer::{KEEP_BUF, RecvBuffer};
 use super::limits::{Counters, Limits};
-use crate::soft::link::{Link, LinkDown, LinkStack, PacketSink, check_destination};
+use crate::soft::link::{Link, LinkDown, LinkEnd, LinkStack, PacketSink, check_destination};
 use crate::soft::wire::codec::MAX_CM_FRAME_LEN;
 use crate::soft::wire::{Frame, Packet, WireError, decode_frame, encode_frame, frame_len};
 use crate::verbs::QpNumber;
@@ -139,7 +139,9 @@ pub(super) enum Stop {
     Protocol(String),
     /// The accept policy (or the listener) refused the connection.
     Refused(String),
-    /// EOF, reset or another socket error.
+    /// The peer closed the connection between frames (EOF with nothing half-read).
+    Closed,
+    /// EOF in the middle of a frame, reset or another socket error.
     Lost,
     /// The QP behind the connection is gone.
     Orphan,
@@ -378,7 +380,12 @@ impl Conn {
             let res = self.with_stream(|mut s| s.read(space));
             match res.unwrap_or(Ok(0)) {
                 Ok(0) => {
-                    self.stop(r, Stop::Lost);
+                    let stop = if r.rx.unparsed().is_empty() {
+                        Stop::Closed
+                    } else {
+                        Stop::Lost
+                    };
+                    self.stop(r, stop);
                     return report;
                 }
                 Ok(n) => {
@@ -466,18 +473,22 @@ impl Conn {
                 Some(reason.clone())
             }
             Stop::Refused(reason) => Some(reason.clone()),
-            Stop::Lost => {
+            Stop::Lost | Stop::Closed => {
                 Counters::bump(&counters.lost);
                 None
             }
             Stop::Orphan => None,
+        };
+        let end = match stop {
+            Stop::Closed => LinkEnd::Closed,
+            _ => LinkEnd::Failed,
         };
         if let (Some(reason), Phase::Accepting(acceptor)) = (reject, &r.phase) {
             Counters::bump(&counters.rejected);
             acceptor.reject(self, reason);
         }
         self.failed.store(true, Ordering::SeqCst);
-        self.report_down(r);
+        self.report_down(r, end);
         self.shut_socket(false);
         if !self.owner.on_engine_thread() {
             self.kick(); // the engine drops it from its table
@@ -486,7 +497,7 @@ impl Conn {
 
     /// Moves the reader to `Dead`, telling an established QP that its link is gone (once, and
     /// not after a local close).
-    fn report_down(&self, r: &mut Reader) {
+    fn report_down(&self, r: &mut Reader, end: LinkEnd) {
         let phase = std::mem::replace(&mut r.phase, Phase::Dead);
         self.accepting.store(false, Ordering::SeqCst);
         let first = !std::mem::replace(&mut r.down_reported, true);
@@ -495,7 +506,7 @@ impl Conn {
             && !self.closed.load(Ordering::SeqCst)
             && let Some(sink) = sink.upgrade()
         {
-            sink.link_down();
+            sink.link_down(end);
         }
     }
 
@@ -519,7 +530,7 @@ impl Conn {
         }
         {
             let mut r = self.reader.lock();
-            self.report_down(&mut r);
+            self.report_down(&mut r, LinkEnd::Failed);
             r.rx.release();
         }
         self.shut_socket(true);
@@ -678,7 +689,7 @@ mod tests {
         fn deliver(&self, _packet: &Packet<&[u8]>) {
             self.delivered.fetch_add(1, Ordering::SeqCst);
         }
-        fn link_down(&self) {
+        fn link_down(&self, _end: LinkEnd) {
             self.down.store(true, Ordering::SeqCst);
         }
     }
