@@ -77,7 +77,6 @@ pub fn run(transport: Transport) -> Result<()> {
         3,
         "bob asks for a shared read permission while alice holds it exclusively: he waits",
     );
-    let cas_before = node.fresh_stats().counters.lifetime_cas;
     let asked = Instant::now();
     let mut pending = bob.start_acquire(
         p.addr(),
@@ -87,11 +86,17 @@ pub fn run(transport: Transport) -> Result<()> {
         Mode::Shared,
     )?;
     // The node queues bob and zeroes alice's lifetime field by CAS through its NIC (§5.3: a
-    // holder others wait for may not extend). Wait for that CAS: each `fresh_stats` call
-    // returns after the manager's next turn.
-    while node.fresh_stats().counters.lifetime_cas == cas_before {
+    // holder others wait for may not extend; if her extensions raced the CAS, it adopts them
+    // and zeroes again). Wait for that: each `status` call returns after the manager's next
+    // turn.
+    let alice_addr = p.addr();
+    while node.status().0.permissions.iter().any(|s| {
+        s.permission.addr == alice_addr
+            && s.permission.mode == Mode::Exclusive
+            && s.permission.extendable
+    }) {
         if asked.elapsed() > Duration::from_secs(5) {
-            bail!("the memory node did not take up bob's acquire within 5 s");
+            bail!("the memory node did not refuse alice's extensions within 5 s of bob's acquire");
         }
     }
     if let Some(q) = bob.poll_acquire(&mut pending)? {

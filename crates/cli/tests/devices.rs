@@ -31,7 +31,15 @@ fn rdma_provider_without_a_device_fails_clearly() {
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_patronus"))
-        .args(["serve", "--provider", "rdma", "--listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--provider",
+            "rdma",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "",
+        ])
         .output()
         .expect("run patronus serve");
     assert!(!out.status.success());

@@ -22,6 +22,10 @@ impl Server {
         let mut child = Command::new(EXE)
             .args([
                 "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin",
+                "",
                 "--pool-mib",
                 "16",
                 "--tenant",

@@ -21,6 +21,8 @@ fn memory_node_and_client_in_separate_processes() {
             "serve",
             "--listen",
             "127.0.0.1:0",
+            "--admin",
+            "",
             "--pool-mib",
             "8",
             "--tenant",
