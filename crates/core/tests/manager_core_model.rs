@@ -477,9 +477,8 @@ impl Harness {
                 }
             }
             (Request::Allocate { size, lease_us, .. }, Reply::Failed(s)) => match s {
-                Status::InvalidArgument => {
-                    assert!(size == 0 || lease_us == 0 || size > self.sim.cfg.slab.max_class)
-                }
+                Status::InvalidArgument => assert!(size == 0 || lease_us == 0, "{req:?}"),
+                Status::TooLarge => assert!(size > self.sim.cfg.slab.max_class, "{req:?}"),
                 Status::NoMemory | Status::PoolExhausted => {}
                 other => panic!("unexpected {other:?} for {req:?}"),
             },

@@ -294,7 +294,7 @@ fn objects_of_two_mib_and_more_have_a_header() {
             mode: Mode::Shared,
         },
     );
-    assert_eq!(too_big, Reply::Failed(Status::InvalidArgument));
+    assert_eq!(too_big, Reply::Failed(Status::TooLarge));
 }
 
 #[test]
