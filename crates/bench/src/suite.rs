@@ -62,7 +62,7 @@ fn preamble(opts: &BenchOpts, names: &[String]) -> Vec<String> {
         "Where our numbers disagree with the paper, the section's checks and notes say why: the soft NIC's cost structure differs from a ConnectX-5 (no RNIC firmware, MR registration is page faulting and pinning in software, in-process one-sided operations run on the requester's thread, and the memory node shares 2 cores with the clients).".into(),
     ];
     if opts.transport == patronus_core::cluster::Transport::Tcp {
-        out.push("Over TCP every device has a NIC engine thread; with several devices, the client thread and the manager on a small machine, busy threads hold cores for whole scheduler time slices, which shows as millisecond-scale control RPCs. Read this report as a check that everything runs over the TCP transport; compare mechanisms with the in-process report, or with the memory node in its own process on a larger machine (docs/evaluation.md).".into());
+        out.push("Over TCP every device has a NIC engine thread; with several devices, the client thread and the manager on a small machine, busy threads can hold cores for whole scheduler time slices, which shows as millisecond-scale control RPCs when it happens (see the latencies). Read this report as a check that everything runs over the TCP transport; compare mechanisms with the in-process report, or with the memory node in its own process on a larger machine (docs/evaluation.md).".into());
     }
     out
 }

@@ -404,7 +404,7 @@ fn summarize(exp: &mut Experiment, max: u32) {
         "Each client is a logical client with its own connection and its own table client (directory cache, reused subtable rights, four pre-allocated KV blocks), multiplexed on the client thread; every operation is a state machine stepped by the driver (one batch or one control request per step). Reads check that the value is one written for that key.".into(),
         "A lookup reads both combined buckets in one batch, takes a right over the block it found (Patronus: an acquire RPC unless a recent one is cached; MR: a registration; Unprot and RPC: none) and reads slot, block and header in one batch. A write allocates blocks four at a time, writes the new block, CASes the slot and frees the old block.".into(),
         "Per-operation costs (the get_* and put_* columns, counted by each table client around each completed operation): permission operations — acquires, allocation round trips, objects allocated, frees, one-sided extensions — and one-sided operations and batches, as Table 4 counts a permission's and §6.1 an insert's.".into(),
-        "In-process, a permission RPC costs about 10 one-sided operations; over TCP about 2, closer to an RDMA NIC's ratio. The paper's 27.7 % bound and +29 % latency were measured on RDMA hardware.".into(),
+        "In-process a one-sided operation runs on the requester's thread while a permission RPC crosses to the manager's thread and back; over TCP both cross the transport, which is closer to an RDMA NIC's ratio between them. The paper's 27.7 % bound and +29 % latency were measured on RDMA hardware.".into(),
     ];
     let ro = |r: &Row| {
         r.extra.get("mix").and_then(|v| v.as_str()) == Some("RO")

@@ -2,6 +2,7 @@
 //! [`Experiment`] values, written as `<name>.json`, drawn as `<name>.svg` and appended to
 //! `report.md`; progress bars for long runs; per-thread CPU clocks.
 
+mod compare;
 mod cpu;
 mod font;
 mod latency;
@@ -11,6 +12,7 @@ mod progress;
 mod report;
 mod result;
 
+pub use compare::{Change, NOISE, Spread, change, trend};
 pub use cpu::{process_cpu, thread_cpu};
 pub use latency::Latency;
 pub use plot::render_svg;
