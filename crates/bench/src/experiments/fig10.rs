@@ -7,6 +7,7 @@ use super::driver::{Logical, Rig, StepCtx, now};
 use super::ods_rig::{MECHANISMS, OdsRig, Workload, mechanism_panel, workload_checks};
 use crate::harness::{BenchOpts, Experiment, Figure, Panel, PaperRef, Ratio, Row};
 use anyhow::Result;
+use patronus_core::manager::Isolation;
 use patronus_ods::queue::{PushOp, Queue, QueueConfig, QueueOptions, QueueStats};
 use patronus_ods::{NamedRoots, RemoteMemory};
 use std::sync::Arc;
@@ -168,7 +169,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let mut exp = Experiment::new("fig10", opts.transport_name(), opts.quick);
     // Room for every item pushed in a run (the queue has no consumer): 16 B an entry.
     let pool = (plan.ops * 4 * 16).max(64 << 20);
-    let nodes = OdsRig::start(&rig, pool, 1_000_000)?;
+    let nodes = OdsRig::start(&rig, pool, 1_000_000, Isolation::SharedPd)?;
     println!("Figure 10: queue producers ({ITEM} B items)");
     println!(
         "{:<9} {:>9} {:>8} {:>10} {:>9} {:>9} {:>13}",

@@ -9,7 +9,7 @@ use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{BenchOpts, Check, Experiment, Figure, PaperRef, Ratio, Row};
 use anyhow::{Result, bail};
 use patronus_core::client::Client;
-use patronus_core::manager::{Counters, NodeConfig, Techniques};
+use patronus_core::manager::{Counters, Isolation, NodeConfig, Techniques};
 use patronus_core::proto::messages::{Access, Mode, Reply, Request};
 use rand::Rng;
 use rnic::soft::SoftProvider;
@@ -222,7 +222,14 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     );
     let rig = Rig::new(opts.transport);
     for (i, cfg) in CONFIGS.iter().enumerate() {
-        let row = measure(&rig, cfg, clients, ops, budget, i as u64, Variant::Plain)?;
+        let row = measure(
+            &rig,
+            cfg,
+            opts.isolation,
+            (clients, ops, budget),
+            i as u64,
+            Variant::Plain,
+        )?;
         print_row(&row);
         exp.rows.push(row);
     }
@@ -233,7 +240,14 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         (8, Variant::SharedQueue),
         (9, Variant::Bare),
     ] {
-        let row = measure(&rig, &CONFIGS[4], clients, ops, budget, seed, variant)?;
+        let row = measure(
+            &rig,
+            &CONFIGS[4],
+            opts.isolation,
+            (clients, ops, budget),
+            seed,
+            variant,
+        )?;
         print_row(&row);
         exp.rows.push(row);
     }
@@ -260,18 +274,40 @@ fn print_row(r: &Row) {
     }
 }
 
+/// Figure 6's "+ Expr" mix (every technique, leases ending by expiry) on a node in
+/// `isolation`: `clients` logical clients until `ops` permissions were granted or `budget`
+/// passed. The row is named "+ Expr" and carries the MW operations, handovers and RPCs the
+/// node counted per permission.
+pub(crate) fn measure_expr(
+    rig: &Rig,
+    isolation: Isolation,
+    (clients, ops, budget): (u32, u64, Duration),
+    seed: u64,
+) -> Result<Row> {
+    measure(
+        rig,
+        &CONFIGS[4],
+        isolation,
+        (clients, ops, budget),
+        seed,
+        Variant::Plain,
+    )
+}
+
+/// The clients acquiring permissions (`load`: logical clients, permissions to grant, time
+/// budget) on a fresh node of `cfg`'s techniques in `isolation`.
 fn measure(
     rig: &Rig,
     cfg: &Config,
-    clients: u32,
-    ops: u64,
-    budget: Duration,
+    isolation: Isolation,
+    (clients, ops, budget): (u32, u64, Duration),
     seed: u64,
     variant: Variant,
 ) -> Result<Row> {
     let bare = variant == Variant::Bare;
     let mut node_cfg = NodeConfig {
         shards: if variant == Variant::Sharded { 2 } else { 1 },
+        isolation,
         ..PatronusRig::throughput_config(cfg.techniques, 2_000_000)
     };
     if variant == Variant::SharedQueue {
@@ -279,8 +315,10 @@ fn measure(
     }
     let p = PatronusRig::start(rig, node_cfg, CLIENT_THREADS)?;
     let objects = Arc::new(p.objects(1024, 64)?);
-    let logicals: Vec<Box<dyn Logical>> = p
-        .clients(clients as usize, &lean_client())?
+    let connecting = now();
+    let connected = p.clients(clients as usize, &lean_client())?;
+    let connect_us = (now() - connecting).as_secs_f64() * 1e6 / f64::from(clients.max(1));
+    let logicals: Vec<Box<dyn Logical>> = connected
         .into_iter()
         .map(|client| {
             Box::new(Acquirer {
@@ -306,7 +344,9 @@ fn measure(
     let c = settle(&p, p.node.fresh_stats().counters).since(&before);
     p.node.shutdown();
     let grants = c.granted.max(1) as f64;
-    let mut r = d.row(name, clients, mgr, eng);
+    let mut r = d
+        .row(name, clients, mgr, eng)
+        .with("connect_us_per_client", connect_us);
     if !bare {
         r = r
             .with("binds_per_perm", c.binds as f64 / grants)

@@ -220,6 +220,11 @@ pub struct Experiment {
     pub transport: String,
     /// Whether this was a `--quick` run.
     pub quick: bool,
+    /// How the Patronus memory node isolated clients ("shared-pd", "pd-per-client", "type2",
+    /// or a sentence where an experiment uses several or none); empty until
+    /// [`crate::experiments::run`] fills it in.
+    #[serde(default)]
+    pub isolation: String,
     /// Wall time of the experiment, seconds.
     pub wall_s: f64,
     /// The measurements.
@@ -243,6 +248,7 @@ impl Experiment {
             experiment: experiment.to_string(),
             transport: transport.to_string(),
             quick,
+            isolation: String::new(),
             wall_s: 0.0,
             rows: Vec::new(),
             ratios: Vec::new(),

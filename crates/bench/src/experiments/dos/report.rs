@@ -554,6 +554,7 @@ mod tests {
             quick: true,
             transport: Transport::InProc,
             out: std::env::temp_dir(),
+            isolation: patronus_core::manager::Isolation::SharedPd,
         };
         let mut exp = Experiment::new("dos", "inproc", true);
         report(&mut exp, outcomes, Duration::from_millis(300), &opts);
