@@ -47,7 +47,7 @@ pub struct OdsRig {
 /// (its manager or server thread, and its NIC engines).
 #[derive(Debug)]
 pub struct Measured {
-    /// The run.
+    /// Operations, wall time and latencies of the driven clients.
     pub driven: Driven,
     /// Manager (or server) thread CPU.
     pub manager: Duration,
