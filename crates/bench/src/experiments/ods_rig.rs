@@ -260,10 +260,11 @@ pub fn workload_checks(tput: impl Fn(&str) -> Option<f64>, at: &str, source: &st
             ),
             holds: overhead <= MAX_OVERHEAD,
             detail: format!(
-                "Patronus {:.1} Kops/s vs Unprot {:.1} Kops/s: {:.1} % lower",
+                "Patronus {:.1} Kops/s vs Unprot {:.1} Kops/s: {:.1} % {}",
                 p / 1e3,
                 u / 1e3,
-                overhead * 100.0
+                overhead.abs() * 100.0,
+                if overhead >= 0.0 { "lower" } else { "higher" }
             ),
         });
     }

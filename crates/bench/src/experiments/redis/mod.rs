@@ -187,7 +187,7 @@ fn summarize(exp: &mut Experiment, plan: &Plan, have_redis: bool, separate: bool
             detail: if separate {
                 "`patronus serve`, pinned with taskset where available".into()
             } else {
-                "in this process (the benchmark did not run as the `patronus` binary)".into()
+                "in this process: no `patronus` binary beside the benchmark's (`cargo build --release -p patronus-cli` puts one there)".into()
             },
         },
         completed,
