@@ -12,7 +12,7 @@
 //!    engine CPU per operation.
 //!
 //! The paper's Figure 1 (MR registration vs MW bind, QP flag change and recovery, next to a
-//! raw TCP ping-pong and UCX anchors) is the evaluation's: `patronus bench fig1` (crates/bench/src/experiments/fig1).
+//! raw TCP ping-pong and UCX anchors) is the evaluation's: `cargo run --release -p patronus-bench -- fig1` (crates/bench/src/experiments/fig1).
 //!
 //! Results are printed as tables and written as JSON (default `target/rnic-micro.json`).
 //! See `docs/benchmarks.md` for what every number means.
