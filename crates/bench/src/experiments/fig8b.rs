@@ -271,7 +271,7 @@ fn fail_slow_check(worst: u64, (l0, lw): (f64, f64), (p0, pw): (f64, f64)) -> Ch
     let verdict = match (lease != Change::Down, polling == Change::Down) {
         (true, true) => "as the paper says",
         (true, false) => {
-            "polling did not degrade beyond the noise of single runs, so this run shows no advantage for leases"
+            "polling did not degrade beyond the noise of single runs, so this run does not show the fail-slow client hurting polling"
         }
         (false, true) => "both degraded",
         (false, false) => "leases degraded and polling did not",
