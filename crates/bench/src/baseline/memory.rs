@@ -23,7 +23,7 @@
 //! - Exactly once: an op whose outcome is unknown (its connection failed under it, a timeout)
 //!   is reported [`MemError::OutcomeUnknown`] and never run again, unless it is a READ, or it
 //!   never ran: flushed behind a refusal (the responder stopped there) or not posted — those
-//!   run once more on a new data connection (the private `onesided` module).
+//!   run once more on a new data connection (`onesided`).
 //! - Protection is what the scheme gives, no more: under Unprot and Rpc an access after the
 //!   object was freed is carried out (on whatever the memory holds by then), a read-only
 //!   acquire does not refuse writes, and acquire does not check that an object is there;
