@@ -2,6 +2,8 @@
 //! software RNIC, one runner per experiment, and one harness (HDR histograms → JSON → SVG →
 //! `report.md`) that serves them all.
 
+#![warn(missing_docs)]
+
 pub mod baseline;
 pub mod experiments;
 pub mod harness;

@@ -6,6 +6,7 @@
 use clap::{Parser, ValueEnum};
 use patronus_bench::harness::BenchOpts;
 use patronus_core::cluster::Transport;
+use patronus_core::manager::Isolation;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -19,8 +20,9 @@ struct Cli {
     /// fig8b, fig9 (RACE hashing), fig10 (the lock-free queue's producers), fig11 (FaaS
     /// chains), redis (RACE on Patronus against redis-server, over TCP), table5, alloc
     /// (scrubbing cost and memory per live permission), dos (an honest client's throughput
-    /// around each denial-of-service abuse), or all.
-    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "all"])]
+    /// around each denial-of-service abuse), isolation (permission throughput and manager CPU
+    /// in each isolation mode), or all.
+    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "all"])]
     experiments: Vec<String>,
     /// Seconds per experiment instead of minutes (smoke-level sample counts).
     #[arg(long)]
@@ -31,6 +33,29 @@ struct Cli {
     /// Output folder for the JSON, SVG figures and report.md.
     #[arg(long, default_value = "target/patronus-eval")]
     out: std::path::PathBuf,
+    /// How the memory node isolates clients in fig5, fig6, fig9 and fig11 (the others refuse
+    /// anything but the paper's shared-pd): one PD for all with type-1 windows (the paper's),
+    /// a PD per client (what a served node defaults to), or type-2 windows bound to the
+    /// client's QP.
+    #[arg(long, value_enum, default_value = "shared-pd")]
+    isolation: IsolationArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum IsolationArg {
+    SharedPd,
+    PdPerClient,
+    Type2,
+}
+
+impl From<IsolationArg> for Isolation {
+    fn from(i: IsolationArg) -> Self {
+        match i {
+            IsolationArg::SharedPd => Isolation::SharedPd,
+            IsolationArg::PdPerClient => Isolation::PdPerClient,
+            IsolationArg::Type2 => Isolation::Type2,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -55,6 +80,7 @@ fn main() {
         quick: cli.quick,
         transport: cli.transport.into(),
         out: cli.out,
+        isolation: cli.isolation.into(),
     };
     if let Err(e) = patronus_bench::suite::run(&cli.experiments, &opts) {
         eprintln!("error: {e:#}");

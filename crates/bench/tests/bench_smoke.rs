@@ -7,9 +7,21 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXPERIMENTS: [&str; 13] = [
-    "fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5",
-    "alloc", "dos",
+const EXPERIMENTS: [&str; 14] = [
+    "fig1",
+    "fig5",
+    "fig6",
+    "fig7",
+    "fig8a",
+    "fig8b",
+    "fig9",
+    "fig10",
+    "fig11",
+    "redis",
+    "table5",
+    "alloc",
+    "dos",
+    "isolation",
 ];
 
 fn out_dir(transport: &str) -> PathBuf {
@@ -42,6 +54,13 @@ fn smoke(transport: &str) {
         // The Redis comparison runs over TCP whatever the transport asked for.
         let expected = if name == "redis" { "tcp" } else { transport };
         assert_eq!(v["transport"], expected);
+        // Every experiment says how its memory node isolated clients: `all` runs the paper's
+        // figures in the paper's shared PD.
+        let isolation = v["isolation"].as_str().expect("isolation");
+        assert!(!isolation.is_empty(), "{name}: no isolation mode");
+        if ["fig5", "fig6", "fig9", "fig11"].contains(&name) {
+            assert_eq!(isolation, "shared-pd", "{name}");
+        }
         let rows = v["rows"].as_array().expect("rows");
         assert!(!rows.is_empty(), "{name}: no rows");
         for key in [

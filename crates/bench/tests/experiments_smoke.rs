@@ -2,7 +2,7 @@
 //! Performance verdicts are never asserted here (they depend on the machine); the reports
 //! show them.
 
-use patronus_bench::experiments::{fig1, fig8a, table5};
+use patronus_bench::experiments::{self, fig1, fig8a, table5};
 use patronus_bench::harness::{BenchOpts, Experiment};
 use patronus_core::cluster::Transport;
 use std::path::PathBuf;
@@ -16,6 +16,7 @@ fn opts(name: &str, transport: Transport) -> BenchOpts {
         quick: true,
         transport,
         out,
+        isolation: patronus_core::manager::Isolation::SharedPd,
     }
 }
 
@@ -112,6 +113,41 @@ fn fig8a_structure() {
     // Load factor and keys, each with the crash marked.
     assert_eq!(exp.figure.panels.len(), 2);
     assert_eq!(exp.checks.len(), 3);
+}
+
+#[test]
+fn isolation_structure() {
+    let exp = experiments::run("isolation", &opts("isolation", Transport::InProc))
+        .expect("isolation runs");
+    assert_structure(&exp, "isolation", &["shared-pd", "pd-per-client", "type2"]);
+    // Each mode on both workloads, with its spread and its ratios to shared-pd.
+    assert_eq!(exp.rows.len(), 6);
+    for r in &exp.rows {
+        for key in [
+            "kops_min",
+            "kops_max",
+            "mgr_us_per_perm",
+            "kops_x_shared_pd",
+            "mgr_x_shared_pd",
+        ] {
+            assert!(r.get_f64(key).is_some(), "{}: no {key}", r.mechanism);
+        }
+        assert!(r.get_f64("kops_min") <= r.get_f64("kops_max"));
+    }
+    assert!(exp.isolation.contains("pd-per-client"));
+    assert_eq!(exp.ratios.len(), 8);
+}
+
+#[test]
+fn isolation_is_refused_where_not_taken() {
+    let mut o = opts("refused", Transport::InProc);
+    o.isolation = patronus_core::manager::Isolation::Type2;
+    let e = experiments::run("fig7", &o).expect_err("fig7 runs only shared-pd");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("fig7") && msg.contains("fig5, fig6, fig9, fig11"),
+        "{msg}"
+    );
 }
 
 /// Prints the numbers of full or quick runs on both transports (release builds):

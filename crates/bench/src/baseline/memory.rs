@@ -130,7 +130,7 @@ impl<P: Provider> BaselineMemory<P> {
         })
     }
 
-    /// The scheme.
+    /// The protection scheme this handle runs (fixed at connect).
     pub fn scheme(&self) -> Scheme {
         self.scheme
     }

@@ -26,6 +26,7 @@
 
 mod abusers;
 mod flooder;
+mod notes;
 mod report;
 
 use crate::harness::{BenchOpts, Experiment, Latency, process_cpu, thread_cpu};

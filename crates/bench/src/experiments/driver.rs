@@ -67,7 +67,7 @@ impl Rig {
         }
     }
 
-    /// The transport.
+    /// The transport every device of this rig uses.
     pub fn transport(&self) -> Transport {
         self.transport
     }

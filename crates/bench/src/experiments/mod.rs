@@ -14,6 +14,7 @@ pub mod fig7;
 pub mod fig8a;
 pub mod fig8b;
 pub mod fig9;
+pub mod isolation;
 pub mod ods_rig;
 pub mod patronus_rig;
 pub mod race_costs;
@@ -22,16 +23,68 @@ pub mod table5;
 
 use crate::harness::{BenchOpts, Experiment};
 use anyhow::{Result, bail};
+use patronus_core::manager::Isolation;
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 13] = [
-    "fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5",
-    "alloc", "dos",
+pub const ALL: [&str; 14] = [
+    "fig1",
+    "fig5",
+    "fig6",
+    "fig7",
+    "fig8a",
+    "fig8b",
+    "fig9",
+    "fig10",
+    "fig11",
+    "redis",
+    "table5",
+    "alloc",
+    "dos",
+    "isolation",
 ];
 
-/// Runs the experiment called `name`.
-pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
+/// The experiments that run their Patronus node in [`BenchOpts::isolation`]; every other one
+/// runs the paper's shared PD and refuses another mode (`isolation` measures all three).
+pub const TAKE_ISOLATION: [&str; 4] = ["fig5", "fig6", "fig9", "fig11"];
+
+/// Fails, before anything runs, if `opts` asks for a non-default isolation mode and one of
+/// `names` cannot run in it; the error names the experiments that can.
+pub fn check_isolation(names: &[String], opts: &BenchOpts) -> Result<()> {
+    if opts.isolation == Isolation::SharedPd {
+        return Ok(());
+    }
+    let refused: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| *n != "isolation" && !TAKE_ISOLATION.contains(n))
+        .collect();
+    if !refused.is_empty() {
+        bail!(
+            "--isolation {}: {} run only the paper's shared-pd (run them without --isolation); the experiments that take it are {} (and `isolation` measures every mode)",
+            opts.isolation_name(),
+            refused.join(", "),
+            TAKE_ISOLATION.join(", "),
+        );
+    }
+    Ok(())
+}
+
+/// What the report says about an experiment's isolation mode.
+fn isolation_of(name: &str, opts: &BenchOpts) -> String {
     match name {
+        _ if TAKE_ISOLATION.contains(&name) => opts.isolation_name().to_string(),
+        "fig1" => "none (raw verbs, no Patronus memory node)".to_string(),
+        "dos" => "shared-pd, except the type-2 reconnect storm (type2)".to_string(),
+        "isolation" => "each of shared-pd, pd-per-client and type2, in turn".to_string(),
+        _ => "shared-pd (the paper's)".to_string(),
+    }
+}
+
+/// Runs the experiment called `name` (refusing an isolation mode it cannot run in) and
+/// records its isolation mode in the result.
+pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
+    check_isolation(&[name.to_string()], opts)?;
+    let mut exp = match name {
         "fig1" => fig1::run(opts),
         "fig5" => fig5::run(opts),
         "fig6" => fig6::run(opts),
@@ -45,6 +98,9 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "table5" => table5::run(opts),
         "alloc" => alloc::run(opts),
         "dos" => dos::run(opts),
+        "isolation" => isolation::run(opts),
         other => bail!("no experiment called {other:?} (have: {})", ALL.join(", ")),
-    }
+    }?;
+    exp.isolation = isolation_of(name, opts);
+    Ok(exp)
 }

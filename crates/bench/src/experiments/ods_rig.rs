@@ -13,7 +13,7 @@ use super::patronus_rig::{PatronusRig, lean_client};
 use crate::baseline::{BaselineClientConfig, BaselineConfig, BaselineMemory, BaselineNode, Scheme};
 use crate::harness::{Check, Experiment, Panel, PanelKind, Point, Row, Series};
 use anyhow::{Context as _, Result};
-use patronus_core::manager::{NodeConfig, Techniques};
+use patronus_core::manager::{Isolation, NodeConfig, Techniques};
 use patronus_ods::{NamedRoots, PatronusMemory, RemoteMemory};
 use rnic::soft::{SoftContext, SoftProvider};
 use std::time::Duration;
@@ -47,7 +47,7 @@ pub struct OdsRig {
 /// (its manager or server thread, and its NIC engines).
 #[derive(Debug)]
 pub struct Measured {
-    /// The run.
+    /// Operations, wall time and latencies of the driven clients.
     pub driven: Driven,
     /// Manager (or server) thread CPU.
     pub manager: Duration,
@@ -58,11 +58,17 @@ pub struct Measured {
 }
 
 impl OdsRig {
-    /// Starts every mechanism's node with a pool of `pool_bytes` and Patronus leases up to
-    /// `max_lifetime_us`.
-    pub fn start(rig: &Rig, pool_bytes: u64, max_lifetime_us: u64) -> Result<Self> {
+    /// Starts every mechanism's node with a pool of `pool_bytes`, the Patronus node isolating
+    /// its clients as `isolation` says, with leases up to `max_lifetime_us`.
+    pub fn start(
+        rig: &Rig,
+        pool_bytes: u64,
+        max_lifetime_us: u64,
+        isolation: Isolation,
+    ) -> Result<Self> {
         let cfg = NodeConfig {
             pool_bytes,
+            isolation,
             ..PatronusRig::throughput_config(Techniques::ALL, max_lifetime_us)
         };
         let patronus = PatronusRig::start(rig, cfg, CLIENT_THREADS)?;
@@ -254,10 +260,11 @@ pub fn workload_checks(tput: impl Fn(&str) -> Option<f64>, at: &str, source: &st
             ),
             holds: overhead <= MAX_OVERHEAD,
             detail: format!(
-                "Patronus {:.1} Kops/s vs Unprot {:.1} Kops/s: {:.1} % lower",
+                "Patronus {:.1} Kops/s vs Unprot {:.1} Kops/s: {:.1} % {}",
                 p / 1e3,
                 u / 1e3,
-                overhead * 100.0
+                overhead.abs() * 100.0,
+                if overhead >= 0.0 { "lower" } else { "higher" }
             ),
         });
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// A running Patronus memory node and the devices its clients connect from.
 #[derive(Debug)]
 pub struct PatronusRig {
-    /// The node.
+    /// The memory node under test (its manager's CPU is what the rows report).
     pub node: MemoryNode<SoftProvider>,
     /// Its device (for engine CPU).
     pub node_dev: SoftContext,

@@ -2,6 +2,7 @@
 //! [`Experiment`] values, written as `<name>.json`, drawn as `<name>.svg` and appended to
 //! `report.md`; progress bars for long runs; per-thread CPU clocks.
 
+mod compare;
 mod cpu;
 mod font;
 mod latency;
@@ -11,6 +12,7 @@ mod progress;
 mod report;
 mod result;
 
+pub use compare::{Change, NOISE, Spread, change, trend};
 pub use cpu::{process_cpu, thread_cpu};
 pub use latency::Latency;
 pub use plot::render_svg;
@@ -23,6 +25,7 @@ pub use result::{
 };
 
 use patronus_core::cluster::Transport;
+use patronus_core::manager::Isolation;
 use std::path::PathBuf;
 
 /// Options every experiment takes.
@@ -34,6 +37,10 @@ pub struct BenchOpts {
     pub transport: Transport,
     /// Output folder for JSON, SVG and `report.md`.
     pub out: PathBuf,
+    /// How the memory node isolates clients in the experiments that take it
+    /// ([`crate::experiments::TAKE_ISOLATION`]); the paper's figures use
+    /// [`Isolation::SharedPd`], the others refuse anything else.
+    pub isolation: Isolation,
 }
 
 impl BenchOpts {
@@ -43,5 +50,20 @@ impl BenchOpts {
             Transport::InProc => "inproc",
             Transport::Tcp => "tcp",
         }
+    }
+
+    /// The isolation mode as the command line spells it ("shared-pd", ...).
+    pub fn isolation_name(&self) -> &'static str {
+        isolation_name(self.isolation)
+    }
+}
+
+/// `mode` as the command line and the reports spell it: "shared-pd", "pd-per-client" or
+/// "type2".
+pub fn isolation_name(mode: Isolation) -> &'static str {
+    match mode {
+        Isolation::SharedPd => "shared-pd",
+        Isolation::PdPerClient => "pd-per-client",
+        Isolation::Type2 => "type2",
     }
 }

@@ -98,7 +98,7 @@ impl ServerProcess {
         }
     }
 
-    /// The process id.
+    /// The child's operating-system process id (for /proc statistics).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

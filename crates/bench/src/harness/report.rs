@@ -184,11 +184,15 @@ fn section(exp: &Experiment, svg_name: Option<&str>) -> String {
     };
     let mode = if exp.quick { "quick" } else { "full" };
     let mut s = format!("## {title} ({}, {mode})\n\n", exp.transport);
-    let _ = writeln!(
+    let _ = write!(
         s,
-        "Experiment `{}`, wall time {:.1} s.\n",
+        "Experiment `{}`, wall time {:.1} s.",
         exp.experiment, exp.wall_s
     );
+    if !exp.isolation.is_empty() {
+        let _ = write!(s, " Isolation: {}.", exp.isolation);
+    }
+    s.push_str("\n\n");
     if !exp.rows.is_empty() {
         s.push_str(&rows_table(&exp.rows));
         s.push('\n');

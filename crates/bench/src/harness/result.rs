@@ -70,7 +70,7 @@ pub struct PaperRef {
 pub struct Ratio {
     /// "Patronus / MR throughput at 64 clients".
     pub name: String,
-    /// The ratio.
+    /// Numerator over denominator, both taken in this run (dimensionless).
     pub value: f64,
 }
 
@@ -126,7 +126,7 @@ impl Point {
 pub struct Series {
     /// Legend entry.
     pub name: String,
-    /// Its points.
+    /// Its points, in drawing order (lines join them in this order).
     pub points: Vec<Point>,
 }
 
@@ -145,7 +145,7 @@ pub struct Panel {
     pub y_log: bool,
     /// Lines or bars.
     pub kind: PanelKind,
-    /// The series.
+    /// One series per mechanism or configuration, in legend order.
     pub series: Vec<Series>,
 }
 
@@ -220,11 +220,16 @@ pub struct Experiment {
     pub transport: String,
     /// Whether this was a `--quick` run.
     pub quick: bool,
+    /// How the Patronus memory node isolated clients ("shared-pd", "pd-per-client", "type2",
+    /// or a sentence where an experiment uses several or none); empty until
+    /// [`crate::experiments::run`] fills it in.
+    #[serde(default)]
+    pub isolation: String,
     /// Wall time of the experiment, seconds.
     pub wall_s: f64,
-    /// The measurements.
+    /// One row per measured configuration, in the order they ran.
     pub rows: Vec<Row>,
-    /// Ratios that matter.
+    /// The headline ratios, most important first (the summary shows the first three).
     pub ratios: Vec<Ratio>,
     /// The paper's numbers beside ours.
     pub paper: Vec<PaperRef>,
@@ -232,7 +237,7 @@ pub struct Experiment {
     pub checks: Vec<Check>,
     /// Free-text notes for the report (method, caveats, where the soft NIC differs).
     pub notes: Vec<String>,
-    /// What to plot.
+    /// The figure drawn to `<experiment>.svg` (no panels: no SVG is written).
     pub figure: Figure,
 }
 
@@ -243,6 +248,7 @@ impl Experiment {
             experiment: experiment.to_string(),
             transport: transport.to_string(),
             quick,
+            isolation: String::new(),
             wall_s: 0.0,
             rows: Vec::new(),
             ratios: Vec::new(),

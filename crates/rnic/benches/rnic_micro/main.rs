@@ -12,7 +12,7 @@
 //!    engine CPU per operation.
 //!
 //! The paper's Figure 1 (MR registration vs MW bind, QP flag change and recovery, next to a
-//! raw TCP ping-pong and UCX anchors) is the evaluation's: `patronus bench fig1` (crates/bench/src/experiments/fig1).
+//! raw TCP ping-pong and UCX anchors) is the evaluation's: `cargo run --release -p patronus-bench -- fig1` (crates/bench/src/experiments/fig1).
 //!
 //! Results are printed as tables and written as JSON (default `target/rnic-micro.json`).
 //! See `docs/benchmarks.md` for what every number means.
@@ -31,7 +31,7 @@ use one_sided::{Op, inproc};
 use tcp::tcp;
 
 /// Target (`docs/benchmarks.md`): an in-process 64 B READ within this, on one core (the MW
-/// bind's share of the target is checked by `bench fig1`).
+/// bind's share of the target is checked by `patronus-bench fig1`).
 const TARGET_INPROC_NS: u64 = 300;
 
 /// How long a run is.
@@ -73,7 +73,7 @@ usage: cargo bench -p rnic --bench rnic_micro -- [--quick] [--json PATH] [SECTIO
    instead: that is what `cargo test --benches` / `--all-targets` executes)
   --json PATH  where to write the JSON report (default: <target dir>/rnic-micro.json)
   SECTION      any of: inproc tcp (default: all)
-Figure 1 (MR registration vs MW bind) is the evaluation's: `cargo run --release -p patronus-cli -- bench fig1`.";
+Figure 1 (MR registration vs MW bind) is the evaluation's: `cargo run --release -p patronus-bench -- fig1`.";
 
 impl Opts {
     fn parse() -> Result<Opts> {

@@ -47,7 +47,7 @@ pub(super) fn report(
     exp.ratios.sort_by_key(|r| rank(&r.name));
     exp.figure = figure(outcomes);
     exp.checks = checks(outcomes, opts.transport);
-    exp.notes = notes(window, opts);
+    exp.notes = super::notes::notes(outcomes, window, opts);
 }
 
 fn row(o: &Outcome) -> Row {
@@ -209,7 +209,8 @@ fn checks(all: &[Outcome], transport: Transport) -> Vec<Check> {
         String::new()
     } else {
         format!(
-            ". Why (perf, both transports): the manager thread spends most of its samples \
+            ". Why (a perf profile taken when this experiment was written, not of this run; \
+             both transports): the manager thread spent most of its samples \
              (about 70 % in-process, over half over TCP) in its CQ polls' QpInner::progress, \
              and about 4 % handling requests (ManagerCore::step). The soft NIC runs QP timers \
              in CQ polls, and every node QP with a reply outstanding is checked on every poll: \
@@ -318,9 +319,10 @@ fn checks(all: &[Outcome], transport: Transport) -> Vec<Check> {
                 _ if faults.tally.refused == 0 => "",
                 Transport::InProc => {
                     ". The throttled faulter retries at once, in a loop: in-process the refusal \
-                     runs the node's accept policy on the faulter's own thread (perf: \
+                     runs the node's accept policy on the faulter's own thread (a perf profile \
+                     taken when this experiment was written, not of this run, had \
                      InProcTransport::connect, Policy::create_qp and FaultBudget::admit among \
-                     its samples), so it takes about as much CPU as the spinner"
+                     its samples), so it can take as much CPU as the spinner"
                 }
                 Transport::Tcp => {
                     ". The throttled faulter retries at once, in a loop; over TCP each refused \
@@ -333,9 +335,9 @@ fn checks(all: &[Outcome], transport: Transport) -> Vec<Check> {
     let storm_why = if no_worse_than_cpu(storm) {
         String::new()
     } else {
-        ". Why (perf, in-process): the reconnections themselves (accepting the QP, resetting \
-         the old one, invalidating the windows bound to it) are under 1 % of the manager's \
-         samples; the storm costs the honest client through its RPCs — after each switch the \
+        ". Why (a perf profile taken in-process when this experiment was written, not of \
+         this run): the reconnections themselves (accepting the QP, resetting the old one, \
+         invalidating the windows bound to it) were under 1 % of the manager's samples; the storm costs the honest client through its RPCs — after each switch the \
          client library tells the manager its new QP and has each live permission rebound \
          (UseQp, then a Rebind per permission), and the manager serves requests, not clients"
             .to_string()
@@ -364,6 +366,11 @@ fn checks(all: &[Outcome], transport: Transport) -> Vec<Check> {
     let abuses = all.iter().filter(|o| o.abuse != Abuse::Spin);
     if let Some(w) = abuses.min_by(|a, b| after(a).total_cmp(&after(b))) {
         let noisy = (after(spin) - 1.0).abs() > 0.2;
+        // The honest client's rate alone, in the windows before each abuse of this run.
+        let alone = all.iter().map(|o| o.before.rounds_per_s() / 1e3);
+        let (lo, hi) = alone.fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+            (lo.min(r), hi.max(r))
+        });
         checks.push(Check {
             claim: "after every abuse the honest client is back to ≥ 80 % of its throughput".into(),
             holds: after(w) >= 0.8,
@@ -376,16 +383,15 @@ fn checks(all: &[Outcome], transport: Transport) -> Vec<Check> {
                 all.iter().map(|o| o.after.failed()).sum::<u64>(),
                 pct(after(spin)),
                 match (after(w) >= 0.8, noisy) {
-                    (true, _) => "",
-                    (false, true) => {
-                        ". The honest client's rate alone changed within this run (on this VM \
-                         it moves between about 70 and 140 K rounds/s in-process; the cause is \
-                         not established), so this run cannot tell"
-                    }
-                    (false, false) => {
-                        ". Not profiled: why the honest client was slower after this abuse is \
-                         not explained"
-                    }
+                    (true, _) => String::new(),
+                    (false, true) => format!(
+                        ". The honest client's rate alone changed within this run (between \
+                         {lo:.1} and {hi:.1} K rounds/s in the windows before the abuses; the \
+                         cause is not established), so this run cannot tell"
+                    ),
+                    (false, false) => ". Not profiled: why the honest client was slower after \
+                                       this abuse is not explained"
+                        .to_string(),
                 }
             ),
         });
@@ -429,77 +435,6 @@ fn extra(o: &Outcome, key: &str) -> u64 {
         .find(|(k, _)| *k == key)
         .map(|(_, v)| *v)
         .unwrap_or(0)
-}
-
-fn notes(window: Duration, opts: &BenchOpts) -> Vec<String> {
-    let mut notes = vec![
-        format!(
-            "One honest round: allocate 128 B exclusive, write 16 B, read them back, free. \
-             Windows of {:.1} s before, during and after each abuse, each abuse in a fresh \
-             cluster; the abuser runs on its own thread and device and is stopped and joined \
-             before the window after. Every client's RPC timeout is {} ms, so a starved \
-             round fails (and is counted by its error) inside a window; none is retried.",
-            window.as_secs_f64(),
-            RPC_TIMEOUT.as_millis()
-        ),
-        "Two baselines run first, in the same run: spin, a thread that never blocks and never \
-         touches the node (what CPU contention alone costs), and twin, a second client doing \
-         the honest rounds (a fair share of the node). The honest client, the abuser, the \
-         manager thread (and over TCP the NIC engines) share 2 cores, and in-process the \
-         honest client and the manager each keep a core busy even alone (both poll while \
-         they wait; see the cores columns), so any third busy thread takes CPU from their ping-pong: \
-         compare an abuse's share with the spinner's and the twin's, not with 1."
-            .into(),
-        format!(
-            "The flooder uses raw verbs: {} control connections, each a Hello and then the \
-             same Extend of a permission that does not exist, posted as fast as a {}-deep send \
-             queue takes it; it never posts a receive for the replies and opens a new \
-             connection when one breaks. With credits each connection gets {} receive slots; \
-             with the shared receive queue (limits.control_credits = 0, the paper's design) all \
-             connections share {} slots.",
-            flooder::CONNECTIONS,
-            flooder::DEPTH,
-            NodeLimits::default().control_credits,
-            patronus_core::manager::NodeConfig::default().srq_depth
-        ),
-        "What perf showed when this experiment was written (in-process, 3 s windows): under \
-         the spinner the honest thread gets ~0.3 of a core and the manager ~0.7, against a \
-         core each alone; under the flood with credits ~70 % of the manager's samples are its \
-         CQ polls running the timers of its reply QPs (the flooder never posts receives, so \
-         its replies wait out receiver-not-ready retries) and ~4 % are request handling; a \
-         throttled faulter's refused reconnections run the node's accept policy on the \
-         faulter's own thread; in the type-2 storm the reconnections themselves are under 1 % \
-         of the manager's samples, and the storm's cost is its 9 RPCs a fault (UseQp and a \
-         Rebind for each of its 8 permissions)."
-            .into(),
-        "MN CPU/op is the manager's (and over TCP the engines') CPU during the abuse divided by \
-         the honest rounds in that window: it includes the work the abuser caused."
-            .into(),
-        "Isolation: the paper's shared PD with type-1 windows, except the storm, which needs \
-         type-2 windows (its fault budget raised to 10⁶ so nothing throttles it; the storm \
-         client holds 8 permissions, rebound after every fault). Hoard and faults run with two \
-         tenants configured (abuser and honest) with the default quotas (an equal share each) \
-         and the default fault budget (1024 at once, 100 a second); the hoard's node is \
-         small (16 MiB pool, 512 headers and windows) so that the hog reaches its quotas \
-         early in a window."
-            .into(),
-        "Shares from short windows are noisy (±0.1 between runs is common in-process), and \
-         on this 2-vCPU VM the honest client's rate alone moves between about 70 and 140 K \
-         rounds/s from one minute to the next (single-thread speed stays the same): compare \
-         rows of one run, and read the spinner's after/before as the noise of that run."
-            .into(),
-        "The paper has no denial-of-service evaluation; there are no paper numbers to compare."
-            .into(),
-    ];
-    if opts.transport == Transport::Tcp {
-        notes.push(
-            "Over TCP each of the three devices has a NIC engine thread (default options: \
-             they poll before they park), so a round costs hundreds of microseconds and the \
-             CPU contention is larger than in-process."
-                .into(),
-        );
-    }
-    notes
 }
 
 #[cfg(test)]
@@ -554,6 +489,7 @@ mod tests {
             quick: true,
             transport: Transport::InProc,
             out: std::env::temp_dir(),
+            isolation: patronus_core::manager::Isolation::SharedPd,
         };
         let mut exp = Experiment::new("dos", "inproc", true);
         report(&mut exp, outcomes, Duration::from_millis(300), &opts);

@@ -181,7 +181,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
     let rig = Rig::new(opts.transport);
     let mut exp = Experiment::new("fig11", opts.transport_name(), opts.quick);
-    let nodes = OdsRig::start(&rig, 256 << 20, 10_000_000)?;
+    let nodes = OdsRig::start(&rig, 256 << 20, 10_000_000, opts.isolation)?;
     let photos = plan
         .scales
         .iter()

@@ -68,8 +68,9 @@ fn within(app: &str, n: u32, p: Spread, u: Spread, bound: f64) -> Check {
         ),
         holds: overhead <= bound,
         detail: format!(
-            "Patronus {p} vs Unprot {u} chains/s, median (lowest–highest run): {:.1} % lower",
-            overhead * 100.0
+            "Patronus {p} vs Unprot {u} chains/s, median (lowest–highest run): {:.1} % {}",
+            overhead.abs() * 100.0,
+            if overhead >= 0.0 { "lower" } else { "higher" }
         ),
     }
 }

@@ -168,7 +168,7 @@ fn summarize(exp: &mut Experiment, plan: &Plan, have_redis: bool, separate: bool
             .map(|(p, r)| p / r.max(1e-9)),
         paper: None,
         unit: "×".into(),
-        source: "issue 12 (the peer a user would pick)".into(),
+        source: "not in the paper: Redis is the system a user would pick instead".into(),
     });
     let completed = exp.all_completed("failed_ops", "RACE operation");
     exp.checks = vec![
@@ -187,7 +187,7 @@ fn summarize(exp: &mut Experiment, plan: &Plan, have_redis: bool, separate: bool
             detail: if separate {
                 "`patronus serve`, pinned with taskset where available".into()
             } else {
-                "in this process (the benchmark did not run as the `patronus` binary)".into()
+                "in this process: no `patronus` binary beside the benchmark's (`cargo build --release -p patronus-cli` puts one there)".into()
             },
         },
         completed,

@@ -128,7 +128,8 @@ pub fn redis(
 }
 
 /// A Patronus memory node for the comparison: `patronus serve` in its own process when the
-/// running program is the `patronus` binary, else (the crate's tests) in this process.
+/// `patronus` binary is the running program or lies beside it (`patronus-bench` and
+/// `patronus` build into the same folder), else in this process.
 #[derive(Debug)]
 pub enum PatronusNode {
     /// `patronus serve`, pinned to [`SERVER_CORE`].
@@ -144,11 +145,20 @@ impl PatronusNode {
         let is_patronus = exe
             .file_stem()
             .is_some_and(|s| s.to_string_lossy() == "patronus");
-        if is_patronus {
+        let beside = exe.with_file_name(format!("patronus{}", std::env::consts::EXE_SUFFIX));
+        let server = if is_patronus {
+            Some(exe)
+        } else {
+            beside.is_file().then_some(beside)
+        };
+        if let Some(exe) = server {
             let args = [
                 "serve",
                 "--listen",
                 "127.0.0.1:0",
+                // No admin endpoint: its fixed default port would collide between runs.
+                "--admin",
+                "",
                 "--pool-mib",
                 &pool_mib.to_string(),
                 "--isolation",
