@@ -226,3 +226,21 @@ pub fn seed_file(target: &str, name: &str, bytes: &[u8]) {
         path.display()
     );
 }
+
+/// Replays every file of the target's corpus and artifacts through `check` (true: the input
+/// decoded), and asserts that at least `seeds` of them decoded: the committed seed corpus is
+/// there and still decodes.
+pub fn replay_corpus(target: &str, seeds: usize, check: impl Fn(&[u8]) -> bool) {
+    let files = corpus_files(target);
+    let mut stats = Stats::new("corpus_and_artifacts_replay", None);
+    for path in &files {
+        let bytes = std::fs::read(path).expect("read a corpus file");
+        let _replay = Replay::new(Origin::File(path), &bytes);
+        stats.record(check(&bytes));
+    }
+    assert!(
+        stats.decoded >= seeds as u64,
+        "the seed corpus of fuzz/corpus/{target}/ is missing ({} files)",
+        files.len()
+    );
+}

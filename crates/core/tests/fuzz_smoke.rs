@@ -122,23 +122,6 @@ fn arb_request(u: &mut Unstructured<'_>) -> Arb<Request> {
     })
 }
 
-const STATUSES: [Status; 14] = [
-    Status::Ok,
-    Status::NoMemory,
-    Status::PoolExhausted,
-    Status::ConflictTimeout,
-    Status::NotFound,
-    Status::ExtensionRefused,
-    Status::InvalidArgument,
-    Status::BindFailed,
-    Status::Unauthorized,
-    Status::NotOwner,
-    Status::Overloaded,
-    Status::QuotaExceeded,
-    Status::NameTaken,
-    Status::TooLarge,
-];
-
 /// A reply in the encoder's domain (a Welcome names 1 to 255 shards).
 fn arb_reply(u: &mut Unstructured<'_>) -> Arb<Reply> {
     Ok(match u.int_in_range(0..=7u8)? {
@@ -175,7 +158,7 @@ fn arb_reply(u: &mut Unstructured<'_>) -> Arb<Reply> {
             },
             max_lifetime_us: u.arbitrary()?,
         },
-        _ => Reply::Failed(*u.choose(&STATUSES)?),
+        _ => Reply::Failed(*u.choose(&Status::ALL)?),
     })
 }
 
@@ -496,18 +479,7 @@ fn slot_views_read_exactly_what_was_written() {
 /// Every file of the libFuzzer corpus and artifacts; the committed seeds must be there.
 #[test]
 fn corpus_and_artifacts_replay() {
-    let files = smoke::corpus_files(TARGET);
-    let mut stats = Stats::new("corpus_and_artifacts_replay", None);
-    for path in &files {
-        let bytes = std::fs::read(path).expect("read a corpus file");
-        let _replay = Replay::new(Origin::File(path), &bytes);
-        stats.record(check::check_input(&bytes) > 0);
-    }
-    assert!(
-        stats.decoded >= seeds().len() as u64,
-        "the seed corpus of fuzz/corpus/{TARGET}/ is missing ({} files)",
-        files.len()
-    );
+    smoke::replay_corpus(TARGET, seeds().len(), |bytes| check::check_input(bytes) > 0);
 }
 
 /// The committed seed corpus is the current encoding of `seeds`.

@@ -305,18 +305,9 @@ fn mutated_valid_frames_never_panic_and_stay_canonical() {
 /// Every file of the libFuzzer corpus and artifacts; the committed seeds must be there.
 #[test]
 fn corpus_and_artifacts_replay() {
-    let files = smoke::corpus_files(TARGET);
-    let mut stats = Stats::new("corpus_and_artifacts_replay", None);
-    for path in &files {
-        let bytes = std::fs::read(path).expect("read a corpus file");
-        let _replay = Replay::new(Origin::File(path), &bytes);
-        stats.record(check::check_input(&bytes) > 0);
-    }
-    assert!(
-        stats.decoded >= seed_frames().len() as u64,
-        "the seed corpus of fuzz/corpus/{TARGET}/ is missing ({} files)",
-        files.len()
-    );
+    smoke::replay_corpus(TARGET, seed_frames().len(), |bytes| {
+        check::check_input(bytes) > 0
+    });
 }
 
 /// The committed seed corpus is the current encoding of `seed_frames`.

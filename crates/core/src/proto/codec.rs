@@ -136,25 +136,8 @@ fn mode_of(b: u8) -> Result<Mode, ProtoError> {
     }
 }
 
-const STATUSES: [Status; 14] = [
-    Status::Ok,
-    Status::NoMemory,
-    Status::PoolExhausted,
-    Status::ConflictTimeout,
-    Status::NotFound,
-    Status::ExtensionRefused,
-    Status::InvalidArgument,
-    Status::BindFailed,
-    Status::Unauthorized,
-    Status::NotOwner,
-    Status::Overloaded,
-    Status::QuotaExceeded,
-    Status::NameTaken,
-    Status::TooLarge,
-];
-
 fn status_code(s: Status) -> u8 {
-    STATUSES.iter().position(|x| *x == s).unwrap_or(0) as u8
+    Status::ALL.iter().position(|x| *x == s).unwrap_or(0) as u8
 }
 
 /// Encodes a request with its id.
@@ -450,7 +433,7 @@ fn parse_reply(buf: &[u8]) -> Result<(u64, Reply), ProtoError> {
             max_lifetime_us: r.u64(LIFETIME_US)?,
         },
         kind::FAILED => Reply::Failed(
-            *STATUSES
+            *Status::ALL
                 .get(r.u8(STATUS)? as usize)
                 .ok_or(ProtoError::BadField("status"))?,
         ),

@@ -256,6 +256,27 @@ pub enum Status {
     TooLarge,
 }
 
+impl Status {
+    /// Every status, in the order of its wire code (a status's code is its index here: add
+    /// new statuses at the end).
+    pub const ALL: [Status; 14] = [
+        Status::Ok,
+        Status::NoMemory,
+        Status::PoolExhausted,
+        Status::ConflictTimeout,
+        Status::NotFound,
+        Status::ExtensionRefused,
+        Status::InvalidArgument,
+        Status::BindFailed,
+        Status::Unauthorized,
+        Status::NotOwner,
+        Status::Overloaded,
+        Status::QuotaExceeded,
+        Status::NameTaken,
+        Status::TooLarge,
+    ];
+}
+
 /// A granted permission, as sent to the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant {
