@@ -2,75 +2,15 @@
 //! errors and exit codes, tenants kept apart, and a node left holding nothing once the tables
 //! are dropped.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+mod support;
 
-const EXE: &str = env!("CARGO_BIN_EXE_patronus");
+use std::io::Write;
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use support::{EXE, Served};
+
 const ALICE: &str = "1:0xa11ce";
 const BOB: &str = "2:0xb0b";
-
-/// The `serve` child: killed on drop if a test fails before it is stopped.
-struct Server {
-    child: Child,
-    out: BufReader<ChildStdout>,
-    addr: String,
-}
-
-impl Server {
-    fn start() -> Server {
-        let mut child = Command::new(EXE)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "",
-                "--pool-mib",
-                "16",
-                "--tenant",
-                ALICE,
-                "--tenant",
-                BOB,
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn serve");
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        out.read_line(&mut line).expect("serve prints its address");
-        let addr = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("`listening <addr>`, got {line:?}"))
-            .to_string();
-        Server { child, out, addr }
-    }
-
-    /// SIGTERM: the node drains, stops and reports; returns the report.
-    fn stop(mut self) -> String {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -TERM");
-        let mut rest = String::new();
-        for l in (&mut self.out).lines() {
-            rest.push_str(&l.expect("line"));
-            rest.push('\n');
-        }
-        assert!(self.child.wait().expect("serve exits").success());
-        rest
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Runs `patronus kv --connect addr [--tenant t] args...` with `stdin` piped in.
 fn kv_in(addr: &str, tenant: Option<&str>, args: &[&str], stdin: &[u8]) -> Output {
@@ -122,8 +62,8 @@ fn expect(o: &Output, code: i32) -> String {
 
 #[test]
 fn a_table_through_kv_commands_in_separate_processes() {
-    let server = Server::start();
-    let a = server.addr.clone();
+    let server = Served::start(&["--pool-mib", "16", "--tenant", ALICE, "--tenant", BOB]);
+    let a = server.listen.to_string();
     let alice = |args: &[&str]| kv(&a, ALICE, args);
 
     assert!(expect(&alice(&["create"]), 0).contains("created table \"kv\""));
@@ -253,7 +193,7 @@ fn a_table_through_kv_commands_in_separate_processes() {
     assert!(expect(&alice(&["drop"]), 0).contains("freed 2 subtables and 3 KV blocks"));
     expect(&alice(&["get", "apple"]), 4);
     expect(&alice(&["drop"]), 4);
-    let report = server.stop();
+    let report = server.terminate();
     assert!(report.contains("sessions: 0 connected now"), "{report}");
     assert!(report.contains("pool: 0 bytes in use"), "{report}");
 }
