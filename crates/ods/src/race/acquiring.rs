@@ -11,7 +11,7 @@ use patronus_core::proto::messages::{Access, Mode};
 use std::task::Poll;
 
 impl<M: RemoteMemory> TableClient<M> {
-    /// Gets a right over the block at `addr` (`len` bytes, `access`, shared, `read_lease`)
+    /// Gets a right over the block at `addr` (`len` bytes, `access`, shared, `lease`)
     /// into the block-right cache without blocking: starts its acquire (counted) or polls the
     /// one in flight for that address. `Ready(Ok)` once an answer came (the caller looks in
     /// the cache again: an answer to an acquire with less access or length does not do),
@@ -22,12 +22,12 @@ impl<M: RemoteMemory> TableClient<M> {
         addr: u64,
         len: u64,
         access: Access,
+        lease: std::time::Duration,
     ) -> Poll<Result<(), MemError>> {
         let (asked, a) = match self.acquiring.remove(&addr) {
             Some((asked, a)) => (asked, mem.poll_acquire(a)),
             None => {
                 self.stats.acquires += 1;
-                let lease = self.opts.read_lease;
                 let a = mem.start_acquire(addr, len, lease, access, Mode::Shared);
                 (access, mem.poll_acquire(a))
             }

@@ -8,8 +8,9 @@ use super::block;
 use super::client::TableClient;
 use super::error::RaceError;
 use super::layout::{BucketHeader, SUBTABLE_HEADER, word};
+use super::ops::MAX_REFUSALS;
 use super::ops::{Delete, Insert, Lookup, Update};
-use super::stats::{bytes, exec};
+use super::stats::{bytes, ended, exec};
 use crate::memory::{MemError, MemOp, RemoteMemory};
 use patronus_core::proto::messages::{Access, Mode};
 use std::collections::{HashMap, HashSet};
@@ -170,27 +171,7 @@ impl<M: RemoteMemory> TableClient<M> {
         for s in slots.iter().filter(|s| !s.slot.is_empty()) {
             let header =
                 BucketHeader::decode(word(&image, geo.bucket_offset(s.pos / per) as usize));
-            let (ptr, len) = (s.slot.ptr(), s.slot.len());
-            self.stats.acquires += 1;
-            let r = match mem.acquire(ptr, len, self.opts.read_lease, Access::Read, Mode::Shared) {
-                Ok(r) => Some(r),
-                Err(MemError::NotFound) => None,
-                Err(e) => return Err(e.into()),
-            };
-            let data = match &r {
-                Some(r) => {
-                    let ops = [MemOp::Read {
-                        on: r,
-                        offset: 0,
-                        len: len as u32,
-                    }];
-                    bytes(exec(&mut self.stats, mem, &ops).pop()).ok()
-                }
-                None => None,
-            };
-            if let Some(r) = r {
-                self.give_up(mem, r);
-            }
+            let data = self.read_block(mem, s.slot.ptr(), s.slot.len())?;
             let entry = match data.as_deref().and_then(block::decode) {
                 // A copy left in the old subtable of a split is not this subtable's.
                 Some(b) => Entry {
@@ -245,4 +226,42 @@ pub struct Audit {
     pub unreadable: u64,
     /// Frozen slots (should be 0 once splits finish).
     pub frozen: u64,
+}
+
+impl<M: RemoteMemory> TableClient<M> {
+    /// A linked block's bytes under a right of this client's own; `None` if the node says it
+    /// was freed. A refused READ is no sign of that (the right's lease may have run out on
+    /// the way): the block is acquired again with a lease twice as long, a bounded number of
+    /// times (see `ops::validate`).
+    fn read_block(
+        &mut self,
+        mem: &mut M,
+        ptr: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, RaceError> {
+        for refusals in 0..=MAX_REFUSALS {
+            self.stats.acquires += 1;
+            let lease = self.opts.read_lease * (1u32 << refusals.min(11));
+            let r = match mem.acquire(ptr, len, lease, Access::Read, Mode::Shared) {
+                Ok(r) => r,
+                Err(MemError::NotFound) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+            let ops = [MemOp::Read {
+                on: &r,
+                offset: 0,
+                len: len as u32,
+            }];
+            let data = bytes(exec(&mut self.stats, mem, &ops).pop());
+            self.give_up(mem, r);
+            match data {
+                Ok(d) => return Ok(Some(d)),
+                Err(e) if ended(&e) || e == MemError::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(RaceError::LeaseTooShort {
+            refusals: u32::from(MAX_REFUSALS) + 1,
+        })
+    }
 }

@@ -54,6 +54,17 @@ pub enum RaceError {
         /// Attempts made.
         attempts: u32,
     },
+    /// The rights this client took over a block kept ending before its READ arrived, though
+    /// each was asked for twice as long as the last: the path (a loaded machine, a slow link)
+    /// is slower than the leases. Nothing was decided from the refused reads.
+    #[error(
+        "the right over a block ended before each of {refusals} reads arrived (leases up to \
+         2^11 x `read_lease`): this machine or link is slower than the leases"
+    )]
+    LeaseTooShort {
+        /// READs refused.
+        refusals: u32,
+    },
     /// A blocking call waited too long for a split by another client (a frozen resizer holding
     /// a lock word that never expires, or a live one slower than the caller's patience).
     #[error("waited {polls} polls for another client's split of a subtable")]

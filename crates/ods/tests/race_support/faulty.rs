@@ -2,7 +2,9 @@
 //! under it), after running it or without running it — what `MemError::OutcomeUnknown`
 //! means. It also logs every CAS, so a test can check none was repeated blindly, and can
 //! answer the next batches `Expired` without running them (a right whose lease ran out
-//! between its grant and its use, as on a loaded machine).
+//! between its grant and its use, as on a loaded machine), or refuse the block READs of the
+//! next batches as the NIC does when a right's lease ran out while the batch was on its way
+//! (`Rejected`; the rest of the batch runs, as the client library's spare QP makes it).
 
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::{MemError, MemOp, MemOut, RemoteMemory};
@@ -26,6 +28,13 @@ pub struct Faulty<M: RemoteMemory> {
     pub cas_log: Vec<(u64, u64, u64)>,
     /// How many of the next batches are answered `Expired` for every op, none of them run.
     pub expire_batches: usize,
+    /// How many of the next batches that READ a region of at most `block_len` bytes (a KV
+    /// block, not a subtable) have those READs refused (`Rejected`, not run).
+    pub refuse_block_reads: usize,
+    /// The largest region `refuse_block_reads` counts as a block.
+    pub block_len: u64,
+    /// Block READs refused so far.
+    pub refused: usize,
 }
 
 impl<M: RemoteMemory> Faulty<M> {
@@ -35,6 +44,9 @@ impl<M: RemoteMemory> Faulty<M> {
             next_cas: None,
             cas_log: Vec::new(),
             expire_batches: 0,
+            refuse_block_reads: 0,
+            block_len: 0,
+            refused: 0,
         }
     }
 }
@@ -93,6 +105,33 @@ impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
             } = op
             {
                 self.cas_log.push((on.addr() + offset, *compare, *swap));
+            }
+        }
+        if self.refuse_block_reads > 0 {
+            let refused: Vec<bool> = ops
+                .iter()
+                .map(|o| matches!(o, MemOp::Read { on, .. } if on.len() <= self.block_len))
+                .collect();
+            if refused.iter().any(|&r| r) {
+                self.refuse_block_reads -= 1;
+                let run: Vec<_> = ops
+                    .iter()
+                    .zip(&refused)
+                    .filter(|(_, r)| !**r)
+                    .map(|(o, _)| copy(o))
+                    .collect();
+                let mut out = self.inner.execute(&run).into_iter();
+                return refused
+                    .iter()
+                    .map(|&r| {
+                        if r {
+                            self.refused += 1;
+                            Err(MemError::Rejected)
+                        } else {
+                            out.next().unwrap_or(Err(MemError::Rejected))
+                        }
+                    })
+                    .collect();
             }
         }
         let first_cas = ops.iter().position(|o| matches!(o, MemOp::Cas { .. }));

@@ -20,6 +20,7 @@ mod wait;
 pub use insert::Insert;
 pub use lookup::Lookup;
 pub use modify::{Delete, Update};
+pub(crate) use validate::MAX_REFUSALS;
 
 /// Where an operation is, for tests that stop it at a given point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

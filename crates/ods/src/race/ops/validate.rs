@@ -2,20 +2,30 @@
 //!
 //! A block is another client's object: the reader first gets a right of its own over it
 //! (`acquire`, shared, started without blocking: `race::acquiring` — or reuses one it kept),
-//! then in one batch re-reads the slot, reads
-//! the block and re-reads a bucket header, in that order. It accepts the block only if the
-//! slot still names it, the subtable still claims the key and the block's checksum and key
-//! hold. A READ the NIC refuses means the block was freed since the right was granted (every
-//! right over a freed object ends, and the object is reused only after they all have), so
-//! the reader never sees a reused block's bytes through a right it got for the old one: it
-//! reads the slot again, and starts the lookup again from the buckets if the slot changed.
+//! then in one batch re-reads the slot, reads the block and re-reads a bucket header, in that
+//! order. It accepts the block only if the slot still names it, the subtable still claims the
+//! key and the block's checksum and key hold.
 //!
-//! A slot that still names the freed address may name a *new* block there: the address was
+//! **A refused READ proves nothing about the block.** The NIC refuses a READ when the right
+//! ended, and a right ends when its object is freed — or simply when its lease ran out
+//! before the READ arrived (a short `read_lease` on a loaded machine or a slow link). So a
+//! refusal is never taken for a freed block: the reader reads the slot again (changed: read
+//! the buckets again) and, if it still names the address, acquires the address again with a
+//! lease twice as long, up to [`MAX_REFUSALS`] times (then [`RaceError::LeaseTooShort`]:
+//! an honest error, never a wrong answer). Only the node's answer to an acquire, `NotFound`,
+//! proves the block freed; a right granted anew is over whatever block is there now, which
+//! the batch validates like any other. (Taking a refusal for a freed block was the cause of
+//! issue 25's lost updates: a reader whose 1 ms right ran out skipped the key's live entry —
+//! as "another key's" after three tries, or at once when a split had frozen the slot — so a
+//! lookup answered absent and an insert linked a second entry of a present key.)
+//!
+//! A slot that still names a freed address may name a *new* block there: the address was
 //! freed, reused for the same key (same fingerprint and length, so the same slot word) and
 //! linked again — the ABA case, common under a skewed update load where a hot key's blocks
 //! cycle through few addresses. The reader then acquires the address again (a right over the
-//! new block) and validates it anew, a bounded number of times; only a slot that keeps naming
-//! a freed block (a frozen copy an unfinished split left) is skipped.
+//! new block) and validates it anew, up to [`MAX_RENEWALS`] times (then
+//! [`RaceError::Contended`]); only a *frozen* slot that still names a freed block (a copy a
+//! split left behind) is skipped.
 
 use crate::memory::{MemError, MemOp, Region, RemoteMemory};
 use crate::race::block::{self, KvBlock};
@@ -45,17 +55,33 @@ pub(crate) struct Validate {
     pub at: SlotAt,
     subtable: u64,
     access: Access,
-    /// The block is gone: read the slot again before calling it changed.
-    dangling: bool,
-    /// Times the address was acquired again because the slot still named it after its block
-    /// was gone (the address reused for the same key).
+    /// Why the block could not be read, if it could not: read the slot again before
+    /// deciding anything.
+    lost: Option<Lost>,
+    /// Times the address was acquired again because the slot still named it after the node
+    /// answered that its block was freed (the address reused for the same key).
     renewed: u8,
+    /// READs of the block refused so far (each re-acquire asks for a lease twice as long).
+    refusals: u8,
+}
+
+/// Why a candidate's block could not be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lost {
+    /// The node answered `NotFound` to an acquire: the block was freed.
+    Freed,
+    /// The NIC refused the READ: the right ended — freed, or its lease ran out on the way.
+    Refused,
 }
 
 /// How many times a validation acquires an address again whose slot still names it after
-/// its block was found freed (each time needs another free and reuse of that address by
-/// others: progress elsewhere).
-const MAX_RENEWALS: u8 = 3;
+/// the node answered that its block was freed (each time needs another free and reuse of
+/// that address by others: progress elsewhere).
+pub(crate) const MAX_RENEWALS: u8 = 3;
+
+/// How many refused READs of one candidate a validation takes (the lease doubling each
+/// time: from `read_lease` to 2^11 times it) before it reports [`RaceError::LeaseTooShort`].
+pub(crate) const MAX_REFUSALS: u8 = 12;
 
 impl Validate {
     /// Validation of `at` in `subtable`, with a right granting `access` (read-write when the
@@ -65,8 +91,9 @@ impl Validate {
             at,
             subtable,
             access,
-            dangling: false,
+            lost: None,
             renewed: 0,
+            refusals: 0,
         }
     }
 
@@ -85,8 +112,8 @@ impl Validate {
     ) -> Poll<Result<Verdict, RaceError>> {
         let slot = self.at.slot;
         let (addr, len) = (slot.ptr(), slot.len());
-        if self.dangling {
-            return self.recheck(t, mem, h);
+        if let Some(lost) = self.lost {
+            return self.recheck(t, mem, h, lost);
         }
         let margin = t.opts.margin;
         let usable = t
@@ -101,11 +128,13 @@ impl Validate {
                 }
                 // Without blocking: the operation waits (Pending) while the acquire is in
                 // flight, and the next step reads through the right.
-                return match t.poll_block_right(mem, addr, len, self.access) {
+                // A longer lease after each refused READ: the path is slower than the last.
+                let lease = t.opts.read_lease * (1u32 << self.refusals.min(11));
+                return match t.poll_block_right(mem, addr, len, self.access, lease) {
                     Poll::Pending | Poll::Ready(Ok(())) => Poll::Pending,
                     // Freed: the slot changed, or it is a copy a split left to clear.
                     Poll::Ready(Err(MemError::NotFound | MemError::Invalid(_))) => {
-                        self.dangling = true;
+                        self.lost = Some(Lost::Freed);
                         Poll::Pending
                     }
                     Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
@@ -156,11 +185,12 @@ impl Validate {
         let data = match data {
             Ok(d) => d,
             Err(e) if ended(&e) || e == MemError::NotFound => {
-                // The block was freed under the right: never read through it again.
+                // The right ended — the block freed, or the lease ran out on the way: never
+                // read through it again, and decide nothing from the refusal alone.
                 if let Some(old) = t.blocks.take(addr) {
                     t.give_up(mem, old);
                 }
-                self.dangling = true;
+                self.lost = Some(Lost::Refused);
                 return Poll::Pending;
             }
             Err(e) => return Poll::Ready(Err(e.into())),
@@ -177,18 +207,22 @@ impl Validate {
 }
 
 impl Validate {
-    /// The candidate's block is gone. If its slot changed (or the subtable no longer claims
-    /// the key), read the buckets again. If it still names the address, the address may have
-    /// been reused for the same key and linked again (ABA): acquire it again and validate the
-    /// new block — unless the slot is frozen (a copy an unfinished split left in the old
-    /// subtable, its block freed by a writer of the new one) or the renewals are used up:
-    /// then it is no entry of the key's, and is skipped rather than read again until the
-    /// split is finished.
+    /// The candidate's block could not be read. If its slot changed (or the subtable no
+    /// longer claims the key), read the buckets again. If it still names the address:
+    /// - after a refused READ, acquire the address again (a longer lease) and validate what
+    ///   is there — the refusal may only mean the lease ran out on the way;
+    /// - after the node said the block is freed, the address may have been reused for the
+    ///   same key and linked again (ABA): acquire it again and validate the new block —
+    ///   unless the slot is frozen (a copy an unfinished split left in the old subtable, its
+    ///   block freed by a writer of the new one): no entry of the key's, skipped.
+    ///
+    /// Budgets spent give an error, never a verdict the reads did not show.
     fn recheck<M: RemoteMemory>(
         &mut self,
         t: &mut TableClient<M>,
         mem: &mut M,
         h: &KeyHash,
+        lost: Lost,
     ) -> Poll<Result<Verdict, RaceError>> {
         match t.ensure_subtable(mem, self.subtable) {
             Ok(true) => {}
@@ -220,11 +254,22 @@ impl Validate {
                 if !(same && claims) {
                     return Poll::Ready(Ok(Verdict::Gone));
                 }
-                if now.is_frozen() || self.renewed >= MAX_RENEWALS {
-                    return Poll::Ready(Ok(Verdict::Other));
+                match lost {
+                    Lost::Freed if now.is_frozen() => return Poll::Ready(Ok(Verdict::Other)),
+                    Lost::Freed if self.renewed >= MAX_RENEWALS => {
+                        return Poll::Ready(Err(RaceError::Contended {
+                            attempts: u32::from(self.renewed) + 1,
+                        }));
+                    }
+                    Lost::Freed => self.renewed += 1,
+                    Lost::Refused if self.refusals >= MAX_REFUSALS => {
+                        return Poll::Ready(Err(RaceError::LeaseTooShort {
+                            refusals: u32::from(self.refusals) + 1,
+                        }));
+                    }
+                    Lost::Refused => self.refusals += 1,
                 }
-                self.renewed += 1;
-                self.dangling = false;
+                self.lost = None;
                 if let Some(old) = t.blocks.take(self.at.slot.ptr()) {
                     t.give_up(mem, old);
                 }
