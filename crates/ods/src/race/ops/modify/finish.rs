@@ -9,6 +9,7 @@ use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::layout::{BLOCK_HEADER, Slot};
 use crate::race::ops::probe::{Probe, Snapshot};
+use crate::race::ops::MAX_REFUSALS;
 use crate::race::ops::validate::take_right;
 use crate::race::ops::wait::Wait;
 use crate::race::stats::{atomic, bytes, ended, exec};
@@ -76,6 +77,7 @@ impl<M: RemoteMemory> Modify<M> {
                         old,
                         dups,
                         right: None,
+                        refusals: 0,
                     },
                     _ => {
                         let frees = vec![(s.ptr(), s.len(), old.nonce)];
@@ -107,7 +109,11 @@ impl<M: RemoteMemory> Modify<M> {
     }
 
     /// The guard READ was refused: reads the old block under a new right; if it is still the
-    /// write validated, the CAS was right (free it); if not, undo the CAS.
+    /// write validated, the CAS was right (free it); if not, undo the CAS. Only the node's
+    /// `NotFound` or a READ that shows another write decides "not the same": a refused READ
+    /// (the new right's lease ran out on the way) is tried again with a lease twice as long
+    /// (see `ops::validate`), and undoing a CAS that was right would resurrect the old value.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn verify(
         &mut self,
         t: &mut TableClient<M>,
@@ -116,11 +122,12 @@ impl<M: RemoteMemory> Modify<M> {
         old: Found,
         dups: Vec<Found>,
         right: Option<M::Region>,
+        refusals: u8,
     ) -> Poll<Result<(), RaceError>> {
         let s = old.at.slot;
         let Some(r) = right else {
             t.stats.acquires += 1;
-            let lease = t.opts.read_lease;
+            let lease = t.opts.read_lease * (1u32 << refusals.min(11));
             self.state = match mem.acquire(s.ptr(), s.len(), lease, Access::ReadWrite, Mode::Shared)
             {
                 Ok(r) => State::Verify {
@@ -128,6 +135,7 @@ impl<M: RemoteMemory> Modify<M> {
                     old,
                     dups,
                     right: Some(r),
+                    refusals,
                 },
                 Err(MemError::NotFound | MemError::Invalid(_)) => State::Restore { subtable, old },
                 Err(e) => return Poll::Ready(Err(e.into())),
@@ -139,8 +147,27 @@ impl<M: RemoteMemory> Modify<M> {
             offset: 0,
             len: BLOCK_HEADER as u32,
         }];
-        let same = bytes(exec(&mut t.stats, mem, &ops).pop())
-            .is_ok_and(|h| block::nonce_of(&h) == old.nonce);
+        let same = match bytes(exec(&mut t.stats, mem, &ops).pop()) {
+            Ok(h) => block::nonce_of(&h) == old.nonce,
+            Err(e) if ended(&e) || e == MemError::NotFound => {
+                // Refused: nothing learnt. Ask again, for longer.
+                t.give_up(mem, r);
+                if refusals >= MAX_REFUSALS {
+                    return Poll::Ready(Err(RaceError::LeaseTooShort {
+                        refusals: u32::from(refusals) + 1,
+                    }));
+                }
+                self.state = State::Verify {
+                    subtable,
+                    old,
+                    dups,
+                    right: None,
+                    refusals: refusals + 1,
+                };
+                return Poll::Pending;
+            }
+            Err(e) => return Poll::Ready(Err(e.into())),
+        };
         if same {
             // The write validated, not reused: the CAS was right. Free it.
             t.free_block(mem, r, old.nonce);

@@ -117,6 +117,8 @@ enum State<M: RemoteMemory> {
         old: Found,
         dups: Vec<Found>,
         right: Option<M::Region>,
+        /// Verifying READs refused so far (a right that ran out on the way proves nothing).
+        refusals: u8,
     },
     Restore {
         subtable: u64,
@@ -295,10 +297,11 @@ impl<M: RemoteMemory> Modify<M> {
                 old,
                 dups,
                 right,
+                refusals,
             } => {
-                let (subtable, old, dups, right) =
-                    (*subtable, *old, std::mem::take(dups), right.take());
-                self.verify(t, mem, subtable, old, dups, right)
+                let (subtable, old, dups, right, refusals) =
+                    (*subtable, *old, std::mem::take(dups), right.take(), *refusals);
+                self.verify(t, mem, subtable, old, dups, right, refusals)
             }
             State::Restore { subtable, old } => {
                 let (subtable, old) = (*subtable, *old);
