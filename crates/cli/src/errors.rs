@@ -59,6 +59,24 @@ mod tests {
     }
 
     #[test]
+    fn a_session_the_node_ended_is_said_so_in_one_line() {
+        use patronus_core::ClientError;
+        use patronus_core::proto::refusal::SessionEnd;
+        let e = anyhow::Error::new(ClientError::SessionEnded(SessionEnd::NodeRestarted))
+            .context("table \"kv\"");
+        let line = one_line_anyhow(&e);
+        assert_eq!(
+            line,
+            "table \"kv\": the memory node ended this client's session (the node restarted \
+             since it opened the session); reconnect"
+        );
+        assert!(
+            !line.contains("secret") && !line.contains("refused"),
+            "{line}"
+        );
+    }
+
+    #[test]
     fn distinct_causes_are_all_kept_in_order() {
         let e = anyhow::anyhow!("the root cause")
             .context("the middle")

@@ -156,6 +156,7 @@ fn lost_permission(e: &ClientError) -> bool {
     matches!(
         e,
         ClientError::SessionLost
+            | ClientError::SessionEnded(_)
             | ClientError::LeaseExpired
             | ClientError::NotFound
             | ClientError::Denied(_)

@@ -447,6 +447,7 @@ fn error_kind(e: &ClientError) -> &'static str {
         ClientError::ControlLost(_) => "control lost",
         ClientError::ControlBusy => "control busy",
         ClientError::SessionLost => "session lost",
+        ClientError::SessionEnded(_) => "session ended",
         ClientError::Overloaded => "overloaded",
         ClientError::QuotaExceeded => "quota exceeded",
         ClientError::NoMemory | ClientError::PoolExhausted => "no memory",

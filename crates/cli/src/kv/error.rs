@@ -1,6 +1,7 @@
 //! What can go wrong in `patronus kv`, as one message and one exit code each.
 
 use patronus_core::client::ClientError;
+use patronus_core::proto::refusal::SessionEnd;
 use patronus_ods::MemError;
 use patronus_ods::race::RaceError;
 use std::fmt;
@@ -61,6 +62,14 @@ pub enum KvError {
         /// The tenant given (`None`: no --tenant, tenant 0).
         tenant: Option<u32>,
     },
+    /// The memory node ended the command's session while it connected (its connections to
+    /// the other shards or its data connection were refused for it).
+    SessionEnded {
+        /// The node.
+        addr: SocketAddr,
+        /// Why, as the node said.
+        why: SessionEnd,
+    },
     /// The memory node could not be reached.
     Unreachable {
         /// The node.
@@ -89,6 +98,7 @@ impl KvError {
             KvError::TooLarge { .. } => EXIT_TOO_LARGE,
             KvError::Usage(_) => EXIT_USAGE,
             KvError::Refused { .. }
+            | KvError::SessionEnded { .. }
             | KvError::Unreachable { .. }
             | KvError::Table { .. }
             | KvError::Other(_) => EXIT_ERROR,
@@ -150,6 +160,11 @@ impl fmt::Display for KvError {
                 "the memory node at {addr} serves tenants: not authenticated without \
                  --tenant ID:SECRET"
             ),
+            KvError::SessionEnded { addr, why } => write!(
+                f,
+                "the memory node at {addr} ended this command's session ({why}); run the \
+                 command again"
+            ),
             KvError::Unreachable { addr, why } => {
                 write!(f, "cannot reach the memory node at {addr}: {why}")
             }
@@ -181,5 +196,32 @@ impl std::error::Error for KvError {
             KvError::Table { why, .. } => Some(why),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_session_is_an_error_of_its_own_and_exits_1() {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 7471));
+        let e = KvError::SessionEnded {
+            addr,
+            why: SessionEnd::Idle,
+        };
+        assert_eq!(e.exit_code(), EXIT_ERROR);
+        assert_eq!(
+            crate::errors::one_line(&e),
+            "the memory node at 127.0.0.1:7471 ended this command's session (it was silent \
+             past the node's idle timeout); run the command again"
+        );
+        // A wrong tenant secret is still refused as one.
+        let refused = KvError::Refused {
+            addr,
+            tenant: Some(1),
+        };
+        assert_eq!(refused.exit_code(), EXIT_ERROR);
+        assert!(refused.to_string().contains("wrong tenant id or secret"));
     }
 }

@@ -40,6 +40,7 @@ impl Session {
             Client::<SoftProvider>::connect(&ctx, &SoftAddress::Tcp(addr), cfg).map_err(|why| {
                 match why {
                     ClientError::Unauthorized => KvError::Refused { addr, tenant },
+                    ClientError::SessionEnded(why) => KvError::SessionEnded { addr, why },
                     why => KvError::Unreachable { addr, why },
                 }
             })?;

@@ -8,9 +8,10 @@
 //!   was in flight reports [`ClientError::ControlLost`]: it may or may not have been carried
 //!   out, and it is never sent again, in this session or the next.
 //! - The first control operation after the session was lost (a control QP in ERR, an earlier
-//!   `ControlLost`, or a memory node that no longer knows the client) opens a new session
-//!   before it sends anything: once per operation, and a failure to reconnect is that
-//!   operation's error (the next one tries again). A request the memory node refused as
+//!   `ControlLost`, a reconnection the node refused because it ended the session
+//!   ([`ClientError::SessionEnded`]), or a memory node that no longer knows the client) opens
+//!   a new session before it sends anything: once per operation, and a failure to reconnect
+//!   is that operation's error (the next one tries again). A request the memory node refused as
 //!   unauthenticated never ran, so it is sent once more in the new session, unless it names a
 //!   permission: those ended with the old session ([`ClientError::SessionLost`]).
 //! - Every RPC returns by its own deadline (`rpc_timeout`): an operation that reconnects first
@@ -74,10 +75,19 @@ impl<P: Provider> Client<P> {
         Ok(true)
     }
 
-    /// Replaces the session by a new one (see [`super::session`]) and retires the old one:
-    /// its QPs to ERR, the posted extensions they flush filed, then closed. Permissions of
-    /// the old session are refused from now on ([`ClientError::SessionLost`]).
-    fn reconnect(&mut self) -> Result<(), ClientError> {
+    /// Opens a new session with the memory node now and retires the current one: its QPs to
+    /// ERR (the node ends the session and its permissions), the posted extensions they flush
+    /// filed, then closed. Permissions of the old session are refused from now on
+    /// ([`ClientError::SessionLost`]).
+    ///
+    /// Nothing is sent again: pipelined requests of the old session get no reply (their
+    /// outcome is unknown), posted extensions report [`ClientError::OutcomeUnknown`] when
+    /// polled, and no data op of the old session is repeated. The client does this by itself
+    /// at the first control operation after its session was lost or ended
+    /// ([`ClientError::ControlLost`], [`ClientError::SessionEnded`]); call it to start the
+    /// new session at once. On failure the client stays without a session, and the next
+    /// control operation tries again.
+    pub fn reconnect(&mut self) -> Result<(), ClientError> {
         self.lost = true; // until a new session is open
         let fresh = Session::open(&self.endpoint, &self.cfg, self.session.number + 1)?;
         let old = std::mem::replace(&mut self.session, fresh);
@@ -92,6 +102,7 @@ impl<P: Provider> Client<P> {
         // Nothing of the old session will complete now: forgotten extensions' slots are free.
         self.posted.release_forgotten();
         self.lost = false;
+        self.ended = None;
         self.stats.reconnects += 1;
         self.live.clear();
         self.in_flight.clear();

@@ -11,6 +11,7 @@
 
 use super::{Client, ClientError, Perm};
 use crate::proto::messages::Access;
+use crate::proto::refusal::SessionEnd;
 use rnic::{
     CompletionQueue, MemoryBuffer, MemoryKey, MemoryRegion, Provider, QueuePair, SendOp, SendWr,
     Sge, WcStatus, WorkCompletion,
@@ -317,7 +318,7 @@ impl<P: Provider> Batch<'_, P> {
                 if let Err(e) = client.switch_qp() {
                     let e = std::sync::Arc::new(e);
                     for &i in &todo {
-                        results[i] = Some(Err(ClientError::FailoverFailed(e.clone())));
+                        results[i] = Some(Err(unrun(&e)));
                     }
                     break;
                 }
@@ -356,7 +357,7 @@ impl<P: Provider> Batch<'_, P> {
                 if let Err(e) = client.switch_qp() {
                     let e = std::sync::Arc::new(e);
                     for &i in &retry {
-                        results[i] = Some(Err(ClientError::FailoverFailed(e.clone())));
+                        results[i] = Some(Err(unrun(&e)));
                     }
                     break;
                 }
@@ -371,6 +372,16 @@ impl<P: Provider> Batch<'_, P> {
                 )))
             })
             .collect()
+    }
+}
+
+/// The error of an op left unrun (it did not execute, or is a READ) because no QP could take
+/// the broken one's place: the session's end as it is (the op's permission ended with it),
+/// else the failed switch.
+fn unrun(switch: &std::sync::Arc<ClientError>) -> ClientError {
+    match **switch {
+        ClientError::SessionEnded(why) => ClientError::SessionEnded(why),
+        _ => ClientError::FailoverFailed(switch.clone()),
     }
 }
 
@@ -430,14 +441,30 @@ fn next_step(status: WcStatus, fault: Fault, is_read: bool) -> Next {
 impl<P: Provider> Client<P> {
     /// Replaces the broken active QP (promoting a spare) and, under type-2 isolation, has the
     /// permissions' windows bound to the new one.
-    /// A session whose control connection is lost is not repaired here: its data QPs are
-    /// closed by the memory node, and its permissions are dead (`SessionLost`; the next
-    /// control operation opens a new session).
+    /// A session that ended is not repaired here: its data QPs are closed by the memory node,
+    /// and its permissions are dead; the next control operation opens a new session. Ended
+    /// means: the node refused a reconnection because it ended the session (`SessionEnded`
+    /// with its reason, remembered for the next ops of this session), or a control QP failed
+    /// (`SessionEnded`: the node ends a session whose control connection fails), or the client
+    /// gave up on its control channel (`SessionLost`).
     pub(super) fn switch_qp(&mut self) -> Result<(), ClientError> {
         if self.session_lost() {
-            return Err(ClientError::SessionLost);
+            return Err(match self.ended {
+                Some(why) => ClientError::SessionEnded(why),
+                None if self.session.is_broken() => {
+                    ClientError::SessionEnded(SessionEnd::ControlLost)
+                }
+                None => ClientError::SessionLost,
+            });
         }
-        self.session.vqp.fail_over()?;
+        if let Err(e) = self.session.vqp.fail_over() {
+            let e = ClientError::from_connect(e);
+            if let ClientError::SessionEnded(why) = e {
+                self.lost = true;
+                self.ended = Some(why);
+            }
+            return Err(e);
+        }
         self.rebind_after_switch()
     }
 

@@ -1,6 +1,7 @@
 //! The client library's error type: exactly what happened, grouped by cause.
 
 use crate::proto::messages::Status;
+use crate::proto::refusal::{Refusal, SessionEnd};
 use rnic::{VerbsError, WcStatus};
 
 /// Errors of client calls.
@@ -79,6 +80,15 @@ pub enum ClientError {
     /// client has reconnected since. Acquire again.
     #[error("the permission ended with an earlier session with the memory node")]
     SessionLost,
+    /// The memory node ended this client's current session, for the reason given: a
+    /// connection of the session was refused because of it (a data QP reconnecting, a control
+    /// connection joining a shard), or the session's control connection was lost. Its
+    /// permissions ended with it. The op that reports this was not run (one whose outcome is
+    /// unknown reports [`ClientError::OutcomeUnknown`] instead), and nothing is sent again:
+    /// the next control operation opens a new session ([`Client::reconnect`](super::Client::reconnect)
+    /// does it at once), and rights are acquired again there.
+    #[error("the memory node ended this client's session ({0}); reconnect")]
+    SessionEnded(SessionEnd),
     /// The memory node answered with a reply of the wrong kind (a protocol violation).
     #[error("unexpected reply from the memory node: {0}")]
     UnexpectedReply(&'static str),
@@ -101,6 +111,19 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// A failed connect of one of the session's QPs: [`ClientError::SessionEnded`] when the
+    /// memory node refused it because the session ended (`proto/refusal.rs`); else the verbs
+    /// error as it is (a wrong secret stays a refusal: the client library never presents one).
+    pub(crate) fn from_connect(e: VerbsError) -> Self {
+        match &e {
+            VerbsError::ConnectionRefused(reason) => match Refusal::parse(reason) {
+                Some(Refusal::SessionEnded(why)) => ClientError::SessionEnded(why),
+                _ => ClientError::Verbs(e),
+            },
+            _ => ClientError::Verbs(e),
+        }
+    }
+
     /// Maps a manager status.
     pub fn from_status(s: Status) -> Self {
         match s {
@@ -119,5 +142,35 @@ impl ClientError {
             Status::NameTaken => ClientError::NameTaken,
             Status::TooLarge => ClientError::TooLarge,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_for_an_ended_session_is_said_so_and_never_a_wrong_secret() {
+        for why in SessionEnd::SENT {
+            let refused = VerbsError::ConnectionRefused(Refusal::SessionEnded(why).text());
+            let e = ClientError::from_connect(refused);
+            assert!(
+                matches!(e, ClientError::SessionEnded(w) if w == why),
+                "{e:?}"
+            );
+            let text = e.to_string();
+            assert!(text.starts_with("the memory node ended this client's session ("));
+            assert!(text.ends_with("); reconnect"), "{text}");
+            assert!(!text.contains("secret"), "{text}");
+        }
+        let wrong = VerbsError::ConnectionRefused(Refusal::WrongSecret.text());
+        let e = ClientError::from_connect(wrong);
+        assert!(matches!(e, ClientError::Verbs(_)), "{e:?}");
+        assert!(e.to_string().contains("wrong secret"), "{e}");
+        let throttled = VerbsError::ConnectionRefused("too many access faults".into());
+        assert!(matches!(
+            ClientError::from_connect(throttled),
+            ClientError::Verbs(VerbsError::ConnectionRefused(_))
+        ));
     }
 }

@@ -11,10 +11,12 @@
 //! lifetime − margin) on its own clock; only durations travel.
 //!
 //! Everything the client holds at the memory node belongs to a session (`session`): when the
-//! control connection is lost, the next control operation opens a new one (`control`), and
-//! the permissions of the old one are dead ([`ClientError::SessionLost`]). The memory they
-//! cover belongs to the tenant, not to the session: [`Client::free`] of an old session's
-//! permission frees the object by acquiring it again in the new session.
+//! control connection is lost, or the memory node ended the session (a refused reconnection
+//! says so: [`ClientError::SessionEnded`], never a wrong secret), the next control operation
+//! opens a new one (`control`; [`Client::reconnect`] does it at once), and the permissions of
+//! the old one are dead ([`ClientError::SessionLost`]). The memory they cover belongs to the
+//! tenant, not to the session: [`Client::free`] of an old session's permission frees the
+//! object by acquiring it again in the new session.
 //!
 //! - `session`: what one `Hello` opened (control channels, identity, data QPs);
 //! - `control`: blocking and pipelined RPCs, and reconnecting a lost session;
@@ -119,6 +121,9 @@ pub struct Client<P: Provider> {
     /// The session is lost (a control QP failed, or the memory node no longer knows the
     /// client): the next control operation opens a new one.
     lost: bool,
+    /// Why the memory node ended the current session, once it said so (it refused a
+    /// reconnection of the session): what its data ops report until a new session opens.
+    ended: Option<crate::proto::refusal::SessionEnd>,
     /// Counts of the control channels of earlier sessions.
     retired: control::RetiredCounts,
     /// The shard the next allocation tries first (allocations go round the shards).
@@ -204,6 +209,7 @@ impl<P: Provider> Client<P> {
             next_alloc: session.client_id as usize,
             session,
             lost: false,
+            ended: None,
             retired: control::RetiredCounts::default(),
             next_poll: 0,
             data_cq,
@@ -296,6 +302,20 @@ impl<P: Provider> Client<P> {
     /// for each new session the client opened after losing one.
     pub fn session(&self) -> u64 {
         self.session.number
+    }
+
+    /// Tamper helper: moves the active data QP to ERR, as a local fault would; the next data
+    /// op replaces it (a spare, or a reconnection at the memory node).
+    #[cfg(feature = "testing")]
+    pub fn break_data_qp(&self) {
+        rnic::QueuePair::set_error(self.session.vqp.active());
+    }
+
+    /// Tamper helper: the client id and secret the current session's connections present
+    /// (what a hand-made connection needs to claim them).
+    #[cfg(feature = "testing")]
+    pub fn credentials(&self) -> (u32, u64) {
+        (self.session.client_id, self.session.vqp.intent().secret)
     }
 
     /// The clock the client times leases with.

@@ -10,6 +10,10 @@
 //! retires the old one whole. A memory node that keeps an ended session's permissions until
 //! their leases run out (one that only forgets the broken QP) is served the same way.
 //!
+//! A connection of the session refused because the node ended the session meanwhile (a
+//! control connection joining another shard, a data QP) is reported as
+//! [`ClientError::SessionEnded`] with the node's reason, never as a refused secret.
+//!
 //! Invariants:
 //! - Every QP of a session presents that session's id and secret.
 //! - No QP outlives its session: [`Session::retire`] moves every one to ERR before the session
@@ -83,7 +87,8 @@ impl<P: Provider> Endpoint<P> {
         let qp = self
             .pd
             .create_qp(qp_init::<P>(&cq, RECV_SLOTS + 1, timing))?;
-        qp.connect(&self.address, &intent.encode())?;
+        qp.connect(&self.address, &intent.encode())
+            .map_err(ClientError::from_connect)?;
         Ok(RpcClient::new(&self.ctx, &self.pd, qp, cq, RECV_SLOTS)?)
     }
 }
@@ -144,7 +149,8 @@ impl<P: Provider> Session<P> {
         let mut qps = Vec::with_capacity(cfg.spare_qps + 1);
         for slot in 0..=cfg.spare_qps.min(u8::MAX as usize) as u8 {
             let qp = at.pd.create_qp(qp_init::<P>(&at.data_cq, 1, t))?;
-            qp.connect(&at.address, &Intent { slot, ..intent }.encode())?;
+            qp.connect(&at.address, &Intent { slot, ..intent }.encode())
+                .map_err(ClientError::from_connect)?;
             qps.push((slot, qp));
         }
         let active = qps.remove(0);

@@ -97,6 +97,12 @@ impl<P: Provider> VirtualQp<P> {
         &self.active.1
     }
 
+    /// What its QPs present when they connect (the slot aside).
+    #[cfg(feature = "testing")]
+    pub(crate) fn intent(&self) -> Intent {
+        self.intent
+    }
+
     /// The slot of the active QP.
     pub(crate) fn active_slot(&self) -> u8 {
         self.active.0

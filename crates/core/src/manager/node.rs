@@ -22,6 +22,7 @@ mod accept;
 mod addresses;
 mod config;
 mod faults;
+mod ids;
 mod nic;
 mod recent;
 mod runner;
@@ -90,6 +91,9 @@ struct Shared<P: Provider> {
     incoming: Vec<Pending<P>>,
     /// Clients' secrets (their data and non-first control connections present them).
     secrets: Mutex<HashMap<ClientId, u64>>,
+    /// The client ids this run issued, and the sessions it ended lately (why a connection
+    /// naming a client is refused).
+    ids: Mutex<ids::ClientIds>,
     /// Authenticated clients and their tenants (shard 0 records them before its `Welcome`).
     tenants_of: Mutex<HashMap<ClientId, TenantId>>,
     /// Per-client protection domains and their registration of the pool (isolation by PD):
@@ -171,7 +175,6 @@ struct Runner<P: Provider> {
     /// A control send failed: sweep the sessions for broken QPs.
     sweep: bool,
     others: Vec<P::Qp>,
-    next_client: u32,
     max_batch: usize,
     expiry_slack_us: u64,
     batches: u64,
@@ -280,6 +283,8 @@ impl<P: Provider> MemoryNode<P> {
             published: Condvar::new(),
             incoming: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
             secrets: Mutex::new(HashMap::new()),
+            // A start of its own per run: an id of an earlier run reads as one (`ids.rs`).
+            ids: Mutex::new(ids::ClientIds::new(rand::rng().random())),
             tenants_of: Mutex::new(HashMap::new()),
             client_domains: Mutex::new(HashMap::new()),
             heard: Mutex::new(HashMap::new()),
@@ -387,7 +392,6 @@ impl<P: Provider> MemoryNode<P> {
                 rpc,
                 sweep: false,
                 others: Vec::new(),
-                next_client: 1,
                 max_batch: cfg.max_batch.max(1),
                 expiry_slack_us: cfg.expiry_slack_us,
                 batches: 0,

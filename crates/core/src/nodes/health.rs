@@ -58,7 +58,9 @@ impl Health {
 /// Whether `e` says the connection to the node failed (rather than the node refusing).
 pub(super) fn means_gone(e: &ClientError) -> bool {
     match e {
-        ClientError::ControlLost(_)
+        // The node ended the session (or restarted): the connection to it went with it.
+        ClientError::SessionEnded(_)
+        | ClientError::ControlLost(_)
         | ClientError::RpcTimeout
         | ClientError::FailoverFailed(_)
         | ClientError::FailedAfterFailover(_) => true,

@@ -4,4 +4,5 @@ mod codec;
 pub mod connect;
 pub mod header;
 pub mod messages;
+pub mod refusal;
 pub mod shards;

@@ -6,6 +6,9 @@
 //!   are all taken. A client's first connection is to shard 0, without an identity (its
 //!   `Hello` authenticates it); every other control connection (to another shard, or one
 //!   naming a client) must present the client id and secret of an authenticated client.
+//! - A connection that names a client and is refused is told why (`proto/refusal.rs`,
+//!   `ids.rs`): a wrong secret only when the id names a live session; else that the session
+//!   ended (why, to the holder of its secret) or that the node restarted since it opened it.
 //! - A data QP must present its client's id and secret, and a reconnection (a slot used
 //!   before: its QP faulted) must fit in the tenant's access-fault budget (`faults.rs`); it is created in the client's own PD
 //!   when clients are isolated by PD, with every remote right (windows gate access). Every
@@ -15,6 +18,7 @@
 //! - A loopback QP (the manager's own) must present the node's loopback secret.
 
 use super::{Accepted, Intent, Role, Shared};
+use crate::proto::refusal::{Refusal, SessionEnd};
 use crate::rpc::ConnectionSlots;
 use rnic::{
     AcceptPolicy, AccessFlags, Clock, ProtectionDomain, Provider, QpInit, QpTiming, QueuePair,
@@ -43,10 +47,16 @@ pub(super) struct Policy<P: Provider> {
 }
 
 impl<P: Provider> Policy<P> {
-    /// Whether `intent` carries the secret of an authenticated client.
-    fn known_client(&self, intent: &Intent) -> bool {
-        let known = self.shared.secrets.lock().get(&intent.client_id).copied();
-        intent.secret != 0 && known == Some(intent.secret)
+    /// Whether `intent` carries the secret of an authenticated client; else the refusal
+    /// (`proto/refusal.rs`): a live client's id with another secret, or an id with no live
+    /// session (ended, and why if the secret is that session's; or of an earlier run).
+    fn check_client(&self, intent: &Intent) -> Result<(), String> {
+        let live = self.shared.secrets.lock().get(&intent.client_id).copied();
+        self.shared
+            .ids
+            .lock()
+            .judge(intent.client_id, intent.secret, live)
+            .map_err(|refusal| refusal.text())
     }
 }
 
@@ -81,8 +91,8 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     .ok_or("no such manager shard")?;
                 // Only a client's first connection comes without an identity; one that
                 // names a client (to join another shard, or shard 0 again) proves it.
-                if (intent.slot > 0 || intent.client_id != 0) && !self.known_client(&intent) {
-                    return Err("unknown client or wrong secret".into());
+                if intent.slot > 0 || intent.client_id != 0 {
+                    self.check_client(&intent)?;
                 }
                 if let Some(from) = from.filter(|_| intent.slot == 0 && intent.client_id == 0)
                     && self.shared.addresses.lock().full(from)
@@ -105,9 +115,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                 )
             }
             Role::Data => {
-                if !self.known_client(&intent) {
-                    return Err("unknown client or wrong secret".into());
-                }
+                self.check_client(&intent)?;
                 let tenant = self
                     .shared
                     .tenants_of
@@ -115,7 +123,9 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     .get(&intent.client_id)
                     .copied();
                 let Some(tenant) = tenant else {
-                    return Err("unknown client or wrong secret".into());
+                    // Its session ended since the check (its secret is forgotten first).
+                    self.check_client(&intent)?;
+                    return Err(Refusal::SessionEnded(SessionEnd::Unknown).text());
                 };
                 // A reconnection is an access fault's: it draws on the tenant's budget.
                 let now = self.clock.now();

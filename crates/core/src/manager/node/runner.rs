@@ -282,8 +282,7 @@ impl<P: Provider> Runner<P> {
                     // A client's first connection (shard 0's). Its protection domain comes
                     // with a successful `Hello`: a connection that never authenticates costs
                     // no registration and no windows, and is closed after the hello timeout.
-                    let id = self.next_client;
-                    self.next_client += 1;
+                    let id = self.shared.ids.lock().issue();
                     let heard = Arc::new(AtomicU64::new(now.0));
                     self.open_session(id, qp, block, None, heard, now);
                     if let Some(session) = self.sessions.get_mut(&id) {

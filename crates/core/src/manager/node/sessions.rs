@@ -8,7 +8,8 @@
 //! of every shard past the idle timeout (shard 0 judges: every shard stamps the client's
 //! shared last-heard time). The shard that sees the end tells the others, and forgets the
 //! client's id and secret so that none of its connections can join again (a client that comes
-//! back starts a new session).
+//! back starts a new session). A connection that still names it is told its session ended,
+//! and why if it presents the session's own secret (`ids.rs`): never "wrong secret".
 //!
 //! Invariants: everything a session held is given back — its control and data QPs, its
 //! reply cache, its permissions (the core ends them and unbinds their windows in the next
@@ -19,6 +20,7 @@
 
 use super::recent::RecentRequests;
 use super::*;
+use crate::proto::refusal::SessionEnd;
 use rnic::{AsyncEvent, Timestamp};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
@@ -56,6 +58,19 @@ pub(super) enum EndReason {
     NoHello,
     /// Another shard ended it.
     Elsewhere,
+}
+
+impl EndReason {
+    /// What a connection that names the client is told (`None`: nothing to record — it never
+    /// authenticated, so it holds no secret; or the shard that ended it recorded why).
+    fn told(self) -> Option<SessionEnd> {
+        match self {
+            EndReason::Closed => Some(SessionEnd::Closed),
+            EndReason::Broken => Some(SessionEnd::Failed),
+            EndReason::Idle => Some(SessionEnd::Idle),
+            EndReason::NoHello | EndReason::Elsewhere => None,
+        }
+    }
 }
 
 impl<P: Provider> Runner<P> {
@@ -141,7 +156,7 @@ impl<P: Provider> Runner<P> {
         // Counted once node-wide: by the shard that forgets the client first (an
         // unauthenticated session exists on shard 0 only).
         if reason != EndReason::Elsewhere
-            && (self.forget_client(client) || session.tenant.is_none())
+            && (self.forget_client(client, reason) || session.tenant.is_none())
         {
             self.ended.count(reason);
             tracing::info!(
@@ -155,8 +170,13 @@ impl<P: Provider> Runner<P> {
     }
 
     /// Forgets `client` node-wide (its secret first: no connection of it is accepted after
-    /// this) and tells the other shards to end its sessions there. Whether it was known.
-    fn forget_client(&self, client: ClientId) -> bool {
+    /// this, and one refused is told why: the end is on record before the secret goes) and
+    /// tells the other shards to end its sessions there. Whether it was known.
+    fn forget_client(&self, client: ClientId, reason: EndReason) -> bool {
+        let secret = self.shared.secrets.lock().get(&client).copied();
+        if let (Some(secret), Some(why)) = (secret, reason.told()) {
+            self.shared.ids.lock().ended(client, secret, why);
+        }
         let known = self.shared.secrets.lock().remove(&client).is_some()
             | self.shared.tenants_of.lock().remove(&client).is_some();
         self.shared.heard.lock().remove(&client);
