@@ -299,8 +299,13 @@ impl<M: RemoteMemory> Modify<M> {
                 right,
                 refusals,
             } => {
-                let (subtable, old, dups, right, refusals) =
-                    (*subtable, *old, std::mem::take(dups), right.take(), *refusals);
+                let (subtable, old, dups, right, refusals) = (
+                    *subtable,
+                    *old,
+                    std::mem::take(dups),
+                    right.take(),
+                    *refusals,
+                );
                 self.verify(t, mem, subtable, old, dups, right, refusals)
             }
             State::Restore { subtable, old } => {
