@@ -96,6 +96,14 @@ const PLANS: &[(&str, Plan)] = &[
     ("cargo run --release -p patronus-cli -- faas analyse", Run),
     ("cargo run --release -p patronus-cli -- devices", Run),
     (
+        "cargo test --release -p patronus-ods --test race_history soak -- --ignored --nocapture",
+        Skip("an #[ignore]d soak of minutes; CI runs its short forms (race_history's other tests)"),
+    ),
+    (
+        "cargo test --release -p patronus-ods --test race_split_schedules -- --ignored --nocapture",
+        Skip("an #[ignore]d exploration of minutes; CI runs it at each phase change"),
+    ),
+    (
         "cargo test --release -p patronus-core --test denial_of_service soak_ -- --ignored --nocapture --test-threads 1",
         Skip("an #[ignore]d soak of minutes; CI runs its short form (churn::*, short_soak_*)"),
     ),

@@ -165,6 +165,8 @@ pub struct Actor {
     pop: Option<PopOp>,
     /// The step its current pop began at.
     began: u64,
+    /// Its operation in flight, in the recorded history.
+    ticket: Option<lincheck::Ticket>,
     /// Crashes (its op is dropped, never stepped again) once it holds a claim, at this chance.
     pub crash: f64,
     pub crashed: bool,
@@ -184,6 +186,7 @@ impl Actor {
             push: None,
             pop: None,
             began: 0,
+            ticket: None,
             crash: 0.0,
             crashed: false,
         }
@@ -212,6 +215,15 @@ pub struct Outcome {
     pub maybe_popped: Vec<Item>,
     /// Steps taken.
     pub steps: u64,
+    /// Every push and pop, timed in steps, for the linearizability checker.
+    pub history: lincheck::queue::Recorder,
+}
+
+impl Item {
+    /// The item's name in the recorded history.
+    pub fn name(self) -> String {
+        format!("p{}.{}", self.producer, self.seq)
+    }
 }
 
 /// Steps the actors' operations in a seeded random order, one step at a time, calling `tick`
@@ -256,7 +268,11 @@ pub fn interleave<M: RemoteMemory>(
                 };
                 let op = match &mut a.push {
                     Some(op) => op,
-                    None => a.push.insert(PushOp::new(q, &item.bytes(size)).unwrap()),
+                    None => {
+                        let op = lincheck::queue::Op::push(item.name());
+                        a.ticket = Some(out.history.invoke_at(i as u64, op, out.steps));
+                        a.push.insert(PushOp::new(q, &item.bytes(size)).unwrap())
+                    }
                 };
                 match op.step(q) {
                     Ok(Poll::Pending) => {
@@ -269,12 +285,26 @@ pub fn interleave<M: RemoteMemory>(
                             a.crashed = true;
                             a.push = None;
                             out.maybe_pushed.push(item);
+                            if let Some(t) = a.ticket.take() {
+                                out.history.unknown(t);
+                            }
                         }
                         tick();
                         continue;
                     }
-                    Ok(Poll::Ready(())) => out.pushed.push(item),
-                    Err(QueueError::PushOutcomeUnknown) => out.maybe_pushed.push(item),
+                    Ok(Poll::Ready(())) => {
+                        out.pushed.push(item);
+                        if let Some(t) = a.ticket.take() {
+                            let ok = lincheck::queue::Outcome::Ok;
+                            out.history.complete_at(t, ok, out.steps);
+                        }
+                    }
+                    Err(QueueError::PushOutcomeUnknown) => {
+                        out.maybe_pushed.push(item);
+                        if let Some(t) = a.ticket.take() {
+                            out.history.unknown(t);
+                        }
+                    }
                     Err(e) => panic!("push of {item:?}: {e}"),
                 }
                 a.push = None;
@@ -288,6 +318,8 @@ pub fn interleave<M: RemoteMemory>(
                             late.insert(i);
                         }
                         a.began = out.steps;
+                        let op = lincheck::queue::Op::Pop;
+                        a.ticket = Some(out.history.invoke_at(i as u64, op, out.steps));
                         a.pop.insert(PopOp::new(q))
                     }
                 };
@@ -301,10 +333,23 @@ pub fn interleave<M: RemoteMemory>(
                         let it = Item::parse(&b);
                         out.popped.push(it);
                         out.spans.push((it, a.began, out.steps));
+                        if let Some(t) = a.ticket.take() {
+                            let got = lincheck::queue::Outcome::item(it.name());
+                            out.history.complete_at(t, got, out.steps);
+                        }
                     }
-                    Ok(Poll::Ready(None)) => draining |= late.contains(&i),
+                    Ok(Poll::Ready(None)) => {
+                        draining |= late.contains(&i);
+                        if let Some(t) = a.ticket.take() {
+                            let empty = lincheck::queue::Outcome::Empty;
+                            out.history.complete_at(t, empty, out.steps);
+                        }
+                    }
                     Err(QueueError::PopOutcomeUnknown { item }) => {
-                        out.maybe_popped.push(Item::parse(&item))
+                        out.maybe_popped.push(Item::parse(&item));
+                        if let Some(t) = a.ticket.take() {
+                            out.history.unknown(t);
+                        }
                     }
                     Err(e) => panic!("pop: {e}"),
                 }
@@ -317,8 +362,18 @@ pub fn interleave<M: RemoteMemory>(
 }
 
 /// Every item pushed came out exactly once (allowing for outcome-unknown errors, and for
-/// items of crashed producers), and each producer's items came out in the order pushed.
+/// items of crashed producers), and each producer's items came out in the order pushed; and
+/// the whole history of pushes and pops is linearizable for a FIFO queue (`lincheck`; on
+/// failure the history and a minimal witness are written to files the panic names).
 pub fn check_exactly_once_in_order(out: &Outcome) {
+    let history = out.history.history();
+    let dump = std::env::temp_dir().join("patronus-lincheck");
+    let stats = lincheck::assert_linearizable(&history, lincheck::Budget::states(50_000_000), dump);
+    eprintln!(
+        "queue history: {} pushes and pops linearizable ({} states searched)",
+        history.len(),
+        stats.states
+    );
     let mut seen: HashMap<Item, usize> = HashMap::new();
     for it in &out.popped {
         *seen.entry(*it).or_default() += 1;
