@@ -60,6 +60,7 @@ struct Workload {
 }
 
 /// A logical client's operation in flight.
+#[allow(clippy::large_enum_variant)] // eight live at a time
 enum Running {
     Get(Lookup),
     Insert(Insert<FMem>),
