@@ -436,14 +436,18 @@ fn workload(transport: Transport, lock: LockMode, seed: u64, ops: u64) -> Worklo
     }
 }
 
-/// Operations per in-process run in CI (three runs: 20,000+ checked operations in all).
-const INPROC_OPS: u64 = 7_000;
+/// Operations per in-process run in CI (four runs, with the final reads about 27,000
+/// checked operations in all).
+const INPROC_OPS: u64 = 5_500;
+
+/// Operations per run over TCP (each costs milliseconds of control round trips).
+const TCP_OPS: u64 = 800;
 
 fn no_faults(t: Transport) {
     let ops = if t == Transport::InProc {
         INPROC_OPS
     } else {
-        1_500
+        TCP_OPS
     };
     let tot = run(workload(t, LockMode::Lease, 1, ops));
     assert_eq!(tot.unknown, 0, "{tot:?}");
@@ -455,7 +459,7 @@ fn refused_reads_with_lock_words(t: Transport) {
     let ops = if t == Transport::InProc {
         INPROC_OPS
     } else {
-        1_500
+        TCP_OPS
     };
     let tot = run(Workload {
         refuse: 0.05,
@@ -469,7 +473,7 @@ fn frozen_clients_and_refused_reads(t: Transport) {
     let ops = if t == Transport::InProc {
         INPROC_OPS
     } else {
-        1_500
+        TCP_OPS
     };
     let tot = run(Workload {
         refuse: 0.02,
@@ -486,11 +490,11 @@ fn crashing_clients(t: Transport) {
     let ops = if t == Transport::InProc {
         INPROC_OPS
     } else {
-        1_000
+        TCP_OPS
     };
     let tot = run(Workload {
         refuse: 0.02,
-        crash: 0.002,
+        crash: if t == Transport::InProc { 0.002 } else { 0.006 },
         ..workload(t, LockMode::Lease, 3, ops)
     });
     assert!(tot.crashes > 0, "{tot:?}");
@@ -506,7 +510,7 @@ fn frozen_resizer_with_a_lock_word_and_refused_reads() {
     run(Workload {
         refuse: 0.05,
         freeze: 0.002,
-        ..workload(Transport::InProc, LockMode::Word, 2, INPROC_OPS)
+        ..workload(Transport::InProc, LockMode::Word, 2, 7_000)
     });
 }
 
