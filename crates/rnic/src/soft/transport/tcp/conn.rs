@@ -751,6 +751,7 @@ mod tests {
             spin_polls: 0,
             max_pending_handshakes: 1,
             timeouts: crate::soft::link::AdaptiveTimeouts::default(),
+            keepalive: false,
         };
         let conn = Conn::new(
             stream,

@@ -16,6 +16,8 @@ pub(super) struct Limits {
     pub(super) max_pending_handshakes: usize,
     /// The QPs' timeouts on this device's connections (their links' `RetryPolicy::Stream`).
     pub(super) timeouts: AdaptiveTimeouts,
+    /// Whether connections get kernel keepalive and `TCP_USER_TIMEOUT` from the budget.
+    pub(super) keepalive: bool,
 }
 
 /// Event counters of a device's TCP transport.

@@ -32,12 +32,14 @@
 //! - **Timeouts**: a connection never loses a packet, so its link's retry policy is
 //!   `RetryPolicy::Stream` with [`TcpOptions::timeouts`]: a QP probes on an RTO fitted to the
 //!   measured round trip and fails only after the budget without any response; a QP that
-//!   enters ERR closes its connection.
+//!   enters ERR closes its connection. The kernel's keepalive and user timeout (`keepalive`)
+//!   cover a vanished host on idle connections and on the responding side.
 
 mod buffer;
 mod conn;
 mod engine;
 mod handshake;
+mod keepalive;
 mod limits;
 
 use super::{Policy, check_private_data, connect_in_process};
@@ -92,6 +94,10 @@ pub struct TcpOptions {
     /// timeout and retry count do not apply over TCP (they do on loopback connections, which
     /// have no socket). See `docs/tcp-transport.md`, "Timeouts".
     pub timeouts: AdaptiveTimeouts,
+    /// Kernel keepalive and `TCP_USER_TIMEOUT` on every connection, derived from
+    /// `timeouts.budget`, so that a vanished host is noticed within about the budget on idle
+    /// connections and on the responding side too.
+    pub keepalive: bool,
 }
 
 impl Default for TcpOptions {
@@ -105,6 +111,7 @@ impl Default for TcpOptions {
             source: None,
             links: LinkStack::default(),
             timeouts: AdaptiveTimeouts::default(),
+            keepalive: true,
         }
     }
 }
@@ -165,6 +172,7 @@ impl TcpNode {
             spin_polls: options.spin_polls,
             max_pending_handshakes: options.max_pending_handshakes,
             timeouts: options.timeouts,
+            keepalive: options.keepalive,
         };
         let mut engines = Vec::new();
         let mut polls = Vec::new();
