@@ -15,9 +15,16 @@
 //!   first expiry at or past the budget gives up. A response is progress: it restarts the
 //!   budget; if it answers a request sent only once, its round trip is a sample (Karn's
 //!   algorithm: the requester does not offer samples from retransmitted requests).
+//! - **Stream, our own stalls**: the budget measures the peer's silence only if the requester
+//!   was looking. The requester runs the timer at every poll of its CQ ([`AckTimer::tick`]);
+//!   a run at the budget's end that comes more than `min_rto` after the previous one is late —
+//!   this process was descheduled or stopped, or its owner did not poll — and responses may
+//!   be waiting unread. It does not give up then: it looks once more, `min_rto` later (no
+//!   resend: nothing says the request is lost), and gives up at that run if still nothing.
 //!
 //! Invariant (Stream): the QP never gives up sooner than `budget` after the peer's last
-//! response, and gives up at the first timer run at or after that instant.
+//! response; it gives up at the first timer run at or after that instant, or, if that run was
+//! late, at the first run `min_rto` after it.
 
 use super::rto::RtoEstimator;
 use crate::soft::link::{AdaptiveTimeouts, RetryPolicy};
@@ -31,6 +38,8 @@ pub enum Expiry {
     ResendAll,
     /// Resend the oldest unanswered request only (a probe).
     ResendOldest,
+    /// Resend nothing; look again at the new deadline (the run came late, see the module docs).
+    Look,
     /// The retries or the budget are spent: the oldest request fails with `RetryExceeded`.
     GiveUp,
 }
@@ -56,6 +65,10 @@ pub enum AckTimer {
         /// When the peer last answered, or the request now awaited went out if later: the
         /// budget counts from here.
         since: Timestamp,
+        /// When the requester last ran (a poll, a transmission, a response).
+        last_run: Timestamp,
+        /// The one extra look granted after a late run at the budget's end, until then.
+        grace: Option<Timestamp>,
     },
 }
 
@@ -77,14 +90,37 @@ impl AckTimer {
             budget: t.budget,
             rto: RtoEstimator::new(t),
             since: Timestamp::ZERO,
+            last_run: Timestamp::ZERO,
+            grace: None,
+        }
+    }
+
+    /// The requester ran at `now` (a poll of its CQ) with no timer due.
+    pub fn tick(&mut self, now: Timestamp) {
+        if let AckTimer::Stream { last_run, .. } = self {
+            *last_run = now;
+        }
+    }
+
+    /// The peer answered (or, with nothing outstanding before, a request went out): the budget
+    /// counts from `now`.
+    fn restart(&mut self, now: Timestamp) {
+        if let AckTimer::Stream {
+            since,
+            last_run,
+            grace,
+            ..
+        } = self
+        {
+            *since = now;
+            *last_run = now;
+            *grace = None;
         }
     }
 
     /// A request went out with nothing else awaiting a response: the wait starts now.
     pub fn start(&mut self, now: Timestamp) {
-        if let AckTimer::Stream { since, .. } = self {
-            *since = now;
-        }
+        self.restart(now);
     }
 
     /// The peer answered the oldest request in order (`sample`: its round trip, if it was
@@ -96,11 +132,11 @@ impl AckTimer {
                 retries_left,
                 ..
             } => *retries_left = *retry_count,
-            AckTimer::Stream { rto, since, .. } => {
+            AckTimer::Stream { rto, .. } => {
                 if let Some(r) = sample {
                     rto.sample(r);
                 }
-                *since = now;
+                self.restart(now);
             }
         }
     }
@@ -108,9 +144,7 @@ impl AckTimer {
     /// The peer answered with a receiver-not-ready NAK: alive, though the request waits.
     /// (On the verbs timer an RNR NAK restores no retries, as before: RNR has its own count.)
     pub fn peer_alive(&mut self, now: Timestamp) {
-        if let AckTimer::Stream { since, .. } = self {
-            *since = now;
-        }
+        self.restart(now);
     }
 
     /// The deadline for a response, set at `now` (after a transmission or a response).
@@ -118,8 +152,15 @@ impl AckTimer {
         match self {
             AckTimer::Verbs { timeout_us, .. } => now.plus_us(*timeout_us),
             AckTimer::Stream {
-                budget, rto, since, ..
-            } => now.plus(rto.rto()).min(since.plus(*budget)),
+                budget,
+                rto,
+                since,
+                grace,
+                ..
+            } => {
+                let end = since.plus(*budget).max(grace.unwrap_or(Timestamp::ZERO));
+                now.plus(rto.rto()).min(end)
+            }
         }
     }
 
@@ -134,9 +175,19 @@ impl AckTimer {
                 Expiry::ResendAll
             }
             AckTimer::Stream {
-                budget, rto, since, ..
+                budget,
+                rto,
+                since,
+                last_run,
+                grace,
             } => {
+                let late = now.since(*last_run) > rto.floor();
+                *last_run = now;
                 if now >= since.plus(*budget) {
+                    if late && grace.is_none() {
+                        *grace = Some(now.plus(rto.floor()));
+                        return Expiry::Look;
+                    }
                     return Expiry::GiveUp;
                 }
                 rto.back_off();
@@ -179,6 +230,27 @@ mod tests {
         )
     }
 
+    /// Polls `t` every millisecond from `from` (exclusive) while no verdict ends the wait, as
+    /// a requester's owner polling its CQ does; returns the expiries and when they came.
+    fn poll_until_given_up(t: &mut AckTimer, from: Timestamp) -> Vec<(u64, Expiry)> {
+        let mut out = Vec::new();
+        let mut deadline = t.deadline(from);
+        let mut now = from;
+        loop {
+            now = now.plus_us(MS);
+            if now < deadline {
+                t.tick(now);
+                continue;
+            }
+            let e = t.expire(now);
+            out.push((now.0 / MS, e));
+            if e == Expiry::GiveUp {
+                return out;
+            }
+            deadline = t.deadline(now);
+        }
+    }
+
     #[test]
     fn the_verbs_timer_is_the_qps_timing() {
         let timing = QpTiming {
@@ -204,18 +276,18 @@ mod tests {
         t.start(at_ms(0));
         // No sample yet: the initial 1 s RTO, doubling on each expiry up to 5 s; the last
         // deadline is the budget's end, 15 s after the request went out.
-        let mut now = at_ms(0);
-        let mut probes = Vec::new();
-        loop {
-            now = t.deadline(now);
-            match t.expire(now) {
-                Expiry::ResendOldest => probes.push(now.0 / MS),
-                Expiry::GiveUp => break,
-                Expiry::ResendAll => panic!("a stream never resends everything"),
-            }
-        }
-        assert_eq!(probes, [1_000, 3_000, 7_000, 12_000]);
-        assert_eq!(now, at_ms(15_000));
+        let got = poll_until_given_up(&mut t, at_ms(0));
+        let probe = Expiry::ResendOldest;
+        assert_eq!(
+            got,
+            [
+                (1_000, probe),
+                (3_000, probe),
+                (7_000, probe),
+                (12_000, probe),
+                (15_000, Expiry::GiveUp)
+            ]
+        );
     }
 
     #[test]
@@ -227,7 +299,42 @@ mod tests {
             assert_eq!(t.expire(at_ms(ms)), Expiry::ResendOldest, "at {ms} ms");
         }
         assert_eq!(t.expire(at_ms(15_000)), Expiry::GiveUp);
-        assert_eq!(t.expire(at_ms(60_000)), Expiry::GiveUp);
+    }
+
+    #[test]
+    fn a_late_run_at_the_budgets_end_looks_once_more_before_giving_up() {
+        let mut t = stream();
+        t.start(at_ms(0));
+        t.tick(at_ms(5_000));
+        // The requester did not run from 5 s to 20 s (its process was stopped): the first
+        // run after the budget's end does not give up...
+        assert_eq!(t.expire(at_ms(20_000)), Expiry::Look);
+        assert_eq!(t.deadline(at_ms(20_000)), at_ms(20_200), "one floor later");
+        // ...and if nothing came meanwhile, the next run does, late or not.
+        assert_eq!(t.expire(at_ms(20_200)), Expiry::GiveUp);
+        let mut t = stream();
+        t.start(at_ms(0));
+        assert_eq!(t.expire(at_ms(20_000)), Expiry::Look);
+        assert_eq!(t.expire(at_ms(90_000)), Expiry::GiveUp, "one look only");
+        // A response during the look restarts everything.
+        let mut t = stream();
+        t.start(at_ms(0));
+        assert_eq!(t.expire(at_ms(20_000)), Expiry::Look);
+        t.progress(at_ms(20_001), None);
+        t.tick(at_ms(34_900));
+        assert_eq!(
+            t.expire(at_ms(35_001)),
+            Expiry::GiveUp,
+            "15 s after the response"
+        );
+    }
+
+    #[test]
+    fn a_run_exactly_one_floor_after_the_last_is_not_late() {
+        let mut t = stream();
+        t.start(at_ms(0));
+        t.tick(at_ms(14_800));
+        assert_eq!(t.expire(at_ms(15_000)), Expiry::GiveUp);
     }
 
     #[test]
@@ -264,6 +371,7 @@ mod tests {
         );
         t.start(at_ms(100));
         assert_eq!(t.deadline(at_ms(100)), at_ms(3_100));
+        t.tick(at_ms(3_000));
         assert_eq!(t.expire(at_ms(3_100)), Expiry::GiveUp);
     }
 

@@ -398,13 +398,21 @@ impl Progress for QpInner {
     /// Timers and flushes; called from CQ polls.
     fn progress(&self, read_link: bool) {
         self.armed.store(false, Ordering::SeqCst);
-        if read_link {
+        let now = self.dev.config.clock.now();
+        // A due timer reads the link even where the transport's engine reads it otherwise:
+        // what has arrived must count before silence does (rare: at most once per timeout).
+        let due = self
+            .req
+            .lock()
+            .as_ref()
+            .and_then(Requester::deadline)
+            .is_some_and(|d| d <= now);
+        if read_link || due {
             let link = self.link.read().clone();
             if let Some(link) = link {
                 link.poll_receive();
             }
         }
-        let now = self.dev.config.clock.now();
         if self.state() == QpState::Error {
             self.flush_all();
             return;

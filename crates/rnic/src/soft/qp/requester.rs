@@ -229,11 +229,15 @@ impl Requester {
         RequesterAction::None
     }
 
-    /// Runs the ack / RNR timer.
+    /// Runs the ack / RNR timer. The owner calls it at every poll (the ack timer learns from
+    /// the calls that are not due that the requester is running, see [`AckTimer::tick`]).
     pub fn on_timeout(&mut self, now: Timestamp) -> RequesterAction {
         match self.deadline {
             Some(d) if d <= now => {}
-            _ => return RequesterAction::None,
+            _ => {
+                self.timer.tick(now);
+                return RequesterAction::None;
+            }
         }
         if !self.awaiting_response() {
             self.deadline = None;
@@ -258,6 +262,10 @@ impl Requester {
                 }
                 self.flush();
                 return RequesterAction::Fatal;
+            }
+            Expiry::Look => {
+                self.deadline = Some(self.timer.deadline(now));
+                return RequesterAction::None;
             }
             Expiry::ResendAll => usize::MAX,
             Expiry::ResendOldest => 1,

@@ -88,6 +88,11 @@ impl RtoEstimator {
         Duration::from_micros(backed_off.min(self.max_us))
     }
 
+    /// The floor of the RTO (`min_rto`).
+    pub fn floor(&self) -> Duration {
+        Duration::from_micros(self.min_us)
+    }
+
     /// The smoothed round trip, once measured.
     pub fn srtt(&self) -> Option<Duration> {
         self.smoothed.map(|(s, _)| Duration::from_micros(s))

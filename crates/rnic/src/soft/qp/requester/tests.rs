@@ -43,16 +43,20 @@ fn ack(r: &mut Requester, psn: u32, now: Timestamp) -> RequesterAction {
     r.on_response(Psn::new(psn), &ResponseKind::Ack, now, &mut deliver)
 }
 
-/// Runs the timer at each deadline up to (excluding) `until`; returns the PSNs resent at each.
-fn run_timers(r: &mut Requester, until: Timestamp) -> Vec<(u64, Vec<u32>)> {
+/// Polls the requester every millisecond after `from` up to (excluding) `until`, as its
+/// owner polling a CQ does; returns the PSNs resent and when.
+fn run_timers(r: &mut Requester, from: Timestamp, until: Timestamp) -> Vec<(u64, Vec<u32>)> {
     let mut out = Vec::new();
-    while let Some(d) = r.deadline().filter(|d| *d < until) {
-        match r.on_timeout(d) {
+    let mut now = from.plus_us(MS);
+    while now < until {
+        match r.on_timeout(now) {
             RequesterAction::Retransmit(reqs) => {
-                out.push((d.0 / MS, reqs.iter().map(|q| q.psn.value()).collect()));
+                out.push((now.0 / MS, reqs.iter().map(|q| q.psn.value()).collect()));
             }
-            other => panic!("at {d:?}: {other:?}"),
+            RequesterAction::None => {}
+            RequesterAction::Fatal => panic!("gave up at {now:?}"),
         }
+        now = now.plus_us(MS);
     }
     out
 }
@@ -71,7 +75,7 @@ fn on_a_stream_a_response_after_many_rtos_completes_the_request() {
     }
     // 14.9 s of silence, far past 7 × 16 ms: probes with the oldest request only, at the
     // initial RTO backed off (1, 2, 4, 5, 5 s).
-    let probes = run_timers(&mut r, at_ms(14_900));
+    let probes = run_timers(&mut r, at_ms(0), at_ms(14_900));
     assert_eq!(
         probes,
         [
@@ -101,7 +105,7 @@ fn on_a_stream_silence_fails_the_qp_exactly_at_the_budget() {
     let mut r = stream();
     r.push_remote(spec(1), write_op(), at_ms(0));
     r.push_remote(spec(2), write_op(), at_ms(5));
-    run_timers(&mut r, at_ms(15_000));
+    run_timers(&mut r, at_ms(0), at_ms(15_000));
     assert_eq!(r.deadline(), Some(at_ms(15_000)));
     // Run a microsecond early, the timer is not due.
     assert_eq!(
@@ -116,14 +120,33 @@ fn on_a_stream_silence_fails_the_qp_exactly_at_the_budget() {
 }
 
 #[test]
+fn on_a_stream_a_requester_that_was_not_running_looks_once_more_before_giving_up() {
+    let mut r = stream();
+    r.push_remote(spec(1), write_op(), at_ms(0));
+    run_timers(&mut r, at_ms(0), at_ms(2_000));
+    // Nothing runs the requester for 20 s (its process stopped); its first run finds the
+    // budget spent but gives the response that may be waiting unread one more floor.
+    assert_eq!(r.on_timeout(at_ms(22_000)), RequesterAction::None);
+    assert_eq!(r.deadline(), Some(at_ms(22_200)));
+    // It was: the request completes.
+    assert_eq!(ack(&mut r, 100, at_ms(22_001)), RequesterAction::None);
+    assert_eq!(completions(&mut r), [(1, WcStatus::Success)]);
+    // Had it not been, the QP gives up at the look.
+    r.push_remote(spec(2), write_op(), at_ms(30_000));
+    assert_eq!(r.on_timeout(at_ms(60_000)), RequesterAction::None);
+    assert_eq!(r.on_timeout(at_ms(60_200)), RequesterAction::Fatal);
+    assert_eq!(completions(&mut r), [(2, WcStatus::RetryExceeded)]);
+}
+
+#[test]
 fn on_a_stream_each_response_restarts_the_budget() {
     let mut r = stream();
     r.push_remote(spec(1), write_op(), at_ms(0));
     r.push_remote(spec(2), write_op(), at_ms(0));
-    run_timers(&mut r, at_ms(14_000));
+    run_timers(&mut r, at_ms(0), at_ms(14_000));
     // The first is answered 14 s in: the second may now wait 15 s more.
     assert_eq!(ack(&mut r, 100, at_ms(14_000)), RequesterAction::None);
-    run_timers(&mut r, at_ms(29_000));
+    run_timers(&mut r, at_ms(14_000), at_ms(29_000));
     assert_eq!(r.deadline(), Some(at_ms(29_000)));
     assert_eq!(r.on_timeout(at_ms(29_000)), RequesterAction::Fatal);
     assert_eq!(
@@ -138,7 +161,7 @@ fn the_verbs_policy_resends_everything_and_gives_up_after_retry_count() {
     let mut r = Requester::new(QpNumber(1), Psn::new(100), timing);
     r.push_remote(spec(1), write_op(), at_ms(0));
     r.push_remote(spec(2), write_op(), at_ms(0));
-    let resent = run_timers(&mut r, at_ms(128));
+    let resent = run_timers(&mut r, at_ms(0), at_ms(128));
     let expected: Vec<(u64, Vec<u32>)> = (1..=7).map(|k| (16 * k, vec![100, 101])).collect();
     assert_eq!(resent, expected);
     assert_eq!(r.on_timeout(at_ms(128)), RequesterAction::Fatal);
@@ -161,7 +184,10 @@ fn karn_no_sample_from_a_retransmitted_request_and_the_backoff_stays() {
     // A request probed once and answered 1 s later: no sample (which transmission was
     // answered is unknown), and the doubled RTO is kept.
     r.push_remote(spec(2), write_op(), at_ms(1_000));
-    assert_eq!(run_timers(&mut r, at_ms(1_300)), [(1_200, vec![101])]);
+    assert_eq!(
+        run_timers(&mut r, at_ms(1_000), at_ms(1_300)),
+        [(1_200, vec![101])]
+    );
     ack(&mut r, 101, at_ms(2_000));
     let after = *r.ack_timer().estimator().unwrap();
     assert_eq!(
@@ -175,7 +201,10 @@ fn karn_no_sample_from_a_retransmitted_request_and_the_backoff_stays() {
     // sent once: its answer is a sample again, and it ends the backoff.
     r.push_remote(spec(3), write_op(), at_ms(3_000));
     r.push_remote(spec(4), write_op(), at_ms(3_000));
-    assert_eq!(run_timers(&mut r, at_ms(3_450)), [(3_400, vec![102])]);
+    assert_eq!(
+        run_timers(&mut r, at_ms(3_000), at_ms(3_450)),
+        [(3_400, vec![102])]
+    );
     ack(&mut r, 102, at_ms(3_450));
     assert_eq!(r.ack_timer().estimator().unwrap().backoffs(), 2);
     ack(&mut r, 103, at_ms(3_450));
