@@ -18,11 +18,11 @@ mod support;
 use patronus_core::client::{Client, ClientConfig, ClientError, Perm};
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig};
 use patronus_core::proto::messages::{Access, Mode};
+use rnic::VirtualClock;
 use rnic::soft::link::LinkStack;
 use rnic::soft::link::faulty::LinkFaults;
 use rnic::soft::link::queued::{Faults, QueuedNetwork};
-use rnic::soft::{SoftConfig, SoftProvider, TcpNode, TcpOptions};
-use rnic::{QpTiming, VirtualClock};
+use rnic::soft::{AdaptiveTimeouts, SoftConfig, SoftProvider, TcpNode, TcpOptions};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -213,8 +213,11 @@ fn inproc_posted_extensions_of_an_ended_session(iso: Isolation) {
     });
 }
 
-/// Over TCP: the client's links drop the request and both retransmissions; its control QP
-/// gives up (retry exceeded). Retransmission timers run on a virtual clock the test moves.
+/// Over TCP: the client's links drop the request and both probes; its control QP gives up
+/// (retry exceeded) when its budget runs out. A TCP QP probes on its RTO and gives up after a
+/// time budget without any response (`TcpOptions::timeouts`), not after `QpTiming`'s retry
+/// count: the client's device has a fixed 1 ms RTO and a 3 ms budget, so the request goes out
+/// at 0, 1 and 2 ms and the QP fails at 3 ms. Timers run on a virtual clock the test moves.
 fn tcp_a_control_qp_that_gave_up_is_re_established(iso: Isolation) {
     let clock = VirtualClock::new();
     let device = |seed: u64, options: TcpOptions| {
@@ -228,35 +231,37 @@ fn tcp_a_control_qp_that_gave_up_is_re_established(iso: Isolation) {
     let node =
         MemoryNode::<SoftProvider>::start(device(1, TcpOptions::default()), node_cfg(iso)).unwrap();
     let faults = LinkFaults::new();
+    let rto = Duration::from_millis(1);
+    let transmissions: u32 = 3;
     let client_device = device(
         2,
         TcpOptions {
             links: LinkStack::new().faulty(faults.clone()),
+            timeouts: AdaptiveTimeouts {
+                initial_rto: rto,
+                min_rto: rto,
+                max_rto: rto,
+                budget: rto * transmissions,
+            },
             ..TcpOptions::default()
         },
     );
-    let timing = QpTiming {
-        ack_timeout_us: 1_000,
-        retry_count: 2,
-        ..QpTiming::default()
-    };
     let cfg = ClientConfig {
         acquire_wait: Duration::ZERO,
-        qp_timing: timing,
         ..ClientConfig::default()
     };
     let mut c = Client::<SoftProvider>::connect(&client_device, node.address(), cfg).unwrap();
     let old = c.allocate(64, LEASE, Mode::Shared).unwrap();
     c.write(&old, 0, b"old").unwrap();
 
-    // The request and its two retransmissions are lost: the third timeout breaks the QP.
-    faults.drop_next(1 + u32::from(timing.retry_count));
-    let lost_packets = 1 + u64::from(timing.retry_count);
+    // The request and its two probes are lost: the budget runs out at the third timeout.
+    faults.drop_next(transmissions);
+    let lost_packets = u64::from(transmissions);
     let (lost, mut c) = std::thread::scope(|t| {
         let h = t.spawn(move || (c.allocate(64, LEASE, Mode::Exclusive), c));
-        // The clock moves one ack timeout at a time, and only once the client has taken the
-        // last one (one more packet lost): a client thread the scheduler leaves waiting must
-        // not find its RPC deadline passed before its QP gave up. Past the last loss it moves
+        // The clock moves one RTO at a time, and only once the client has taken the last
+        // one (one more packet lost): a client thread the scheduler leaves waiting must not
+        // find its RPC deadline passed before its QP gave up. Past the last loss it moves
         // freely, so the wait ends whatever happens.
         let mut advanced_at = 0;
         for _ in 0..1_000_000 {
@@ -266,12 +271,12 @@ fn tcp_a_control_qp_that_gave_up_is_re_established(iso: Isolation) {
             let dropped = faults.dropped();
             if dropped > advanced_at || dropped >= lost_packets {
                 advanced_at = dropped;
-                clock.advance(Duration::from_micros(timing.ack_timeout_us));
+                clock.advance(rto);
             }
             std::thread::yield_now();
         }
         while !h.is_finished() {
-            clock.advance(Duration::from_micros(timing.ack_timeout_us));
+            clock.advance(rto);
             std::thread::yield_now();
         }
         h.join().unwrap()

@@ -15,8 +15,9 @@ use std::time::Duration;
 /// Generous wall-clock bound for anything a test waits for.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-/// QP timing for tests: TCP never loses a response, so retransmission only matters for a dead
-/// peer; a long ack timeout keeps a heavily loaded test machine from exhausting the retries.
+/// QP timing for tests. Over a socket the transport's adaptive timeouts apply instead
+/// (`TcpOptions::timeouts`); this long ack timeout is for loopback connections, which keep the
+/// verbs contract's timers, so that a heavily loaded test machine never exhausts their retries.
 pub fn timing() -> QpTiming {
     QpTiming {
         ack_timeout_us: 500_000,
@@ -170,7 +171,11 @@ impl Client {
     }
 
     pub fn with_options(access: AccessFlags, options: TcpOptions) -> Client {
-        let ctx = TcpNode::open_with(SoftConfig::default(), loopback(), options).unwrap();
+        Self::with_config(SoftConfig::default(), access, options)
+    }
+
+    pub fn with_config(config: SoftConfig, access: AccessFlags, options: TcpOptions) -> Client {
+        let ctx = TcpNode::open_with(config, loopback(), options).unwrap();
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(4096).unwrap();
         let buf = ctx.alloc_buffer(CLIENT_BUF).unwrap();
@@ -282,6 +287,83 @@ pub fn drain_cq(cq: &SoftCq) -> Vec<WorkCompletion> {
 
 // ---- a raw TCP peer speaking the wire format by hand ----
 
+/// A listening socket that plays the memory node by hand: it accepts one connection, answers
+/// its handshake, and then answers requests only when the test says so.
+#[derive(Debug)]
+pub struct RawServer {
+    pub listener: std::net::TcpListener,
+    pub addr: SoftAddress,
+}
+
+/// What the raw server learnt in a handshake.
+#[derive(Debug)]
+pub struct RawConn {
+    pub raw: Raw,
+    /// The connecting QP (responses go to it).
+    pub client_qp: QpNumber,
+    /// Its first request's PSN.
+    pub client_psn: Psn,
+}
+
+/// The QP number the raw server claims.
+pub const RAW_SERVER_QP: QpNumber = QpNumber(0x5e);
+
+impl RawServer {
+    pub fn bind() -> RawServer {
+        let listener = std::net::TcpListener::bind(loopback()).unwrap();
+        let addr = SoftAddress::Tcp(listener.local_addr().unwrap());
+        RawServer { listener, addr }
+    }
+
+    /// Connects `qp` (on another thread: `connect` blocks for the handshake) and answers the
+    /// handshake.
+    pub fn connect(&self, qp: &SoftQp) -> RawConn {
+        std::thread::scope(|s| {
+            let h = std::thread::Builder::new()
+                .name("raw-connect".into())
+                .spawn_scoped(s, || qp.connect(&self.addr, b""))
+                .unwrap();
+            let (stream, _) = self.listener.accept().unwrap();
+            stream.set_nodelay(true).unwrap();
+            stream.set_read_timeout(Some(WAIT)).unwrap();
+            stream.set_write_timeout(Some(WAIT)).unwrap();
+            let mut raw = Raw {
+                s: stream,
+                buf: Vec::new(),
+            };
+            let RawRead::Frame(Frame::Cm(CmMessage::ConnectRequest { qp, start_psn, .. })) =
+                raw.read_frame()
+            else {
+                panic!("no ConnectRequest");
+            };
+            let reply = Frame::<&[u8]>::Cm(CmMessage::ConnectReply {
+                qp: RAW_SERVER_QP,
+                start_psn: Psn::new(1),
+            });
+            raw.send(&encode(&reply)).unwrap();
+            h.join().unwrap().unwrap();
+            RawConn {
+                raw,
+                client_qp: qp,
+                client_psn: start_psn,
+            }
+        })
+    }
+}
+
+impl RawConn {
+    /// Answers the request `psn` with READ data.
+    pub fn answer_read(&mut self, psn: Psn, data: &[u8]) {
+        use rnic::soft::wire::{Packet, Response, ResponseKind};
+        let response = Frame::Packet(Packet::Response(Response {
+            dst_qp: self.client_qp,
+            psn,
+            kind: ResponseKind::ReadData(data),
+        }));
+        self.raw.send(&encode(&response)).unwrap();
+    }
+}
+
 pub fn encode(frame: &Frame<&[u8]>) -> Vec<u8> {
     let mut out = Vec::new();
     encode_frame(frame, &mut out);
@@ -358,6 +440,22 @@ impl Raw {
                     return RawRead::Closed;
                 }
                 Err(e) => panic!("raw read: {e}"),
+            }
+        }
+    }
+
+    /// Reads frames until a request with `psn` arrives (skipping others, e.g. retransmissions
+    /// of earlier requests); panics on a close.
+    pub fn read_request(&mut self, psn: Psn) -> rnic::soft::wire::Request {
+        loop {
+            match self.read_frame() {
+                RawRead::Frame(Frame::Packet(rnic::soft::wire::Packet::Request(r)))
+                    if r.psn == psn =>
+                {
+                    return r;
+                }
+                RawRead::Frame(_) => {}
+                RawRead::Closed => panic!("closed while waiting for request {psn:?}"),
             }
         }
     }

@@ -70,10 +70,12 @@ pub struct ServeFlags {
     /// [file: shutdown_grace_ms].
     #[arg(long, env = "PATRONUS_SHUTDOWN_GRACE_MS")]
     pub shutdown_grace_ms: Option<u64>,
-    /// QP retransmission timeout, µs [file: qp.ack_timeout_us].
+    /// QP retransmission timeout, µs (not on soft TCP connections, which adapt theirs)
+    /// [file: qp.ack_timeout_us].
     #[arg(long, env = "PATRONUS_QP_ACK_TIMEOUT_US")]
     pub qp_ack_timeout_us: Option<u64>,
-    /// QP retransmissions before it fails, at most 7 [file: qp.retry_count].
+    /// QP retransmissions before it fails, at most 7 (not on soft TCP connections)
+    /// [file: qp.retry_count].
     #[arg(long, env = "PATRONUS_QP_RETRY_COUNT")]
     pub qp_retry_count: Option<u8>,
     /// Smallest object class, bytes [file: slab.min_class].

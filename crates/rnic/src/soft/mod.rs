@@ -43,7 +43,7 @@ pub mod wire;
 
 pub use arena::Pinning;
 pub use device::{DeviceResources, SoftConfig, SoftContext};
-pub use link::LinkStack;
+pub use link::{AdaptiveTimeouts, LinkStack, RetryPolicy};
 pub use mpt::KeyPolicy;
 pub use objects::{SoftBuffer, SoftMr, SoftMw, SoftPd};
 pub use provider::{SoftAddress, SoftListener, SoftProvider};

@@ -138,6 +138,10 @@ pub struct QpInit<'a, P: Provider> {
 }
 
 /// Retry counts and timers of an RC QP (`timeout`, `retry_cnt`, `rnr_retry`, `min_rnr_timer`).
+///
+/// The software provider's TCP connections lose nothing while they are up, so there the
+/// transport's adaptive timeouts (`rnic::soft::TcpOptions::timeouts`) replace `ack_timeout_us`
+/// and `retry_count`; the RNR fields apply on every transport (`docs/verbs-contract.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpTiming {
     /// Time without a response before a request is retransmitted, in µs.

@@ -119,6 +119,9 @@ impl<L: Link> Link for FaultyLink<L> {
     fn poll_receive(&self) {
         self.inner.poll_receive();
     }
+    fn retry_policy(&self) -> super::RetryPolicy {
+        self.inner.retry_policy()
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //!   releases them, with seeded delay, drop, reorder and kill faults, for deterministic tests.
 //! - [`tracing::TracingLink`]: records every packet that passes, around any other link.
 //! - [`faulty::FaultyLink`]: drops or kills on command, around any other link.
+//! - [`retry`]: what a link tells its QP about silence from the peer ([`RetryPolicy`]): the
+//!   verbs contract's timers, or a connection's adaptive timeouts and budget (TCP).
 //! - The TCP link (`transport::tcp`'s `TcpLink`) carries a QP's packets on its own TCP
 //!   connection; it lives with its transport, whose engines and handshake share its socket.
 //!
@@ -22,11 +24,13 @@
 pub mod faulty;
 pub mod inline;
 pub mod queued;
+pub mod retry;
 pub mod tracing;
 
 use crate::soft::wire::Packet;
 use crate::verbs::QpNumber;
 use faulty::{FaultyLink, LinkFaults};
+pub use retry::{AdaptiveTimeouts, RetryPolicy};
 use std::fmt::Debug;
 use std::sync::Arc;
 use tracing::{PacketTrace, TracingLink};
@@ -69,6 +73,12 @@ pub trait Link: Send + Sync + Debug {
     /// for QPs awaiting responses, so a polling application needs no hand-off from an engine
     /// thread). Links that deliver by themselves do nothing.
     fn poll_receive(&self) {}
+    /// How the QP treats silence from the peer on this link: the verbs contract's timers
+    /// unless the link is a connection that delivers by itself (see [`retry`]). Wrappers pass
+    /// their inner link's policy on.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::Verbs
+    }
 }
 
 /// The receiving end of a link: a QP.
@@ -98,6 +108,9 @@ impl<L: Link + ?Sized> Link for Arc<L> {
     }
     fn poll_receive(&self) {
         (**self).poll_receive();
+    }
+    fn retry_policy(&self) -> RetryPolicy {
+        (**self).retry_policy()
     }
 }
 

@@ -55,4 +55,7 @@ impl<L: Link> Link for TracingLink<L> {
     fn poll_receive(&self) {
         self.inner.poll_receive();
     }
+    fn retry_policy(&self) -> super::RetryPolicy {
+        self.inner.retry_policy()
+    }
 }

@@ -12,13 +12,21 @@
 //! Entering ERR is an atomic state change plus a request to be progressed; the flush of
 //! outstanding requests and posted receives happens at the next poll of the QP's CQs (or the
 //! next post), on the owner's thread, so a responder never takes a requester lock.
+//!
+//! The link decides what silence from the peer means ([`RetryPolicy`], taken when the QP
+//! connects): the verbs contract's `QpTiming` or a connection's adaptive timeouts (TCP). On
+//! a link that closes on error, entering ERR also closes the link — after the response that
+//! reports the error has been transmitted — so the peer learns at once; `Link::close` takes
+//! no QP lock, so this is safe from any context.
 
+pub mod ack_timer;
 mod post;
 pub mod requester;
 pub mod responder;
+pub mod rto;
 
 use super::device::{Connecting, DeviceInner};
-use super::link::{Link, LinkDown, LinkEnd, PacketSink, check_destination};
+use super::link::{Link, LinkDown, LinkEnd, PacketSink, RetryPolicy, check_destination};
 use super::mpt::BindRequest;
 use super::objects::{SoftMr, SoftMw, SoftPd};
 use super::provider::{SoftAddress, SoftProvider};
@@ -186,15 +194,35 @@ impl QpInner {
         self.pd.inner.id
     }
 
-    /// Moves to ERR (if not already), raising `event`, and schedules the flush.
+    /// Moves to ERR (if not already), raising `event`, and schedules the flush; closes a link
+    /// that closes on error.
     fn enter_error(&self, event: Option<AsyncEvent>) {
+        if self.mark_error(event) {
+            self.hang_up();
+        }
+    }
+
+    /// The state change of [`enter_error`](Self::enter_error): returns whether the QP was not
+    /// in ERR before.
+    fn mark_error(&self, event: Option<AsyncEvent>) -> bool {
         let old = self.set_state(QpState::Error);
-        if old != QpState::Error {
-            if let Some(e) = event {
-                self.dev.push_event(e);
-            }
+        let first = old != QpState::Error;
+        if first && let Some(e) = event {
+            self.dev.push_event(e);
         }
         self.arm();
+        first
+    }
+
+    /// Closes the link if its policy says that a QP in ERR does (a TCP connection: the peer
+    /// reads EOF and fails its QP at once rather than after its budget).
+    fn hang_up(&self) {
+        let link = self.link.read().clone();
+        if let Some(link) = link
+            && link.retry_policy().closes_on_error()
+        {
+            link.close();
+        }
     }
 
     /// Asks the QP's CQs to progress it at their next poll.
@@ -307,9 +335,10 @@ impl QpInner {
         if let Some(wc) = outcome.recv_completion {
             self.recv_cq.inner.push(wc);
         }
-        if let Some(event) = outcome.error {
-            self.enter_error(Some(event));
-        }
+        // The NAK that reports an error goes out before the link may close.
+        let failed = outcome
+            .error
+            .is_some_and(|event| self.mark_error(Some(event)));
         if let Some((psn, kind)) = outcome.response {
             let link = self.link.read();
             if let Some(link) = link.as_ref() {
@@ -321,6 +350,9 @@ impl QpInner {
             }
         }
         drop(rx);
+        if failed {
+            self.hang_up();
+        }
     }
 
     fn handle_response(&self, resp: &Response<&[u8]>) {
@@ -366,13 +398,21 @@ impl Progress for QpInner {
     /// Timers and flushes; called from CQ polls.
     fn progress(&self, read_link: bool) {
         self.armed.store(false, Ordering::SeqCst);
-        if read_link {
+        let now = self.dev.config.clock.now();
+        // A due timer reads the link even where the transport's engine reads it otherwise:
+        // what has arrived must count before silence does (rare: at most once per timeout).
+        let due = self
+            .req
+            .lock()
+            .as_ref()
+            .and_then(Requester::deadline)
+            .is_some_and(|d| d <= now);
+        if read_link || due {
             let link = self.link.read().clone();
             if let Some(link) = link {
                 link.poll_receive();
             }
         }
-        let now = self.dev.config.clock.now();
         if self.state() == QpState::Error {
             self.flush_all();
             return;
@@ -424,10 +464,16 @@ impl Connecting for QpInner {
             let mut rx = self.rx.lock();
             rx.responder = ResponderState::new(recv_psn);
         }
+        let policy: RetryPolicy = link.retry_policy();
         *self.link.write() = Some(link);
         self.peer.store(peer_qp.0, Ordering::SeqCst);
         self.set_state(QpState::ReadyToReceive);
-        *self.req.lock() = Some(Requester::new(peer_qp, send_psn, self.timing));
+        *self.req.lock() = Some(Requester::with_policy(
+            peer_qp,
+            send_psn,
+            self.timing,
+            policy,
+        ));
         self.set_state(QpState::ReadyToSend);
         Ok(())
     }

@@ -6,13 +6,19 @@
 //! - `outstanding` is in posting order; remote requests carry consecutive PSNs.
 //! - Completions leave strictly in posting order (a bind that finished early waits behind an
 //!   earlier READ), as on a real send queue.
-//! - Retries are finite: `retry_count` retransmissions on ack timeout, `rnr_retry` on RNR NAKs;
-//!   both are reset by progress (a matching response).
+//! - Retries are finite: on ack timeouts as the link's [`RetryPolicy`] says (`retry_count`
+//!   retransmissions, or a time budget without a response: see [`AckTimer`]), `rnr_retry` on
+//!   RNR NAKs; both are reset by progress (a matching response).
+//! - Each remote request remembers when it first went out and whether it was sent again, so
+//!   the ack timer gets round-trip samples from requests sent once only (Karn's algorithm).
 
+use super::ack_timer::{AckTimer, Expiry};
+use crate::soft::link::RetryPolicy;
 use crate::soft::wire::{NakCode, Request, RequestOp, ResponseKind};
 use crate::verbs::{Psn, QpNumber, QpTiming, Sge, Timestamp, WcOpcode, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Request payloads are shared between the outstanding queue and the link.
 pub type Payload = Arc<[u8]>;
@@ -34,6 +40,10 @@ pub struct Pending {
     pub byte_len: u32,
     /// Final status once known.
     pub result: Option<WcStatus>,
+    /// When the request was first transmitted.
+    pub sent_at: Timestamp,
+    /// Whether it was transmitted more than once (its response then gives no RTT sample).
+    pub retransmitted: bool,
 }
 
 /// What the glue must do after a response or a timer.
@@ -54,7 +64,7 @@ pub struct Requester {
     next_psn: Psn,
     outstanding: VecDeque<Pending>,
     timing: QpTiming,
-    retries_left: u8,
+    timer: AckTimer,
     rnr_left: u8,
     /// The deadline is an RNR back-off, not an ack timeout.
     rnr_waiting: bool,
@@ -62,14 +72,25 @@ pub struct Requester {
 }
 
 impl Requester {
-    /// A requester that sends to `peer_qp` starting at `start_psn`.
+    /// A requester that sends to `peer_qp` starting at `start_psn`, with the verbs contract's
+    /// ack timer.
     pub fn new(peer_qp: QpNumber, start_psn: Psn, timing: QpTiming) -> Self {
+        Self::with_policy(peer_qp, start_psn, timing, RetryPolicy::Verbs)
+    }
+
+    /// A requester whose ack timer follows its link's `policy`.
+    pub fn with_policy(
+        peer_qp: QpNumber,
+        start_psn: Psn,
+        timing: QpTiming,
+        policy: RetryPolicy,
+    ) -> Self {
         Requester {
             peer_qp,
             next_psn: start_psn,
             outstanding: VecDeque::new(),
             timing,
-            retries_left: timing.retry_count,
+            timer: AckTimer::new(policy, timing),
             rnr_left: timing.rnr_retry,
             rnr_waiting: false,
             deadline: None,
@@ -84,6 +105,11 @@ impl Requester {
     /// When [`on_timeout`](Self::on_timeout) must next run.
     pub fn deadline(&self) -> Option<Timestamp> {
         self.deadline
+    }
+
+    /// The ack timer (its RTO and, on a stream, the estimator behind it).
+    pub fn ack_timer(&self) -> &AckTimer {
+        &self.timer
     }
 
     fn awaiting_response(&self) -> bool {
@@ -102,7 +128,8 @@ impl Requester {
         let psn = self.next_psn;
         self.next_psn = psn.next();
         if !self.awaiting_response() {
-            self.deadline = Some(now.plus_us(self.timing.ack_timeout_us));
+            self.timer.start(now);
+            self.deadline = Some(self.timer.deadline(now));
         }
         let req = Request {
             dst_qp: self.peer_qp,
@@ -117,6 +144,8 @@ impl Requester {
             local: pending.local,
             byte_len: pending.byte_len,
             result: None,
+            sent_at: now,
+            retransmitted: false,
         });
         req
     }
@@ -131,6 +160,8 @@ impl Requester {
             local: pending.local,
             byte_len: pending.byte_len,
             result: Some(status),
+            sent_at: Timestamp::ZERO,
+            retransmitted: false,
         });
     }
 
@@ -170,6 +201,7 @@ impl Requester {
                 }
                 self.rnr_left -= 1;
                 self.rnr_waiting = true;
+                self.timer.peer_alive(now);
                 self.deadline = Some(now.plus_us(self.timing.rnr_timer_us));
                 return RequesterAction::None;
             }
@@ -186,32 +218,41 @@ impl Requester {
             _ => WcStatus::BadResponseError,
         };
         head.result = Some(status);
-        self.retries_left = self.timing.retry_count;
+        let sample: Option<Duration> = (!head.retransmitted).then(|| now.since(head.sent_at));
+        self.timer.progress(now, sample);
         self.rnr_left = self.timing.rnr_retry;
         if status != WcStatus::Success {
             self.flush();
             return RequesterAction::Fatal;
         }
-        self.deadline = self
-            .awaiting_response()
-            .then(|| now.plus_us(self.timing.ack_timeout_us));
+        self.deadline = self.awaiting_response().then(|| self.timer.deadline(now));
         RequesterAction::None
     }
 
-    /// Runs the ack / RNR timer.
+    /// Runs the ack / RNR timer. The owner calls it at every poll (the ack timer learns from
+    /// the calls that are not due that the requester is running, see [`AckTimer::tick`]).
     pub fn on_timeout(&mut self, now: Timestamp) -> RequesterAction {
         match self.deadline {
             Some(d) if d <= now => {}
-            _ => return RequesterAction::None,
+            _ => {
+                self.timer.tick(now);
+                return RequesterAction::None;
+            }
         }
         if !self.awaiting_response() {
             self.deadline = None;
             return RequesterAction::None;
         }
-        // An RNR wait and an ack timeout both resend from the oldest unanswered request; only
-        // ack timeouts consume the transport retry budget (RNR retries were counted already).
-        if !std::mem::take(&mut self.rnr_waiting) {
-            if self.retries_left == 0 {
+        // An RNR wait resends from the oldest unanswered request (the responder dropped
+        // everything after the NAKed one) without using the ack timer's retries (RNR retries
+        // were counted already); an ack timeout resends as the timer says, or gives up.
+        let expiry = if std::mem::take(&mut self.rnr_waiting) {
+            Expiry::ResendAll
+        } else {
+            self.timer.expire(now)
+        };
+        let limit = match expiry {
+            Expiry::GiveUp => {
                 if let Some(head) = self
                     .outstanding
                     .iter_mut()
@@ -222,16 +263,26 @@ impl Requester {
                 self.flush();
                 return RequesterAction::Fatal;
             }
-            self.retries_left -= 1;
-        }
-        self.deadline = Some(now.plus_us(self.timing.ack_timeout_us));
+            Expiry::Look => {
+                self.deadline = Some(self.timer.deadline(now));
+                return RequesterAction::None;
+            }
+            Expiry::ResendAll => usize::MAX,
+            Expiry::ResendOldest => 1,
+        };
+        self.deadline = Some(self.timer.deadline(now));
+        let peer_qp = self.peer_qp;
         let resend = self
             .outstanding
-            .iter()
-            .filter(|p| p.result.is_none())
-            .filter_map(|p| p.remote.as_ref())
+            .iter_mut()
+            .filter(|p| p.result.is_none() && p.remote.is_some())
+            .take(limit)
+            .filter_map(|p| {
+                p.retransmitted = true;
+                p.remote.as_ref()
+            })
             .map(|(psn, op)| Request {
-                dst_qp: self.peer_qp,
+                dst_qp: peer_qp,
                 psn: *psn,
                 op: op.clone(),
             })
@@ -306,3 +357,6 @@ pub fn nak_status(code: NakCode) -> WcStatus {
         NakCode::ReceiverNotReady => WcStatus::RnrRetryExceeded,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,9 @@
 
 use super::buffer::{KEEP_BUF, RecvBuffer};
 use super::limits::{Counters, Limits};
-use crate::soft::link::{Link, LinkDown, LinkEnd, LinkStack, PacketSink, check_destination};
+use crate::soft::link::{
+    Link, LinkDown, LinkEnd, LinkStack, PacketSink, RetryPolicy, check_destination,
+};
 use crate::soft::wire::codec::MAX_CM_FRAME_LEN;
 use crate::soft::wire::{Frame, Packet, WireError, decode_frame, encode_frame, frame_len};
 use crate::verbs::QpNumber;
@@ -660,6 +662,12 @@ impl Link for TcpLink {
             self.conn.kick(); // leave the rest to the engine
         }
     }
+
+    /// A TCP connection delivers by itself and says when it breaks: the QP waits for a slow
+    /// peer within the device's budget, and closes the connection when it enters ERR.
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::Stream(self.conn.shared.limits.timeouts)
+    }
 }
 
 #[cfg(test)]
@@ -742,6 +750,8 @@ mod tests {
             out_limit: 1 << 20,
             spin_polls: 0,
             max_pending_handshakes: 1,
+            timeouts: crate::soft::link::AdaptiveTimeouts::default(),
+            keepalive: false,
         };
         let conn = Conn::new(
             stream,

@@ -10,6 +10,7 @@
 //! accepted connection the [`Accept`] of its listener.
 
 use super::conn::{Accept, Conn, ConnShared, Owner, Phase};
+use super::keepalive;
 use super::limits::Counters;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
@@ -95,6 +96,10 @@ impl EngineSet {
         phase: Phase,
         leftover: Vec<u8>,
     ) -> io::Result<Arc<Conn>> {
+        let limits = &self.conns.limits;
+        if limits.keepalive {
+            keepalive::arm(&stream, &limits.timeouts)?;
+        }
         let token = engine.next_token();
         engine
             .registry

@@ -1,5 +1,6 @@
 //! Bounds and counters of one TCP device, shared by its engines and connections.
 
+use crate::soft::link::AdaptiveTimeouts;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Limits shared by a device's engines and connections.
@@ -13,6 +14,10 @@ pub(super) struct Limits {
     pub(super) spin_polls: u32,
     /// Accepted connections per engine still waiting for their `ConnectRequest`.
     pub(super) max_pending_handshakes: usize,
+    /// The QPs' timeouts on this device's connections (their links' `RetryPolicy::Stream`).
+    pub(super) timeouts: AdaptiveTimeouts,
+    /// Whether connections get kernel keepalive and `TCP_USER_TIMEOUT` from the budget.
+    pub(super) keepalive: bool,
 }
 
 /// Event counters of a device's TCP transport.

@@ -29,17 +29,23 @@
 //!   responder runs on the requester's thread, as on the in-process fabric).
 //! - **Errors**: a malformed or out-of-place frame, a lost connection or an overflowing
 //!   backlog close the connection and move the QP to ERR (`PacketSink::link_down`).
+//! - **Timeouts**: a connection never loses a packet, so its link's retry policy is
+//!   `RetryPolicy::Stream` with [`TcpOptions::timeouts`]: a QP probes on an RTO fitted to the
+//!   measured round trip and fails only after the budget without any response; a QP that
+//!   enters ERR closes its connection. The kernel's keepalive and user timeout (`keepalive`)
+//!   cover a vanished host on idle connections and on the responding side.
 
 mod buffer;
 mod conn;
 mod engine;
 mod handshake;
+mod keepalive;
 mod limits;
 
 use super::{Policy, check_private_data, connect_in_process};
 use crate::soft::device::{Connecting, SoftConfig, SoftContext, Transport};
-use crate::soft::link::LinkStack;
 use crate::soft::link::inline::InlineLink;
+use crate::soft::link::{AdaptiveTimeouts, LinkStack};
 use crate::soft::provider::{SoftAddress, SoftListener};
 use crate::soft::wire::codec::{MAX_CM_FRAME_LEN, MAX_PAYLOAD_OVERHEAD};
 use crate::verbs::{Clock, VerbsError, VerbsResult};
@@ -82,6 +88,16 @@ pub struct TcpOptions {
     pub source: Option<IpAddr>,
     /// Wrappers put around every link the device makes (e.g. tracing, fault injection).
     pub links: LinkStack,
+    /// How long the device's QPs wait for a slow peer and when they probe it: an RTO fitted
+    /// to the measured round trip within `[min_rto, max_rto]`, and the `budget` of time
+    /// without any response after which a QP fails with `RetryExceeded`. `QpTiming`'s ack
+    /// timeout and retry count do not apply over TCP (they do on loopback connections, which
+    /// have no socket). See `docs/tcp-transport.md`, "Timeouts".
+    pub timeouts: AdaptiveTimeouts,
+    /// Kernel keepalive and `TCP_USER_TIMEOUT` on every connection, derived from
+    /// `timeouts.budget`, so that a vanished host is noticed within about the budget on idle
+    /// connections and on the responding side too.
+    pub keepalive: bool,
 }
 
 impl Default for TcpOptions {
@@ -94,6 +110,8 @@ impl Default for TcpOptions {
             max_pending_handshakes: 256,
             source: None,
             links: LinkStack::default(),
+            timeouts: AdaptiveTimeouts::default(),
+            keepalive: true,
         }
     }
 }
@@ -140,6 +158,10 @@ impl TcpNode {
         bind: SocketAddr,
         options: TcpOptions,
     ) -> VerbsResult<SoftContext> {
+        options
+            .timeouts
+            .validate()
+            .map_err(|e| VerbsError::InvalidArgument(e.reason()))?;
         let max_msg = usize::try_from(config.attr.max_msg_size).unwrap_or(usize::MAX);
         let max_frame = max_msg
             .saturating_add(MAX_PAYLOAD_OVERHEAD)
@@ -149,6 +171,8 @@ impl TcpNode {
             out_limit: options.out_buffer_limit,
             spin_polls: options.spin_polls,
             max_pending_handshakes: options.max_pending_handshakes,
+            timeouts: options.timeouts,
+            keepalive: options.keepalive,
         };
         let mut engines = Vec::new();
         let mut polls = Vec::new();
