@@ -66,13 +66,15 @@ impl<M: RemoteMemory> Split<M> {
         };
         let s = self.slots[p];
         t.stats.acquires += 1;
-        match mem.acquire(
+        let answer = mem.acquire(
             s.ptr(),
             s.len(),
             t.opts.read_lease,
             Access::Read,
             Mode::Shared,
-        ) {
+        );
+        self.time.classified += 1;
+        match answer {
             Ok(r) => self.rights.push((p as u32, r)),
             // Freed: a copy left in T whose block T' already replaced (or garbage).
             Err(MemError::NotFound | MemError::Invalid(_)) => self.class[p] = Class::Dangling,

@@ -260,8 +260,11 @@ impl<M: RemoteMemory> Split<M> {
             let _ = mem.release(l);
         }
         if let Some(parent) = self.redirect.take() {
-            // Finish the parent's split, whose new half this subtable is.
+            // Finish the parent's split, whose new half this subtable is (timed from here on
+            // as part of this attempt).
+            let (started, counted, time) = (self.started, self.counted, self.time);
             *self = Split::new(t, parent, None);
+            (self.started, self.counted, self.time) = (started, counted, time);
             return Poll::Pending;
         }
         self.state = State::Done;
@@ -272,6 +275,8 @@ impl<M: RemoteMemory> Split<M> {
             } else {
                 t.stats.splits += 1;
             }
+            let time = self.finish_time(mem.now(), &t.stats);
+            t.record_split_time(time);
         }
         Poll::Ready(outcome)
     }

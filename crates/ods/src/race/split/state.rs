@@ -7,7 +7,8 @@ use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::layout::Slot;
 use crate::race::records::{Phase, SplitRecord};
-use crate::race::stats::ended;
+use crate::race::stats::{RaceStats, SplitTime, ended};
+use rnic::Timestamp;
 use std::task::Poll;
 
 /// How a split attempt ended.
@@ -107,6 +108,13 @@ pub struct Split<M: RemoteMemory> {
     pub(super) reacquired: u32,
     pub(super) state: State,
     pub(super) outcome: Option<Result<SplitOutcome, RaceError>>,
+    /// When the first step ran, and when the last one began, in which phase (the time since
+    /// is not in `time` yet).
+    pub(super) started: Option<(Timestamp, Timestamp, Phase)>,
+    /// The client's counts when the first step ran.
+    pub(super) counted: RaceStats,
+    /// Time and steps so far (a client keeps them once the split is done).
+    pub(super) time: SplitTime,
 }
 
 impl<M: RemoteMemory> std::fmt::Debug for Split<M> {
@@ -147,6 +155,9 @@ impl<M: RemoteMemory> Split<M> {
             reacquired: 0,
             state: State::Locate,
             outcome: None,
+            started: None,
+            counted: RaceStats::default(),
+            time: SplitTime::default(),
         }
     }
 
@@ -183,6 +194,11 @@ impl<M: RemoteMemory> Split<M> {
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Poll<Result<SplitOutcome, RaceError>> {
+        if self.started.is_none() {
+            self.counted = t.stats;
+        }
+        self.account(mem.now());
+        self.time.steps += 1;
         if !matches!(
             self.state,
             State::Locate | State::Lock | State::TakeWord | State::Done | State::Unlock
@@ -232,6 +248,40 @@ impl<M: RemoteMemory> Split<M> {
                 self.state = State::Unlock;
                 Poll::Pending
             }
+        }
+    }
+
+    /// Adds the time since the last step began to the phase the split was in when it began.
+    fn account(&mut self, now: Timestamp) {
+        let phase = self.record.phase;
+        let Some((_, last, then)) = self.started.as_mut() else {
+            self.started = Some((now, now, phase));
+            return;
+        };
+        let d = now.since(*last);
+        let was = std::mem::replace(then, phase);
+        *last = now;
+        let t = &mut self.time;
+        match was {
+            Phase::Idle | Phase::NewHalf => t.lock += d,
+            Phase::Freezing => t.freeze += d,
+            Phase::Copying => t.copy += d,
+            Phase::Publishing => t.publish += d,
+            Phase::Thawing => t.thaw += d,
+        }
+    }
+
+    /// The split's time once it is over (as of `now`; `stats`: its client's counts now).
+    pub(super) fn finish_time(&mut self, now: Timestamp, stats: &RaceStats) -> SplitTime {
+        self.account(now);
+        let total = self
+            .started
+            .map_or_else(Default::default, |(s, _, _)| now.since(s));
+        SplitTime {
+            total,
+            recovered: self.resumed,
+            counts: stats.since(&self.counted),
+            ..self.time
         }
     }
 
