@@ -45,6 +45,9 @@ pub struct TableClient<M: RemoteMemory> {
     pub(crate) acquiring: HashMap<u64, (Access, Acquiring<M::Region>)>,
     /// The last step of an operation waited for an acquire's answer.
     pub(crate) awaiting: bool,
+    /// The last step of a split waited for the answers to its classification acquires
+    /// (`split/copy.rs`: the split's own, not in `acquiring`).
+    pub(crate) split_awaiting: bool,
     pub(crate) stats: RaceStats,
     /// How long each split this client finished took, oldest first (at most
     /// [`SPLIT_TIMES_KEPT`]: the oldest go first).
@@ -86,6 +89,7 @@ impl<M: RemoteMemory> TableClient<M> {
             blocks: BlockRights::new(opts.reader_cache),
             acquiring: HashMap::new(),
             awaiting: false,
+            split_awaiting: false,
             stats: RaceStats::default(),
             split_times: VecDeque::new(),
             frozen: 0,
@@ -208,6 +212,20 @@ impl<M: RemoteMemory> TableClient<M> {
         } else {
             mem.release(r)
         };
+    }
+
+    /// Gives up rights this client no longer needs, all at once (see
+    /// [`ClientOptions::lapse`]): let lapse, or released in as few round trips as the memory
+    /// allows ([`RemoteMemory::release_many`]).
+    pub(crate) fn give_up_many(&mut self, mem: &mut M, rs: Vec<M::Region>) {
+        self.stats.releases += rs.len() as u64;
+        if self.opts.lapse {
+            for r in rs {
+                let _ = mem.relinquish(r);
+            }
+        } else if !rs.is_empty() {
+            let _ = mem.release_many(rs);
+        }
     }
 
     /// The value this client writes into a lock word it takes (never 0).

@@ -225,6 +225,9 @@ impl<M: RemoteMemory> Split<M> {
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Poll<Result<SplitOutcome, RaceError>> {
+        for (_, a) in self.pending.drain(..) {
+            mem.abandon_acquire(a);
+        }
         for r in [
             self.t_right.take(),
             self.dir_right.take(),

@@ -1,7 +1,7 @@
 //! The split's state machine: locking, the split rights and their renewal, and the
 //! dispatch of the phases (`phases`).
 
-use crate::memory::RemoteMemory;
+use crate::memory::{Acquiring, RemoteMemory};
 use crate::race::class::KeyClass;
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
@@ -35,6 +35,9 @@ pub(super) enum Class {
     Upper,
     /// Names no valid block (freed): dropped.
     Dangling,
+    /// Being classified: a right over its block is being acquired, or is held and its block
+    /// not read yet.
+    Reading,
 }
 
 #[derive(Debug)]
@@ -74,7 +77,7 @@ pub(super) enum State {
 }
 
 /// A split of one subtable (see the module docs); a step does at most one batch or one
-/// control request.
+/// control request (the classification's acquires are started and polled without waiting).
 pub struct Split<M: RemoteMemory> {
     pub(super) subtable: u64,
     /// The depth the caller saw T at (`None`: only finish a split in progress).
@@ -98,7 +101,12 @@ pub struct Split<M: RemoteMemory> {
     pub(super) slots: Vec<Slot>,
     pub(super) new_slots: Vec<Slot>,
     pub(super) class: Vec<Class>,
+    /// Rights over blocks of T's entries (by slot position), held and not read yet.
     pub(super) rights: Vec<(u32, M::Region)>,
+    /// Acquires of such rights in flight (at most `CLASSIFY_IN_FLIGHT`).
+    pub(super) pending: Vec<(u32, Acquiring<M::Region>)>,
+    /// No entry before this slot position is left to classify (`Class::Unknown`).
+    pub(super) scan: usize,
     /// A right over T''s lock object (marking and unmarking it).
     pub(super) child: Option<M::Region>,
     /// The subtable turned out to be the new half of a split in progress: finish that one.
@@ -149,6 +157,8 @@ impl<M: RemoteMemory> Split<M> {
             new_slots: Vec::new(),
             class: Vec::new(),
             rights: Vec::new(),
+            pending: Vec::new(),
+            scan: 0,
             child: None,
             redirect: None,
             cursor: 0,
@@ -186,8 +196,9 @@ impl<M: RemoteMemory> Split<M> {
         }
     }
 
-    /// Runs the split's next step (at most one batch or one control request): `Pending`
-    /// while there is more to do, `Ready` with its [`SplitOutcome`] once it is over (a
+    /// Runs the split's next step (at most one batch or one control request — or, while it
+    /// classifies T's entries, polls and starts acquires without waiting for their answers,
+    /// as readers do): `Pending` while there is more to do, `Ready` with its [`SplitOutcome`] once it is over (a
     /// split whose lock lease ran out unlocks and ends as `LockLost`).
     pub fn step(
         &mut self,
@@ -199,6 +210,7 @@ impl<M: RemoteMemory> Split<M> {
         }
         self.account(mem.now());
         self.time.steps += 1;
+        t.split_awaiting = false;
         if !matches!(
             self.state,
             State::Locate | State::Lock | State::TakeWord | State::Done | State::Unlock
