@@ -228,7 +228,7 @@ impl<M: RemoteMemory> Split<M> {
         for (_, a) in self.pending.drain(..) {
             mem.abandon_acquire(a);
         }
-        for r in [
+        let rights: Vec<M::Region> = [
             self.t_right.take(),
             self.dir_right.take(),
             self.new_right.take(),
@@ -236,12 +236,19 @@ impl<M: RemoteMemory> Split<M> {
         .into_iter()
         .flatten()
         .chain(self.rights.drain(..).map(|(_, r)| r))
-        {
-            t.give_up(mem, r);
+        .collect();
+        // The split rights go as the client's options say; lock objects are always released
+        // (the next split acquires them exclusively) — all in one go.
+        let mut release = Vec::new();
+        if t.opts.lapse {
+            t.give_up_many(mem, rights);
+        } else {
+            t.stats.releases += rights.len() as u64;
+            release = rights;
         }
         if let Some(r) = self.child.take() {
             t.stats.releases += 1;
-            let _ = mem.release(r);
+            release.push(r);
         }
         if let Some(l) = self.lock.take() {
             if self.held {
@@ -260,7 +267,10 @@ impl<M: RemoteMemory> Split<M> {
             }
             t.stats.releases += 1;
             // Lease: released now (not left to expire) so the next resizer need not wait.
-            let _ = mem.release(l);
+            release.push(l);
+        }
+        if !release.is_empty() {
+            let _ = mem.release_many(release);
         }
         if let Some(parent) = self.redirect.take() {
             // Finish the parent's split, whose new half this subtable is (timed from here on
