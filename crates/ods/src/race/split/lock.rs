@@ -5,7 +5,7 @@ use crate::memory::{MemError, MemOp, RemoteMemory};
 use crate::race::client::TableClient;
 use crate::race::config::LockMode;
 use crate::race::error::RaceError;
-use crate::race::layout::word;
+use crate::race::layout::{BucketHeader, SUBTABLE_HEADER, word};
 use crate::race::records::{LOCK_BYTES, LOCK_WORD};
 use crate::race::stats::{atomic, bytes, ended, exec};
 use patronus_core::proto::messages::{Access, Mode};
@@ -23,16 +23,34 @@ impl<M: RemoteMemory> Split<M> {
         let Some(st) = t.subtables.get(&self.subtable) else {
             return Ok(State::Locate);
         };
+        // A resizer that found T full reads all of it: if T has split meanwhile or another
+        // split froze it, there is nothing to lock for (`load` decides the same under the
+        // lock). Asking for a lock someone holds is not free: with a lease lock, the node
+        // refuses the holder's extensions while an exclusive acquire waits, and a slow
+        // split would be taken over from its live resizer.
+        let len = match self.expect {
+            Some(_) => t.geo.subtable_bytes() as u32,
+            None => 8,
+        };
         let ops = [MemOp::Read {
             on: st,
             offset: 0,
-            len: 8,
+            len,
         }];
         match bytes(exec(&mut t.stats, mem, &ops).pop()) {
             Ok(b) => {
                 self.lock_addr = word(&b, 0);
                 if self.lock_addr == 0 {
                     return Err(RaceError::Corrupt("a subtable without a lock object"));
+                }
+                if let Some(d) = self.expect {
+                    let header = BucketHeader::decode(word(&b, SUBTABLE_HEADER as usize));
+                    if header.depth != d {
+                        return Ok(self.finish(Ok(SplitOutcome::NotNeeded)));
+                    }
+                    if Self::parse_slots(t, &b).iter().any(|s| s.is_frozen()) {
+                        return Ok(self.finish(Ok(SplitOutcome::Busy)));
+                    }
                 }
                 Ok(State::Lock)
             }
