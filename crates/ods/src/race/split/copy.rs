@@ -44,23 +44,23 @@ impl<M: RemoteMemory> Split<M> {
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Result<State, RaceError> {
-        let in_flight = std::mem::take(&mut self.pending);
+        let in_flight = std::mem::take(&mut self.blocks.pending);
         let mut failed = None;
         for (p, a) in in_flight {
             if failed.is_some() {
                 // Given up by `unlock`, with the rest of the split's rights.
-                self.pending.push((p, a));
+                self.blocks.pending.push((p, a));
                 continue;
             }
             match mem.poll_acquire(a) {
                 Acquiring::Answered(r) => failed = self.answered(p, r).err(),
-                a @ Acquiring::InFlight(_) => self.pending.push((p, a)),
+                a @ Acquiring::InFlight(_) => self.blocks.pending.push((p, a)),
             }
         }
         if let Some(e) = failed {
             return Err(e);
         }
-        while self.pending.len() < CLASSIFY_IN_FLIGHT {
+        while self.blocks.pending.len() < CLASSIFY_IN_FLIGHT {
             let Some(p) = self.next_unclassified() else {
                 break;
             };
@@ -69,7 +69,7 @@ impl<M: RemoteMemory> Split<M> {
             t.stats.acquires += 1;
             let lease = t.opts.read_lease;
             match mem.start_acquire(s.ptr(), s.len(), lease, Access::Read, Mode::Shared) {
-                a @ Acquiring::InFlight(_) => self.pending.push((p as u32, a)),
+                a @ Acquiring::InFlight(_) => self.blocks.pending.push((p as u32, a)),
                 // Answered at once: the memory ran the acquire blocking (one round trip).
                 Acquiring::Answered(r) => {
                     self.answered(p as u32, r)?;
@@ -77,10 +77,10 @@ impl<M: RemoteMemory> Split<M> {
                 }
             }
         }
-        if !self.rights.is_empty() {
+        if !self.blocks.held.is_empty() {
             return Ok(State::ReadBlocks);
         }
-        if !self.pending.is_empty() {
+        if !self.blocks.pending.is_empty() {
             // Nothing to do until an answer comes: the driver may sleep on the memory.
             t.split_awaiting = true;
             return Ok(State::Classify);
@@ -95,9 +95,9 @@ impl<M: RemoteMemory> Split<M> {
     /// Takes the answer to the acquire of entry `p`'s block: its right is kept to be read,
     /// or the node says the block is freed (the entry is dropped).
     fn answered(&mut self, p: u32, answer: Result<M::Region, MemError>) -> Result<(), RaceError> {
-        self.time.classified += 1;
+        self.timing.time.classified += 1;
         match answer {
-            Ok(r) => self.rights.push((p, r)),
+            Ok(r) => self.blocks.held.push((p, r)),
             // Freed: a copy left in T whose block T' already replaced (or garbage).
             Err(MemError::NotFound | MemError::Invalid(_)) => {
                 self.class[p as usize] = Class::Dangling;
@@ -112,12 +112,12 @@ impl<M: RemoteMemory> Split<M> {
 
     /// The next entry of T left to classify (frozen, not empty, not started), from `scan` on.
     fn next_unclassified(&mut self) -> Option<usize> {
-        while let Some(&s) = self.slots.get(self.scan) {
-            let p = self.scan;
+        while let Some(&s) = self.slots.get(self.blocks.scan) {
+            let p = self.blocks.scan;
             if s.is_frozen() && !s.is_empty() && self.class[p] == Class::Unknown {
                 return Some(p);
             }
-            self.scan += 1;
+            self.blocks.scan += 1;
         }
         None
     }
@@ -132,19 +132,19 @@ impl<M: RemoteMemory> Split<M> {
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Result<State, RaceError> {
-        if self.rights.is_empty() {
+        if self.blocks.held.is_empty() {
             return Ok(State::Classify);
         }
         let mut total = 0;
         let mut n = 0;
-        for (p, _) in &self.rights {
+        for (p, _) in &self.blocks.held {
             total += self.slots[*p as usize].len();
             n += 1;
             if total >= BYTES {
                 break;
             }
         }
-        let taken: Vec<(u32, M::Region)> = self.rights.drain(..n).collect();
+        let taken: Vec<(u32, M::Region)> = self.blocks.held.drain(..n).collect();
         let ops: Vec<_> = taken
             .iter()
             .map(|(p, r)| MemOp::Read {
@@ -166,7 +166,7 @@ impl<M: RemoteMemory> Split<M> {
                 },
                 Err(e) if ended(&e) => {
                     self.reacquired += 1;
-                    self.scan = self.scan.min(p);
+                    self.blocks.scan = self.blocks.scan.min(p);
                     Class::Unknown
                 }
                 Err(MemError::NotFound) => Class::Dangling,

@@ -7,7 +7,7 @@ use crate::race::config::LockMode;
 use crate::race::error::RaceError;
 use crate::race::layout::{BucketHeader, SUBTABLE_HEADER, word};
 use crate::race::records::{LOCK_BYTES, LOCK_WORD};
-use crate::race::stats::{atomic, bytes, ended, exec};
+use crate::race::stats::{SplitTime, atomic, bytes, ended, exec};
 use patronus_core::proto::messages::{Access, Mode};
 use std::task::Poll;
 
@@ -243,7 +243,7 @@ impl<M: RemoteMemory> Split<M> {
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Poll<Result<SplitOutcome, RaceError>> {
-        for (_, a) in self.pending.drain(..) {
+        for (_, a) in self.blocks.pending.drain(..) {
             mem.abandon_acquire(a);
         }
         let rights: Vec<M::Region> = [
@@ -253,7 +253,7 @@ impl<M: RemoteMemory> Split<M> {
         ]
         .into_iter()
         .flatten()
-        .chain(self.rights.drain(..).map(|(_, r)| r))
+        .chain(self.blocks.held.drain(..).map(|(_, r)| r))
         .collect();
         // The split rights go as the client's options say; lock objects are always released
         // (the next split acquires them exclusively) — all in one go.
@@ -293,9 +293,9 @@ impl<M: RemoteMemory> Split<M> {
         if let Some(parent) = self.redirect.take() {
             // Finish the parent's split, whose new half this subtable is (timed from here on
             // as part of this attempt).
-            let (started, counted, time) = (self.started, self.counted, self.time);
+            let timing = std::mem::take(&mut self.timing);
             *self = Split::new(t, parent, None);
-            (self.started, self.counted, self.time) = (started, counted, time);
+            self.timing = timing;
             return Poll::Pending;
         }
         self.state = State::Done;
@@ -306,8 +306,11 @@ impl<M: RemoteMemory> Split<M> {
             } else {
                 t.stats.splits += 1;
             }
-            let time = self.finish_time(mem.now(), &t.stats);
-            t.record_split_time(time);
+            let time = self.timing.finish(mem.now(), self.record.phase, &t.stats);
+            t.record_split_time(SplitTime {
+                recovered: self.resumed,
+                ..time
+            });
         }
         Poll::Ready(outcome)
     }

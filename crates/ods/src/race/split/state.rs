@@ -101,12 +101,8 @@ pub struct Split<M: RemoteMemory> {
     pub(super) slots: Vec<Slot>,
     pub(super) new_slots: Vec<Slot>,
     pub(super) class: Vec<Class>,
-    /// Rights over blocks of T's entries (by slot position), held and not read yet.
-    pub(super) rights: Vec<(u32, M::Region)>,
-    /// Acquires of such rights in flight (at most `CLASSIFY_IN_FLIGHT`).
-    pub(super) pending: Vec<(u32, Acquiring<M::Region>)>,
-    /// No entry before this slot position is left to classify (`Class::Unknown`).
-    pub(super) scan: usize,
+    /// The classification's rights over T's blocks.
+    pub(super) blocks: Box<Blocks<M::Region>>,
     /// A right over T''s lock object (marking and unmarking it).
     pub(super) child: Option<M::Region>,
     /// The subtable turned out to be the new half of a split in progress: finish that one.
@@ -116,11 +112,40 @@ pub struct Split<M: RemoteMemory> {
     pub(super) reacquired: u32,
     pub(super) state: State,
     pub(super) outcome: Option<Result<SplitOutcome, RaceError>>,
+    /// How long it took so far (boxed: a split waits inside every writer's state).
+    pub(super) timing: Box<Timing>,
+}
+
+/// The rights over T's blocks a split classifies T's entries with (boxed, as `Timing`: a
+/// split waits inside every writer's state).
+#[derive(Debug)]
+pub(super) struct Blocks<R> {
+    /// Rights over blocks of T's entries (by slot position), held and not read yet.
+    pub(super) held: Vec<(u32, R)>,
+    /// Acquires of such rights in flight (at most `CLASSIFY_IN_FLIGHT`).
+    pub(super) pending: Vec<(u32, Acquiring<R>)>,
+    /// No entry before this slot position is left to classify (`Class::Unknown`).
+    pub(super) scan: usize,
+}
+
+impl<R> Default for Blocks<R> {
+    fn default() -> Self {
+        Blocks {
+            held: Vec::new(),
+            pending: Vec::new(),
+            scan: 0,
+        }
+    }
+}
+
+/// A split's time so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Timing {
     /// When the first step ran, and when the last one began, in which phase (the time since
     /// is not in `time` yet).
-    pub(super) started: Option<(Timestamp, Timestamp, Phase)>,
+    started: Option<(Timestamp, Timestamp, Phase)>,
     /// The client's counts when the first step ran.
-    pub(super) counted: RaceStats,
+    counted: RaceStats,
     /// Time and steps so far (a client keeps them once the split is done).
     pub(super) time: SplitTime,
 }
@@ -156,18 +181,14 @@ impl<M: RemoteMemory> Split<M> {
             slots: Vec::new(),
             new_slots: Vec::new(),
             class: Vec::new(),
-            rights: Vec::new(),
-            pending: Vec::new(),
-            scan: 0,
+            blocks: Box::default(),
             child: None,
             redirect: None,
             cursor: 0,
             reacquired: 0,
             state: State::Locate,
             outcome: None,
-            started: None,
-            counted: RaceStats::default(),
-            time: SplitTime::default(),
+            timing: Box::default(),
         }
     }
 
@@ -205,11 +226,12 @@ impl<M: RemoteMemory> Split<M> {
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Poll<Result<SplitOutcome, RaceError>> {
-        if self.started.is_none() {
-            self.counted = t.stats;
+        if self.timing.started.is_none() {
+            self.timing.counted = t.stats;
         }
-        self.account(mem.now());
-        self.time.steps += 1;
+        let phase = self.record.phase;
+        self.timing.account(mem.now(), phase);
+        self.timing.time.steps += 1;
         t.split_awaiting = false;
         if !matches!(
             self.state,
@@ -263,9 +285,17 @@ impl<M: RemoteMemory> Split<M> {
         }
     }
 
-    /// Adds the time since the last step began to the phase the split was in when it began.
-    fn account(&mut self, now: Timestamp) {
-        let phase = self.record.phase;
+    /// Ends the attempt with `outcome` (after unlocking).
+    pub(super) fn finish(&mut self, outcome: Result<SplitOutcome, RaceError>) -> State {
+        self.outcome = Some(outcome);
+        State::Unlock
+    }
+}
+
+impl Timing {
+    /// Adds the time since the last step began to the phase the split was in when it began;
+    /// `phase` is the one it is in now.
+    fn account(&mut self, now: Timestamp, phase: Phase) {
         let Some((_, last, then)) = self.started.as_mut() else {
             self.started = Some((now, now, phase));
             return;
@@ -283,23 +313,17 @@ impl<M: RemoteMemory> Split<M> {
         }
     }
 
-    /// The split's time once it is over (as of `now`; `stats`: its client's counts now).
-    pub(super) fn finish_time(&mut self, now: Timestamp, stats: &RaceStats) -> SplitTime {
-        self.account(now);
+    /// The split's time once it is over (as of `now`, in `phase`; `stats`: its client's
+    /// counts now), as its client keeps it.
+    pub(super) fn finish(&mut self, now: Timestamp, phase: Phase, stats: &RaceStats) -> SplitTime {
+        self.account(now, phase);
         let total = self
             .started
             .map_or_else(Default::default, |(s, _, _)| now.since(s));
         SplitTime {
             total,
-            recovered: self.resumed,
             counts: stats.since(&self.counted),
             ..self.time
         }
-    }
-
-    /// Ends the attempt with `outcome` (after unlocking).
-    pub(super) fn finish(&mut self, outcome: Result<SplitOutcome, RaceError>) -> State {
-        self.outcome = Some(outcome);
-        State::Unlock
     }
 }
