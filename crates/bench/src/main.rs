@@ -21,8 +21,8 @@ struct Cli {
     /// chains), redis (RACE on Patronus against redis-server, over TCP), table5, alloc
     /// (scrubbing cost and memory per live permission), dos (an honest client's throughput
     /// around each denial-of-service abuse), isolation (permission throughput and manager CPU
-    /// in each isolation mode), or all.
-    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "all"])]
+    /// in each isolation mode), splits (how long a RACE split stalls inserts), or all.
+    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "splits", "all"])]
     experiments: Vec<String>,
     /// Seconds per experiment instead of minutes (smoke-level sample counts).
     #[arg(long)]

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXPERIMENTS: [&str; 14] = [
+const EXPERIMENTS: [&str; 15] = [
     "fig1",
     "fig5",
     "fig6",
@@ -22,6 +22,7 @@ const EXPERIMENTS: [&str; 14] = [
     "alloc",
     "dos",
     "isolation",
+    "splits",
 ];
 
 fn out_dir(transport: &str) -> PathBuf {

@@ -19,6 +19,7 @@ pub mod ods_rig;
 pub mod patronus_rig;
 pub mod race_costs;
 pub mod redis;
+pub mod splits;
 pub mod table5;
 
 use crate::harness::{BenchOpts, Experiment};
@@ -26,7 +27,7 @@ use anyhow::{Result, bail};
 use patronus_core::manager::Isolation;
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 15] = [
     "fig1",
     "fig5",
     "fig6",
@@ -41,6 +42,7 @@ pub const ALL: [&str; 14] = [
     "alloc",
     "dos",
     "isolation",
+    "splits",
 ];
 
 /// The experiments that run their Patronus node in [`BenchOpts::isolation`]; every other one
@@ -76,6 +78,7 @@ fn isolation_of(name: &str, opts: &BenchOpts) -> String {
         "fig1" => "none (raw verbs, no Patronus memory node)".to_string(),
         "dos" => "shared-pd, except the type-2 reconnect storm (type2)".to_string(),
         "isolation" => "each of shared-pd, pd-per-client and type2, in turn".to_string(),
+        "splits" => "pd-per-client (a served node's default)".to_string(),
         _ => "shared-pd (the paper's)".to_string(),
     }
 }
@@ -99,6 +102,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "alloc" => alloc::run(opts),
         "dos" => dos::run(opts),
         "isolation" => isolation::run(opts),
+        "splits" => splits::run(opts),
         other => bail!("no experiment called {other:?} (have: {})", ALL.join(", ")),
     }?;
     exp.isolation = isolation_of(name, opts);

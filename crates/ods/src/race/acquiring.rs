@@ -47,10 +47,10 @@ impl<M: RemoteMemory> TableClient<M> {
         }
     }
 
-    /// Whether this client's last step waited for an acquire's answer (nothing else to do
-    /// until it comes: its driver may sleep on the memory's completion channel, see
-    /// [`RemoteMemory::arm`]).
+    /// Whether this client's last step waited for an acquire's answer — an operation's, or
+    /// a split's classification acquires (nothing else to do until it comes: its driver may
+    /// sleep on the memory's completion channel, see [`RemoteMemory::arm`]).
     pub fn awaiting_answer(&self) -> bool {
-        self.awaiting && !self.acquiring.is_empty()
+        (self.awaiting && !self.acquiring.is_empty()) || self.split_awaiting
     }
 }

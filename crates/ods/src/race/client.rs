@@ -13,12 +13,15 @@ use super::error::RaceError;
 use super::hash::hash64;
 use super::layout::{BLOCK_HEADER, Geometry, MAX_BLOCK_UNITS, UNIT};
 use super::records::Root;
-use super::stats::RaceStats;
+use super::stats::{RaceStats, SplitTime};
 use crate::memory::{Acquiring, MemError, Region, RemoteMemory};
 use patronus_core::proto::messages::{Access, Mode};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Split times a client keeps until they are taken ([`TableClient::take_split_times`]).
+pub const SPLIT_TIMES_KEPT: usize = 4096;
 
 /// Table clients made by this process (their lock-word tags differ).
 static CLIENTS: AtomicU64 = AtomicU64::new(1);
@@ -42,7 +45,13 @@ pub struct TableClient<M: RemoteMemory> {
     pub(crate) acquiring: HashMap<u64, (Access, Acquiring<M::Region>)>,
     /// The last step of an operation waited for an acquire's answer.
     pub(crate) awaiting: bool,
+    /// The last step of a split waited for the answers to its classification acquires
+    /// (`split/copy.rs`: the split's own, not in `acquiring`).
+    pub(crate) split_awaiting: bool,
     pub(crate) stats: RaceStats,
+    /// How long each split this client finished took, oldest first (at most
+    /// [`SPLIT_TIMES_KEPT`]: the oldest go first).
+    pub(crate) split_times: VecDeque<SplitTime>,
     /// Frozen slots the last scan saw.
     pub(crate) frozen: u64,
     /// Distinguishes this client's writes from others' (see `block`'s nonce).
@@ -80,7 +89,9 @@ impl<M: RemoteMemory> TableClient<M> {
             blocks: BlockRights::new(opts.reader_cache),
             acquiring: HashMap::new(),
             awaiting: false,
+            split_awaiting: false,
             stats: RaceStats::default(),
+            split_times: VecDeque::new(),
             frozen: 0,
             tag: 0,
             writes: 0,
@@ -112,6 +123,21 @@ impl<M: RemoteMemory> TableClient<M> {
     /// What this client counted so far.
     pub fn stats(&self) -> RaceStats {
         self.stats
+    }
+
+    /// How long each split this client finished since the last call took (its own, and the
+    /// ones it finished for a resizer that stopped), oldest first. At most the last
+    /// [`SPLIT_TIMES_KEPT`] are kept between calls.
+    pub fn take_split_times(&mut self) -> Vec<SplitTime> {
+        self.split_times.drain(..).collect()
+    }
+
+    /// Keeps one split's time (dropping the oldest beyond [`SPLIT_TIMES_KEPT`]).
+    pub(crate) fn record_split_time(&mut self, time: SplitTime) {
+        if self.split_times.len() >= SPLIT_TIMES_KEPT {
+            self.split_times.pop_front();
+        }
+        self.split_times.push_back(time);
     }
 
     /// The client's options.
@@ -186,6 +212,20 @@ impl<M: RemoteMemory> TableClient<M> {
         } else {
             mem.release(r)
         };
+    }
+
+    /// Gives up rights this client no longer needs, all at once (see
+    /// [`ClientOptions::lapse`]): let lapse, or released in as few round trips as the memory
+    /// allows ([`RemoteMemory::release_many`]).
+    pub(crate) fn give_up_many(&mut self, mem: &mut M, rs: Vec<M::Region>) {
+        self.stats.releases += rs.len() as u64;
+        if self.opts.lapse {
+            for r in rs {
+                let _ = mem.relinquish(r);
+            }
+        } else if !rs.is_empty() {
+            let _ = mem.release_many(rs);
+        }
     }
 
     /// The value this client writes into a lock word it takes (never 0).

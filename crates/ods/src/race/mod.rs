@@ -27,7 +27,7 @@
 //! - `destroy`: [`TableClient::destroy`] frees a table no other client uses;
 //! - `named`: [`create_named`], [`open_named`], [`destroy_named`] find a table by name
 //!   ([`NamedRoots`](crate::NamedRoots));
-//! - [`RaceStats`], [`RaceError`], [`RaceConfig`], [`ClientOptions`].
+//! - [`RaceStats`], [`SplitTime`], [`RaceError`], [`RaceConfig`], [`ClientOptions`].
 
 mod acquiring;
 mod block;
@@ -49,7 +49,7 @@ mod table;
 
 pub use blocking::{Audit, KeyValues};
 pub use class::KeyClass;
-pub use client::TableClient;
+pub use client::{SPLIT_TIMES_KEPT, TableClient};
 pub use config::{ClientOptions, LockMode, MAX_DEPTH_LIMIT, RaceConfig};
 pub use destroy::Destroyed;
 pub use error::RaceError;
@@ -57,5 +57,5 @@ pub use named::{create_named, destroy_named, open_named};
 pub use ops::{Delete, Insert, Lookup, Stage, Update};
 pub use records::Phase;
 pub use split::{Split, SplitOutcome};
-pub use stats::RaceStats;
+pub use stats::{RaceStats, SplitTime};
 pub use table::{create, open};

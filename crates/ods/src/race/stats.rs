@@ -2,6 +2,7 @@
 //! a benchmark can check the costs of §6.1 per operation.
 
 use crate::memory::{MemError, MemOp, MemOut, RemoteMemory};
+use std::time::Duration;
 
 /// Counts of one client's remote operations (take a difference around an operation with
 /// [`RaceStats::since`]).
@@ -109,6 +110,37 @@ impl RaceStats {
     pub fn permission_ops(&self) -> u64 {
         self.allocations + self.acquires
     }
+}
+
+/// How long one split took, on its client's clock (the memory's [`RemoteMemory::now`]):
+/// from its first step to its last, and that time by the phase recorded while each step ran.
+/// A client keeps one per split it finished ([`TableClient::take_split_times`]), so a
+/// benchmark can tell how long writers of the subtable waited on each split.
+///
+/// [`TableClient::take_split_times`]: crate::race::TableClient::take_split_times
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplitTime {
+    /// From the split's first step (locating T's lock) to its last (unlocked).
+    pub total: Duration,
+    /// Steps while no phase was recorded: taking the lock and the split rights, reading the
+    /// record and T; at the end, recording `Idle` and giving everything back.
+    pub lock: Duration,
+    /// `Freezing`: CASing T's slots frozen, allocating T' and marking its lock object.
+    pub freeze: Duration,
+    /// `Copying`: classifying T's entries by their blocks' key hashes, writing T'.
+    pub copy: Duration,
+    /// `Publishing`: the directory entries, the global depth, T's bucket headers.
+    pub publish: Duration,
+    /// `Thawing`: thawing T' and T, clearing T''s mark.
+    pub thaw: Duration,
+    /// Steps the split took.
+    pub steps: u32,
+    /// Entries whose blocks it classified (acquires answered, including blocks found freed).
+    pub classified: u32,
+    /// It finished another resizer's split (a recovery), not one of its own.
+    pub recovered: bool,
+    /// What its client counted while it ran (acquires, releases, batches, …).
+    pub counts: RaceStats,
 }
 
 /// Runs `ops` as one batch, counting it.

@@ -5,9 +5,13 @@
 //! between its grant and its use, as on a loaded machine), or refuse the block READs of the
 //! next batches as the NIC does when a right's lease ran out while the batch was on its way
 //! (`Rejected`; the rest of the batch runs, as the client library's spare QP makes it).
+//! It can also keep the answers to acquires started without blocking until they are polled a
+//! second time (a memory node a round trip away), counting how many are in flight at once,
+//! and answer a chosen one of them `NotFound` (the node saying the block was freed).
 
 use patronus_core::proto::messages::{Access, Mode};
-use patronus_ods::{MemError, MemOp, MemOut, RemoteMemory};
+use patronus_ods::{Acquiring, MemError, MemOp, MemOut, RemoteMemory};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// The fault to inject into the next batch with a CAS.
@@ -35,6 +39,19 @@ pub struct Faulty<M: RemoteMemory> {
     pub block_len: u64,
     /// Block READs refused so far.
     pub refused: usize,
+    /// Acquires started without blocking are answered on their second poll (run at once,
+    /// their answers held back), not at once.
+    pub defer_acquires: bool,
+    /// The acquire started without blocking with this index (counted from 0 by
+    /// `started_acquires`) is answered `NotFound` instead of being run.
+    pub not_found_at: Option<usize>,
+    /// Acquires started without blocking so far.
+    pub started_acquires: usize,
+    /// Deferred acquires in flight, by ticket: polls so far and the answer.
+    in_flight: HashMap<u64, (u32, Result<M::Region, MemError>)>,
+    next_ticket: u64,
+    /// The most deferred acquires in flight at once.
+    pub max_in_flight: usize,
 }
 
 impl<M: RemoteMemory> Faulty<M> {
@@ -47,6 +64,12 @@ impl<M: RemoteMemory> Faulty<M> {
             refuse_block_reads: 0,
             block_len: 0,
             refused: 0,
+            defer_acquires: false,
+            not_found_at: None,
+            started_acquires: 0,
+            in_flight: HashMap::new(),
+            next_ticket: 1,
+            max_in_flight: 0,
         }
     }
 }
@@ -72,6 +95,61 @@ impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
     ) -> Result<M::Region, MemError> {
         self.inner.acquire(addr, len, lease, access, mode)
     }
+    fn start_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Acquiring<M::Region> {
+        let n = self.started_acquires;
+        self.started_acquires += 1;
+        let answer = if self.not_found_at == Some(n) {
+            Err(MemError::NotFound)
+        } else {
+            self.inner.acquire(addr, len, lease, access, mode)
+        };
+        if !self.defer_acquires {
+            return Acquiring::Answered(answer);
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.in_flight.insert(ticket, (0, answer));
+        self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
+        Acquiring::InFlight(ticket)
+    }
+    fn poll_acquire(&mut self, a: Acquiring<M::Region>) -> Acquiring<M::Region> {
+        let Acquiring::InFlight(ticket) = a else {
+            return a;
+        };
+        match self.in_flight.get_mut(&ticket) {
+            Some((polls, _)) if *polls == 0 => {
+                *polls += 1;
+                Acquiring::InFlight(ticket)
+            }
+            Some(_) => match self.in_flight.remove(&ticket) {
+                Some((_, answer)) => Acquiring::Answered(answer),
+                None => Acquiring::InFlight(ticket),
+            },
+            None => Acquiring::Answered(Err(MemError::Invalid("no such acquire in flight"))),
+        }
+    }
+    fn abandon_acquire(&mut self, a: Acquiring<M::Region>) {
+        let answer = match a {
+            Acquiring::Answered(r) => r,
+            Acquiring::InFlight(ticket) => match self.in_flight.remove(&ticket) {
+                Some((_, r)) => r,
+                None => return,
+            },
+        };
+        if let Ok(r) = answer {
+            let _ = self.inner.relinquish(r);
+        }
+    }
+    fn arm(&mut self) -> bool {
+        !self.in_flight.is_empty()
+    }
     fn extend(&mut self, region: &M::Region, lease: Duration) -> Result<(), MemError> {
         self.inner.extend(region, lease)
     }
@@ -83,6 +161,9 @@ impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
     }
     fn release(&mut self, region: M::Region) -> Result<(), MemError> {
         self.inner.release(region)
+    }
+    fn release_many(&mut self, regions: Vec<M::Region>) -> Result<(), MemError> {
+        self.inner.release_many(regions)
     }
     fn relinquish(&mut self, region: M::Region) -> Result<(), MemError> {
         self.inner.relinquish(region)

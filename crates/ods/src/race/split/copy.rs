@@ -2,8 +2,8 @@
 //! whole.
 
 use super::state::{Class, Split, State};
-use super::{BYTES, REACQUIRE_LIMIT};
-use crate::memory::{MemError, MemOp, RemoteMemory};
+use super::{BYTES, CLASSIFY_IN_FLIGHT, REACQUIRE_LIMIT};
+use crate::memory::{Acquiring, MemError, MemOp, RemoteMemory};
 use crate::race::block;
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
@@ -31,78 +31,120 @@ impl<M: RemoteMemory> Split<M> {
         Ok(State::Classify)
     }
 
-    /// Takes a right over the next unclassified entry's block (one per step); reads the
-    /// blocks held once every entry has a right, or as soon as one of the rights runs low
-    /// (they are short: `read_lease`).
+    /// Classifies T's entries by the blocks' key hashes: keeps up to [`CLASSIFY_IN_FLIGHT`]
+    /// acquires of rights over their blocks in flight (started without waiting for their
+    /// answers, as readers do: `acquiring.rs`), and reads the blocks of the rights that came
+    /// (`ReadBlocks`) as soon as they are here — they are short (`read_lease`). One step takes
+    /// the answers that came and starts as many acquires as that frees (with a memory that
+    /// answers an acquire at once — one that does not pipeline them — one acquire a step).
+    /// Only an acquire answered `NotFound` marks an entry's block as freed (dropped); see
+    /// `read_blocks` for a refused READ.
     pub(super) fn classify(
         &mut self,
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Result<State, RaceError> {
-        let margin = t.opts.margin;
-        if self
-            .rights
-            .iter()
-            .any(|(_, r)| mem.expires_within(r, margin))
-        {
+        let in_flight = std::mem::take(&mut self.blocks.pending);
+        let mut failed = None;
+        for (p, a) in in_flight {
+            if failed.is_some() {
+                // Given up by `unlock`, with the rest of the split's rights.
+                self.blocks.pending.push((p, a));
+                continue;
+            }
+            match mem.poll_acquire(a) {
+                Acquiring::Answered(r) => failed = self.answered(p, r).err(),
+                a @ Acquiring::InFlight(_) => self.blocks.pending.push((p, a)),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        while self.blocks.pending.len() < CLASSIFY_IN_FLIGHT {
+            let Some(p) = self.next_unclassified() else {
+                break;
+            };
+            let s = self.slots[p];
+            self.class[p] = Class::Reading;
+            t.stats.acquires += 1;
+            let lease = t.opts.read_lease;
+            match mem.start_acquire(s.ptr(), s.len(), lease, Access::Read, Mode::Shared) {
+                a @ Acquiring::InFlight(_) => self.blocks.pending.push((p as u32, a)),
+                // Answered at once: the memory ran the acquire blocking (one round trip).
+                Acquiring::Answered(r) => {
+                    self.answered(p as u32, r)?;
+                    break;
+                }
+            }
+        }
+        if !self.blocks.held.is_empty() {
             return Ok(State::ReadBlocks);
         }
-        let next = (0..self.slots.len()).find(|&p| {
-            let s = self.slots[p];
-            s.is_frozen()
-                && !s.is_empty()
-                && self.class[p] == Class::Unknown
-                && !self.rights.iter().any(|(q, _)| *q as usize == p)
-        });
-        let Some(p) = next else {
-            if !self.rights.is_empty() {
-                return Ok(State::ReadBlocks);
-            }
-            return Ok(match self.record.phase {
-                Phase::Copying => State::WriteNew,
-                Phase::Publishing => State::Publish,
-                _ => State::ReadNew,
-            });
-        };
-        let s = self.slots[p];
-        t.stats.acquires += 1;
-        match mem.acquire(
-            s.ptr(),
-            s.len(),
-            t.opts.read_lease,
-            Access::Read,
-            Mode::Shared,
-        ) {
-            Ok(r) => self.rights.push((p as u32, r)),
-            // Freed: a copy left in T whose block T' already replaced (or garbage).
-            Err(MemError::NotFound | MemError::Invalid(_)) => self.class[p] = Class::Dangling,
-            Err(e) => return Err(e.into()),
+        if !self.blocks.pending.is_empty() {
+            // Nothing to do until an answer comes: the driver may sleep on the memory.
+            t.split_awaiting = true;
+            return Ok(State::Classify);
         }
-        Ok(State::Classify)
+        Ok(match self.record.phase {
+            Phase::Copying => State::WriteNew,
+            Phase::Publishing => State::Publish,
+            _ => State::ReadNew,
+        })
+    }
+
+    /// Takes the answer to the acquire of entry `p`'s block: its right is kept to be read,
+    /// or the node says the block is freed (the entry is dropped).
+    fn answered(&mut self, p: u32, answer: Result<M::Region, MemError>) -> Result<(), RaceError> {
+        self.timing.time.classified += 1;
+        match answer {
+            Ok(r) => self.blocks.held.push((p, r)),
+            // Freed: a copy left in T whose block T' already replaced (or garbage).
+            Err(MemError::NotFound | MemError::Invalid(_)) => {
+                self.class[p as usize] = Class::Dangling;
+            }
+            Err(e) => {
+                self.class[p as usize] = Class::Unknown;
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The next entry of T left to classify (frozen, not empty, not started), from `scan` on.
+    fn next_unclassified(&mut self) -> Option<usize> {
+        while let Some(&s) = self.slots.get(self.blocks.scan) {
+            let p = self.blocks.scan;
+            if s.is_frozen() && !s.is_empty() && self.class[p] == Class::Unknown {
+                return Some(p);
+            }
+            self.blocks.scan += 1;
+        }
+        None
     }
 
     /// Reads the blocks taken rights over and classifies their entries by the split bit. A
     /// READ refused because the right ended is no sign that the block was freed (the right
-    /// may simply have run out before this slow resizer read it): the entry stays
+    /// may simply have run out before this slow resizer read it): the entry goes back to
     /// unclassified and `classify` acquires the block again — a freed one is `NotFound` then.
+    /// The rights read are released together.
     pub(super) fn read_blocks(
         &mut self,
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Result<State, RaceError> {
-        if self.rights.is_empty() {
+        if self.blocks.held.is_empty() {
             return Ok(State::Classify);
         }
         let mut total = 0;
         let mut n = 0;
-        for (p, _) in &self.rights {
+        for (p, _) in &self.blocks.held {
             total += self.slots[*p as usize].len();
             n += 1;
             if total >= BYTES {
                 break;
             }
         }
-        let taken: Vec<(u32, M::Region)> = self.rights.drain(..n).collect();
+        let taken: Vec<(u32, M::Region)> = self.blocks.held.drain(..n).collect();
         let ops: Vec<_> = taken
             .iter()
             .map(|(p, r)| MemOp::Read {
@@ -113,8 +155,10 @@ impl<M: RemoteMemory> Split<M> {
             .collect();
         let out = exec(&mut t.stats, mem, &ops);
         let d = self.record.depth;
+        let mut failed = None;
         for ((p, _), r) in taken.iter().zip(out) {
-            self.class[*p as usize] = match r {
+            let p = *p as usize;
+            self.class[p] = match r {
                 Ok(o) => match o.bytes().and_then(block::decode) {
                     Some(b) if (b.hash >> d) & 1 == 1 => Class::Upper,
                     Some(_) => Class::Lower,
@@ -122,19 +166,29 @@ impl<M: RemoteMemory> Split<M> {
                 },
                 Err(e) if ended(&e) => {
                     self.reacquired += 1;
-                    if self.reacquired > REACQUIRE_LIMIT {
-                        return Err(RaceError::Contended {
-                            attempts: self.reacquired,
-                        });
-                    }
+                    self.blocks.scan = self.blocks.scan.min(p);
                     Class::Unknown
                 }
                 Err(MemError::NotFound) => Class::Dangling,
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    Class::Unknown
+                }
             };
         }
-        for (_, r) in taken {
-            t.give_up(mem, r);
+        // Released, never left to lapse: a split takes a right per entry of T, hundreds within
+        // a few milliseconds, and rights left to lapse would hold as many windows at the node
+        // (two each, for a read right) until their leases end — more than a client has with
+        // a PD of its own (1024 by default).
+        t.stats.releases += taken.len() as u64;
+        let _ = mem.release_many(taken.into_iter().map(|(_, r)| r).collect());
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        if self.reacquired > REACQUIRE_LIMIT {
+            return Err(RaceError::Contended {
+                attempts: self.reacquired,
+            });
         }
         Ok(State::ReadBlocks)
     }

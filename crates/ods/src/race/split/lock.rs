@@ -5,9 +5,9 @@ use crate::memory::{MemError, MemOp, RemoteMemory};
 use crate::race::client::TableClient;
 use crate::race::config::LockMode;
 use crate::race::error::RaceError;
-use crate::race::layout::word;
+use crate::race::layout::{BucketHeader, SUBTABLE_HEADER, word};
 use crate::race::records::{LOCK_BYTES, LOCK_WORD};
-use crate::race::stats::{atomic, bytes, ended, exec};
+use crate::race::stats::{SplitTime, atomic, bytes, ended, exec};
 use patronus_core::proto::messages::{Access, Mode};
 use std::task::Poll;
 
@@ -23,16 +23,34 @@ impl<M: RemoteMemory> Split<M> {
         let Some(st) = t.subtables.get(&self.subtable) else {
             return Ok(State::Locate);
         };
+        // A resizer that found T full reads all of it: if T has split meanwhile or another
+        // split froze it, there is nothing to lock for (`load` decides the same under the
+        // lock). Asking for a lock someone holds is not free: with a lease lock, the node
+        // refuses the holder's extensions while an exclusive acquire waits, and a slow
+        // split would be taken over from its live resizer.
+        let len = match self.expect {
+            Some(_) => t.geo.subtable_bytes() as u32,
+            None => 8,
+        };
         let ops = [MemOp::Read {
             on: st,
             offset: 0,
-            len: 8,
+            len,
         }];
         match bytes(exec(&mut t.stats, mem, &ops).pop()) {
             Ok(b) => {
                 self.lock_addr = word(&b, 0);
                 if self.lock_addr == 0 {
                     return Err(RaceError::Corrupt("a subtable without a lock object"));
+                }
+                if let Some(d) = self.expect {
+                    let header = BucketHeader::decode(word(&b, SUBTABLE_HEADER as usize));
+                    if header.depth != d {
+                        return Ok(self.finish(Ok(SplitOutcome::NotNeeded)));
+                    }
+                    if Self::parse_slots(t, &b).iter().any(|s| s.is_frozen()) {
+                        return Ok(self.finish(Ok(SplitOutcome::Busy)));
+                    }
                 }
                 Ok(State::Lock)
             }
@@ -225,20 +243,30 @@ impl<M: RemoteMemory> Split<M> {
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Poll<Result<SplitOutcome, RaceError>> {
-        for r in [
+        for (_, a) in self.blocks.pending.drain(..) {
+            mem.abandon_acquire(a);
+        }
+        let rights: Vec<M::Region> = [
             self.t_right.take(),
             self.dir_right.take(),
             self.new_right.take(),
         ]
         .into_iter()
         .flatten()
-        .chain(self.rights.drain(..).map(|(_, r)| r))
-        {
-            t.give_up(mem, r);
+        .chain(self.blocks.held.drain(..).map(|(_, r)| r))
+        .collect();
+        // The split rights go as the client's options say; lock objects are always released
+        // (the next split acquires them exclusively) — all in one go.
+        let mut release = Vec::new();
+        if t.opts.lapse {
+            t.give_up_many(mem, rights);
+        } else {
+            t.stats.releases += rights.len() as u64;
+            release = rights;
         }
         if let Some(r) = self.child.take() {
             t.stats.releases += 1;
-            let _ = mem.release(r);
+            release.push(r);
         }
         if let Some(l) = self.lock.take() {
             if self.held {
@@ -257,11 +285,17 @@ impl<M: RemoteMemory> Split<M> {
             }
             t.stats.releases += 1;
             // Lease: released now (not left to expire) so the next resizer need not wait.
-            let _ = mem.release(l);
+            release.push(l);
+        }
+        if !release.is_empty() {
+            let _ = mem.release_many(release);
         }
         if let Some(parent) = self.redirect.take() {
-            // Finish the parent's split, whose new half this subtable is.
+            // Finish the parent's split, whose new half this subtable is (timed from here on
+            // as part of this attempt).
+            let timing = std::mem::take(&mut self.timing);
             *self = Split::new(t, parent, None);
+            self.timing = timing;
             return Poll::Pending;
         }
         self.state = State::Done;
@@ -272,6 +306,11 @@ impl<M: RemoteMemory> Split<M> {
             } else {
                 t.stats.splits += 1;
             }
+            let time = self.timing.finish(mem.now(), self.record.phase, &t.stats);
+            t.record_split_time(SplitTime {
+                recovered: self.resumed,
+                ..time
+            });
         }
         Poll::Ready(outcome)
     }

@@ -13,7 +13,8 @@
 //!    fails (its expected value is the unfrozen one), so from now on T cannot change under the
 //!    resizer; a writer that finds a frozen slot waits. Readers ignore the frozen bit.
 //! 3. `Copying`: allocate T' (and its lock object) and record them; read the block header of
-//!    every entry to learn its key's hash; write T' whole: headers (d+1, s'), the entries
+//!    every entry to learn its key's hash (the acquires of rights over the blocks pipelined,
+//!    each block read as soon as its right comes); write T' whole: headers (d+1, s'), the entries
 //!    whose hash has bit d set at the *same positions* (frozen), every other slot frozen
 //!    empty. T' is not in the directory yet: nobody else reads it.
 //! 4. `Publishing`: CAS every directory entry of T's suffix class to (T, d+1) or (T', d+1)
@@ -55,6 +56,12 @@ const BATCH: usize = 256;
 const BYTES: u64 = 64 << 10;
 /// Freeze rounds before the resizer gives up on writers that keep changing slots.
 const FREEZE_ROUNDS: usize = 4096;
+/// Acquires of rights over T's blocks a resizer keeps in flight while it classifies T's
+/// entries: half of what a Patronus client may have unanswered at once
+/// (`MAX_OUTSTANDING_RPCS`, 16), so that releasing the rights it read meanwhile (as many, at
+/// most) finds room beside them — a release that finds the channel full fails, and the right
+/// would stay until its lease ends, holding the node's windows.
+const CLASSIFY_IN_FLIGHT: usize = 8;
 /// Block rights that ended before the resizer read their blocks, acquired again, before it
 /// gives up (its read lease is then too short for its round trips).
 const REACQUIRE_LIMIT: u32 = 4096;

@@ -1,13 +1,14 @@
 //! The split's state machine: locking, the split rights and their renewal, and the
 //! dispatch of the phases (`phases`).
 
-use crate::memory::RemoteMemory;
+use crate::memory::{Acquiring, RemoteMemory};
 use crate::race::class::KeyClass;
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::layout::Slot;
 use crate::race::records::{Phase, SplitRecord};
-use crate::race::stats::ended;
+use crate::race::stats::{RaceStats, SplitTime, ended};
+use rnic::Timestamp;
 use std::task::Poll;
 
 /// How a split attempt ended.
@@ -34,6 +35,9 @@ pub(super) enum Class {
     Upper,
     /// Names no valid block (freed): dropped.
     Dangling,
+    /// Being classified: a right over its block is being acquired, or is held and its block
+    /// not read yet.
+    Reading,
 }
 
 #[derive(Debug)]
@@ -73,7 +77,7 @@ pub(super) enum State {
 }
 
 /// A split of one subtable (see the module docs); a step does at most one batch or one
-/// control request.
+/// control request (the classification's acquires are started and polled without waiting).
 pub struct Split<M: RemoteMemory> {
     pub(super) subtable: u64,
     /// The depth the caller saw T at (`None`: only finish a split in progress).
@@ -97,7 +101,8 @@ pub struct Split<M: RemoteMemory> {
     pub(super) slots: Vec<Slot>,
     pub(super) new_slots: Vec<Slot>,
     pub(super) class: Vec<Class>,
-    pub(super) rights: Vec<(u32, M::Region)>,
+    /// The classification's rights over T's blocks.
+    pub(super) blocks: Box<Blocks<M::Region>>,
     /// A right over T''s lock object (marking and unmarking it).
     pub(super) child: Option<M::Region>,
     /// The subtable turned out to be the new half of a split in progress: finish that one.
@@ -107,6 +112,42 @@ pub struct Split<M: RemoteMemory> {
     pub(super) reacquired: u32,
     pub(super) state: State,
     pub(super) outcome: Option<Result<SplitOutcome, RaceError>>,
+    /// How long it took so far (boxed: a split waits inside every writer's state).
+    pub(super) timing: Box<Timing>,
+}
+
+/// The rights over T's blocks a split classifies T's entries with (boxed, as `Timing`: a
+/// split waits inside every writer's state).
+#[derive(Debug)]
+pub(super) struct Blocks<R> {
+    /// Rights over blocks of T's entries (by slot position), held and not read yet.
+    pub(super) held: Vec<(u32, R)>,
+    /// Acquires of such rights in flight (at most `CLASSIFY_IN_FLIGHT`).
+    pub(super) pending: Vec<(u32, Acquiring<R>)>,
+    /// No entry before this slot position is left to classify (`Class::Unknown`).
+    pub(super) scan: usize,
+}
+
+impl<R> Default for Blocks<R> {
+    fn default() -> Self {
+        Blocks {
+            held: Vec::new(),
+            pending: Vec::new(),
+            scan: 0,
+        }
+    }
+}
+
+/// A split's time so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Timing {
+    /// When the first step ran, and when the last one began, in which phase (the time since
+    /// is not in `time` yet).
+    started: Option<(Timestamp, Timestamp, Phase)>,
+    /// The client's counts when the first step ran.
+    counted: RaceStats,
+    /// Time and steps so far (a client keeps them once the split is done).
+    pub(super) time: SplitTime,
 }
 
 impl<M: RemoteMemory> std::fmt::Debug for Split<M> {
@@ -140,13 +181,14 @@ impl<M: RemoteMemory> Split<M> {
             slots: Vec::new(),
             new_slots: Vec::new(),
             class: Vec::new(),
-            rights: Vec::new(),
+            blocks: Box::default(),
             child: None,
             redirect: None,
             cursor: 0,
             reacquired: 0,
             state: State::Locate,
             outcome: None,
+            timing: Box::default(),
         }
     }
 
@@ -175,14 +217,22 @@ impl<M: RemoteMemory> Split<M> {
         }
     }
 
-    /// Runs the split's next step (at most one batch or one control request): `Pending`
-    /// while there is more to do, `Ready` with its [`SplitOutcome`] once it is over (a
+    /// Runs the split's next step (at most one batch or one control request — or, while it
+    /// classifies T's entries, polls and starts acquires without waiting for their answers,
+    /// as readers do): `Pending` while there is more to do, `Ready` with its [`SplitOutcome`] once it is over (a
     /// split whose lock lease ran out unlocks and ends as `LockLost`).
     pub fn step(
         &mut self,
         t: &mut TableClient<M>,
         mem: &mut M,
     ) -> Poll<Result<SplitOutcome, RaceError>> {
+        if self.timing.started.is_none() {
+            self.timing.counted = t.stats;
+        }
+        let phase = self.record.phase;
+        self.timing.account(mem.now(), phase);
+        self.timing.time.steps += 1;
+        t.split_awaiting = false;
         if !matches!(
             self.state,
             State::Locate | State::Lock | State::TakeWord | State::Done | State::Unlock
@@ -239,5 +289,41 @@ impl<M: RemoteMemory> Split<M> {
     pub(super) fn finish(&mut self, outcome: Result<SplitOutcome, RaceError>) -> State {
         self.outcome = Some(outcome);
         State::Unlock
+    }
+}
+
+impl Timing {
+    /// Adds the time since the last step began to the phase the split was in when it began;
+    /// `phase` is the one it is in now.
+    fn account(&mut self, now: Timestamp, phase: Phase) {
+        let Some((_, last, then)) = self.started.as_mut() else {
+            self.started = Some((now, now, phase));
+            return;
+        };
+        let d = now.since(*last);
+        let was = std::mem::replace(then, phase);
+        *last = now;
+        let t = &mut self.time;
+        match was {
+            Phase::Idle | Phase::NewHalf => t.lock += d,
+            Phase::Freezing => t.freeze += d,
+            Phase::Copying => t.copy += d,
+            Phase::Publishing => t.publish += d,
+            Phase::Thawing => t.thaw += d,
+        }
+    }
+
+    /// The split's time once it is over (as of `now`, in `phase`; `stats`: its client's
+    /// counts now), as its client keeps it.
+    pub(super) fn finish(&mut self, now: Timestamp, phase: Phase, stats: &RaceStats) -> SplitTime {
+        self.account(now, phase);
+        let total = self
+            .started
+            .map_or_else(Default::default, |(s, _, _)| now.since(s));
+        SplitTime {
+            total,
+            counts: stats.since(&self.counted),
+            ..self.time
+        }
     }
 }
