@@ -16,7 +16,8 @@ mod support;
 
 use patronus_core::cluster::Transport;
 use patronus_ods::race::{
-    self, Delete, Insert, KeyClass, LockMode, Lookup, RaceError, Split, TableClient, Update,
+    self, Delete, Insert, KeyClass, LockMode, Lookup, RaceError, Split, SplitOutcome, Stage,
+    TableClient, Update,
 };
 use race_support::faulty::Faulty;
 use race_support::{Mem, bed, key, opts, settle, value};
@@ -415,6 +416,90 @@ fn block_reads_refused_again_and_again_lose_nothing(t: Transport) {
 /// lookup, a third client does).
 fn a_resizer_stopped_at_any_phase_loses_nothing(t: Transport) {
     explore(t, LockMode::Lease, 0, true, points(t));
+}
+
+/// An insert that found a free slot in T, then a whole split of T ran (the key moved to T'),
+/// then the insert's CAS landed in T — which no longer claims the key. The insert must take
+/// that entry back out before it links the key in T'. Fails on the code before the fix: the
+/// insert linked the key in T' and left its first entry in T for good (the audit's
+/// `unclaimed`), its block linked twice.
+fn an_insert_that_landed_after_a_split_takes_its_entry_back(t: Transport, lock: LockMode) {
+    let (_bed, mems) = bed(t, 2);
+    let mut it = mems.into_iter();
+    let mut c = Clients {
+        rm: Faulty::new(it.next().unwrap()),
+        wm: Faulty::new(it.next().unwrap()),
+    };
+    let o = opts();
+    let root = race::create(&mut c.rm, tiny(lock)).unwrap();
+    let mut r = race::open(&mut c.rm, root, o).unwrap();
+    let mut w = race::open(&mut c.wm, root, o).unwrap();
+    let (resizer, before, class) = fill_until_split(&mut r, &mut c.rm, 0);
+    let subtable = resizer.split().unwrap().subtable();
+    // The insert that found T full is dropped: the split below runs on its own, so that
+    // nothing else takes the free slot. Room in T: one of its keys deleted. Then an insert of a key that will move to T',
+    // stopped just before its CAS of a free slot of T.
+    let gone = before[0];
+    assert_eq!(w.delete(&mut c.wm, &key(gone)), Ok(()));
+    let mut op = None;
+    for k in 1_000..2_000 {
+        if !class.contains(&w, &key(k)) || half_of(&w, class, k) != Half::Upper {
+            continue;
+        }
+        let mut ins = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
+        while !matches!(
+            ins.stage(),
+            Stage::Swapping | Stage::Splitting | Stage::Waiting
+        ) {
+            assert!(ins.step(&mut w, &mut c.wm).is_pending());
+            settle(&w, &mut c.wm);
+        }
+        if ins.stage() == Stage::Swapping {
+            op = Some((k, ins));
+            break;
+        }
+    }
+    let (k, mut op) = op.expect("a key of the upper half with a free slot in T");
+    drop(resizer);
+    // The whole split.
+    let mut split = Split::new(&r, subtable, Some(class.depth));
+    loop {
+        if let Poll::Ready(x) = split.step(&mut r, &mut c.rm) {
+            assert_eq!(x, Ok(SplitOutcome::Split));
+            break;
+        }
+        settle(&r, &mut c.rm);
+    }
+    let done = loop {
+        if let Poll::Ready(x) = op.step(&mut w, &mut c.wm) {
+            break x;
+        }
+        settle(&w, &mut c.wm);
+    };
+    assert_eq!(done, Ok(()), "the insert of key {k}");
+    let mut v = race::open(&mut c.rm, root, o).unwrap();
+    assert_eq!(v.get(&mut c.rm, &key(k)).unwrap(), Some(value(k, 1)));
+    let kept = before.iter().filter(|&&i| i != gone).count() as u64;
+    let audit = v.audit(&mut c.rm).unwrap();
+    assert_eq!(
+        (
+            audit.keys,
+            audit.duplicates,
+            audit.unclaimed,
+            audit.unreadable
+        ),
+        (kept + 1, 0, 0, 0),
+        "key {k}: {audit:?}"
+    );
+}
+
+#[test]
+fn an_insert_landing_after_a_split_takes_its_entry_back() {
+    for t in [Transport::InProc, Transport::Tcp] {
+        for lock in [LockMode::Lease, LockMode::Word] {
+            an_insert_that_landed_after_a_split_takes_its_entry_back(t, lock);
+        }
+    }
 }
 
 // Over TCP every control request costs milliseconds: the refused-READ exploration (which

@@ -155,11 +155,16 @@ impl<M: RemoteMemory> Split<M> {
             .collect();
         let out = exec(&mut t.stats, mem, &ops);
         let d = self.record.depth;
+        let claims = self.old_header();
         let mut failed = None;
         for ((p, _), r) in taken.iter().zip(out) {
             let p = *p as usize;
             self.class[p] = match r {
                 Ok(o) => match o.bytes().and_then(block::decode) {
+                    // Not T's key: an entry linked after an earlier split of T had finished
+                    // (its inserter takes it back out) or a copy that split left. Cleared,
+                    // never copied: its block is not this entry's to free.
+                    Some(b) if !claims.claims(b.hash) => Class::Dangling,
                     Some(b) if (b.hash >> d) & 1 == 1 => Class::Upper,
                     Some(_) => Class::Lower,
                     None => Class::Dangling,

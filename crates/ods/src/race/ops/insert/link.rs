@@ -83,7 +83,7 @@ impl<M: RemoteMemory> Insert<M> {
         let reread = (bytes(out.next()), bytes(out.next()), bytes(out.next()));
         match cas {
             Ok(0) => {
-                self.linked = Some(at.pos);
+                self.linked = Some((subtable, at));
                 self.state = match reread {
                     (Ok(b1), Ok(b2), Ok(h))
                         if BucketHeader::decode(word(&h, 0)).claims(self.h.primary) =>
@@ -117,7 +117,7 @@ impl<M: RemoteMemory> Insert<M> {
             }
             Err(MemError::OutcomeUnknown) => {
                 t.stats.unknown_outcomes += 1;
-                self.state = State::Resolve(Probe::new(self.h), at);
+                self.state = State::Resolve(Probe::new(self.h), subtable, at);
             }
             Err(e) if ended(&e) => {
                 t.drop_subtable(mem, subtable);
@@ -128,13 +128,19 @@ impl<M: RemoteMemory> Insert<M> {
         Poll::Pending
     }
 
-    /// Clears this insert's own slot after seeing another entry of the key.
+    /// Clears this insert's own slot after seeing another entry of the key, or (`claimed`
+    /// false) an entry it linked in a subtable that no longer claims the key. A split that
+    /// froze such an unclaimed entry clears it itself (its classification drops entries
+    /// their subtable does not claim): the insert gives the block up then (left to that
+    /// split, never freed by this client while a slot may still name it) instead of
+    /// waiting on a subtable that is not the key's.
     pub(super) fn back_off(
         &mut self,
         t: &mut TableClient<M>,
         mem: &mut M,
         subtable: u64,
         at: SlotAt,
+        claimed: bool,
     ) -> Poll<Result<(), RaceError>> {
         let Some(st) = t.subtables.get(&subtable) else {
             return Poll::Pending;
@@ -153,7 +159,7 @@ impl<M: RemoteMemory> Insert<M> {
                 self.state = State::Probe(Probe::new(self.h));
                 self.retry(t)
             }
-            Ok(v) if Slot(v).thawed() == self.mine => {
+            Ok(v) if Slot(v).thawed() == self.mine && claimed => {
                 self.state = State::Wait(Wait::new(self.h));
                 Ok(())
             }
@@ -177,6 +183,13 @@ impl<M: RemoteMemory> Insert<M> {
     }
 
     /// After a probe: is this insert's entry where it was linked?
+    ///
+    /// A split of the subtable it was linked in keeps it at the same position in the half
+    /// that claims the key (T' gets a copy). If that half does not hold it there and the key's
+    /// subtable is another one now, the entry may still sit in the old subtable, unclaimed:
+    /// the CAS landed after the split had finished, so no split will clear it. It is taken
+    /// back out (`BackOff` on the old subtable) before the insert starts over; otherwise it
+    /// would stay behind for good, its block linked twice once the insert succeeds elsewhere.
     pub(super) fn relocated(
         &mut self,
         t: &mut TableClient<M>,
@@ -185,10 +198,18 @@ impl<M: RemoteMemory> Insert<M> {
     ) -> Poll<Result<(), RaceError>> {
         let here = self
             .linked
-            .and_then(|p| snap.at(p))
+            .and_then(|(_, at)| snap.at(at.pos))
             .is_some_and(|s| s.slot.thawed() == self.mine);
         if here {
             self.state = State::Dedup { snap, v: None };
+            return Poll::Pending;
+        }
+        if let Some((subtable, at)) = self.linked.filter(|(s, _)| *s != snap.subtable) {
+            self.state = State::BackOff {
+                subtable,
+                at,
+                claimed: false,
+            };
             return Poll::Pending;
         }
         match self.lose_block(t, mem) {
@@ -210,16 +231,19 @@ impl<M: RemoteMemory> Insert<M> {
     }
 
     /// After an unknown outcome, with the buckets read again: is the entry in the slot?
+    /// (`subtable`: where the CAS was tried. If the key's subtable is another one now, the
+    /// entry may have landed there, unclaimed: `relocated` takes it back out.)
     pub(super) fn resolved(
         &mut self,
         t: &mut TableClient<M>,
         mem: &mut M,
         snap: Snapshot,
+        subtable: u64,
         at: SlotAt,
     ) -> Poll<Result<(), RaceError>> {
         let now = snap.at(at.pos).map(|s| s.slot).unwrap_or_default();
-        if now.thawed() == self.mine {
-            self.linked = Some(at.pos);
+        if now.thawed() == self.mine || subtable != snap.subtable {
+            self.linked = Some((subtable, at));
             return self.relocated(t, mem, snap);
         }
         self.linked = None;

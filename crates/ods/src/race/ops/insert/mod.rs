@@ -40,8 +40,8 @@ pub struct Insert<M: RemoteMemory> {
     written: bool,
     /// This insert's entry (valid once a block is held).
     mine: Slot,
-    /// Where it was linked, if it may be in the table.
-    linked: Option<u32>,
+    /// Where it was linked (subtable, slot), if it may be in the table.
+    linked: Option<(u64, SlotAt)>,
     /// Entries known to be other keys'.
     others: Vec<Slot>,
     state: State<M>,
@@ -63,14 +63,18 @@ enum State<M: RemoteMemory> {
         snap: Snapshot,
         v: Option<Validate>,
     },
+    /// Take this insert's entry back out of `subtable`; `claimed`: whether that subtable
+    /// claims the key (false: the entry landed after a split moved the key away).
     BackOff {
         subtable: u64,
         at: SlotAt,
+        claimed: bool,
     },
     /// Probe, then look for this insert's entry at its position.
     Relocate(Probe),
-    /// The CAS's outcome is unknown: probe, then read the slot.
-    Resolve(Probe, SlotAt),
+    /// The CAS (of a slot of the subtable named) had an unknown outcome: probe, then read
+    /// the slot.
+    Resolve(Probe, u64, SlotAt),
     Split(Split<M>),
     Wait(Wait<M>),
     Done,
@@ -268,9 +272,13 @@ impl<M: RemoteMemory> Insert<M> {
                     Verdict::Key(_) => {
                         // Another entry of the key: back off.
                         let subtable = snap.subtable;
-                        let mine = self.linked.and_then(|p| snap.at(p));
+                        let mine = self.linked.and_then(|(_, at)| snap.at(at.pos));
                         self.state = match mine {
-                            Some(at) => State::BackOff { subtable, at },
+                            Some(at) => State::BackOff {
+                                subtable,
+                                at,
+                                claimed: true,
+                            },
                             None => State::Relocate(Probe::new(self.h)),
                         };
                         Poll::Pending
@@ -287,10 +295,14 @@ impl<M: RemoteMemory> Insert<M> {
                     }
                 }
             }
-            State::BackOff { subtable, at } => {
-                let (subtable, at) = (*subtable, *at);
+            State::BackOff {
+                subtable,
+                at,
+                claimed,
+            } => {
+                let (subtable, at, claimed) = (*subtable, *at, *claimed);
                 try_ready!(t.ensure_subtable(mem, subtable));
-                self.back_off(t, mem, subtable, at)
+                self.back_off(t, mem, subtable, at, claimed)
             }
             State::Relocate(p) => {
                 let snap = match ready!(p.step(t, mem, None)) {
@@ -299,13 +311,13 @@ impl<M: RemoteMemory> Insert<M> {
                 };
                 self.relocated(t, mem, snap)
             }
-            State::Resolve(p, at) => {
-                let at = *at;
+            State::Resolve(p, subtable, at) => {
+                let (subtable, at) = (*subtable, *at);
                 let snap = match ready!(p.step(t, mem, None)) {
                     Probed::Snap(s) => s,
                     Probed::WriteFailed(e) => return Poll::Ready(Err(e.into())),
                 };
-                self.resolved(t, mem, snap, at)
+                self.resolved(t, mem, snap, subtable, at)
             }
             State::Split(s) => match ready!(s.step(t, mem)) {
                 SplitOutcome::Split | SplitOutcome::NotNeeded => {
