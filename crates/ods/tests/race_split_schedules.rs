@@ -16,7 +16,7 @@ mod support;
 
 use patronus_core::cluster::Transport;
 use patronus_ods::race::{
-    self, Delete, Insert, KeyClass, LockMode, Lookup, RaceError, Split, SplitOutcome, Stage,
+    self, Delete, Insert, KeyClass, LockMode, Lookup, Phase, RaceError, Split, SplitOutcome, Stage,
     TableClient, Update,
 };
 use race_support::faulty::Faulty;
@@ -499,6 +499,135 @@ fn an_insert_landing_after_a_split_takes_its_entry_back() {
         for lock in [LockMode::Lease, LockMode::Word] {
             an_insert_that_landed_after_a_split_takes_its_entry_back(t, lock);
         }
+    }
+}
+
+/// Steps `op` until `until` holds (at most 20,000 steps); whether it finished first.
+fn step_until(
+    op: &mut Insert<FMem>,
+    t: &mut TableClient<FMem>,
+    m: &mut FMem,
+    until: impl Fn(&Insert<FMem>) -> bool,
+) -> Option<Result<(), RaceError>> {
+    for _ in 0..20_000 {
+        if until(op) {
+            return None;
+        }
+        if let Poll::Ready(x) = op.step(t, m) {
+            return Some(x);
+        }
+        settle(t, m);
+    }
+    panic!("no end");
+}
+
+/// A resizer that stops after clearing T''s `NewHalf` mark but before it records its split
+/// done; T' starts a split of its own (frozen, not classified yet); then another client
+/// resumes T's split in `Thawing`. It must not thaw T' again: that thawed the slots T''s own
+/// split had frozen, whose classification then missed them, and their keys were lost at its
+/// flip. Fails on the code before the fix (the lost keys of race_history's lock-word run).
+fn a_resumed_thaw_leaves_the_new_halfs_own_split_alone(t: Transport) {
+    let lock = LockMode::Word;
+    let (bed, mems) = bed(t, 4);
+    let mut it = mems.into_iter().map(Faulty::new);
+    let (mut rm, mut xm, mut wm) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+    let o = opts();
+    // The step at which the resizer records its split done, from a dry run.
+    let idle_at = {
+        let root = race::create(&mut rm, tiny(lock)).unwrap();
+        let mut r = race::open(&mut rm, root, o).unwrap();
+        let (mut resizer, _, _) = fill_until_split(&mut r, &mut rm, 0);
+        let mut n = 0;
+        let mut thawing = false;
+        loop {
+            let phase = resizer.split().map(|s| s.phase());
+            thawing |= phase == Some(Phase::Thawing);
+            if thawing && phase != Some(Phase::Thawing) {
+                break n;
+            }
+            assert!(resizer.step(&mut r, &mut rm).is_pending());
+            settle(&r, &mut rm);
+            n += 1;
+        }
+    };
+    let root = race::create(&mut rm, tiny(lock)).unwrap();
+    let mut r = race::open(&mut rm, root, o).unwrap();
+    let mut x = race::open(&mut xm, root, o).unwrap();
+    let mut w = race::open(&mut wm, root, o).unwrap();
+    let (mut resizer, mut keys, class) = fill_until_split(&mut r, &mut rm, 0);
+    let subtable = resizer.split().unwrap().subtable();
+    for _ in 0..idle_at - 1 {
+        assert!(resizer.step(&mut r, &mut rm).is_pending());
+        settle(&r, &mut rm);
+    }
+    assert_eq!(resizer.split().map(|s| s.phase()), Some(Phase::Thawing));
+    // T' (the upper half) fills and starts a split of its own, stopped once it froze T'.
+    let upper = KeyClass {
+        depth: class.depth + 1,
+        suffix: class.suffix | (1 << class.depth),
+    };
+    let mut splitter = None;
+    for k in 1_000..3_000 {
+        if !upper.contains(&x, &key(k)) {
+            continue;
+        }
+        let mut ins = Insert::new(&x, &key(k), &value(k, 0)).unwrap();
+        let copying = |i: &Insert<FMem>| i.split().is_some_and(|s| s.phase() == Phase::Copying);
+        match step_until(&mut ins, &mut x, &mut xm, copying) {
+            None => {
+                splitter = Some((k, ins));
+                break;
+            }
+            Some(done) => {
+                assert_eq!(done, Ok(()));
+                keys.push(k);
+            }
+        }
+    }
+    let (xk, mut splitter) = splitter.expect("T' split");
+    // Every lease runs out. The stopped resizer comes back, finds its rights gone and gives
+    // its lock word back; a third client finishes T's split.
+    bed.clock
+        .advance(o.split_lease + o.fence_gap + Duration::from_millis(1));
+    let stuck = |i: &Insert<FMem>| i.stage() != Stage::Splitting;
+    assert_eq!(step_until(&mut resizer, &mut r, &mut rm, stuck), None);
+    let mut finish = Split::new(&w, subtable, None);
+    loop {
+        if let Poll::Ready(x) = finish.step(&mut w, &mut wm) {
+            assert_eq!(x, Ok(SplitOutcome::Split));
+            break;
+        }
+        settle(&w, &mut wm);
+    }
+    // The resizer's and T''s splitter's inserts finish (T''s split too, by its own client).
+    let done = |_: &Insert<FMem>| false;
+    assert_eq!(
+        step_until(&mut resizer, &mut r, &mut rm, done),
+        Some(Ok(()))
+    );
+    assert_eq!(
+        step_until(&mut splitter, &mut x, &mut xm, done),
+        Some(Ok(()))
+    );
+    keys.push(keys.iter().copied().filter(|&k| k < 1_000).max().unwrap() + 1);
+    keys.push(xk);
+    let mut v = race::open(&mut wm, root, o).unwrap();
+    for &k in &keys {
+        let want = Some(value(k, 0));
+        assert_eq!(v.get(&mut wm, &key(k)).unwrap(), want, "key {k}");
+    }
+    let audit = v.audit(&mut wm).unwrap();
+    assert_eq!(
+        (audit.keys, audit.duplicates, audit.unclaimed, audit.frozen),
+        (keys.len() as u64, 0, 0, 0),
+        "{audit:?}"
+    );
+}
+
+#[test]
+fn a_resumed_thaw_leaves_the_new_half_alone() {
+    for t in [Transport::InProc, Transport::Tcp] {
+        a_resumed_thaw_leaves_the_new_halfs_own_split_alone(t);
     }
 }
 

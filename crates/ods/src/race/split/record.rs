@@ -69,6 +69,8 @@ impl<M: RemoteMemory> Split<M> {
             t.stats.takeovers += 1;
             return Ok(match record.phase {
                 Phase::Freezing => State::Freeze,
+                // T' may be its own by now: see `child_check`.
+                Phase::Thawing => State::ChildLock,
                 _ => State::OpenNew,
             });
         }
@@ -167,11 +169,50 @@ impl<M: RemoteMemory> Split<M> {
         match mem.acquire(addr, LOCK_BYTES, lease, Access::ReadWrite, Mode::Shared) {
             Ok(r) => {
                 self.child = Some(r);
-                Ok(State::ChildClear)
+                // Not thawed yet by this resizer: a resumed `Thawing` split checks first.
+                Ok(if self.outcome.is_some() {
+                    State::ChildClear
+                } else {
+                    State::ChildCheck
+                })
             }
             Err(MemError::Conflict) => Ok(State::ChildLock),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// A split resumed in `Thawing`: is T' still marked the new half of this split? The
+    /// resizer before may have thawed both halves and cleared the mark, then stopped before
+    /// it recorded the split done. T' is then a subtable like any other, possibly frozen by
+    /// a split of its own, and thawing it again would thaw that split's frozen slots under
+    /// it (whose classification then misses their entries: keys lost at its flip). Marked:
+    /// the thaw goes on (the right is given up; `ChildLock` takes another after the thaw).
+    /// Not marked: both halves were thawed before the mark was cleared; record the split
+    /// done.
+    pub(super) fn child_check(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+    ) -> Result<State, RaceError> {
+        let Some(c) = self.child.as_ref() else {
+            return Ok(State::ChildLock);
+        };
+        let ops = [MemOp::Read {
+            on: c,
+            offset: RECORD,
+            len: RECORD_BYTES,
+        }];
+        let mark = SplitRecord::decode(&bytes(exec(&mut t.stats, mem, &ops).pop())?)?;
+        if let Some(c) = self.child.take() {
+            t.stats.releases += 1;
+            let _ = mem.release(c);
+        }
+        if mark.phase == Phase::NewHalf && mark.new == self.subtable {
+            return Ok(State::OpenNew);
+        }
+        self.outcome = Some(Ok(SplitOutcome::Split));
+        self.record = SplitRecord::IDLE;
+        Ok(State::Record(Box::new(State::Unlock)))
     }
 
     /// Clears T''s `NewHalf` mark (only that: by now T' may be splitting on its own), then

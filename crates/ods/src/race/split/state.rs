@@ -71,6 +71,8 @@ pub(super) enum State {
     Thaw,
     /// Take a right over T''s lock object, then clear its `NewHalf` mark.
     ChildLock,
+    /// A resumed `Thawing` split: read T''s mark before thawing anything.
+    ChildCheck,
     ChildClear,
     Unlock,
     Done,
@@ -255,6 +257,7 @@ impl<M: RemoteMemory> Split<M> {
             State::Allocate => self.allocate(t, mem),
             State::MarkChild => self.mark_child(t, mem),
             State::ChildLock => self.child_lock(t, mem),
+            State::ChildCheck => self.child_check(t, mem),
             State::ChildClear => self.child_clear(t, mem),
             State::OpenNew => self.open_new(t, mem),
             State::Classify => self.classify(t, mem),
