@@ -102,6 +102,34 @@ fn no_more_requests_than_receive_slots_are_outstanding() {
     assert!(p.client.submit(9).is_ok(), "an answer frees its slot");
 }
 
+/// A blocking call behind pipelined requests that fill every slot (another user of the
+/// channel has them in flight) waits for their answers to free a slot, instead of failing
+/// `Busy`; the answers it takes in stay for their own polls. Failed before: a RACE insert
+/// of one of three logical clients sharing a connection failed "too many outstanding
+/// control requests" while another's split kept its classification acquires in flight.
+#[test]
+fn a_call_behind_pipelined_requests_waits_for_a_slot() {
+    let mut p = pair();
+    let ids: Vec<u64> = (0..4).map(|v| p.client.submit(v).unwrap()).collect();
+    for (id, v) in p.received() {
+        p.answer(id, v + 100);
+    }
+    // No answer for the call itself: it times out, but only after it went out.
+    let r = p.client.call(7, Duration::from_millis(20), false);
+    assert!(matches!(r, Err(RpcError::Timeout)), "{r:?}");
+    assert_eq!(
+        p.received().into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+        vec![7]
+    );
+    let mut got = Vec::new();
+    while let Some(x) = p.client.poll().unwrap() {
+        got.push(x);
+    }
+    got.sort_unstable();
+    let want: Vec<(u64, u64)> = ids.iter().zip(100..).map(|(&id, v)| (id, v)).collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn disjoint_id_spaces_for_several_channels() {
     let mut p = pair();

@@ -326,8 +326,32 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         timeout: Duration,
         retry: bool,
     ) -> Result<Pr::Reply, RpcError> {
-        let id = self.submit(req)?;
+        let id = self.submit_when_free(req, timeout)?;
         self.wait(id, timeout, retry)
+    }
+
+    /// [`RpcClient::submit`], waiting up to `timeout` for a slot while every slot is owed an
+    /// answer to a pipelined request (whose answers come, and are kept for their owners'
+    /// polls): a blocking call behind requests another user of the channel has in flight
+    /// (e.g. logical clients sharing one connection) waits its turn instead of failing.
+    fn submit_when_free(&mut self, req: Pr::Request, timeout: Duration) -> Result<u64, RpcError> {
+        let deadline = self.clock.now().plus(timeout);
+        let mut idle = IdleWait::default();
+        loop {
+            match self.submit(req.clone()) {
+                Err(RpcError::Busy) => {}
+                other => return other,
+            }
+            if self.poll_cq()? > 0 {
+                idle.busy();
+                continue;
+            }
+            let now = self.clock.now();
+            if now >= deadline {
+                return Err(RpcError::Busy);
+            }
+            idle.idle(&self.cq, deadline.since(now).min(MAX_SLEEP));
+        }
     }
 
     /// Waits up to `timeout` for the answer to `id` (see [`RpcClient::call`]). On a timeout
