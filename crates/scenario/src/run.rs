@@ -429,20 +429,26 @@ fn watchdog(shared: &Shared<'_>) {
     let limit = shared.config.hang.as_nanos() as u64;
     for (i, slot) in shared.slots.iter().enumerate() {
         let running = *slot.lock();
-        if let Some(r) = running.filter(|r| now - r.invoke > limit) {
+        if let Some(r) = running.filter(|r| overdue(now, r.invoke, limit)) {
             if slot.signal(Signal::SIGKILL, Some(r.seq)).is_some() {
                 shared.killed.lock().insert((i as u64, r.seq));
                 let what = format!(
                     "loop {i} invocation {} (pid {}) ran {} and was killed",
                     r.seq,
                     r.pid,
-                    secs(now - r.invoke)
+                    secs(now.saturating_sub(r.invoke))
                 );
                 eprintln!("scenario: hung: {what}");
                 shared.hung.lock().push(what);
             }
         }
     }
+}
+
+/// Whether an invocation spawned at `invoke` has run longer than `limit` at `now` (which may
+/// have been read before it was spawned).
+fn overdue(now: u64, invoke: u64, limit: u64) -> bool {
+    now.saturating_sub(invoke) > limit
 }
 
 /// A scheduled action of the injector.
@@ -494,7 +500,7 @@ fn inject(shared: &Shared<'_>, started: u64, planned: &[Planned]) {
                             "pid {} (invocation {}, running {})",
                             r.pid,
                             r.seq,
-                            secs(now - r.invoke)
+                            secs(now.saturating_sub(r.invoke))
                         ),
                     ),
                     None => shared.log_fault(f, false, "no process running".into()),
@@ -754,4 +760,16 @@ pub fn default_patronus() -> PathBuf {
         .and_then(|p| p.parent().map(|d| d.join("patronus")))
         .filter(|p| p.is_file())
         .unwrap_or_else(|| Path::new("target/release/patronus").to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invocation_spawned_after_the_clock_was_read_is_not_overdue() {
+        assert!(!overdue(100, 150, 10));
+        assert!(!overdue(160, 150, 10));
+        assert!(overdue(161, 150, 10));
+    }
 }
