@@ -80,7 +80,7 @@ struct Common {
     #[arg(long)]
     out: Option<PathBuf>,
     /// The memory node's pool, MiB.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 64)]
     pool_mib: u32,
     /// An invocation running this long is killed and reported as hung.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]

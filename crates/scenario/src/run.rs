@@ -460,9 +460,9 @@ enum Action {
     Respawn { index: usize },
 }
 
-/// Carries out the fault schedule (times relative to `started`), then every action it
-/// leads to (continues, respawns), so that when it returns no process is stopped and the
-/// node is up.
+/// Carries out the fault schedule (times relative to `started`, paused while the node is
+/// ended or started), then every action it leads to (continues, respawns), so that when it
+/// returns no process is stopped and the node is up.
 fn inject(shared: &Shared<'_>, started: u64, planned: &[Planned]) {
     let clock = &shared.clock;
     let mut actions: Vec<(u64, Action)> = planned
@@ -484,6 +484,10 @@ fn inject(shared: &Shared<'_>, started: u64, planned: &[Planned]) {
             shared.abort.wait_until(clock, at);
         }
         let now = clock.now();
+        let blocking = matches!(
+            action,
+            Action::Respawn { .. } | Action::Fault(Fault::RestartServe { .. })
+        );
         match action {
             Action::Fault(f @ Fault::KillKv { target }) => {
                 let slot = &shared.slots[target as usize];
@@ -607,6 +611,16 @@ fn inject(shared: &Shared<'_>, started: u64, planned: &[Planned]) {
                 }
                 Err(e) => shared.abort(format!("starting node {index}: {e:#}")),
             },
+        }
+        if blocking {
+            // The schedule waits while the node is ended or started (a drain, a start on a
+            // loaded machine can take seconds): the faults keep their spacing.
+            let took = clock.now() - now;
+            for (t, a) in &mut actions {
+                if let Action::Fault(_) = a {
+                    *t += took;
+                }
+            }
         }
     }
 }
