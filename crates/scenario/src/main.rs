@@ -82,6 +82,10 @@ struct Common {
     /// The memory node's pool, MiB.
     #[arg(long, default_value_t = 64)]
     pool_mib: u32,
+    /// Serve's admin endpoint on this address (IP:PORT); `patronus status --json` is then
+    /// sampled every 5 s into status.jsonl (who holds what during a stall). Default: none.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<std::net::SocketAddr>,
     /// An invocation running this long is killed and reported as hung.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     hang: Duration,
@@ -124,21 +128,7 @@ fn config(mode: Mode, c: Common, duration: Duration, loops: usize) -> Result<Con
         Mode::Faults => "faults",
         Mode::Busy => "busy",
     };
-    let shape = match c.shape.as_str() {
-        "split" => [
-            "--initial-depth",
-            "0",
-            "--groups",
-            "1",
-            "--slots",
-            "2",
-            "--max-depth",
-            "14",
-        ]
-        .map(String::from)
-        .to_vec(),
-        _ => Vec::new(),
-    };
+    let shape = run::shape_args(c.shape == "split");
     Ok(Config {
         mode,
         patronus: c.patronus.unwrap_or_else(run::default_patronus),
@@ -152,6 +142,7 @@ fn config(mode: Mode, c: Common, duration: Duration, loops: usize) -> Result<Con
         keys: c.keys,
         shape,
         pool_mib: c.pool_mib,
+        admin: c.admin,
         burners: 0,
         max_latency: Duration::from_secs(10),
         hang: c.hang,

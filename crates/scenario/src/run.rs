@@ -13,6 +13,7 @@ use nix::sys::signal::Signal;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -51,6 +52,9 @@ pub struct Config {
     pub shape: Vec<String>,
     /// The node's pool, MiB.
     pub pool_mib: u32,
+    /// The node's admin endpoint, if any: its status is sampled every 5 s into
+    /// `status.jsonl` (for a stall: who holds what).
+    pub admin: Option<SocketAddr>,
     /// CPU-burning processes (busy mode).
     pub burners: usize,
     /// Busy mode: an invocation longer than this is a failure.
@@ -175,6 +179,7 @@ impl Shared<'_> {
         let node = Node::start(
             &c.patronus,
             self.target.addr,
+            c.admin,
             c.pool_mib,
             &c.out,
             index,
@@ -275,6 +280,12 @@ pub fn run(config: &Config) -> Result<Findings> {
         let monitor = std::thread::Builder::new()
             .name("monitor".into())
             .spawn_scoped(s, || monitor(&shared, started, &done))?;
+        if let Some(admin) = config.admin {
+            let (shared, done) = (&shared, &done);
+            std::thread::Builder::new()
+                .name("status".into())
+                .spawn_scoped(s, move || sample_status(shared, admin, started, done))?;
+        }
         // The run's time (or until it cannot go on), then the faults' tail (the injector
         // returns once every stopped process was continued and the node is up), then the
         // loops' last invocations.
@@ -420,6 +431,42 @@ fn monitor(shared: &Shared<'_>, started: u64, done: &Stop) -> Vec<f64> {
         if (tick - started) % 5_000_000_000 == 0 {
             load.extend(report::loadavg());
         }
+    }
+}
+
+/// Every 5 s until `done`: `patronus status --json ADMIN`, appended to `status.jsonl` as
+/// `{"at": NS, "status": …}` (or `"error"`: the node may be down or stopped).
+fn sample_status(shared: &Shared<'_>, admin: SocketAddr, started: u64, done: &Stop) {
+    let path = shared.config.out.join("status.jsonl");
+    let Ok(mut file) = std::fs::File::create(&path) else {
+        eprintln!("scenario: cannot create {}", path.display());
+        return;
+    };
+    let mut tick = started;
+    loop {
+        tick += 5_000_000_000;
+        if done.wait_until(&shared.clock, tick) {
+            return;
+        }
+        let at = shared.clock.now();
+        let out = Command::new(&shared.config.patronus)
+            .args(["status", "--json", &admin.to_string()])
+            .stdin(Stdio::null())
+            .output();
+        let line = match out {
+            Ok(o) if o.status.success() => {
+                match serde_json::from_slice::<serde_json::Value>(&o.stdout) {
+                    Ok(status) => serde_json::json!({ "at": at, "status": status }),
+                    Err(e) => serde_json::json!({ "at": at, "error": e.to_string() }),
+                }
+            }
+            Ok(o) => serde_json::json!({
+                "at": at,
+                "error": String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            }),
+            Err(e) => serde_json::json!({ "at": at, "error": e.to_string() }),
+        };
+        let _ = writeln!(file, "{line}");
     }
 }
 
@@ -764,6 +811,27 @@ pub fn burn() {
             return;
         }
     }
+}
+
+/// `kv create` arguments of the table: issue 25's shape that splits continuously
+/// (`--initial-depth 0 --groups 1 --slots 2 --max-depth 14`: six slots per subtable), or
+/// `kv create`'s defaults.
+pub fn shape_args(split: bool) -> Vec<String> {
+    if !split {
+        return Vec::new();
+    }
+    [
+        "--initial-depth",
+        "0",
+        "--groups",
+        "1",
+        "--slots",
+        "2",
+        "--max-depth",
+        "14",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// The default `patronus` binary: next to this one (both built into one target directory),

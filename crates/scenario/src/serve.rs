@@ -26,11 +26,13 @@ pub struct Node {
 }
 
 impl Node {
-    /// Spawns `patronus serve` on `addr` (no admin endpoint, `pool_mib` MiB) and waits for
-    /// its `listening` line; its stdout and stderr go to `dir/serve-INDEX.log`.
+    /// Spawns `patronus serve` on `addr` (its admin endpoint on `admin`, if any; `pool_mib`
+    /// MiB) and waits for its `listening` line; its stdout and stderr go to
+    /// `dir/serve-INDEX.log`.
     pub fn start(
         patronus: &Path,
         addr: SocketAddr,
+        admin: Option<SocketAddr>,
         pool_mib: u32,
         dir: &Path,
         index: usize,
@@ -41,7 +43,8 @@ impl Node {
         let spawned = clock.now();
         let mut child = Command::new(patronus)
             .arg("serve")
-            .args(["--listen", &addr.to_string(), "--admin", ""])
+            .args(["--listen", &addr.to_string()])
+            .args(["--admin", &admin.map(|a| a.to_string()).unwrap_or_default()])
             .args(["--pool-mib", &pool_mib.to_string()])
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
