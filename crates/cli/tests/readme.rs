@@ -100,6 +100,17 @@ const PLANS: &[(&str, Plan)] = &[
         Skip("an #[ignore]d soak of minutes; CI runs its short forms (race_history's other tests)"),
     ),
     (
+        "cargo run --release -p patronus-scenario -- faults --duration 60s --seed 1",
+        Skip(
+            "a run of a minute against the release binary; crates/cli/tests/scenario_smoke.rs \
+             runs a 30 s form of it (4 loops) against the test build",
+        ),
+    ),
+    (
+        "cargo run --release -p patronus-scenario -- busy --duration 600s --burners 4 --loops 16",
+        Skip("ten minutes with four CPU burners: a measurement, not a test"),
+    ),
+    (
         "cargo test --release -p patronus-ods --test race_split_schedules -- --ignored --nocapture",
         Skip("an #[ignore]d exploration of minutes; CI runs it at each phase change"),
     ),
