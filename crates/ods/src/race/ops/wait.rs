@@ -1,12 +1,6 @@
 //! What a writer does when a split has frozen the slots it needs: read the buckets again
-//! until they thaw; every `takeover_after` polls, or once [`TAKEOVER_LEASES`] of the split's
-//! lock leases passed since the last try, try the subtable's lock — if its resizer stopped
-//! (and, with a lease, the lease ended), this client finishes the split.
-//!
-//! Polls alone are a poor clock: a poll is a round trip, and on a loaded machine 1 024 of them
-//! took a minute while the split's lock was free (its resizer had stopped) and every writer of
-//! the subtable waited (issue 25's busy-machine run). Time alone would try a live resizer's
-//! lock too soon on a fast path; the first of the two bounds each wait.
+//! until they thaw; every `takeover_after` polls, try the subtable's lock — if its resizer
+//! stopped (and, with a lease, the lease ended), this client finishes the split.
 
 use super::probe::{Probe, Probed, Snapshot};
 use super::ready;
@@ -15,21 +9,13 @@ use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::hash::KeyHash;
 use crate::race::split::Split;
-use rnic::Timestamp;
 use std::task::Poll;
-
-/// Lock leases (`split_lease + fence_gap`) a writer waits on a frozen subtable before it tries
-/// the split's lock again: a live resizer extends its lock well within one, a stopped one's
-/// lock has ended after one.
-pub(crate) const TAKEOVER_LEASES: u32 = 8;
 
 /// Waiting for a key's buckets to thaw.
 pub(crate) struct Wait<M: RemoteMemory> {
     probe: Probe,
     polls: u64,
     split: Option<Split<M>>,
-    /// When this wait began, or last tried the lock (on the memory's clock).
-    tried: Option<Timestamp>,
 }
 
 impl<M: RemoteMemory> std::fmt::Debug for Wait<M> {
@@ -47,7 +33,6 @@ impl<M: RemoteMemory> Wait<M> {
             probe: Probe::new(h),
             polls: 0,
             split: None,
-            tried: None,
         }
     }
 
@@ -74,13 +59,7 @@ impl<M: RemoteMemory> Wait<M> {
         self.polls += 1;
         t.stats.waits += 1;
         self.probe = Probe::new(self.probe.h);
-        let now = mem.now();
-        let since = *self.tried.get_or_insert(now);
-        let lock_lease = t.opts.split_lease + t.opts.fence_gap;
-        if self.polls % u64::from(t.opts.takeover_after.max(1)) == 0
-            || now.since(since) >= lock_lease * TAKEOVER_LEASES
-        {
-            self.tried = Some(now);
+        if self.polls % u64::from(t.opts.takeover_after.max(1)) == 0 {
             self.split = Some(Split::new(t, snap.subtable, None));
         }
         Poll::Pending
