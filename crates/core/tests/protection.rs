@@ -286,6 +286,49 @@ fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
     });
 }
 
+/// `try_acquire` of a held exclusive object fails at once and leaves its holder alone: the
+/// holder extends (one-sided and by RPC) as if nobody had asked, where a waiting acquire gets
+/// its extensions refused (above). Once the holder lets go, the try gets the object.
+fn a_try_acquire_leaves_the_holder_alone(t: Transport, iso: Isolation) {
+    let waiting = ClientConfig {
+        acquire_wait: Duration::from_secs(1),
+        ..ClientConfig::default()
+    };
+    let mut b = bed(t, iso, 2, node_cfg(), waiting);
+    let (a, rest) = b.cluster.clients.split_at_mut(1);
+    let (a, w) = (&mut a[0], &mut rest[0]);
+    let p = a
+        .allocate(64, Duration::from_millis(5), Mode::Exclusive)
+        .unwrap();
+    let addr = p.addr();
+    for _ in 0..3 {
+        let e = w
+            .try_acquire(
+                addr,
+                8,
+                Duration::from_millis(1),
+                Access::ReadWrite,
+                Mode::Exclusive,
+            )
+            .unwrap_err();
+        assert!(matches!(e, ClientError::ConflictTimeout), "{e:?}");
+        a.extend(&p, Duration::from_millis(5)).unwrap();
+        a.extend_rpc(&p, Duration::from_millis(5)).unwrap();
+    }
+    assert_eq!(a.stats().extension_refusals, 0);
+    a.revoke(p).unwrap();
+    let q = w
+        .try_acquire(
+            addr,
+            8,
+            Duration::from_millis(1),
+            Access::ReadWrite,
+            Mode::Exclusive,
+        )
+        .unwrap();
+    assert_eq!(q.addr(), addr);
+}
+
 /// A conflicting acquire waits by default (bounded), then gets the object.
 fn conflicting_acquire_waits_by_default(t: Transport, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
@@ -549,6 +592,7 @@ every_mode! {
     large_objects_have_a_lifetime_word => super::large_objects_have_a_lifetime_word;
     exclusive_renewal_never_hands_the_object_away => super::exclusive_renewal_never_hands_the_object_away;
     conflicting_acquire_waits_by_default => super::conflicting_acquire_waits_by_default;
+    a_try_acquire_leaves_the_holder_alone => super::a_try_acquire_leaves_the_holder_alone;
     flushed_ops_behind_a_refused_access_run_exactly_once => super::flushed_ops_behind_a_refused_access_run_exactly_once;
     objects_belong_to_their_tenant => super::objects_belong_to_their_tenant;
 }

@@ -177,6 +177,22 @@ pub trait RemoteMemory {
         mode: Mode,
     ) -> Result<Self::Region, MemError>;
 
+    /// [`RemoteMemory::acquire`] that does not wait for conflicting holders:
+    /// [`MemError::Conflict`] at once, and the holders are left alone (with Patronus, a
+    /// waiting exclusive acquire makes the node refuse the holders' extensions). A try-lock
+    /// for a lock object that may be held by a live client. By default — mechanisms whose
+    /// acquire never waits — the plain acquire.
+    fn try_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<Self::Region, MemError> {
+        self.acquire(addr, len, lease, access, mode)
+    }
+
     /// Starts an [`RemoteMemory::acquire`] without waiting for its answer, so that one
     /// thread can keep several in flight (many logical clients on one thread). By default —
     /// mechanisms whose acquire does not pipeline — the blocking acquire, answered at once.

@@ -107,6 +107,17 @@ impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
         Ok(self.set.acquire(addr, len, lease, access, mode)?)
     }
 
+    fn try_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<NodePerm, MemError> {
+        Ok(self.set.try_acquire(addr, len, lease, access, mode)?)
+    }
+
     fn start_acquire(
         &mut self,
         addr: u64,

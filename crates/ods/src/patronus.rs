@@ -101,6 +101,17 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         Ok(self.client.acquire(addr, len, lease, access, mode)?)
     }
 
+    fn try_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<Perm, MemError> {
+        Ok(self.client.try_acquire(addr, len, lease, access, mode)?)
+    }
+
     fn start_acquire(
         &mut self,
         addr: u64,

@@ -9,6 +9,7 @@ mod support;
 
 use patronus_core::cluster::Transport;
 use patronus_ods::race::{self, Insert, LockMode, Phase, RaceError, Stage, TableClient};
+use race_support::faulty::Faulty;
 use race_support::{Mem, bed, key, opts, small, value};
 use std::time::Duration;
 
@@ -334,7 +335,84 @@ fn a_slow_resizer_gives_its_lock_word_back(t: Transport) {
     assert_eq!((audit.unclaimed, audit.frozen), (0, 0), "{audit:?}");
 }
 
+/// A writer whose polls are slow (a loaded machine: a poll is a round trip) tries the lock of
+/// a split its resizer left once two lock leases passed, however few polls that was. Failed
+/// before: the try came only every `takeover_after` polls — on a loaded machine a minute
+/// while the lock was free and every writer of the subtable waited.
+fn a_waiting_writer_tries_a_stopped_splits_lock_after_a_time_not_only_polls(t: Transport) {
+    let (bed, mut mems) = bed(t, 2);
+    let (rm, rest) = mems.split_first_mut().unwrap();
+    let wm = &mut rest[0];
+    let o = race::ClientOptions {
+        takeover_after: u32::MAX,
+        ..opts()
+    };
+    let root = race::create(rm, small(LockMode::Lease)).unwrap();
+    let mut r = race::open(rm, root, o).unwrap();
+    let mut w = race::open(wm, root, o).unwrap();
+    let (stopped, _) = stop_a_split(&mut r, rm, 0, Phase::Copying, 0);
+    let k = 5_000;
+    let mut op = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
+    stays_waiting(&mut op, &mut w, wm, 20);
+    // Two lock leases pass (the resizer's lock ended after one).
+    bed.clock
+        .advance((o.split_lease + o.fence_gap) * 2 + Duration::from_millis(1));
+    let mut done = None;
+    for _ in 0..500 {
+        if let std::task::Poll::Ready(x) = op.step(&mut w, wm) {
+            done = Some(x);
+            break;
+        }
+        race_support::settle(&w, wm);
+    }
+    assert_eq!(
+        done,
+        Some(Ok(())),
+        "still {:?}: {:?}",
+        op.stage(),
+        w.stats()
+    );
+    assert_eq!(w.stats().takeovers, 1, "{:?}", w.stats());
+    assert_eq!(w.get(wm, &key(k)).unwrap(), Some(value(k, 1)));
+    drop(stopped);
+}
+
+/// A writer waiting on a live split only tries its lock, never waits for it: with Patronus, a
+/// waiting exclusive acquire makes the node refuse the holder's extensions, and a live split
+/// would be taken from its resizer. The resizer then finishes its own split.
+fn a_waiting_writer_only_tries_a_live_splits_lock(t: Transport) {
+    let (_bed, mems) = bed(t, 2);
+    let mut mems = mems.into_iter();
+    let (mut rm, mut wm) = (mems.next().unwrap(), Faulty::new(mems.next().unwrap()));
+    let o = opts();
+    let root = race::create(&mut rm, small(LockMode::Lease)).unwrap();
+    let mut r = race::open(&mut rm, root, o).unwrap();
+    let mut w = race::open(&mut wm, root, o).unwrap();
+    let (mut live, before) = stop_a_split(&mut r, &mut rm, 0, Phase::Copying, 0);
+    let k = 5_000;
+    let mut op = Insert::new(&w, &key(k), &value(k, 1)).unwrap();
+    for _ in 0..(8 * o.takeover_after) {
+        assert!(
+            op.step(&mut w, &mut wm).is_pending(),
+            "done under a held lock"
+        );
+        race_support::settle(&w, &mut wm);
+    }
+    assert!(wm.exclusive_tries >= 2, "{wm:?}");
+    assert_eq!(wm.exclusive_acquires, 0, "a takeover waited for the lock");
+    race_support::run(&mut r, &mut rm, |t, m| live.step(t, m)).unwrap();
+    race_support::run(&mut w, &mut wm, |t, m| op.step(t, m)).unwrap();
+    assert!(r.stats().splits >= 1, "{:?}", r.stats());
+    assert_eq!(w.stats().takeovers, 0, "{:?}", w.stats());
+    for &i in before.iter().chain([&k]) {
+        let v = if i == k { value(k, 1) } else { value(i, 0) };
+        assert_eq!(w.get(&mut wm, &key(i)).unwrap(), Some(v), "key {i}");
+    }
+}
+
 both_transports!(
+    a_waiting_writer_tries_a_stopped_splits_lock_after_a_time_not_only_polls,
+    a_waiting_writer_only_tries_a_live_splits_lock,
     a_resizer_with_a_lock_word_keeps_its_lock_right_alive,
     a_slow_resizer_gives_its_lock_word_back,
     a_resizer_whose_block_rights_ended_reads_them_again,

@@ -367,6 +367,29 @@ impl<P: Provider> Client<P> {
         }
     }
 
+    /// `acquire` that does not wait: if a holder conflicts, `ConflictTimeout` at once. Unlike
+    /// a waiting acquire, it leaves the holders alone — the node refuses their extensions
+    /// only while someone waits (§5.3) — so it is the way to test whether an exclusive
+    /// object (a lock) is free without taking it from a live holder.
+    pub fn try_acquire(
+        &mut self,
+        addr: u64,
+        size: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<Perm, ClientError> {
+        let sent = self.clock.now();
+        let mut req = self.acquire_request(addr, size, lease, access, mode);
+        if let Request::Acquire { wait_us, .. } = &mut req {
+            *wait_us = 0;
+        }
+        match self.rpc(req)? {
+            Reply::Granted(g) => Ok(self.take_grant(g, access, mode, sent)),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Turns the `Granted` reply of a pipelined `Allocate`/`Acquire` (sent with
     /// [`Client::submit`] at `sent`, the client clock's time before sending) into a
     /// permission, as [`Client::acquire`] does for a blocking one. The local expiry counts

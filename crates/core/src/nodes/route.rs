@@ -54,6 +54,25 @@ impl<P: Provider> NodeSet<P> {
         self.wrap(node, perm, false)
     }
 
+    /// [`Client::try_acquire`](crate::client::Client::try_acquire) on the node of `addr`:
+    /// fails at once with `ConflictTimeout` if a holder conflicts, leaving the holders alone.
+    pub fn try_acquire(
+        &mut self,
+        addr: u64,
+        size: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<NodePerm, NodeSetError> {
+        let (node, local) = self.locate(addr)?;
+        self.usable(node)?;
+        let r = self.members[node.index()]
+            .client
+            .try_acquire(local, size, lease, access, mode);
+        let perm = self.outcome(node, r, true)?;
+        self.wrap(node, perm, false)
+    }
+
     /// Sends an acquire to the node of `addr` without waiting for its answer
     /// ([`NodeSet::poll_acquire`] takes it). `ControlBusy` (as a node's error) when that
     /// node's client has as many requests unanswered as it can.

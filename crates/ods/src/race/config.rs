@@ -127,10 +127,11 @@ pub struct ClientOptions {
     pub split_lease: Duration,
     /// See `split_lease`.
     pub fence_gap: Duration,
-    /// Polls of a subtable frozen by another client's split before this client tries to
-    /// take the split's lock (to finish it if its resizer stopped). Longer than a split
-    /// takes: with Patronus, asking for a held exclusive permission makes the manager refuse
-    /// its holder's extensions, so an impatient waiter takes a live resizer's split over.
+    /// Polls of a subtable frozen by another client's split before this client tries the
+    /// split's lock (to finish the split if its resizer stopped); it also tries once two
+    /// lock leases (`split_lease + fence_gap`) passed, whichever comes first. The try does
+    /// not wait ([`RemoteMemory::try_acquire`](crate::memory::RemoteMemory::try_acquire)), so
+    /// a live resizer keeps its lock; each try is one control round trip to the node.
     pub takeover_after: u32,
     /// Give up rights no longer needed by letting their leases run out (no round trip,
     /// §5.4) rather than releasing them (a revoke RPC each). Lock objects are always

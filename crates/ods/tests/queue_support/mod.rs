@@ -113,6 +113,16 @@ impl<M: RemoteMemory> RemoteMemory for Flaky<M> {
     ) -> Result<M::Region, MemError> {
         self.inner.acquire(addr, len, lease, access, mode)
     }
+    fn try_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<M::Region, MemError> {
+        self.inner.try_acquire(addr, len, lease, access, mode)
+    }
     fn extend(&mut self, region: &M::Region, lease: Duration) -> Result<(), MemError> {
         self.inner.extend(region, lease)
     }

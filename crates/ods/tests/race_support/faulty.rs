@@ -7,7 +7,8 @@
 //! (`Rejected`; the rest of the batch runs, as the client library's spare QP makes it).
 //! It can also keep the answers to acquires started without blocking until they are polled a
 //! second time (a memory node a round trip away), counting how many are in flight at once,
-//! and answer a chosen one of them `NotFound` (the node saying the block was freed).
+//! and answer a chosen one of them `NotFound` (the node saying the block was freed). It
+//! counts exclusive acquires that may wait and those that only try.
 
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::{Acquiring, MemError, MemOp, MemOut, RemoteMemory};
@@ -52,6 +53,10 @@ pub struct Faulty<M: RemoteMemory> {
     next_ticket: u64,
     /// The most deferred acquires in flight at once.
     pub max_in_flight: usize,
+    /// Blocking exclusive acquires (they may wait at the node, holding off its holders).
+    pub exclusive_acquires: usize,
+    /// Exclusive `try_acquire`s (they never wait).
+    pub exclusive_tries: usize,
 }
 
 impl<M: RemoteMemory> Faulty<M> {
@@ -70,6 +75,8 @@ impl<M: RemoteMemory> Faulty<M> {
             in_flight: HashMap::new(),
             next_ticket: 1,
             max_in_flight: 0,
+            exclusive_acquires: 0,
+            exclusive_tries: 0,
         }
     }
 }
@@ -93,7 +100,19 @@ impl<M: RemoteMemory> RemoteMemory for Faulty<M> {
         access: Access,
         mode: Mode,
     ) -> Result<M::Region, MemError> {
+        self.exclusive_acquires += usize::from(mode == Mode::Exclusive);
         self.inner.acquire(addr, len, lease, access, mode)
+    }
+    fn try_acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Result<M::Region, MemError> {
+        self.exclusive_tries += usize::from(mode == Mode::Exclusive);
+        self.inner.try_acquire(addr, len, lease, access, mode)
     }
     fn start_acquire(
         &mut self,

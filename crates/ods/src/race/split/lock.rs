@@ -72,13 +72,17 @@ impl<M: RemoteMemory> Split<M> {
         match t.root.config.lock {
             LockMode::Lease => {
                 let lease = o.split_lease + o.fence_gap;
-                match mem.acquire(
-                    self.lock_addr,
-                    LOCK_BYTES,
-                    lease,
-                    Access::ReadWrite,
-                    Mode::Exclusive,
-                ) {
+                let (addr, access, mode) = (self.lock_addr, Access::ReadWrite, Mode::Exclusive);
+                // A resizer that found T full waits a bounded time for the lock (its holder
+                // is between taking it and freezing T). Finishing someone else's split only
+                // tries: a stopped resizer's lock is free once its lease ended, and a waiting
+                // acquire would make the node refuse a live resizer's extensions — writers
+                // that poll a frozen subtable would take live splits over.
+                let taken = match self.expect {
+                    Some(_) => mem.acquire(addr, LOCK_BYTES, lease, access, mode),
+                    None => mem.try_acquire(addr, LOCK_BYTES, lease, access, mode),
+                };
+                match taken {
                     Ok(r) => {
                         self.lock = Some(r);
                         Ok(State::Rights)
