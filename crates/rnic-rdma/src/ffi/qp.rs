@@ -51,6 +51,22 @@ pub struct RawSendWr<'a> {
     pub bind: Option<RawBind<'a>>,
 }
 
+/// What a bind without a region (a type-1 unbind, or a bind the device must reject) passes as
+/// `bind_info.mr`, instead of NULL.
+///
+/// Several providers read the region of every bind request whatever its length: rxe
+/// (`convert_send_wr` in rdma-core's `providers/rxe/rxe.c` loads `bind_info.mr->lkey`) and
+/// mlx4 read `lkey`, irdma reads the `verbs_mr` around it (`access`) for a type-2 window. With
+/// NULL the process dies with SIGSEGV inside `ibv_post_send`. The placeholder is all zeros:
+/// lkey 0 names no region (rxe looks a region up only for a non-zero length, and finds none
+/// for index 0, so the bind fails with `MW_BIND_ERR`), and the tail covers the fields a
+/// provider's `verbs_mr` adds after the `ibv_mr`. The device, not this crate, rejects the bind.
+#[repr(C)]
+struct NoRegion {
+    mr: sys::ibv_mr,
+    _verbs_mr_tail: [u64; 4],
+}
+
 /// Creation attributes of an RC QP.
 #[derive(Clone, Copy, Debug)]
 pub struct QpCaps {
@@ -212,6 +228,9 @@ impl Qp {
             return Ok(());
         }
         let mut sges = sge_list(wrs.iter().map(|w| w.sge));
+        // SAFETY: plain old data (an ibv_mr of null pointers and zero integers, and padding).
+        let mut placeholder: NoRegion = unsafe { std::mem::zeroed() };
+        let no_region: *mut sys::ibv_mr = &mut placeholder.mr;
         let mut list: Vec<sys::ibv_send_wr> = wrs
             .iter()
             .map(|w| {
@@ -243,7 +262,7 @@ impl Qp {
                         mw: b.mw.ptr.as_ptr(),
                         rkey: b.new_rkey,
                         bind_info: sys::ibv_mw_bind_info {
-                            mr: b.mr.map_or(ptr::null_mut(), |m| m.ptr.as_ptr()),
+                            mr: b.mr.map_or(no_region, |m| m.ptr.as_ptr()),
                             addr: b.addr,
                             length: b.length,
                             mw_access_flags: b.access,
@@ -262,8 +281,9 @@ impl Qp {
         }
         let head: *mut sys::ibv_send_wr = &mut list[0];
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
-        // SAFETY: valid QP; the list, its SGEs and the bound MW/MR handles (borrowed by `wrs`)
-        // outlive the call; the provider copies the requests into its queue.
+        // SAFETY: valid QP; the list, its SGEs, the placeholder region and the bound MW/MR
+        // handles (borrowed by `wrs`) outlive the call; the provider copies the requests into
+        // its queue.
         let ret = unsafe { sys::ibv_post_send(self.ptr.as_ptr(), head, &mut bad) };
         match ret {
             0 => Ok(()),
