@@ -7,8 +7,10 @@
 //! - An [`RdmaMr`] keeps its buffer mapped while it is registered (see `ffi`).
 //! - An [`RdmaMw`]'s rkey is the rkey of the latest *posted* bind: a bind request names the new
 //!   rkey itself (`bind_mw.rkey` = same index, new key byte) and the window records it when the
-//!   request is posted, as rdma-core's `ibv_bind_mw` does. After a failed bind the recorded rkey
-//!   is not rolled back (the man page leaves that to the consumer).
+//!   request is posted, as rdma-core's `ibv_bind_mw` does — in the `ibv_mw` too, where
+//!   providers read the window's current rkey when the next bind is posted (rxe refuses a bind
+//!   that names a stale one). After a failed bind the recorded rkey is not rolled back (the
+//!   man page leaves that to the consumer).
 
 use crate::RdmaProvider;
 use crate::context::{RdmaContext, alloc_error};
@@ -197,8 +199,10 @@ impl fmt::Debug for RdmaMw {
 }
 
 impl RdmaMw {
-    /// Records the rkey of a bind that is being posted.
+    /// Records the rkey of a bind that was posted, here and in the `ibv_mw` (where the
+    /// provider reads it when the next bind is posted).
     pub(crate) fn set_rkey(&self, rkey: u32) {
+        self.raw.set_rkey(rkey);
         self.rkey.store(rkey, Ordering::SeqCst);
     }
 }

@@ -138,6 +138,18 @@ impl Mw {
         // SAFETY: the MW is valid while `self` is.
         unsafe { self.ptr.as_ref().rkey }
     }
+
+    /// Records `rkey` in the `ibv_mw` as the window's current rkey, as libibverbs'
+    /// `ibv_bind_mw` does once it has posted a bind. Providers name the window of a later
+    /// bind request by it: rxe sends `mw->rkey` and the kernel refuses a bind whose window
+    /// rkey is not the current one (`MW_BIND_ERR`); hardware looks only at the index.
+    /// Called for a posted bind, under the posting QP's doorbell lock, while no other bind of
+    /// this window is being posted (binds of a window come from one QP at a time).
+    pub fn set_rkey(&self, rkey: u32) {
+        // SAFETY: the MW is valid while `self` is; the provider reads `rkey` only inside a
+        // post of a bind of this window, and none runs concurrently with this store (above).
+        unsafe { (*self.ptr.as_ptr()).rkey = rkey }
+    }
 }
 
 impl Drop for Mw {
