@@ -267,10 +267,7 @@ fn link_flap_loses_and_doubles_nothing() {
         // An FAA whose answer the outage swallowed is probed until the QP's budget runs out
         // (15 s by default: a merely slow peer must not kill a QP); B notices within that.
         let budget = rnic::soft::AdaptiveTimeouts::default().budget;
-        let felt = counter.next_line(
-            |l| l.starts_with("error "),
-            budget + Duration::from_secs(5),
-        );
+        let felt = counter.next_line(|l| l.starts_with("error "), budget + Duration::from_secs(5));
         // Keep the link down for at least 1.5 s, reading B's output meanwhile.
         let min_down = Duration::from_millis(1500);
         while now().saturating_duration_since(down) < min_down {
