@@ -11,6 +11,8 @@ use crate::workload::{Loop, Role, Workload};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::Signal;
 use serde::Serialize;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 use std::collections::HashSet;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -254,6 +256,11 @@ pub fn run(config: &Config) -> Result<Findings> {
         ),
         Mode::Busy => Vec::new(),
     };
+    // SIGINT, SIGTERM or SIGHUP end the run early, as an abort does: the loops finish their
+    // invocations, the burners and the node are stopped, and no child outlives the run.
+    let mut signals =
+        Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing signal handlers")?;
+    let signals_handle = signals.handle();
     report::print_header(config, addr, &planned);
     shared.start_node(0)?;
     let mut burners = Burners::start(config.burners)?;
@@ -261,6 +268,18 @@ pub fn run(config: &Config) -> Result<Findings> {
     let started = clock.now();
     let done = Stop::default();
     let load = std::thread::scope(|s| -> Result<Vec<f64>> {
+        // Ends the signal thread however this closure returns (the scope joins it after).
+        let _close = CloseOnDrop(signals_handle.clone());
+        let interrupts = {
+            let shared = &shared;
+            std::thread::Builder::new()
+                .name("signals".into())
+                .spawn_scoped(s, move || {
+                    for signal in signals.forever() {
+                        shared.abort(format!("interrupted by signal {signal}: stopping"));
+                    }
+                })?
+        };
         let loops: Vec<ScopedJoinHandle<'_, ()>> = (0..config.loops)
             .map(|i| {
                 let role = if i < config.loops - config.inserters {
@@ -296,6 +315,8 @@ pub fn run(config: &Config) -> Result<Findings> {
         shared.loops_stop.raise();
         let looped: Vec<_> = loops.into_iter().map(|l| l.join()).collect();
         done.raise();
+        signals_handle.close();
+        let _ = interrupts.join();
         let load = monitor.join();
         if injected.is_err() || looped.iter().any(Result::is_err) {
             bail!("a scenario thread panicked");
@@ -387,6 +408,15 @@ pub fn run(config: &Config) -> Result<Findings> {
         files,
     })?;
     Ok(findings)
+}
+
+/// Closes a signal iterator's handle when dropped, so the thread reading it ends.
+struct CloseOnDrop(signal_hook::iterator::Handle);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// One loop: invocations back to back until told to stop.
