@@ -346,12 +346,22 @@ impl QueuePair<RdmaProvider> for RdmaQp {
         rejected.map_or(Ok(()), Err)
     }
 
+    /// `ibv_post_recv`. A receive posted to a QP in ERR must complete flushed. rxe's provider
+    /// only writes the request into the queue it shares with the kernel, and the kernel flushes
+    /// that queue only when the QP's responder runs, which nothing does once the QP is in ERR
+    /// (`docs/rdma.md`, "rxe deviations"): such a receive never completed. On rxe a receive
+    /// posted to a QP in ERR is therefore followed by another modify to ERR, which runs the
+    /// responder and flushes it.
     fn post_recv(&self, wrs: &[RecvWr]) -> VerbsResult<()> {
         let raw: Vec<_> = wrs.iter().map(raw_recv).collect();
         self.inner
             .raw
             .post_recv(&raw)
-            .map_err(|(_, e)| verbs_error("ibv_post_recv", Resource::QueueSlot, e))
+            .map_err(|(_, e)| verbs_error("ibv_post_recv", Resource::QueueSlot, e))?;
+        if self.inner.pd.ctx.is_rxe() && self.state() == QpState::Error {
+            self.set_error();
+        }
+        Ok(())
     }
 }
 
