@@ -259,7 +259,7 @@ const RXE_DEVIATIONS: &[Deviation] = &[
     },
     Deviation {
         name: "bind-mr-other-pd",
-        what: "a type-1 window binds over a region of another PD",
+        what: "a window binds over a region of another PD (a bind posted as IBV_WR_BIND_MW)",
         expect: "type-1 over an MR of another PD",
         rules: &["bind_mr_of_other_pd_rejected"],
     },
@@ -369,6 +369,14 @@ fn main() {
             assert!(
                 rules.iter().any(|(name, _)| name == r),
                 "RXE_DEVIATIONS names {r}, which is not a rule here"
+            );
+            assert_eq!(
+                RXE_DEVIATIONS
+                    .iter()
+                    .filter(|d| d.rules.contains(r))
+                    .count(),
+                1,
+                "RXE_DEVIATIONS lists {r} under more than one deviation"
             );
         }
     }
