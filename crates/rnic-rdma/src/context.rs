@@ -78,6 +78,8 @@ pub(crate) struct CtxInner {
     /// Initiator depth (`max_qp_init_rd_atom`), capped at 16.
     pub(crate) max_init_rd_atom: u8,
     pub(crate) attr: DeviceAttr,
+    /// `ibv_device_attr.vendor_id`.
+    pub(crate) vendor_id: u32,
     pub(crate) records: Mutex<HashMap<u32, Arc<SendRecord>>>,
 }
 
@@ -157,6 +159,7 @@ impl RdmaContext {
                 max_rd_atom: raw.max_qp_rd_atom.clamp(1, 16) as u8,
                 max_init_rd_atom: raw.max_qp_init_rd_atom.clamp(1, 16) as u8,
                 attr,
+                vendor_id: raw.vendor_id,
                 records: Mutex::new(HashMap::new()),
                 dev,
                 config,
@@ -173,7 +176,23 @@ impl RdmaContext {
     pub fn gid_index(&self) -> u8 {
         self.inner.gid_index
     }
+
+    /// The device's IEEE vendor id (`ibv_device_attr.vendor_id`).
+    pub fn vendor_id(&self) -> u32 {
+        self.inner.vendor_id
+    }
+
+    /// Whether the device is the Linux kernel's Soft-RoCE (`rdma_rxe`), whatever it was named:
+    /// rxe reports the vendor id [`RXE_VENDOR_ID`]. Its deviations from the IB specification
+    /// are listed in `docs/rdma.md`.
+    pub fn is_rxe(&self) -> bool {
+        self.inner.vendor_id == RXE_VENDOR_ID
+    }
 }
+
+/// The vendor id the kernel's rxe driver reports (`RXE_VENDOR_ID` in
+/// `drivers/infiniband/sw/rxe/rxe_param.h`).
+pub const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
 
 pub(crate) fn read_gids(dev: &ffi::Device, port: u8, table_len: i32) -> Vec<GidInfo> {
     (0..table_len.max(0) as u32)

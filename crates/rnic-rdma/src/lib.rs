@@ -34,7 +34,7 @@ pub mod queues;
 pub mod translate;
 mod work;
 
-pub use context::{RdmaConfig, RdmaContext};
+pub use context::{RXE_VENDOR_ID, RdmaConfig, RdmaContext};
 pub use memory::{RdmaBuffer, RdmaMr, RdmaMw, RdmaPd};
 pub use qp::RdmaQp;
 pub use queues::{RdmaChannel, RdmaCq, RdmaSrq};

@@ -9,8 +9,9 @@
 //!   rkey itself (`bind_mw.rkey` = same index, new key byte) and the window records it when the
 //!   request is posted, as rdma-core's `ibv_bind_mw` does — in the `ibv_mw` too, where
 //!   providers read the window's current rkey when the next bind is posted (rxe refuses a bind
-//!   that names a stale one). After a failed bind the recorded rkey is not rolled back (the
-//!   man page leaves that to the consumer).
+//!   that names a stale one). A bind that completes with an error (or flushed) did not change
+//!   the window: its rkey goes back to the key of the window's last successful bind, unless
+//!   another bind of the window was posted since.
 
 use crate::RdmaProvider;
 use crate::context::{RdmaContext, alloc_error};
@@ -102,7 +103,7 @@ impl ProtectionDomain<RdmaProvider> for RdmaPd {
         let raw = ffi::alloc_mw(&self.raw, mw_type_to_ibv(mw_type))
             .map_err(|e| verbs_error("ibv_alloc_mw", Resource::MemoryWindow, e))?;
         Ok(RdmaMw {
-            rkey: AtomicU32::new(raw.initial_rkey()),
+            keys: Arc::new(MwKeys::new(raw.initial_rkey())),
             raw,
             mw_type,
             _pd: self.clone(),
@@ -185,8 +186,52 @@ impl MemoryRegion for RdmaMr {
 pub struct RdmaMw {
     pub(crate) raw: ffi::Mw,
     mw_type: MwType,
-    rkey: AtomicU32,
+    pub(crate) keys: Arc<MwKeys>,
     _pd: RdmaPd,
+}
+
+/// A window's keys, shared with the send records of the QPs that posted binds of it (which
+/// settle them when the binds complete, possibly after the window is gone).
+#[derive(Debug)]
+pub(crate) struct MwKeys {
+    /// The rkey of the latest posted bind, or `confirmed` after that bind failed.
+    rkey: AtomicU32,
+    /// The rkey of the latest bind known to have succeeded (the allocation's at first).
+    confirmed: AtomicU32,
+}
+
+impl MwKeys {
+    /// The keys of a window allocated with `rkey`.
+    pub(crate) fn new(rkey: u32) -> MwKeys {
+        MwKeys {
+            rkey: AtomicU32::new(rkey),
+            confirmed: AtomicU32::new(rkey),
+        }
+    }
+
+    /// The recorded rkey.
+    pub(crate) fn rkey(&self) -> u32 {
+        self.rkey.load(Ordering::SeqCst)
+    }
+
+    /// Records the rkey of a posted bind.
+    pub(crate) fn posted(&self, new: u32) {
+        self.rkey.store(new, Ordering::SeqCst);
+    }
+
+    /// A bind to `new` succeeded.
+    pub(crate) fn bind_succeeded(&self, new: u32) {
+        self.confirmed.store(new, Ordering::SeqCst);
+    }
+
+    /// A bind to `new` failed or was flushed: the window kept its key. Unless a later bind
+    /// was posted meanwhile, the recorded rkey goes back to the last confirmed one.
+    pub(crate) fn bind_failed(&self, new: u32) {
+        let confirmed = self.confirmed.load(Ordering::SeqCst);
+        let _ = self
+            .rkey
+            .compare_exchange(new, confirmed, Ordering::SeqCst, Ordering::SeqCst);
+    }
 }
 
 impl fmt::Debug for RdmaMw {
@@ -203,13 +248,19 @@ impl RdmaMw {
     /// provider reads it when the next bind is posted).
     pub(crate) fn set_rkey(&self, rkey: u32) {
         self.raw.set_rkey(rkey);
-        self.rkey.store(rkey, Ordering::SeqCst);
+        self.keys.posted(rkey);
+    }
+
+    /// Makes the `ibv_mw` name the window's recorded rkey again before a bind of it is
+    /// posted (a failed bind rolled back only the recorded one).
+    pub(crate) fn sync_raw_rkey(&self) {
+        self.raw.set_rkey(self.keys.rkey());
     }
 }
 
 impl MemoryWindow for RdmaMw {
     fn rkey(&self) -> Rkey {
-        MemoryKey(self.rkey.load(Ordering::SeqCst))
+        MemoryKey(self.keys.rkey())
     }
     fn mw_type(&self) -> MwType {
         self.mw_type

@@ -114,14 +114,14 @@ impl RdmaCq {
         let from_record = || {
             record
                 .as_ref()
-                .and_then(|r| r.complete(w.wr_id))
+                .and_then(|r| r.complete(w.wr_id, status.is_success()))
                 .unwrap_or(WcOpcode::Recv)
         };
         let opcode = match (status.is_success(), wc_opcode_from_ibv(w.opcode)) {
             (true, Some(WcOpcode::Recv)) => WcOpcode::Recv,
             (true, Some(op)) => {
                 if let Some(r) = &record {
-                    r.complete(w.wr_id);
+                    r.complete(w.wr_id, true);
                 }
                 op
             }
