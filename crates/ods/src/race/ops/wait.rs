@@ -82,7 +82,7 @@ impl<M: RemoteMemory> Wait<M> {
             || now.since(since) >= lock_lease * TAKEOVER_LEASES
         {
             self.tried = Some(now);
-            self.split = Some(Split::new(t, snap.subtable, None));
+            self.split = Some(Split::new(t, snap.subtable, None).trying());
         }
         Poll::Pending
     }

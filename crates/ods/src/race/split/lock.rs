@@ -73,14 +73,14 @@ impl<M: RemoteMemory> Split<M> {
             LockMode::Lease => {
                 let lease = o.split_lease + o.fence_gap;
                 let (addr, access, mode) = (self.lock_addr, Access::ReadWrite, Mode::Exclusive);
-                // A resizer that found T full waits a bounded time for the lock (its holder
-                // is between taking it and freezing T). Finishing someone else's split only
-                // tries: a stopped resizer's lock is free once its lease ended, and a waiting
-                // acquire would make the node refuse a live resizer's extensions — writers
-                // that poll a frozen subtable would take live splits over.
-                let taken = match self.expect {
-                    Some(_) => mem.acquire(addr, LOCK_BYTES, lease, access, mode),
-                    None => mem.try_acquire(addr, LOCK_BYTES, lease, access, mode),
+                // A writer polling a frozen subtable only tries (`Split::trying`): a stopped
+                // resizer's lock is free once its lease ended, and a waiting acquire would
+                // make the node refuse a live resizer's extensions. A resizer that found T
+                // full, or a destroy, waits a bounded time.
+                let taken = if self.try_lock {
+                    mem.try_acquire(addr, LOCK_BYTES, lease, access, mode)
+                } else {
+                    mem.acquire(addr, LOCK_BYTES, lease, access, mode)
                 };
                 match taken {
                     Ok(r) => {
@@ -297,9 +297,9 @@ impl<M: RemoteMemory> Split<M> {
         if let Some(parent) = self.redirect.take() {
             // Finish the parent's split, whose new half this subtable is (timed from here on
             // as part of this attempt).
-            let timing = std::mem::take(&mut self.timing);
+            let (timing, try_lock) = (std::mem::take(&mut self.timing), self.try_lock);
             *self = Split::new(t, parent, None);
-            self.timing = timing;
+            (self.timing, self.try_lock) = (timing, try_lock);
             return Poll::Pending;
         }
         self.state = State::Done;

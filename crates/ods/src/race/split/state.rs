@@ -98,6 +98,8 @@ pub struct Split<M: RemoteMemory> {
     pub(super) recorded: Phase,
     /// Whether the record found was another resizer's split in progress.
     pub(super) resumed: bool,
+    /// Only try the lock, never wait for it ([`Split::trying`]).
+    pub(super) try_lock: bool,
     /// Undo instead of finishing (no memory for T').
     pub(super) rollback: Option<RaceError>,
     pub(super) slots: Vec<Slot>,
@@ -179,6 +181,7 @@ impl<M: RemoteMemory> Split<M> {
             record: SplitRecord::IDLE,
             recorded: Phase::Idle,
             resumed: false,
+            try_lock: false,
             rollback: None,
             slots: Vec::new(),
             new_slots: Vec::new(),
@@ -192,6 +195,15 @@ impl<M: RemoteMemory> Split<M> {
             outcome: None,
             timing: Box::default(),
         }
+    }
+
+    /// This split only tries the lock (with a lease lock): if someone holds it, the split
+    /// ends `Busy` at once and the holder is left alone. For a writer that finds a split in its
+    /// way: with Patronus, a waiting exclusive acquire makes the node refuse the holder's
+    /// extensions, and a live split would be taken from its resizer.
+    pub fn trying(mut self) -> Self {
+        self.try_lock = true;
+        self
     }
 
     /// The phase of the split as last recorded in the lock object (by this resizer, or by
