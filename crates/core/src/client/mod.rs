@@ -360,11 +360,8 @@ impl<P: Provider> Client<P> {
         access: Access,
         mode: Mode,
     ) -> Result<Perm, ClientError> {
-        let sent = self.clock.now();
-        match self.rpc(self.acquire_request(addr, size, lease, access, mode))? {
-            Reply::Granted(g) => Ok(self.take_grant(g, access, mode, sent)),
-            other => Err(unexpected(other)),
-        }
+        let req = self.acquire_request(addr, size, lease, access, mode);
+        self.acquire_by(req, access, mode)
     }
 
     /// `acquire` that does not wait: if a holder conflicts, `ConflictTimeout` at once. Unlike
@@ -379,11 +376,21 @@ impl<P: Provider> Client<P> {
         access: Access,
         mode: Mode,
     ) -> Result<Perm, ClientError> {
-        let sent = self.clock.now();
         let mut req = self.acquire_request(addr, size, lease, access, mode);
         if let Request::Acquire { wait_us, .. } = &mut req {
             *wait_us = 0;
         }
+        self.acquire_by(req, access, mode)
+    }
+
+    /// Sends the `Acquire` request `req` and waits for its grant.
+    fn acquire_by(
+        &mut self,
+        req: Request,
+        access: Access,
+        mode: Mode,
+    ) -> Result<Perm, ClientError> {
+        let sent = self.clock.now();
         match self.rpc(req)? {
             Reply::Granted(g) => Ok(self.take_grant(g, access, mode, sent)),
             other => Err(unexpected(other)),

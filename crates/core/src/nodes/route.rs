@@ -10,7 +10,7 @@
 //!   to an object on any node; node 0 stays the names' home as nodes are added at the end.
 
 use super::{GlobalAddr, NodeId, NodePerm, NodeSet, NodeSetError};
-use crate::client::PendingAcquire;
+use crate::client::{Client, ClientError, PendingAcquire, Perm};
 use crate::manager::TenantId;
 use crate::proto::messages::{Access, Mode};
 use rnic::Provider;
@@ -45,13 +45,9 @@ impl<P: Provider> NodeSet<P> {
         access: Access,
         mode: Mode,
     ) -> Result<NodePerm, NodeSetError> {
-        let (node, local) = self.locate(addr)?;
-        self.usable(node)?;
-        let r = self.members[node.index()]
-            .client
-            .acquire(local, size, lease, access, mode);
-        let perm = self.outcome(node, r, true)?;
-        self.wrap(node, perm, false)
+        self.acquire_on_node(addr, |client, local| {
+            client.acquire(local, size, lease, access, mode)
+        })
     }
 
     /// [`Client::try_acquire`](crate::client::Client::try_acquire) on the node of `addr`:
@@ -64,11 +60,21 @@ impl<P: Provider> NodeSet<P> {
         access: Access,
         mode: Mode,
     ) -> Result<NodePerm, NodeSetError> {
+        self.acquire_on_node(addr, |client, local| {
+            client.try_acquire(local, size, lease, access, mode)
+        })
+    }
+
+    /// Runs `acquire` (a blocking acquire of the node-local address it is given) on the
+    /// client of `addr`'s node and wraps the permission it grants.
+    fn acquire_on_node(
+        &mut self,
+        addr: u64,
+        acquire: impl FnOnce(&mut Client<P>, u64) -> Result<Perm, ClientError>,
+    ) -> Result<NodePerm, NodeSetError> {
         let (node, local) = self.locate(addr)?;
         self.usable(node)?;
-        let r = self.members[node.index()]
-            .client
-            .try_acquire(local, size, lease, access, mode);
+        let r = acquire(&mut self.members[node.index()].client, local);
         let perm = self.outcome(node, r, true)?;
         self.wrap(node, perm, false)
     }
