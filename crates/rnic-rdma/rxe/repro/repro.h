@@ -270,6 +270,21 @@ static enum ibv_wc_status bind_mw_on(struct ibv_qp *qp, struct ibv_cq *cq, struc
 	return wc.status;
 }
 
+/* A type-2 window of `pd`, bound on `qp` (send CQ `cq`) over [off, off + len) of `mr` with
+ * `rights`; the reproducer dies if that fails (it is set-up, not the deviation). */
+static struct ibv_mw *bound_type2(struct ibv_pd *pd, struct ibv_qp *qp, struct ibv_cq *cq,
+				  struct ibv_mr *mr, size_t off, uint64_t len, int rights)
+{
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	enum ibv_wc_status st;
+
+	CHECK(mw, "ibv_alloc_mw");
+	st = bind_mw_on(qp, cq, mw, mr, off, len, rights);
+	if (st != IBV_WC_SUCCESS)
+		die("type-2 bind: %s", ibv_wc_status_str(st));
+	return mw;
+}
+
 static struct ibv_wc do_rdma(struct pair *p, enum ibv_wr_opcode op, struct ibv_mr *local,
 			     size_t local_off, uint32_t len, uint64_t raddr, uint32_t rkey)
 {

@@ -9,7 +9,6 @@ int main(void)
 	struct ibv_mw *mw;
 	struct pair owner, sender;
 	struct ibv_wc wc;
-	enum ibv_wc_status st;
 
 	repro_name = "send-inv-any-qp";
 	d = open_dev();
@@ -18,11 +17,7 @@ int main(void)
 	mr = new_mr(pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
 	owner = connect_pair(&d, pd, pd);
 	sender = connect_pair(&d, pd, pd);
-	mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
-	CHECK(mw, "ibv_alloc_mw");
-	st = bind_mw_on(owner.resp, owner.resp_cq, mw, mr, 8192, 256, IBV_ACCESS_REMOTE_READ);
-	if (st != IBV_WC_SUCCESS)
-		die("type-2 bind: %s", ibv_wc_status_str(st));
+	mw = bound_type2(pd, owner.resp, owner.resp_cq, mr, 8192, 256, IBV_ACCESS_REMOTE_READ);
 	wc = do_rdma(&owner, IBV_WR_RDMA_READ, mr, 0, 8, (uintptr_t)mr->addr + 8192, mw->rkey);
 	if (wc.status != IBV_WC_SUCCESS)
 		die("READ through the window before: %s", ibv_wc_status_str(wc.status));

@@ -11,7 +11,6 @@ int main(void)
 	struct ibv_mw *mw;
 	struct pair p;
 	struct ibv_wc wc;
-	enum ibv_wc_status st;
 
 	repro_name = "send-inv-no-with-inv-flag";
 	d = open_dev();
@@ -19,11 +18,7 @@ int main(void)
 	CHECK(pd, "ibv_alloc_pd");
 	mr = new_mr(pd, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
 	p = connect_pair(&d, pd, pd);
-	mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
-	CHECK(mw, "ibv_alloc_mw");
-	st = bind_mw_on(p.resp, p.resp_cq, mw, mr, 8192, 256, IBV_ACCESS_REMOTE_READ);
-	if (st != IBV_WC_SUCCESS)
-		die("type-2 bind: %s", ibv_wc_status_str(st));
+	mw = bound_type2(pd, p.resp, p.resp_cq, mr, 8192, 256, IBV_ACCESS_REMOTE_READ);
 	post_recv(p.resp, mr, 0, 64, 7);
 	{
 		struct ibv_send_wr wr = { .wr_id = 1, .opcode = IBV_WR_SEND_WITH_INV };
