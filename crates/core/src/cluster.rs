@@ -1,10 +1,13 @@
-//! An embedded cluster: a memory node and N clients in one process on the software RNIC —
-//! in-process links by default, or the memory node behind TCP. [`EmbeddedNodes`]: several
+//! An embedded cluster: a memory node and N clients in one process. On the software RNIC
+//! ([`EmbeddedCluster::start`]) the links are in-process or the memory node is behind TCP;
+//! on any other provider ([`EmbeddedCluster::start_on`]) the caller opens the devices, e.g.
+//! contexts of one rdma-core device for the node and each client. [`EmbeddedNodes`]: several
 //! memory nodes in one process, for a [`NodeSet`] to connect to.
 
 use crate::client::{Client, ClientConfig, ClientError};
 use crate::manager::{MemoryNode, NodeConfig, NodeError};
 use crate::nodes::{NodeId, NodeSet, NodeSetConfig, NodeSetError};
+use rnic::Provider;
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftProvider, TcpNode};
 use std::net::SocketAddr;
 
@@ -17,18 +20,27 @@ pub enum Transport {
     Tcp,
 }
 
-/// A running embedded cluster.
+/// A running embedded cluster, on the software RNIC unless `P` says otherwise.
 #[derive(Debug)]
-pub struct EmbeddedCluster {
+pub struct EmbeddedCluster<P: Provider = SoftProvider> {
     /// The memory node.
-    pub node: MemoryNode<SoftProvider>,
+    pub node: MemoryNode<P>,
     /// Its device.
-    pub node_ctx: SoftContext,
+    pub node_ctx: P::Context,
     /// The clients.
-    pub clients: Vec<Client<SoftProvider>>,
+    pub clients: Vec<Client<P>>,
     /// Their devices (one per client: one compute node each).
-    pub client_ctxs: Vec<SoftContext>,
+    pub client_ctxs: Vec<P::Context>,
     _fabric: Option<SoftFabric>,
+}
+
+/// Which device of a cluster [`EmbeddedCluster::start_on`] asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceRole {
+    /// The memory node's (it listens for clients).
+    Node,
+    /// Client `i`'s (one compute node each).
+    Client(usize),
 }
 
 /// Why a cluster could not start.
@@ -48,8 +60,8 @@ pub enum ClusterError {
     Nodes(#[from] NodeSetError),
 }
 
-impl EmbeddedCluster {
-    /// Starts a memory node and `clients` clients.
+impl EmbeddedCluster<SoftProvider> {
+    /// Starts a memory node and `clients` clients on the software RNIC.
     pub fn start(
         transport: Transport,
         device: SoftConfig,
@@ -66,16 +78,42 @@ impl EmbeddedCluster {
             }
             Transport::Tcp => (None, TcpNode::open(device.clone(), loopback)?),
         };
+        let mut cluster = EmbeddedCluster::start_on(
+            |role| match role {
+                DeviceRole::Node => Ok(node_ctx.clone()),
+                DeviceRole::Client(i) => {
+                    let mut dc = device.clone();
+                    dc.seed = dc.seed.map(|s| s.wrapping_add(1 + i as u64));
+                    Ok(match &fabric {
+                        Some(f) => f.open_device(dc),
+                        None => TcpNode::open(dc, loopback)?,
+                    })
+                }
+            },
+            node_cfg,
+            client_cfg,
+            clients,
+        )?;
+        cluster._fabric = fabric;
+        Ok(cluster)
+    }
+}
+
+impl<P: Provider> EmbeddedCluster<P> {
+    /// Starts a memory node and `clients` clients on devices that `open` returns: first the
+    /// node's, then each client's in turn.
+    pub fn start_on(
+        mut open: impl FnMut(DeviceRole) -> Result<P::Context, ClusterError>,
+        node_cfg: NodeConfig,
+        client_cfg: ClientConfig,
+        clients: usize,
+    ) -> Result<Self, ClusterError> {
+        let node_ctx = open(DeviceRole::Node)?;
         let node = MemoryNode::start(node_ctx.clone(), node_cfg)?;
         let mut client_ctxs = Vec::with_capacity(clients);
         let mut cs = Vec::with_capacity(clients);
         for i in 0..clients {
-            let mut dc = device.clone();
-            dc.seed = dc.seed.map(|s| s.wrapping_add(1 + i as u64));
-            let ctx = match &fabric {
-                Some(f) => f.open_device(dc),
-                None => TcpNode::open(dc, loopback)?,
-            };
+            let ctx = open(DeviceRole::Client(i))?;
             cs.push(Client::connect(&ctx, node.address(), client_cfg.clone())?);
             client_ctxs.push(ctx);
         }
@@ -84,7 +122,7 @@ impl EmbeddedCluster {
             node_ctx,
             clients: cs,
             client_ctxs,
-            _fabric: fabric,
+            _fabric: None,
         })
     }
 }

@@ -25,6 +25,7 @@
 pub mod client;
 pub mod cluster;
 pub mod manager;
+pub mod nic_check;
 pub mod nodes;
 pub mod proto;
 pub mod rpc;
@@ -32,7 +33,7 @@ pub mod rpc;
 pub mod testing;
 
 pub use client::{Batch, Client, ClientConfig, ClientError, LongLease, OpResult, Perm};
-pub use cluster::{ClusterError, EmbeddedCluster, Transport};
+pub use cluster::{ClusterError, DeviceRole, EmbeddedCluster, Transport};
 pub use manager::{
     Isolation, MemoryNode, NodeConfig, NodeError, NodeStats, TenantId, TenantSecret,
 };

@@ -22,15 +22,15 @@ use patronus_core::proto::connect::{Intent, Role};
 use patronus_core::proto::header::LIFETIME_OFFSET;
 use patronus_core::proto::messages::{Access, Mode, PermissionId, Reply, Request, Status};
 use patronus_core::proto::refusal::Refusal;
-use rnic::soft::SoftProvider;
+use rnic::Provider;
 use rnic::{
-    AccessFlags, CompletionQueue, Context, MemoryKey, MemoryRegion, ProtectionDomain, QpInit,
-    QpTiming, QueuePair, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryKey, MemoryRegion, ProtectionDomain,
+    QpInit, QpTiming, QueuePair, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
 };
 use std::time::{Duration, Instant};
-use support::bed::{Bed, bed, late_client, no_wait, two, wait_for, wait_node};
+use support::bed::{Bed, Rdma, Rig, bed, late_client, no_wait, two, wait_for, wait_node};
 
-type C = Client<SoftProvider>;
+type C<P> = Client<P>;
 
 /// A smaller pool than the default: a PD per client registers the whole pool once per client.
 fn node_cfg() -> NodeConfig {
@@ -63,6 +63,25 @@ struct Loot {
 }
 
 impl Loot {
+    /// Where the rig's NIC enforces window bounds, nothing was obtained. Where it does not
+    /// (Soft-RoCE: `docs/rdma.md`, `mw-bounds-not-enforced`), the deviation is asserted: the
+    /// attack obtained exactly `unbounded` (ops, bytes read, bytes changed) if given, else
+    /// something — an attack that stops landing there means the deviation is gone.
+    fn assert_bounded(&self, what: &str, enforced: bool, unbounded: Option<(usize, usize, usize)>) {
+        if enforced {
+            return self.assert_none(what);
+        }
+        let got = (self.ops, self.read, self.changed);
+        match unbounded {
+            Some(expected) => assert_eq!(got, expected, "{what}: unbounded windows obtain"),
+            None => assert!(
+                self.ops > 0,
+                "{what}: the window-bounds deviation disappeared"
+            ),
+        }
+        println!("note: {what}: rxe deviation mw-bounds-not-enforced obtained {got:?}");
+    }
+
     fn assert_none(&self, what: &str) {
         assert_eq!(
             (self.ops, self.read, self.changed),
@@ -92,7 +111,14 @@ fn refused<T: std::fmt::Debug>(r: &Result<T, ClientError>) -> bool {
 }
 
 /// An unauthorized READ: should be refused by the NIC; whatever it returned counts as loot.
-fn try_read(c: &mut C, p: &Perm, off: u64, len: usize, loot: &mut Loot, what: &str) {
+fn try_read<P: Provider>(
+    c: &mut C<P>,
+    p: &Perm,
+    off: u64,
+    len: usize,
+    loot: &mut Loot,
+    what: &str,
+) {
     let mut buf = vec![0u8; len];
     let r = c.read(p, off, &mut buf);
     if loot.note(&r, what) {
@@ -106,14 +132,21 @@ fn try_read(c: &mut C, p: &Perm, off: u64, len: usize, loot: &mut Loot, what: &s
 }
 
 /// An unauthorized WRITE: should be refused by the NIC.
-fn try_write(c: &mut C, loot: &mut Loot, p: &Perm, off: u64, data: &[u8], what: &str) {
+fn try_write<P: Provider>(
+    c: &mut C<P>,
+    loot: &mut Loot,
+    p: &Perm,
+    off: u64,
+    data: &[u8],
+    what: &str,
+) {
     let r = c.write(p, off, data);
     loot.note(&r, what);
 }
 
 /// Unauthorized CASes: one that could never match, and one whose compare value is the
 /// secret's first word (it would swap if it ran).
-fn try_cas(c: &mut C, loot: &mut Loot, p: &Perm, off: u64, what: &str) {
+fn try_cas<P: Provider>(c: &mut C<P>, loot: &mut Loot, p: &Perm, off: u64, what: &str) {
     let r = c.cas(p, off, 0, u64::MAX);
     loot.note(&r, &format!("CAS {what}"));
     let likely = u64::from_le_bytes([0x80, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87]);
@@ -122,13 +155,13 @@ fn try_cas(c: &mut C, loot: &mut Loot, p: &Perm, off: u64, what: &str) {
 }
 
 /// An unauthorized FAA: should be refused by the NIC.
-fn try_faa(c: &mut C, loot: &mut Loot, p: &Perm, off: u64, what: &str) {
+fn try_faa<P: Provider>(c: &mut C<P>, loot: &mut Loot, p: &Perm, off: u64, what: &str) {
     let r = c.faa(p, off, 1);
     loot.note(&r, &format!("FAA {what}"));
 }
 
 /// Reads `p`'s whole buffer through its (authorized) holder.
-fn contents(c: &mut C, p: &Perm) -> Vec<u8> {
+fn contents<P: Provider>(c: &mut C<P>, p: &Perm) -> Vec<u8> {
     let mut buf = vec![0u8; p.len() as usize];
     c.read(p, 0, &mut buf).unwrap();
     buf
@@ -141,7 +174,7 @@ fn changed(expected: &[u8], now: &[u8]) -> usize {
 
 /// Waits (bounded wall time) for the reply to request `id`; other replies are dropped.
 #[allow(clippy::disallowed_methods)]
-fn reply_to(c: &mut C, id: u64) -> Reply {
+fn reply_to<P: Provider>(c: &mut C<P>, id: u64) -> Reply {
     let t0 = Instant::now();
     loop {
         match c.poll_reply().unwrap() {
@@ -159,7 +192,7 @@ fn reply_to(c: &mut C, id: u64) -> Reply {
 }
 
 /// Sends a hand-made control request and waits for its reply.
-fn send(c: &mut C, req: Request) -> (u64, Reply) {
+fn send<P: Provider>(c: &mut C<P>, req: Request) -> (u64, Reply) {
     let id = c.submit(req).unwrap();
     (id, reply_to(c, id))
 }
@@ -167,7 +200,7 @@ fn send(c: &mut C, req: Request) -> (u64, Reply) {
 /// Sends `n` copies of a hand-made control request at once (each under its own id) and
 /// waits for all their replies.
 #[allow(clippy::disallowed_methods)]
-fn send_many(c: &mut C, req: Request, n: usize) -> Vec<Reply> {
+fn send_many<P: Provider>(c: &mut C<P>, req: Request, n: usize) -> Vec<Reply> {
     let mut ids: Vec<u64> = (0..n).map(|_| c.submit(req).unwrap()).collect();
     let mut replies = Vec::with_capacity(n);
     let t0 = Instant::now();
@@ -190,13 +223,18 @@ fn send_many(c: &mut C, req: Request, n: usize) -> Vec<Reply> {
 
 /// A client of `tenant` on the device of cluster client `dev` (the cluster gives all its own
 /// clients one configuration).
-fn connect_as(b: &Bed, dev: usize, tenant: TenantId, secret: u64) -> Result<C, ClientError> {
+fn connect_as<P: Provider>(
+    b: &Bed<P>,
+    dev: usize,
+    tenant: TenantId,
+    secret: u64,
+) -> Result<C<P>, ClientError> {
     let cfg = ClientConfig {
         tenant,
         tenant_secret: secret,
         ..no_wait()
     };
-    C::connect(&b.cluster.client_ctxs[dev], b.cluster.node.address(), cfg)
+    C::<P>::connect(&b.cluster.client_ctxs[dev], b.cluster.node.address(), cfg)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -205,7 +243,7 @@ fn connect_as(b: &Bed, dev: usize, tenant: TenantId, secret: u64) -> Result<C, C
 
 /// A revoked permission's rkey (kept by its holder, or passed to a second client) reads and
 /// writes nothing: revoke over live data unbinds at once.
-fn stale_rkey_after_revoke(t: Transport, iso: Isolation) {
+fn stale_rkey_after_revoke<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (a, m) = two(&mut b);
     let s = secret(64);
@@ -258,7 +296,7 @@ fn stale_rkey_after_revoke(t: Transport, iso: Isolation) {
 
 /// A lease that ran out (the manager collected it) leaves an rkey that reads and writes
 /// nothing, before and after the object has a new holder.
-fn stale_rkey_after_expiry(t: Transport, iso: Isolation) {
+fn stale_rkey_after_expiry<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), late_client());
     let clock = b.clock.clone();
     let s = secret(64);
@@ -310,7 +348,7 @@ fn stale_rkey_after_expiry(t: Transport, iso: Isolation) {
 /// MW handover), and in the shared-PD mode B gets the very same window (the pool has one) with
 /// a new key byte. Every rkey A kept from the window's last [`RECENT`] binds is refused and
 /// touches nothing of B's.
-fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
+fn stale_rkey_after_handover<R: Rig>(t: R, iso: Isolation) {
     let node = NodeConfig {
         mw_count: 1, // shared PD: every grant (read-write, contiguous: one window) shares it
         windows_per_client: 2,
@@ -418,7 +456,7 @@ fn stale_rkey_after_handover(t: Transport, iso: Isolation) {
 /// Shared PD: the one right key byte works (the documented weakness of the paper's design);
 /// a PD per client: the PD check refuses all 256; type 2 (which has a PD per client too):
 /// the PD check again, ahead of the type-2 QP check.
-fn brute_force_key_byte(t: Transport, iso: Isolation) {
+fn brute_force_key_byte<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (v, m) = two(&mut b);
     let s = secret(64);
@@ -491,7 +529,7 @@ fn brute_force_key_byte(t: Transport, iso: Isolation) {
 /// and at addresses that wrap around the 64-bit space. The NIC refuses every one and no byte
 /// changes — neither the neighbouring object (another client's) nor the part of a straddling
 /// write that lies inside the window.
-fn out_of_range_and_wrap_around(t: Transport, iso: Isolation) {
+fn out_of_range_and_wrap_around<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (m, v) = two(&mut b);
     let own = m
@@ -626,13 +664,14 @@ fn out_of_range_and_wrap_around(t: Transport, iso: Isolation) {
     m.read(&at(addr, len), 0, &mut word).unwrap();
     loot.changed += changed(&mine, &contents(m, &own));
     loot.changed += changed(&theirs, &contents(v, &victim));
-    loot.assert_none("out of range");
+    let enforced = t.enforces_window_bounds(&b.cluster);
+    loot.assert_bounded("out of range", enforced, None);
 }
 
 /// A read-only permission carries no write or atomic right: WRITE, CAS and FAA through it are
 /// refused by the NIC, and so is reaching the buffer (or writing the lifetime word) through
 /// its separate lifetime window.
-fn read_only_misuse(t: Transport, iso: Isolation) {
+fn read_only_misuse<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let (o, r) = two(&mut b);
     let s = secret(64);
@@ -727,7 +766,9 @@ fn read_only_misuse(t: Transport, iso: Isolation) {
     assert!(matches!(after, Err(ClientError::Denied(_))), "{after:?}");
     assert_eq!(contents(o, &owner), s, "nothing was freed");
     loot.changed += changed(&s, &contents(o, &owner));
-    loot.assert_none("read-only misuse");
+    // Only the buffer read through the 8-byte lifetime window rests on the window's bounds.
+    let enforced = t.enforces_window_bounds(&b.cluster);
+    loot.assert_bounded("read-only misuse", enforced, Some((1, 64, 0)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -738,7 +779,7 @@ fn read_only_misuse(t: Transport, iso: Isolation) {
 /// address + start time): revoke, free, extend, renew, rebind. Every one is answered
 /// `NotFound` — the same as for a permission that does not exist — and A's permission keeps
 /// working with its lease unchanged.
-fn forged_control_requests(t: Transport, iso: Isolation) {
+fn forged_control_requests<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), late_client());
     let clock = b.clock.clone();
     let s = secret(64);
@@ -811,7 +852,7 @@ fn forged_control_requests(t: Transport, iso: Isolation) {
 /// answers a known id from its reply cache without running it again, refuses the id with
 /// another body, a fresh copy of the stale request fails the ABA filter (start time), and so
 /// does the replay once the cache has forgotten the id.
-fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
+fn replayed_revoke_after_regrant<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), no_wait());
     let s = secret(64);
     let (a, c) = two(&mut b);
@@ -889,7 +930,7 @@ fn replayed_revoke_after_regrant(t: Transport, iso: Isolation) {
 /// A duplicate of an acquire that is still waiting (a retry, here forced by replaying the
 /// original's id) joins the waiting request: one grant, answered twice with the same
 /// permission, and no orphaned second permission holding the object afterwards.
-fn retried_waiting_acquire(t: Transport, iso: Isolation) {
+fn retried_waiting_acquire<R: Rig>(t: R, iso: Isolation) {
     let cfg = ClientConfig {
         acquire_wait: Duration::from_secs(10),
         ..ClientConfig::default()
@@ -993,7 +1034,7 @@ fn tenant_1() -> ClientConfig {
 /// acquired read-only, never read-write, never freed. Wrong secrets are refused at connect, a
 /// client cannot switch tenants later, clients of one tenant share freely, and a disconnect
 /// frees nothing.
-fn another_tenants_object(t: Transport, iso: Isolation) {
+fn another_tenants_object<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, tenants_cfg(), tenant_1());
     let clock = b.clock.clone();
     // Wrong secret, unknown tenant, and the default tenant of a node that has tenants.
@@ -1142,7 +1183,7 @@ fn another_tenants_object(t: Transport, iso: Isolation) {
 /// allocates until it gets the same address. What tenant 2 reads there is all zero — even if
 /// tenant 1 wrote through its stale rkey after the free (delayed unbinding lets such a write
 /// land in memory nobody owns) — and once tenant 2 owns it, tenant 1's stale rkey is dead.
-fn freed_object_reused_by_another_tenant(t: Transport, iso: Isolation) {
+fn freed_object_reused_by_another_tenant<R: Rig>(t: R, iso: Isolation) {
     let node = NodeConfig {
         slab: SlabConfig {
             slab_bytes: 4096,
@@ -1210,7 +1251,7 @@ fn freed_object_reused_by_another_tenant(t: Transport, iso: Isolation) {
 
 /// Waits (bounded wall time) for one completion on `cq`.
 #[allow(clippy::disallowed_methods)]
-fn one_completion(cq: &<SoftProvider as rnic::Provider>::Cq) -> WorkCompletion {
+fn one_completion<Q: CompletionQueue>(cq: &Q) -> WorkCompletion {
     let t0 = Instant::now();
     let mut wcs = [WorkCompletion::default(); 1];
     loop {
@@ -1228,7 +1269,7 @@ fn one_completion(cq: &<SoftProvider as rnic::Provider>::Cq) -> WorkCompletion {
 /// (its QP reaches the whole pool); wrong or malformed ones are refused at the handshake. A
 /// control connection is accepted, but its QP grants no remote rights: a READ or WRITE with
 /// the victim's exact address and rkey through it is refused.
-fn hand_made_connections(t: Transport, iso: Isolation) {
+fn hand_made_connections<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let s = secret(64);
     let v = &mut b.cluster.clients[0];
@@ -1356,7 +1397,7 @@ fn hand_made_connections(t: Transport, iso: Isolation) {
     }
 }
 
-every_mode! {
+every_rig! {
     stale_rkey_after_revoke => super::stale_rkey_after_revoke;
     stale_rkey_after_expiry => super::stale_rkey_after_expiry;
     stale_rkey_after_handover => super::stale_rkey_after_handover;

@@ -12,9 +12,9 @@ use patronus_core::manager::{Isolation, NodeConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::WcStatus;
 use std::time::{Duration, Instant};
-use support::bed::{bed, late_client, no_wait, node_cfg, two, wait_for};
+use support::bed::{Rdma, Rig, bed, late_client, no_wait, node_cfg, two, wait_for};
 
-fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
+fn access_after_expiry_is_rejected<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), late_client());
     let clock = b.clock.clone();
     let p = {
@@ -48,7 +48,7 @@ fn access_after_expiry_is_rejected(t: Transport, iso: Isolation) {
     assert_eq!(&buf, b"original", "a rejected write never touches memory");
 }
 
-fn access_after_revoke_is_rejected(t: Transport, iso: Isolation) {
+fn access_after_revoke_is_rejected<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
     let p = a
@@ -86,7 +86,7 @@ fn access_after_revoke_is_rejected(t: Transport, iso: Isolation) {
     assert_eq!(&buf, b"kept");
 }
 
-fn forced_invalidation_at_max_lifetime(t: Transport, iso: Isolation) {
+fn forced_invalidation_at_max_lifetime<R: Rig>(t: R, iso: Isolation) {
     let node = NodeConfig {
         max_lifetime_us: 5_000,
         ..crate::support::node_config()
@@ -119,7 +119,7 @@ fn forced_invalidation_at_max_lifetime(t: Transport, iso: Isolation) {
     ));
 }
 
-fn extension_refused_when_others_wait_then_waiter_granted(t: Transport, iso: Isolation) {
+fn extension_refused_when_others_wait_then_waiter_granted<R: Rig>(t: R, iso: Isolation) {
     let client = ClientConfig {
         acquire_wait: Duration::from_secs(5),
         ..ClientConfig::default()
@@ -164,7 +164,7 @@ fn extension_refused_when_others_wait_then_waiter_granted(t: Transport, iso: Iso
     });
 }
 
-fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport, iso: Isolation) {
+fn crashed_exclusive_holder_blocks_only_until_lease_end<R: Rig>(t: R, iso: Isolation) {
     let client = ClientConfig {
         acquire_wait: Duration::from_secs(1),
         ..ClientConfig::default()
@@ -195,7 +195,7 @@ fn crashed_exclusive_holder_blocks_only_until_lease_end(t: Transport, iso: Isola
     assert!(granted.is_ok(), "{granted:?}");
 }
 
-fn stale_revoke_after_header_reuse_changes_nothing(t: Transport, iso: Isolation) {
+fn stale_revoke_after_header_reuse_changes_nothing<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
     let (a, c) = two(&mut b);
     let p = a
@@ -222,7 +222,7 @@ fn stale_revoke_after_header_reuse_changes_nothing(t: Transport, iso: Isolation)
     c.revoke(q).unwrap();
 }
 
-fn qp_fault_hidden_by_spare(t: Transport, iso: Isolation, spares: usize) {
+fn qp_fault_hidden_by_spare<R: Rig>(t: R, iso: Isolation, spares: usize) {
     let client = ClientConfig {
         spare_qps: spares,
         ..no_wait()
@@ -257,7 +257,7 @@ fn qp_fault_hidden_by_spare(t: Transport, iso: Isolation, spares: usize) {
     let _ = SwitchKind::Promoted;
 }
 
-fn storm_returns_everything_to_pools(t: Transport, iso: Isolation) {
+fn storm_returns_everything_to_pools<R: Rig>(t: R, iso: Isolation) {
     use rand::{Rng, SeedableRng};
     let mut b = bed(t, iso, 4, node_cfg(), ClientConfig::default());
     let clock = b.clock.clone();
@@ -320,7 +320,7 @@ fn storm_returns_everything_to_pools(t: Transport, iso: Isolation) {
     assert_eq!(s.counters.granted, s.counters.ended);
 }
 
-fn long_lease_renews_past_max_lifetime(t: Transport, iso: Isolation, mode: Mode) {
+fn long_lease_renews_past_max_lifetime<R: Rig>(t: R, iso: Isolation, mode: Mode) {
     let node = NodeConfig {
         max_lifetime_us: 2_000,
         ..crate::support::node_config()
@@ -365,7 +365,7 @@ fn long_lease_renews_past_max_lifetime(t: Transport, iso: Isolation, mode: Mode)
 /// In the stronger isolation mode, a window's rkey is useless on another client's QPs even
 /// with the right key byte; in the paper's shared-PD mode it works (the key byte is the only
 /// barrier, which is why the stronger mode exists).
-fn foreign_rkey_on_another_clients_qp(t: Transport, iso: Isolation) {
+fn foreign_rkey_on_another_clients_qp<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
     let (a, m) = two(&mut b);
     let p = a
@@ -390,7 +390,7 @@ fn foreign_rkey_on_another_clients_qp(t: Transport, iso: Isolation) {
 /// Type-1 windows survive a QP switch unchanged; type-2 windows are bound to one QP, so after
 /// the switch the permission is rebound (new rkeys, refreshed in place) and a copy of the old
 /// rkey is dead.
-fn windows_after_a_qp_switch(t: Transport, iso: Isolation) {
+fn windows_after_a_qp_switch<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     let a = &mut b.cluster.clients[0];
     let p = a
@@ -414,7 +414,7 @@ fn windows_after_a_qp_switch(t: Transport, iso: Isolation) {
     }
 }
 
-every_mode! {
+every_rig! {
     access_after_expiry_is_rejected => super::access_after_expiry_is_rejected;
     access_after_revoke_is_rejected => super::access_after_revoke_is_rejected;
     forced_invalidation_at_max_lifetime => super::forced_invalidation_at_max_lifetime;

@@ -10,9 +10,8 @@ use patronus_core::client::{Client, ClientConfig, ClientError};
 use patronus_core::cluster::Transport;
 use patronus_core::manager::{Isolation, NAMES_PER_TENANT, NodeConfig, TenantSecret};
 use patronus_core::proto::messages::{Access, Mode};
-use rnic::soft::SoftProvider;
 use std::time::Duration;
-use support::bed::{bed, node_cfg};
+use support::bed::{Rdma, Rig, bed, node_cfg};
 
 const LEASE: Duration = Duration::from_millis(500);
 
@@ -24,7 +23,7 @@ fn tenant(tenant: u32) -> ClientConfig {
     }
 }
 
-fn publish_lookup_acquire(t: Transport, iso: Isolation) {
+fn publish_lookup_acquire<R: Rig>(t: R, iso: Isolation) {
     let node = NodeConfig {
         tenants: [1, 2]
             .map(|t| TenantSecret {
@@ -56,7 +55,7 @@ fn publish_lookup_acquire(t: Transport, iso: Isolation) {
     peer.read(&seen, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"the table's metadata");
     // Another tenant sees nothing under that name, and may publish its own.
-    let mut stranger = Client::<SoftProvider>::connect(&ctx, &addr, tenant(2)).unwrap();
+    let mut stranger = Client::<R::P>::connect(&ctx, &addr, tenant(2)).unwrap();
     assert!(matches!(
         stranger.lookup("orders"),
         Err(ClientError::NotFound)
@@ -91,7 +90,7 @@ fn publish_lookup_acquire(t: Transport, iso: Isolation) {
 }
 
 /// A tenant cannot grow the name table without bound: past its share, `QuotaExceeded`.
-fn names_are_bounded_per_tenant(t: Transport, iso: Isolation) {
+fn names_are_bounded_per_tenant<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     let c = &mut b.cluster.clients[0];
     let shards = c.shard_map().shards as usize;
@@ -108,7 +107,7 @@ fn names_are_bounded_per_tenant(t: Transport, iso: Isolation) {
     c.unpublish("n0").unwrap();
 }
 
-every_mode! {
+every_rig! {
     a_name_leads_clients_of_its_tenant_only_to_the_object => publish_lookup_acquire;
     a_tenant_keeps_a_bounded_number_of_names => names_are_bounded_per_tenant;
 }

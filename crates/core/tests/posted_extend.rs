@@ -12,14 +12,14 @@ use patronus_core::client::{Client, ClientError, MAX_POSTED, Perm, PostedExtend}
 use patronus_core::cluster::Transport;
 use patronus_core::manager::Isolation;
 use patronus_core::proto::messages::Mode;
-use rnic::soft::SoftProvider;
+use rnic::Provider;
 use std::time::{Duration, Instant};
-use support::bed::{bed, no_wait, node_cfg, wait_for};
+use support::bed::{Rdma, Rig, bed, no_wait, node_cfg, wait_for};
 
 /// Polls `posted` until it completed (bounded wall time).
 #[allow(clippy::disallowed_methods)]
-fn outcome(
-    c: &mut Client<SoftProvider>,
+fn outcome<P: Provider>(
+    c: &mut Client<P>,
     perm: &Perm,
     posted: &PostedExtend,
 ) -> Result<bool, ClientError> {
@@ -33,7 +33,7 @@ fn outcome(
     }
 }
 
-fn posted_extensions_keep_a_lease_and_fail_once(t: Transport, iso: Isolation) {
+fn posted_extensions_keep_a_lease_and_fail_once<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let clock = b.clock.clone();
     let a = &mut b.cluster.clients[0];
@@ -101,6 +101,6 @@ fn posted_extensions_keep_a_lease_and_fail_once(t: Transport, iso: Isolation) {
     outcome(a, &p, &again).unwrap();
 }
 
-every_mode! {
+every_rig! {
     posted_extensions_keep_a_lease_and_fail_once => super::posted_extensions_keep_a_lease_and_fail_once;
 }

@@ -12,7 +12,7 @@ use patronus_core::manager::RECENT_KEYS as RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, NodeStats, SlabConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use std::time::Duration;
-use support::bed::{bed, no_wait, node_cfg, two, wait_for, wait_node};
+use support::bed::{Rdma, Rig, bed, no_wait, node_cfg, two, wait_for, wait_node};
 
 /// Small slabs: a freed object comes back after a few allocations of its class.
 fn small_slabs() -> NodeConfig {
@@ -26,7 +26,7 @@ fn small_slabs() -> NodeConfig {
 }
 
 /// Whatever `allocate` returns holds no byte of an earlier tenant.
-fn allocated_memory_never_holds_earlier_bytes(t: Transport, iso: Isolation) {
+fn allocated_memory_never_holds_earlier_bytes<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, small_slabs(), no_wait());
     let (a, c) = two(&mut b);
     let p = a
@@ -59,7 +59,7 @@ fn allocated_memory_never_holds_earlier_bytes(t: Transport, iso: Isolation) {
 
 /// An automatic retry of an acquire that is still waiting is the same request, not a
 /// second waiter that outlives both holders.
-fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
+fn retried_waiting_acquire_leaves_no_orphan<R: Rig>(t: R, iso: Isolation) {
     let waiting = ClientConfig {
         rpc_timeout: Duration::from_millis(600),
         acquire_wait: Duration::from_secs(10),
@@ -111,9 +111,9 @@ fn retried_waiting_acquire_leaves_no_orphan(t: Transport, iso: Isolation) {
 /// A retried acquire, the client's side: a grant that arrives after the client gave up on its
 /// request (RPC timeout) is handed back at once, so it does not block the object until its lease
 /// ends.
-fn grant_after_a_client_timeout_is_handed_back(t: Transport, iso: Isolation) {
+fn grant_after_a_client_timeout_is_handed_back<R: Rig>(t: R, iso: Isolation) {
     let impatient = ClientConfig {
-        rpc_timeout: Duration::from_millis(300),
+        rpc_timeout: Duration::from_millis(300) * t.patience(),
         acquire_wait: Duration::from_secs(10),
         ..ClientConfig::default()
     };
@@ -168,7 +168,7 @@ fn grant_after_a_client_timeout_is_handed_back(t: Transport, iso: Isolation) {
 }
 
 /// A 4 KiB allocation costs at most 4 KiB + 64 B of pool.
-fn four_kib_allocation_costs_at_most_64_bytes_more(t: Transport, iso: Isolation) {
+fn four_kib_allocation_costs_at_most_64_bytes_more<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
     // Allocations go round the manager's shards: one more than there are shards puts two in
@@ -188,7 +188,7 @@ fn four_kib_allocation_costs_at_most_64_bytes_more(t: Transport, iso: Isolation)
 }
 
 /// Objects of 2 MiB and more have a header like any other: one-sided extension works.
-fn large_objects_have_a_lifetime_word(t: Transport, iso: Isolation) {
+fn large_objects_have_a_lifetime_word<R: Rig>(t: R, iso: Isolation) {
     let node = NodeConfig {
         pool_bytes: 16 << 20,
         slab: SlabConfig {
@@ -210,7 +210,7 @@ fn large_objects_have_a_lifetime_word(t: Transport, iso: Isolation) {
 
 /// Renewing an exclusive long lease never hands the object to a waiter in between; if
 /// it cannot renew (others wait), it says so and the current permission stays valid.
-fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
+fn exclusive_renewal_never_hands_the_object_away<R: Rig>(t: R, iso: Isolation) {
     let node = NodeConfig {
         max_lifetime_us: 2_000,
         ..crate::support::node_config()
@@ -289,7 +289,7 @@ fn exclusive_renewal_never_hands_the_object_away(t: Transport, iso: Isolation) {
 /// `try_acquire` of a held exclusive object fails at once and leaves its holder alone: the
 /// holder extends (one-sided and by RPC) as if nobody had asked, where a waiting acquire gets
 /// its extensions refused (above). Once the holder lets go, the try gets the object.
-fn a_try_acquire_leaves_the_holder_alone(t: Transport, iso: Isolation) {
+fn a_try_acquire_leaves_the_holder_alone<R: Rig>(t: R, iso: Isolation) {
     let waiting = ClientConfig {
         acquire_wait: Duration::from_secs(1),
         ..ClientConfig::default()
@@ -330,7 +330,7 @@ fn a_try_acquire_leaves_the_holder_alone(t: Transport, iso: Isolation) {
 }
 
 /// A conflicting acquire waits by default (bounded), then gets the object.
-fn conflicting_acquire_waits_by_default(t: Transport, iso: Isolation) {
+fn conflicting_acquire_waits_by_default<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 2, node_cfg(), ClientConfig::default());
     let clock = b.clock.clone();
     let p = b.cluster.clients[0]
@@ -440,7 +440,7 @@ fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
 
 /// The ops flushed behind an access the NIC refused never executed, so they are run
 /// again on the promoted QP — once: an FAA after the fault adds exactly once.
-fn flushed_ops_behind_a_refused_access_run_exactly_once(t: Transport, iso: Isolation) {
+fn flushed_ops_behind_a_refused_access_run_exactly_once<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), no_wait());
     let a = &mut b.cluster.clients[0];
     let p = a
@@ -472,7 +472,7 @@ fn flushed_ops_behind_a_refused_access_run_exactly_once(t: Transport, iso: Isola
 /// An object belongs to its tenant. Another tenant gets the answer it would get for
 /// no object at all, may acquire only what the owner shared, never frees it; a disconnect frees
 /// nothing.
-fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
+fn objects_belong_to_their_tenant<R: Rig>(t: R, iso: Isolation) {
     use patronus_core::client::Client;
     use patronus_core::manager::TenantSecret;
     let node = NodeConfig {
@@ -497,7 +497,7 @@ fn objects_belong_to_their_tenant(t: Transport, iso: Isolation) {
     let ctx = b.cluster.node_ctx.clone();
     let addr = b.cluster.node.address().clone();
     // Clients on the node's own device (the cluster's tenant-0 clients would be refused).
-    let connect = |cfg| Client::<rnic::soft::SoftProvider>::connect(&ctx, &addr, cfg);
+    let connect = |cfg| Client::<R::P>::connect(&ctx, &addr, cfg);
     assert!(matches!(
         connect(as_tenant(1, 0x2222)),
         Err(ClientError::Unauthorized)
@@ -584,7 +584,7 @@ fn default_isolation_is_pd_per_client() {
     );
 }
 
-every_mode! {
+every_rig! {
     allocated_memory_never_holds_earlier_bytes => super::allocated_memory_never_holds_earlier_bytes;
     retried_waiting_acquire_leaves_no_orphan => super::retried_waiting_acquire_leaves_no_orphan;
     grant_after_a_client_timeout_is_handed_back => super::grant_after_a_client_timeout_is_handed_back;

@@ -121,7 +121,10 @@ fn said(e: &ClientError) -> String {
 #[test]
 fn inproc_a_session_the_node_ended_is_reported_as_ended_never_as_a_wrong_secret() {
     let bed = QueuedBed::new(7);
-    let node = MemoryNode::<SoftProvider>::start(bed.device(1), node_cfg()).unwrap();
+    // Pumped: the node's NIC self-check sends over the queued network too.
+    let node = pumped(&bed, || {
+        MemoryNode::<SoftProvider>::start(bed.device(1), node_cfg()).unwrap()
+    });
     let at = node.address();
     let device = bed.device(2);
     let (mut c, old) = pumped(&bed, || {

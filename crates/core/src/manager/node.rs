@@ -122,6 +122,8 @@ pub struct MemoryNode<P: Provider> {
     /// Taking connections (`None` once draining).
     listener: Mutex<Option<P::Listener>>,
     pool_addr: u64,
+    nic: crate::nic_check::NicReport,
+    unenforced_window_bounds: bool,
 }
 
 impl<P: Provider> std::fmt::Debug for MemoryNode<P> {
@@ -204,6 +206,19 @@ impl<P: Provider> MemoryNode<P> {
                 "type-2 isolation needs type-2 memory windows, which the device lacks",
             ));
         }
+        // Before anything listens: the check connects to itself through a listener of its own.
+        let nic = crate::nic_check::check::<P>(&ctx);
+        let type2 = cfg.isolation == Isolation::Type2;
+        if let Some(why) = nic.refusal(type2, cfg.allow_unenforced_window_bounds) {
+            return Err(NodeError::UnsafeNic(why));
+        }
+        let unenforced_window_bounds = !nic.enforces(crate::nic_check::Check::WindowBounds);
+        if unenforced_window_bounds {
+            tracing::warn!(
+                "serving with window bounds the NIC does not enforce \
+                 (allow_unenforced_window_bounds): a client can reach the whole pool region"
+            );
+        }
         let header_bytes = (cfg.header_count * HEADER_SIZE) as u64;
         let total = header_bytes + cfg.pool_bytes;
         let pool = ctx.alloc_buffer(total as usize)?;
@@ -254,6 +269,23 @@ impl<P: Provider> MemoryNode<P> {
                 "control credits below the requests the client library keeps in flight",
             ));
         }
+        // Every connection's slots complete on one queue per shard: fit the connections to the
+        // device's completion-queue size (Soft-RoCE allows 32,767 entries, one short of the
+        // default 1,024 connections x 32 credits); beyond them a connection is refused.
+        let max_connections = match ctx.query_device().max_cqe.checked_div(credits) {
+            None => cfg.limits.max_connections, // no credits: one shared receive queue
+            Some(fit) => {
+                if fit < cfg.limits.max_connections {
+                    tracing::warn!(
+                        configured = cfg.limits.max_connections,
+                        served = fit,
+                        "the device's completion queues hold the control slots of fewer \
+                         connections than configured"
+                    );
+                }
+                cfg.limits.max_connections.min(fit)
+            }
+        };
         // Completions of work posted on clients' data QPs (type-2 binds), shared by the shards.
         let data_cq = nic::SharedCq::<P>::new(ctx.create_cq(4096)?, shards);
         let mut rpcs = Vec::with_capacity(shards);
@@ -266,7 +298,7 @@ impl<P: Provider> MemoryNode<P> {
                 RpcServer::<P, ControlProtocol>::with_credits(
                     &ctx,
                     &client_pd,
-                    cfg.limits.max_connections,
+                    max_connections,
                     credits,
                     batch,
                 )?
@@ -428,7 +460,20 @@ impl<P: Provider> MemoryNode<P> {
             threads,
             listener: Mutex::new(Some(listener)),
             pool_addr,
+            nic,
+            unenforced_window_bounds,
         })
+    }
+
+    /// What the NIC protection self-check found at start.
+    pub fn nic_check(&self) -> &crate::nic_check::NicReport {
+        &self.nic
+    }
+
+    /// Whether the node serves although its NIC does not enforce window bounds (started with
+    /// `allow_unenforced_window_bounds` on such a NIC).
+    pub fn unenforced_window_bounds(&self) -> bool {
+        self.unenforced_window_bounds
     }
 
     /// Where clients connect.

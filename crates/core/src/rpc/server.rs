@@ -193,7 +193,17 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
         max_batch: usize,
         receives: impl FnOnce(Arc<Slots<P>>) -> Receives<P>,
     ) -> Result<Self, VerbsError> {
-        let recv_cq = ctx.create_cq(depth.saturating_mul(2))?;
+        // Room for every slot's completion, twice where the device allows (flushes of a
+        // closing connection's receives come on top of live ones); a node whose slots alone
+        // exceed the device's completion queue is refused at start, not left to overflow it.
+        let max_cqe = ctx.query_device().max_cqe;
+        if depth > max_cqe {
+            return Err(VerbsError::InvalidArgument(
+                "control slots (max connections x credits) exceed the device's completion-queue \
+                 entries: lower limits.max_connections",
+            ));
+        }
+        let recv_cq = ctx.create_cq(depth.saturating_mul(2).min(max_cqe))?;
         let send_cq = ctx.create_cq(8192)?;
         let memory = Arc::new(Slots::new(ctx, pd, depth, Pr::SLOT_SIZE)?);
         Ok(RpcServer {

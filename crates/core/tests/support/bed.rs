@@ -1,14 +1,121 @@
 //! An embedded cluster on a virtual clock for end-to-end tests, and a bounded wait on the
 //! memory node's published state (never a sleep).
+//!
+//! A [`Rig`] says where the cluster's devices come from: the software RNIC on either
+//! transport ([`Transport`]), or the rdma-core device named by `PATRONUS_RDMA_DEVICE`
+//! ([`Rdma`]). The memory node's leases follow the bed's virtual clock on every rig: the
+//! rdma provider takes its clock from its configuration, and the NIC itself keeps no time.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{DeviceRole, EmbeddedCluster, Transport};
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, NodeStats};
-use rnic::VirtualClock;
-use rnic::soft::{SoftConfig, SoftProvider};
+use patronus_core::nic_check::Check;
+use rnic::soft::SoftConfig;
+use rnic::{Provider, VirtualClock};
+use rnic_rdma::{RdmaConfig, RdmaContext, RdmaProvider};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Where a test bed's devices come from.
+pub trait Rig: Copy + std::fmt::Debug {
+    /// The provider.
+    type P: Provider;
+    /// A memory node and `clients` clients on devices of this rig, timed by `clock`.
+    fn cluster(
+        self,
+        clock: &Arc<VirtualClock>,
+        node: NodeConfig,
+        client: ClientConfig,
+        clients: usize,
+    ) -> EmbeddedCluster<Self::P>;
+    /// Whether the cluster's NIC checks an access against the window's own range, as its
+    /// node's self-check found. Every NIC does but Soft-RoCE (`docs/rdma.md`,
+    /// `mw-bounds-not-enforced`), where an access outside a window but inside its region
+    /// lands: tests that depend on bounds assert that leak.
+    fn enforces_window_bounds(self, cluster: &EmbeddedCluster<Self::P>) -> bool;
+    /// How much longer than on the software RNIC a test waits for a round trip it expects
+    /// to complete: Soft-RoCE runs under qemu's emulation, where connecting a client (its
+    /// domain's windows allocated and bound) can take longer than a short RPC timeout.
+    fn patience(self) -> u32 {
+        1
+    }
+}
+
+impl Rig for Transport {
+    type P = rnic::soft::SoftProvider;
+    fn cluster(
+        self,
+        clock: &Arc<VirtualClock>,
+        node: NodeConfig,
+        client: ClientConfig,
+        clients: usize,
+    ) -> EmbeddedCluster<Self::P> {
+        let device = SoftConfig {
+            clock: clock.clone(),
+            seed: Some(7),
+            ..SoftConfig::default()
+        };
+        EmbeddedCluster::start(self, device, node, client, clients).unwrap()
+    }
+    fn enforces_window_bounds(self, cluster: &EmbeddedCluster<Self::P>) -> bool {
+        cluster.node.nic_check().enforces(Check::WindowBounds)
+    }
+}
+
+/// The rdma-core device `PATRONUS_RDMA_DEVICE` (GID index `PATRONUS_RDMA_GID`, else the
+/// provider's choice): one context for the node and one per client, handshakes on loopback.
+/// The tests on it are `#[ignore]`d; run without a device they fail, never pass unrun.
+#[derive(Clone, Copy, Debug)]
+pub struct Rdma;
+
+impl Rdma {
+    fn config(clock: &Arc<VirtualClock>) -> RdmaConfig {
+        let device = std::env::var("PATRONUS_RDMA_DEVICE").expect(
+            "an rdma test needs PATRONUS_RDMA_DEVICE (scripts/rxe-suites runs them on Soft-RoCE)",
+        );
+        RdmaConfig {
+            device: Some(device),
+            gid_index: std::env::var("PATRONUS_RDMA_GID")
+                .ok()
+                .map(|g| g.parse().expect("PATRONUS_RDMA_GID is a GID index")),
+            clock: clock.clone(),
+            ..RdmaConfig::default()
+        }
+    }
+}
+
+impl Rig for Rdma {
+    type P = RdmaProvider;
+    fn cluster(
+        self,
+        clock: &Arc<VirtualClock>,
+        node: NodeConfig,
+        client: ClientConfig,
+        clients: usize,
+    ) -> EmbeddedCluster<Self::P> {
+        let config = Rdma::config(clock);
+        // Soft-RoCE fails the window-bounds check: the suites run there anyway, and the
+        // tests that rest on bounds assert the leak (`Rig::enforces_window_bounds`).
+        let node = NodeConfig {
+            allow_unenforced_window_bounds: true,
+            ..node
+        };
+        EmbeddedCluster::start_on(
+            |_: DeviceRole| Ok(RdmaContext::open(config.clone())?),
+            node,
+            client,
+            clients,
+        )
+        .unwrap()
+    }
+    fn enforces_window_bounds(self, cluster: &EmbeddedCluster<Self::P>) -> bool {
+        cluster.node.nic_check().enforces(Check::WindowBounds)
+    }
+    fn patience(self) -> u32 {
+        10
+    }
+}
 
 /// A memory node whose permissions may live up to 1 s (virtual), defaults otherwise.
 pub fn node_cfg() -> NodeConfig {
@@ -37,43 +144,42 @@ pub fn late_client() -> ClientConfig {
 
 /// A cluster and the virtual clock every device in it reads.
 #[derive(Debug)]
-pub struct Bed {
+pub struct Bed<P: Provider = rnic::soft::SoftProvider> {
     /// The cluster.
-    pub cluster: EmbeddedCluster,
+    pub cluster: EmbeddedCluster<P>,
     /// Its clock.
     pub clock: Arc<VirtualClock>,
 }
 
 /// Starts a cluster of `clients` clients with `node.isolation = iso` on a virtual clock.
-pub fn bed(
-    t: Transport,
+pub fn bed<R: Rig>(
+    t: R,
     iso: Isolation,
     clients: usize,
     mut node: NodeConfig,
     client: ClientConfig,
-) -> Bed {
+) -> Bed<R::P> {
     node.isolation = iso;
     node.key_seed = node.key_seed.or(Some(7)); // random key bytes, replayed exactly
     let clock = VirtualClock::new();
-    let device = SoftConfig {
-        clock: clock.clone(),
-        seed: Some(7),
-        ..SoftConfig::default()
-    };
-    let cluster = EmbeddedCluster::start(t, device, node, client, clients).unwrap();
+    let cluster = t.cluster(&clock, node, client, clients);
     Bed { cluster, clock }
 }
 
 /// Spins until `cond` holds on fresh node stats (bounded wall time).
 #[allow(clippy::disallowed_methods)]
-pub fn wait_for(b: &Bed, what: &str, cond: impl Fn(&NodeStats) -> bool) -> NodeStats {
+pub fn wait_for<P: Provider>(
+    b: &Bed<P>,
+    what: &str,
+    cond: impl Fn(&NodeStats) -> bool,
+) -> NodeStats {
     wait_node(&b.cluster.node, what, cond)
 }
 
 /// Spins until `cond` holds on fresh stats of `node` (bounded wall time).
 #[allow(clippy::disallowed_methods)]
-pub fn wait_node(
-    node: &MemoryNode<SoftProvider>,
+pub fn wait_node<P: Provider>(
+    node: &MemoryNode<P>,
     what: &str,
     cond: impl Fn(&NodeStats) -> bool,
 ) -> NodeStats {
@@ -92,7 +198,7 @@ pub fn wait_node(
 }
 
 /// The first two clients, both mutable.
-pub fn two(b: &mut Bed) -> (&mut Client<SoftProvider>, &mut Client<SoftProvider>) {
+pub fn two<P: Provider>(b: &mut Bed<P>) -> (&mut Client<P>, &mut Client<P>) {
     let (x, y) = b.cluster.clients.split_at_mut(1);
     (&mut x[0], &mut y[0])
 }

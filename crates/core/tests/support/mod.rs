@@ -34,9 +34,9 @@ pub fn node_config() -> NodeConfig {
 }
 
 /// `every_mode! { name => body; ... }` stamps out one `#[test] fn name` per test bed: both
-/// transports × the three isolation modes, in modules `inproc`, `tcp`, `inproc_pd_per_client`,
-/// `tcp_pd_per_client`, `inproc_type2` and `tcp_type2`. `body` is called as
-/// `body(Transport, Isolation)`; the invoking file must have both types in scope.
+/// transports of the software RNIC × the three isolation modes, in modules `inproc`, `tcp`,
+/// `inproc_pd_per_client`, `tcp_pd_per_client`, `inproc_type2` and `tcp_type2`. `body` is
+/// called as `body(Transport, Isolation)`; the invoking file must have both types in scope.
 #[allow(unused_macros)]
 macro_rules! every_mode {
     ($($name:ident => $body:expr;)*) => {
@@ -74,3 +74,30 @@ pub mod queued;
 
 #[allow(unused_imports)]
 pub use fake_nic::*;
+
+/// `every_rig! { name => body; ... }`: what [`every_mode!`] stamps out, and the same on the
+/// rdma-core device of `PATRONUS_RDMA_DEVICE` × the three modes, in modules `rdma_shared_pd`,
+/// `rdma_pd_per_client` and `rdma_type2`, `#[ignore]`d (`scripts/rxe-suites` runs them with
+/// `--ignored rdma_` on Soft-RoCE). `body` is called as `body(rig, Isolation)` with a
+/// [`bed::Rig`]; the invoking file must have `Transport`, `Rdma` and `Isolation` in scope.
+#[allow(unused_macros)]
+macro_rules! every_rig {
+    ($($name:ident => $body:expr;)*) => {
+        every_mode! { $($name => $body;)* }
+        mod rdma_shared_pd {
+            use super::*;
+            $(#[test] #[ignore = "needs an RDMA device: PATRONUS_RDMA_DEVICE"]
+              fn $name() { $body(Rdma, Isolation::SharedPd); })*
+        }
+        mod rdma_pd_per_client {
+            use super::*;
+            $(#[test] #[ignore = "needs an RDMA device: PATRONUS_RDMA_DEVICE"]
+              fn $name() { $body(Rdma, Isolation::PdPerClient); })*
+        }
+        mod rdma_type2 {
+            use super::*;
+            $(#[test] #[ignore = "needs an RDMA device: PATRONUS_RDMA_DEVICE"]
+              fn $name() { $body(Rdma, Isolation::Type2); })*
+        }
+    };
+}

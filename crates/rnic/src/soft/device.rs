@@ -43,6 +43,10 @@ pub struct SoftConfig {
     /// has no transparent huge pages the buffer keeps normal pages; the buffer says which
     /// ([`MemoryBlock::huge_pages`](super::arena::MemoryBlock::huge_pages)).
     pub huge_pages: bool,
+    /// Fault injection, for tests of what relies on window bounds: accept an access through a
+    /// window anywhere in the window's region, as Soft-RoCE does (`docs/rdma.md`,
+    /// `mw-bounds-not-enforced`). Never set outside tests.
+    pub unchecked_window_bounds: bool,
 }
 
 /// The huge page size buffers are advised for (x86-64's 2 MiB).
@@ -58,6 +62,7 @@ impl Default for SoftConfig {
             seed: None,
             sequential_qpns: false,
             huge_pages: false,
+            unchecked_window_bounds: false,
         }
     }
 }
@@ -155,7 +160,8 @@ impl SoftContext {
         };
         SoftContext {
             inner: Arc::new(DeviceInner {
-                mpt: ProtectionTable::new(&config.attr, config.key_policy),
+                mpt: ProtectionTable::new(&config.attr, config.key_policy)
+                    .with_unchecked_window_bounds(config.unchecked_window_bounds),
                 transport,
                 rng: Mutex::new(rng),
                 events: Mutex::new(VecDeque::new()),

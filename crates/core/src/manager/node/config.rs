@@ -42,6 +42,10 @@ pub struct NodeConfig {
     pub slab: SlabConfig,
     /// How clients are isolated from each other.
     pub isolation: Isolation,
+    /// Serve although the NIC protection self-check found that the device does not check
+    /// accesses against a window's own range (Soft-RoCE): a client can then reach the whole
+    /// pool region its windows lie in. The node says so in its log, status and metrics.
+    pub allow_unenforced_window_bounds: bool,
     /// Windows pre-allocated per client when each client has its own PD.
     pub windows_per_client: u32,
     /// When freed memory is zeroed ([`Scrub::Off`] only to measure what scrubbing costs).
@@ -228,6 +232,7 @@ impl Default for NodeConfig {
             qp_timing: QpTiming::default(),
             slab: SlabConfig::default(),
             isolation: Isolation::PdPerClient,
+            allow_unenforced_window_bounds: false,
             windows_per_client: 1024,
             scrub: Scrub::Idle,
             max_wait_us: 1_000_000,
@@ -254,6 +259,10 @@ pub enum NodeError {
     /// The pools cannot be split into the shards asked for.
     #[error("configuration: {0}")]
     Shards(#[from] ShardError),
+    /// The NIC protection self-check found the device unable to enforce the isolation asked
+    /// for (the reason, in one line).
+    #[error("{0}")]
+    UnsafeNic(String),
 }
 
 /// What the node reports about itself (summed over its shards).

@@ -10,8 +10,9 @@ use super::{CAS_SLOTS, Domain, Isolation, loopback_qp};
 use crate::proto::connect::{Intent, Role};
 use parking_lot::Mutex;
 use rnic::{
-    AccessFlags, BindInfo, CompletionQueue, MemoryBuffer, MemoryRegion, MemoryWindow, Provider,
-    QpState, QpTiming, QueuePair, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, BindInfo, CompletionQueue, MemoryBuffer, MemoryRegion, MemoryWindow, MwType,
+    ProtectionDomain, Provider, QpState, QpTiming, QueuePair, SendOp, SendWr, Sge, WcStatus,
+    WorkCompletion,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -135,6 +136,9 @@ impl<P: Provider> NodeNic<P> {
 
     fn execute_chunk(&mut self, ops: &[NicOp], results: &mut [NicResult], base: usize) {
         self.ensure_connected();
+        if self.isolation == Isolation::Type2 {
+            self.replace_windows_of_broken_qps(ops);
+        }
         let mut binds: Vec<Vec<SendWr<'_, P::Mw, P::Mr>>> =
             (0..self.domains.len()).map(|_| Vec::new()).collect();
         let mut cases = Vec::new();
@@ -358,8 +362,46 @@ impl<P: Provider> NodeNic<P> {
         }
     }
 
+    /// Type 2: the windows `ops` unbind from a QP that broke are replaced by fresh ones of
+    /// their domain first (dropping a window deallocates it, which invalidates it on every
+    /// device). A reset of the QP frees its windows on the software RNIC, but Soft-RoCE keeps
+    /// a type-2 window bound to its QP through a reset, so the window could not be bound
+    /// again, and destroying the QP would stall ~50 s (`docs/rdma.md`,
+    /// `destroy-qp-bound-type2-stall`). A window that cannot be replaced stays as it is and
+    /// its unbind resets the QP as before.
+    fn replace_windows_of_broken_qps(&mut self, ops: &[NicOp]) {
+        for op in ops {
+            let NicOp::Bind {
+                mw, target: None, ..
+            } = *op
+            else {
+                continue;
+            };
+            if self
+                .mw_qp
+                .get(&mw)
+                .is_none_or(|qp| qp.state() == QpState::ReadyToSend)
+            {
+                continue;
+            }
+            let d = self.mw_domain.get(mw as usize).copied().unwrap_or(0) as usize;
+            let Some(domain) = self.domains.get(d).and_then(Option::as_ref) else {
+                continue;
+            };
+            match domain.pd.alloc_mw(MwType::Type2) {
+                Ok(fresh) => {
+                    if let Some(Some(window)) = self.mws.get_mut(mw as usize) {
+                        *window = fresh;
+                    }
+                }
+                Err(e) => tracing::warn!(mw, error = %e, "a window of a broken QP kept"),
+            }
+        }
+    }
+
     /// Type 2: a bind goes on the client's current data QP; an unbind is a LOCAL_INV on the QP
-    /// the window is bound to — or, if that QP broke, a reset of it, which frees its windows.
+    /// the window is bound to — or, if that QP broke, a reset of it, which frees its windows
+    /// (replaced first: [`NodeNic::replace_windows_of_broken_qps`]).
     /// Returns what happened and the window's QP afterwards (`None`: not bound to any).
     fn post_type2(
         &self,

@@ -74,6 +74,9 @@ pub struct ProtectionTable {
     rng: Mutex<StdRng>,
     /// The type-2 windows bound to each QP.
     qp_windows: QpWindows,
+    /// Fault injection ([`SoftConfig::unchecked_window_bounds`](super::SoftConfig)): a window
+    /// access is checked against the window's region only.
+    unchecked_window_bounds: bool,
 }
 
 impl std::fmt::Debug for ProtectionTable {
@@ -87,6 +90,13 @@ impl std::fmt::Debug for ProtectionTable {
 }
 
 impl ProtectionTable {
+    /// The table, checking window accesses against the window's region only if `unchecked`
+    /// (fault injection for tests).
+    pub fn with_unchecked_window_bounds(mut self, unchecked: bool) -> Self {
+        self.unchecked_window_bounds = unchecked;
+        self
+    }
+
     /// A table sized by `attr`.
     pub fn new(attr: &DeviceAttr, policy: KeyPolicy) -> Self {
         let max_mr = attr.max_mr.min(MW_INDEX_BIT);
@@ -114,6 +124,7 @@ impl ProtectionTable {
             policy,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             qp_windows: QpWindows::default(),
+            unchecked_window_bounds: false,
         }
     }
 
