@@ -104,8 +104,17 @@ enum Command {
     /// running `patronus serve` (--connect).
     Faas(faas::FaasArgs),
     /// List RDMA devices with ports, GIDs and memory-window capabilities. Exit code 0: devices
-    /// listed; 2: no RDMA device; 3: libibverbs not installed; 1: a device could not be queried.
-    Devices,
+    /// listed; 2: no RDMA device; 3: libibverbs not installed; 1: a device could not be queried;
+    /// with --check, 4: a device does not enforce what an isolation mode rests on.
+    Devices {
+        /// Run the NIC protection self-check on each device (or on --device): window bounds,
+        /// old rkey after rebind, read-only windows, type-2 QP association, invalidation.
+        #[arg(long)]
+        check: bool,
+        /// Only this device (with --check).
+        #[arg(long, env = "PATRONUS_RDMA_DEVICE")]
+        device: Option<String>,
+    },
 }
 
 /// Runs the command; an error is one line on stderr (its causes joined by ": ", each once)
@@ -142,6 +151,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Kv(args) => std::process::exit(kv::run(&args)),
         Command::Faas(args) => faas::run(&args),
-        Command::Devices => std::process::exit(devices::run()),
+        Command::Devices { check, device } => std::process::exit(if check {
+            devices::check(device)
+        } else {
+            devices::run()
+        }),
     }
 }

@@ -13,6 +13,10 @@ fn open(device: Option<String>, listen: SocketAddr) -> Result<RdmaContext> {
     RdmaContext::open(RdmaConfig {
         device,
         listen,
+        // As the test suites read it (scripts/rxe-vm sets it); else the provider's rule.
+        gid_index: std::env::var("PATRONUS_RDMA_GID")
+            .ok()
+            .and_then(|g| g.parse().ok()),
         ..RdmaConfig::default()
     })
     .with_context(|| format!("opening RDMA device {name}; `patronus devices` lists them"))
@@ -29,7 +33,7 @@ pub fn start(cfg: &DaemonConfig) -> Result<(MemoryNode<RdmaProvider>, String)> {
         ctx.gid_index()
     );
     let node = MemoryNode::<RdmaProvider>::start(ctx, cfg.node_config()?)
-        .with_context(|| format!("listening for clients on {}", cfg.listen))?;
+        .with_context(|| format!("starting the memory node (clients at {})", cfg.listen))?;
     let listen = node.address().to_string();
     Ok((node, listen))
 }

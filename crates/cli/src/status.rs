@@ -75,6 +75,12 @@ pub fn render(r: &StatusReport) -> String {
         "state".into(),
         if n.draining { "draining" } else { "serving" }.to_string(),
     ]);
+    if n.unenforced_window_bounds {
+        node.add_row(vec![
+            "protection".to_string(),
+            "WINDOW BOUNDS NOT ENFORCED by the NIC (allow_unenforced_window_bounds)".to_string(),
+        ]);
+    }
     node.add_row(vec!["uptime".into(), format!("{:.1} s", n.uptime_s)]);
     node.add_row(vec![
         "pool".into(),

@@ -117,7 +117,10 @@ fn respond(
                 &state.listen,
                 state.started.elapsed().as_secs_f64(),
                 state.node.pool_bytes(),
-                state.draining.load(Ordering::SeqCst),
+                (
+                    state.draining.load(Ordering::SeqCst),
+                    state.node.unenforced_window_bounds(),
+                ),
                 &status,
                 &stats,
             );

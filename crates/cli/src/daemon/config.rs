@@ -168,6 +168,9 @@ pub struct DaemonConfig {
     pub pool_mib: u64,
     /// Back the pool with transparent huge pages where the kernel has them (soft RNIC).
     pub huge_pages: bool,
+    /// Serve although the NIC protection self-check found window bounds unenforced
+    /// (Soft-RoCE): clients are then not isolated within the pool region.
+    pub allow_unenforced_window_bounds: bool,
     /// Manager threads (shards).
     pub shards: usize,
     /// How clients are isolated.
@@ -206,6 +209,7 @@ impl Default for DaemonConfig {
             device: String::new(),
             pool_mib: 64,
             huge_pages: false,
+            allow_unenforced_window_bounds: false,
             shards: 1,
             isolation: IsolationSetting::PdPerClient,
             max_lease_ms: 1000,
@@ -333,6 +337,7 @@ impl DaemonConfig {
             max_wait_us: self.max_wait_ms * 1000,
             windows_per_client: self.windows_per_client,
             isolation: self.isolation.into(),
+            allow_unenforced_window_bounds: self.allow_unenforced_window_bounds,
             shards: self.shards,
             tenants: self.tenants()?,
             slab: SlabConfig {

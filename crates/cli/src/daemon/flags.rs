@@ -41,6 +41,11 @@ pub struct ServeFlags {
     /// huge_pages].
     #[arg(long, env = "PATRONUS_HUGE_PAGES")]
     pub huge_pages: Option<bool>,
+    /// Serve although the NIC protection self-check finds that the device does not enforce
+    /// window bounds (Soft-RoCE): clients can then reach the whole pool region [file:
+    /// allow_unenforced_window_bounds].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "PATRONUS_ALLOW_UNENFORCED_WINDOW_BOUNDS")]
+    pub allow_unenforced_window_bounds: Option<bool>,
     /// Manager threads (shards), each owning a slice of the pools [file: shards].
     #[arg(long, env = "PATRONUS_SHARDS")]
     pub shards: Option<usize>,
@@ -111,6 +116,7 @@ impl ServeFlags {
             device => c.device,
             pool_mib => c.pool_mib,
             huge_pages => c.huge_pages,
+            allow_unenforced_window_bounds => c.allow_unenforced_window_bounds,
             shards => c.shards,
             isolation => c.isolation,
             max_lease_ms => c.max_lease_ms,

@@ -163,6 +163,13 @@ impl Collector for NodeCollector {
         )?;
         gauge(
             e,
+            "patronus_unenforced_window_bounds",
+            "1 if the node serves although its NIC does not enforce window bounds \
+             (allow_unenforced_window_bounds; clients are not isolated within the pool)",
+            i64::from(self.node.unenforced_window_bounds()),
+        )?;
+        gauge(
+            e,
             "patronus_pool_bytes",
             "Pool bytes in all",
             i64::try_from(self.node.pool_bytes()).unwrap_or(i64::MAX),

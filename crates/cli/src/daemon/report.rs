@@ -43,6 +43,11 @@ pub struct NodeSummary {
     pub ended: u64,
     /// Whether the node is draining (shutting down).
     pub draining: bool,
+    /// Whether it serves although its NIC does not enforce window bounds (started with
+    /// `allow_unenforced_window_bounds` on Soft-RoCE): clients are not isolated within the
+    /// pool region.
+    #[serde(default)]
+    pub unenforced_window_bounds: bool,
 }
 
 /// A live permission (no rkey).
@@ -108,7 +113,7 @@ impl StatusReport {
         listen: &str,
         uptime_s: f64,
         pool_bytes: u64,
-        draining: bool,
+        (draining, unenforced_window_bounds): (bool, bool),
         status: &NodeStatus,
         stats: &NodeStats,
     ) -> Self {
@@ -159,6 +164,7 @@ impl StatusReport {
                 granted: stats.counters.granted,
                 ended: stats.counters.ended,
                 draining,
+                unenforced_window_bounds,
             },
             permissions,
             expiring_soon,

@@ -12,6 +12,8 @@ pub trait NodeView: Send + Sync + std::fmt::Debug {
     fn status(&self) -> (NodeStatus, NodeStats);
     /// Its pool, bytes.
     fn pool_bytes(&self) -> u64;
+    /// Whether it serves although its NIC does not enforce window bounds.
+    fn unenforced_window_bounds(&self) -> bool;
 }
 
 /// A node and its pool size.
@@ -44,5 +46,9 @@ where
 
     fn pool_bytes(&self) -> u64 {
         self.pool_bytes
+    }
+
+    fn unenforced_window_bounds(&self) -> bool {
+        self.node.unenforced_window_bounds()
     }
 }
