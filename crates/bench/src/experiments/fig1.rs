@@ -16,10 +16,11 @@ use crate::harness::{
     Series, bar,
 };
 use anyhow::{Result, bail};
-use endpoints::{Requester, memory_node};
+use endpoints::{MemoryNode, Requester, memory_node};
 use patronus_core::cluster::Transport;
-use protection::SizeCosts;
-use rnic::soft::{SoftConfig, SoftFabric};
+use protection::{SizeCosts, SizePlan};
+use rnic::soft::{SoftConfig, SoftFabric, SoftProvider};
+use rnic::{MemoryRegion, Provider};
 use std::time::Instant;
 
 const KIB: usize = 1 << 10;
@@ -30,6 +31,15 @@ const MIB: usize = 1 << 20;
 const TARGET_READ_OVER_PINGPONG: f64 = 1.5;
 /// Target (`docs/benchmarks.md`): an in-process MW bind (posted and completed) within this.
 const TARGET_MW_BIND_US: f64 = 0.3;
+
+/// The paper's numbers for Figure 1's operations (ConnectX-5), µs: an MW bind (§1, §2.2,
+/// Figure 1), MR registration of 256 MiB ("~1 ms for 256 MB", §1, §2.1) and per 2 MiB (§3.1),
+/// a QP access-flag change (§2.1) and a QP recovery (§7.2.5, Table 5 "Recover QP").
+const PAPER_MW_BIND_US: f64 = 1.1;
+const PAPER_MR_256MIB_US: f64 = 1000.0;
+const PAPER_MR_PER_2MIB_US: f64 = 20.0;
+const PAPER_QP_FLAG_US: f64 = 100.0;
+const PAPER_QP_RECOVERY_US: f64 = 1004.0;
 
 /// How much of everything to measure.
 #[derive(Clone, Debug)]
@@ -104,25 +114,48 @@ fn run_plan(opts: &BenchOpts, plan: &Plan) -> Result<Experiment> {
     Ok(exp)
 }
 
-/// MR and MW at every size, on an in-process memory-node device whose own loopback QP posts
-/// the binds (as Patronus' manager does).
-fn sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
-    let fabric = SoftFabric::new();
-    let mn = memory_node(fabric.open_device(SoftConfig::default()))?;
-    let manager = Requester::connect(&mn.ctx, &mn.pd, mn.address(), b"fig1")?;
-    let progress = bar(plan.sizes.len() as u64, "fig1 MR/MW sizes");
+/// MR and MW at every size of `plan` on `mn`, whose own loopback QP `manager` posts the binds
+/// (as Patronus' manager does).
+fn measure_sizes<P: Provider>(
+    mn: &MemoryNode<P>,
+    manager: &Requester<P>,
+    plan: &Plan,
+    pinned: &dyn Fn(&P::Mr) -> bool,
+    label: &str,
+) -> Result<Vec<SizeCosts>> {
+    let progress = bar(plan.sizes.len() as u64, label);
     let mut costs = Vec::new();
     for &size in &plan.sizes {
-        costs.push(protection::mr_and_mw(
-            &mn,
-            &manager,
+        let at = SizePlan {
             size,
-            plan.mr_reps(size),
-            plan.mw_iters,
-        )?);
+            mr_reps: plan.mr_reps(size),
+            mw_iters: plan.mw_iters,
+        };
+        costs.push(protection::mr_and_mw(mn, manager, &at, pinned)?);
         progress.inc(1);
     }
     progress.finish_and_clear();
+    Ok(costs)
+}
+
+/// MR and MW at every size on an in-process soft-NIC memory node.
+fn soft_sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
+    let fabric = SoftFabric::new();
+    let mn = memory_node::<SoftProvider>(fabric.open_device(SoftConfig::default()))?;
+    let manager = Requester::connect(&mn.ctx, &mn.pd, mn.address(), b"fig1")?;
+    let pinned = |mr: &<SoftProvider as Provider>::Mr| {
+        mn.ctx
+            .protection_table()
+            .mr(mr.lkey())
+            .is_some_and(|e| e.pinned)
+    };
+    measure_sizes(&mn, &manager, plan, &pinned, "fig1 MR/MW sizes")
+}
+
+/// MR and MW at every size, on an in-process memory-node device whose own loopback QP posts
+/// the binds (as Patronus' manager does).
+fn sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
+    let costs = soft_sizes(plan)?;
     println!(
         "{:>9} | {:>11} {:>11} {:>11} {:>11} {:>6} | {:>8} {:>8}",
         "size", "MR p50 µs", "reg µs", "dereg µs", "cold µs", "pinned", "MW p50", "MW p99"
@@ -412,31 +445,31 @@ fn judge(exp: &mut Experiment, costs: &[SizeCosts], s: &Singles) -> Result<()> {
         paper(
             "MW bind median latency (4 KiB)",
             Some(first.mw.p50_us()),
-            1.1,
+            PAPER_MW_BIND_US,
             "§1, §2.2, Figure 1",
         ),
         paper(
             "MR registration, 256 MiB",
             at(256 * MIB).map(|c| c.mr.p50_us()),
-            1000.0,
+            PAPER_MR_256MIB_US,
             "§1, §2.1 (\"~1 ms for 256 MB\")",
         ),
         paper(
             &format!("MR registration per 2 MiB (from {big})"),
             Some(last.mr.p50_us() * (2 * MIB) as f64 / last.size as f64),
-            20.0,
+            PAPER_MR_PER_2MIB_US,
             "§3.1",
         ),
         paper(
             "QP access-flag change",
             Some(s.flag.p50_us()),
-            100.0,
+            PAPER_QP_FLAG_US,
             "§2.1",
         ),
         paper(
             "QP recovery (reset + reconnect)",
             Some(s.recovery.p50_us()),
-            1004.0,
+            PAPER_QP_RECOVERY_US,
             "§7.2.5, Table 5 (\"Recover QP\")",
         ),
     ];
