@@ -6,14 +6,18 @@
 //! The protection operations are local NIC operations: they run on in-process devices
 //! whatever the transport; the transport option selects where QP recovery's handshake goes
 //! and adds a READ on that transport to the anchors.
+//!
+//! With `--provider rdma` the protection operations run on an rdma-core device instead
+//! (`rdma.rs`), through the same generic measurement code, with the soft NIC's beside them.
 
 mod anchors;
 mod endpoints;
 mod protection;
+mod rdma;
 
 use crate::harness::{
-    BenchOpts, Check, Experiment, Figure, Latency, Panel, PanelKind, PaperRef, Point, Ratio, Row,
-    Series, bar,
+    BenchOpts, Check, Experiment, Figure, Latency, Panel, PanelKind, PaperRef, Point,
+    ProviderChoice, Ratio, Row, Series, bar,
 };
 use anyhow::{Result, bail};
 use endpoints::{MemoryNode, Requester, memory_node};
@@ -56,7 +60,11 @@ struct Plan {
 impl Plan {
     fn for_opts(opts: &BenchOpts) -> Plan {
         let sizes = [4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB, 256 * MIB];
-        let largest = if opts.quick { 16 * MIB } else { 256 * MIB };
+        let largest = opts.max_region.unwrap_or(match opts.provider {
+            ProviderChoice::Rdma { .. } => 256 * MIB,
+            ProviderChoice::Soft if opts.quick => 16 * MIB,
+            ProviderChoice::Soft => 256 * MIB,
+        });
         Plan {
             sizes: sizes.into_iter().filter(|&s| s <= largest).collect(),
             mr_reps_small: if opts.quick { 100 } else { 400 },
@@ -79,9 +87,16 @@ impl Plan {
     }
 }
 
-/// Runs Figure 1 sized by `opts`.
+/// Runs Figure 1 sized by `opts`, on the provider it names.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
-    run_plan(opts, &Plan::for_opts(opts))
+    let plan = Plan::for_opts(opts);
+    if plan.sizes.is_empty() {
+        bail!("Figure 1's largest region is below its smallest size (4 KiB)");
+    }
+    match &opts.provider {
+        ProviderChoice::Soft => run_plan(opts, &plan),
+        ProviderChoice::Rdma { device } => rdma::run(opts, &plan, device.clone()),
+    }
 }
 
 /// Medians and tails of the non-size-dependent operations.
@@ -115,11 +130,12 @@ fn run_plan(opts: &BenchOpts, plan: &Plan) -> Result<Experiment> {
 }
 
 /// MR and MW at every size of `plan` on `mn`, whose own loopback QP `manager` posts the binds
-/// (as Patronus' manager does).
+/// (as Patronus' manager does); `type2` adds a type-2 window's bind and invalidation.
 fn measure_sizes<P: Provider>(
     mn: &MemoryNode<P>,
     manager: &Requester<P>,
     plan: &Plan,
+    type2: bool,
     pinned: &dyn Fn(&P::Mr) -> bool,
     label: &str,
 ) -> Result<Vec<SizeCosts>> {
@@ -130,6 +146,7 @@ fn measure_sizes<P: Provider>(
             size,
             mr_reps: plan.mr_reps(size),
             mw_iters: plan.mw_iters,
+            type2,
         };
         costs.push(protection::mr_and_mw(mn, manager, &at, pinned)?);
         progress.inc(1);
@@ -139,7 +156,7 @@ fn measure_sizes<P: Provider>(
 }
 
 /// MR and MW at every size on an in-process soft-NIC memory node.
-fn soft_sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
+fn soft_sizes(plan: &Plan, type2: bool) -> Result<Vec<SizeCosts>> {
     let fabric = SoftFabric::new();
     let mn = memory_node::<SoftProvider>(fabric.open_device(SoftConfig::default()))?;
     let manager = Requester::connect(&mn.ctx, &mn.pd, mn.address(), b"fig1")?;
@@ -149,13 +166,13 @@ fn soft_sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
             .mr(mr.lkey())
             .is_some_and(|e| e.pinned)
     };
-    measure_sizes(&mn, &manager, plan, &pinned, "fig1 MR/MW sizes")
+    measure_sizes(&mn, &manager, plan, type2, &pinned, "fig1 MR/MW sizes")
 }
 
 /// MR and MW at every size, on an in-process memory-node device whose own loopback QP posts
 /// the binds (as Patronus' manager does).
 fn sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
-    let costs = soft_sizes(plan)?;
+    let costs = soft_sizes(plan, false)?;
     println!(
         "{:>9} | {:>11} {:>11} {:>11} {:>11} {:>6} | {:>8} {:>8}",
         "size", "MR p50 µs", "reg µs", "dereg µs", "cold µs", "pinned", "MW p50", "MW p99"

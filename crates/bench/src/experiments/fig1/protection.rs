@@ -1,7 +1,8 @@
 //! The protection operations of Figure 1, timed one at a time, on any provider: MR
-//! registration + deregistration, a type-1 MW rebind, a QP access-flag change, and a QP
-//! recovery (reset + reconnect, i.e. a new handshake). The soft NIC's wrappers pick its
-//! devices.
+//! registration + deregistration, a type-1 MW rebind (and, where asked, a type-2 bind and its
+//! invalidation), a QP access-flag change, and a QP recovery (reset + reconnect, i.e. a new
+//! handshake). The soft NIC's wrappers pick its devices; `--provider rdma` passes contexts of
+//! an rdma-core device to the same functions.
 
 use super::endpoints::{MemoryNode, Requester, execute, last_accepted, memory_node, requester};
 use crate::harness::Latency;
@@ -9,8 +10,8 @@ use anyhow::{Result, anyhow, bail};
 use patronus_core::cluster::Transport;
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftProvider, TcpNode};
 use rnic::{
-    AccessFlags, BindInfo, Context, MemoryRegion, MwType, ProtectionDomain, Provider, QpState,
-    QueuePair, SendOp, SendWr,
+    AccessFlags, BindInfo, Context, MemoryRegion, MemoryWindow, MwType, ProtectionDomain, Provider,
+    QpState, QueuePair, SendOp, SendWr,
 };
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -29,6 +30,17 @@ pub(super) struct SizeCosts {
     pub(super) pinned: bool,
     /// Rebinding a type-1 window over the whole region.
     pub(super) mw: Latency,
+    /// A type-2 window, when measured.
+    pub(super) type2: Option<Type2Costs>,
+}
+
+/// A type-2 window over the whole region: bound on the manager's QP, then invalidated, so
+/// that the next bind finds it free (a bound type-2 window cannot be bound again).
+pub(super) struct Type2Costs {
+    /// post(BIND_MW) + poll of its completion, the window free before.
+    pub(super) bind: Latency,
+    /// post(LOCAL_INV) + poll of its completion.
+    pub(super) invalidate: Latency,
 }
 
 /// How much to measure at one size.
@@ -36,6 +48,8 @@ pub(super) struct SizePlan {
     pub(super) size: usize,
     pub(super) mr_reps: usize,
     pub(super) mw_iters: u64,
+    /// Also bind and invalidate a type-2 window `mw_iters` times.
+    pub(super) type2: bool,
 }
 
 /// Measures `plan.mr_reps` warm registrations and `plan.mw_iters` window binds over a
@@ -86,6 +100,17 @@ pub(super) fn mr_and_mw<P: Provider>(
         }
     }
     drop(mw); // unbinds before its region goes
+    let type2 = if plan.type2 {
+        Some(type2_binds(
+            manager,
+            mn,
+            &mr,
+            warmup + plan.mw_iters,
+            warmup,
+        )?)
+    } else {
+        None
+    };
     drop(mr);
     Ok(SizeCosts {
         size,
@@ -95,6 +120,7 @@ pub(super) fn mr_and_mw<P: Provider>(
         mr_cold_us: cold,
         pinned: all_pinned,
         mw: mw_lat,
+        type2,
     })
 }
 
@@ -122,6 +148,38 @@ fn bind_wr<'a, P: Provider>(i: u64, mw: &'a P::Mw, mr: &'a P::Mr) -> SendWr<'a, 
             },
         },
     }
+}
+
+/// `iters` binds of one type-2 window over `mr`, each followed by its invalidation (both
+/// timed, the first `warmup` of each dropped). The window ends free, so neither its
+/// deallocation nor the manager's QP waits for it.
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+fn type2_binds<P: Provider>(
+    manager: &Requester<P>,
+    mn: &MemoryNode<P>,
+    mr: &P::Mr,
+    iters: u64,
+    warmup: u64,
+) -> Result<Type2Costs> {
+    let mw = mn.pd.alloc_mw(MwType::Type2)?;
+    let (mut bind, mut invalidate) = (Latency::new(), Latency::new());
+    for i in 0..iters {
+        let t0 = Instant::now();
+        execute(manager, bind_wr::<P>(i, &mw, mr))?;
+        let bound = t0.elapsed();
+        let wr = SendWr {
+            wr_id: i,
+            signaled: true,
+            op: SendOp::LocalInvalidate { rkey: mw.rkey() },
+        };
+        let t1 = Instant::now();
+        execute(manager, wr)?;
+        if i >= warmup {
+            bind.record(bound);
+            invalidate.record(t1.elapsed());
+        }
+    }
+    Ok(Type2Costs { bind, invalidate })
 }
 
 /// `modify_access` on the responder QP of a connected RC pair (in-process device), alternating
