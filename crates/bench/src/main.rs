@@ -4,7 +4,7 @@
 //! experiment's flooder forges control traffic); `patronus` never compiles them.
 
 use clap::{Parser, ValueEnum};
-use patronus_bench::harness::BenchOpts;
+use patronus_bench::harness::{BenchOpts, ProviderChoice};
 use patronus_core::cluster::Transport;
 use patronus_core::manager::Isolation;
 
@@ -39,6 +39,24 @@ struct Cli {
     /// client's QP.
     #[arg(long, value_enum, default_value = "shared-pd")]
     isolation: IsolationArg,
+    /// The RNIC under Figure 1's protection operations (fig1 only): the software one, or an
+    /// rdma-core device (ConnectX, Soft-RoCE, ...), next to the software one's ratios.
+    #[arg(long, value_enum, default_value = "soft")]
+    provider: ProviderArg,
+    /// The device with `--provider rdma` (default: $PATRONUS_RDMA_DEVICE, else the first
+    /// device); its GID index comes from $PATRONUS_RDMA_GID when set.
+    #[arg(long)]
+    device: Option<String>,
+    /// Figure 1's largest region, MiB (default: 16 with --quick, else 256; 256 with
+    /// --provider rdma). Sizes run 4 KiB, 64 KiB, 1, 16, 64, 256 MiB up to it.
+    #[arg(long, value_name = "MIB")]
+    max_region_mib: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ProviderArg {
+    Soft,
+    Rdma,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -76,11 +94,21 @@ impl From<TransportArg> for Transport {
 /// Runs the suite; an error is one line on stderr (its causes joined by ": ") and exit code 1.
 fn main() {
     let cli = Cli::parse();
+    let provider = match cli.provider {
+        ProviderArg::Soft if cli.device.is_some() => {
+            eprintln!("error: --device names an RDMA device: it needs --provider rdma");
+            std::process::exit(2);
+        }
+        ProviderArg::Soft => ProviderChoice::Soft,
+        ProviderArg::Rdma => ProviderChoice::Rdma { device: cli.device },
+    };
     let opts = BenchOpts {
         quick: cli.quick,
         transport: cli.transport.into(),
         out: cli.out,
         isolation: cli.isolation.into(),
+        provider,
+        max_region: cli.max_region_mib.map(|m| m.saturating_mul(1 << 20)),
     };
     if let Err(e) = patronus_bench::suite::run(&cli.experiments, &opts) {
         eprintln!("error: {e:#}");

@@ -2,7 +2,9 @@
 //! `report.md`; at the end a compact comparison table is printed and added to the report.
 
 use crate::experiments;
-use crate::harness::{BenchOpts, Experiment, markdown_table, start_report, write_all, wrote_line};
+use crate::harness::{
+    BenchOpts, Experiment, ProviderChoice, markdown_table, start_report, write_all, wrote_line,
+};
 use anyhow::{Context as _, Result};
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -17,6 +19,7 @@ pub fn run(names: &[String], opts: &BenchOpts) -> Result<Vec<Experiment>> {
         names.to_vec()
     };
     experiments::check_isolation(&names, opts)?;
+    experiments::check_provider(&names, opts)?;
     std::fs::create_dir_all(&opts.out)
         .with_context(|| format!("creating {}", opts.out.display()))?;
     start_report(
@@ -38,7 +41,10 @@ pub fn run(names: &[String], opts: &BenchOpts) -> Result<Vec<Experiment>> {
     let summary = summary(&done);
     println!(
         "\n== Summary ({}, {:.0} s) ==\n{}",
-        opts.transport_name(),
+        match opts.provider {
+            ProviderChoice::Soft => opts.transport_name(),
+            ProviderChoice::Rdma { .. } => "rdma",
+        },
         started.elapsed().as_secs_f64(),
         console_summary(&done)
     );
@@ -66,6 +72,9 @@ fn preamble(opts: &BenchOpts, names: &[String]) -> Vec<String> {
         },
         "Where our numbers disagree with the paper, the section's checks and notes say why: the soft NIC's cost structure differs from a ConnectX-5 (no RNIC firmware, MR registration is page faulting and pinning in software, in-process one-sided operations run on the requester's thread, and the memory node shares 2 cores with the clients).".into(),
     ];
+    if let ProviderChoice::Rdma { .. } = opts.provider {
+        out.push("With `--provider rdma`, Figure 1's protection operations (MR registration, window binds, the QP access-flag change and recovery) run on an rdma-core device, and the software RNIC's beside them in the same run; compare ratios, not absolute times, on an emulated machine (docs/rdma.md, \"Figure 1 on rxe0\").".into());
+    }
     if opts.transport == patronus_core::cluster::Transport::Tcp {
         out.push("Over TCP every device has a NIC engine thread; with several devices, the client thread and the manager on a small machine, busy threads can hold cores for whole scheduler time slices, which shows as millisecond-scale control RPCs when it happens (see the latencies). Read this report as a check that everything runs over the TCP transport; compare mechanisms with the in-process report, or with the memory node in its own process on a larger machine (docs/evaluation.md).".into());
     }

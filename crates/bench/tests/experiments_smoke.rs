@@ -3,7 +3,7 @@
 //! show them.
 
 use patronus_bench::experiments::{self, fig1, fig8a, table5};
-use patronus_bench::harness::{BenchOpts, Experiment};
+use patronus_bench::harness::{BenchOpts, Experiment, ProviderChoice};
 use patronus_core::cluster::Transport;
 use std::path::PathBuf;
 
@@ -17,6 +17,8 @@ fn opts(name: &str, transport: Transport) -> BenchOpts {
         transport,
         out,
         isolation: patronus_core::manager::Isolation::SharedPd,
+        provider: ProviderChoice::Soft,
+        max_region: None,
     }
 }
 

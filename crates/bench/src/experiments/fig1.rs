@@ -6,20 +6,25 @@
 //! The protection operations are local NIC operations: they run on in-process devices
 //! whatever the transport; the transport option selects where QP recovery's handshake goes
 //! and adds a READ on that transport to the anchors.
+//!
+//! With `--provider rdma` the protection operations run on an rdma-core device instead
+//! (`rdma.rs`), through the same generic measurement code, with the soft NIC's beside them.
 
 mod anchors;
 mod endpoints;
 mod protection;
+mod rdma;
 
 use crate::harness::{
-    BenchOpts, Check, Experiment, Figure, Latency, Panel, PanelKind, PaperRef, Point, Ratio, Row,
-    Series, bar,
+    BenchOpts, Check, Experiment, Figure, Latency, Panel, PanelKind, PaperRef, Point,
+    ProviderChoice, Ratio, Row, Series, bar,
 };
 use anyhow::{Result, bail};
-use endpoints::{Requester, memory_node};
+use endpoints::{MemoryNode, Requester, memory_node};
 use patronus_core::cluster::Transport;
-use protection::SizeCosts;
-use rnic::soft::{SoftConfig, SoftFabric};
+use protection::{SizeCosts, SizePlan};
+use rnic::soft::{SoftConfig, SoftFabric, SoftProvider};
+use rnic::{MemoryRegion, Provider};
 use std::time::Instant;
 
 const KIB: usize = 1 << 10;
@@ -30,6 +35,15 @@ const MIB: usize = 1 << 20;
 const TARGET_READ_OVER_PINGPONG: f64 = 1.5;
 /// Target (`docs/benchmarks.md`): an in-process MW bind (posted and completed) within this.
 const TARGET_MW_BIND_US: f64 = 0.3;
+
+/// The paper's numbers for Figure 1's operations (ConnectX-5), µs: an MW bind (§1, §2.2,
+/// Figure 1), MR registration of 256 MiB ("~1 ms for 256 MB", §1, §2.1) and per 2 MiB (§3.1),
+/// a QP access-flag change (§2.1) and a QP recovery (§7.2.5, Table 5 "Recover QP").
+const PAPER_MW_BIND_US: f64 = 1.1;
+const PAPER_MR_256MIB_US: f64 = 1000.0;
+const PAPER_MR_PER_2MIB_US: f64 = 20.0;
+const PAPER_QP_FLAG_US: f64 = 100.0;
+const PAPER_QP_RECOVERY_US: f64 = 1004.0;
 
 /// How much of everything to measure.
 #[derive(Clone, Debug)]
@@ -46,7 +60,11 @@ struct Plan {
 impl Plan {
     fn for_opts(opts: &BenchOpts) -> Plan {
         let sizes = [4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB, 256 * MIB];
-        let largest = if opts.quick { 16 * MIB } else { 256 * MIB };
+        let largest = opts.max_region.unwrap_or(match opts.provider {
+            ProviderChoice::Rdma { .. } => 256 * MIB,
+            ProviderChoice::Soft if opts.quick => 16 * MIB,
+            ProviderChoice::Soft => 256 * MIB,
+        });
         Plan {
             sizes: sizes.into_iter().filter(|&s| s <= largest).collect(),
             mr_reps_small: if opts.quick { 100 } else { 400 },
@@ -69,9 +87,16 @@ impl Plan {
     }
 }
 
-/// Runs Figure 1 sized by `opts`.
+/// Runs Figure 1 sized by `opts`, on the provider it names.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
-    run_plan(opts, &Plan::for_opts(opts))
+    let plan = Plan::for_opts(opts);
+    if plan.sizes.is_empty() {
+        bail!("Figure 1's largest region is below its smallest size (4 KiB)");
+    }
+    match &opts.provider {
+        ProviderChoice::Soft => run_plan(opts, &plan),
+        ProviderChoice::Rdma { device } => rdma::run(opts, &plan, device.clone()),
+    }
 }
 
 /// Medians and tails of the non-size-dependent operations.
@@ -104,25 +129,50 @@ fn run_plan(opts: &BenchOpts, plan: &Plan) -> Result<Experiment> {
     Ok(exp)
 }
 
-/// MR and MW at every size, on an in-process memory-node device whose own loopback QP posts
-/// the binds (as Patronus' manager does).
-fn sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
-    let fabric = SoftFabric::new();
-    let mn = memory_node(fabric.open_device(SoftConfig::default()))?;
-    let manager = Requester::connect(&mn.ctx, &mn.pd, mn.address(), b"fig1")?;
-    let progress = bar(plan.sizes.len() as u64, "fig1 MR/MW sizes");
+/// MR and MW at every size of `plan` on `mn`, whose own loopback QP `manager` posts the binds
+/// (as Patronus' manager does); `type2` adds a type-2 window's bind and invalidation.
+fn measure_sizes<P: Provider>(
+    mn: &MemoryNode<P>,
+    manager: &Requester<P>,
+    plan: &Plan,
+    type2: bool,
+    pinned: &dyn Fn(&P::Mr) -> bool,
+    label: &str,
+) -> Result<Vec<SizeCosts>> {
+    let progress = bar(plan.sizes.len() as u64, label);
     let mut costs = Vec::new();
     for &size in &plan.sizes {
-        costs.push(protection::mr_and_mw(
-            &mn,
-            &manager,
+        let at = SizePlan {
             size,
-            plan.mr_reps(size),
-            plan.mw_iters,
-        )?);
+            mr_reps: plan.mr_reps(size),
+            mw_iters: plan.mw_iters,
+            type2,
+        };
+        costs.push(protection::mr_and_mw(mn, manager, &at, pinned)?);
         progress.inc(1);
     }
     progress.finish_and_clear();
+    Ok(costs)
+}
+
+/// MR and MW at every size on an in-process soft-NIC memory node.
+fn soft_sizes(plan: &Plan, type2: bool) -> Result<Vec<SizeCosts>> {
+    let fabric = SoftFabric::new();
+    let mn = memory_node::<SoftProvider>(fabric.open_device(SoftConfig::default()))?;
+    let manager = Requester::connect(&mn.ctx, &mn.pd, mn.address(), b"fig1")?;
+    let pinned = |mr: &<SoftProvider as Provider>::Mr| {
+        mn.ctx
+            .protection_table()
+            .mr(mr.lkey())
+            .is_some_and(|e| e.pinned)
+    };
+    measure_sizes(&mn, &manager, plan, type2, &pinned, "fig1 MR/MW sizes")
+}
+
+/// MR and MW at every size, on an in-process memory-node device whose own loopback QP posts
+/// the binds (as Patronus' manager does).
+fn sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
+    let costs = soft_sizes(plan, false)?;
     println!(
         "{:>9} | {:>11} {:>11} {:>11} {:>11} {:>6} | {:>8} {:>8}",
         "size", "MR p50 µs", "reg µs", "dereg µs", "cold µs", "pinned", "MW p50", "MW p99"
@@ -412,31 +462,31 @@ fn judge(exp: &mut Experiment, costs: &[SizeCosts], s: &Singles) -> Result<()> {
         paper(
             "MW bind median latency (4 KiB)",
             Some(first.mw.p50_us()),
-            1.1,
+            PAPER_MW_BIND_US,
             "§1, §2.2, Figure 1",
         ),
         paper(
             "MR registration, 256 MiB",
             at(256 * MIB).map(|c| c.mr.p50_us()),
-            1000.0,
+            PAPER_MR_256MIB_US,
             "§1, §2.1 (\"~1 ms for 256 MB\")",
         ),
         paper(
             &format!("MR registration per 2 MiB (from {big})"),
             Some(last.mr.p50_us() * (2 * MIB) as f64 / last.size as f64),
-            20.0,
+            PAPER_MR_PER_2MIB_US,
             "§3.1",
         ),
         paper(
             "QP access-flag change",
             Some(s.flag.p50_us()),
-            100.0,
+            PAPER_QP_FLAG_US,
             "§2.1",
         ),
         paper(
             "QP recovery (reset + reconnect)",
             Some(s.recovery.p50_us()),
-            1004.0,
+            PAPER_QP_RECOVERY_US,
             "§7.2.5, Table 5 (\"Recover QP\")",
         ),
     ];

@@ -22,7 +22,7 @@ pub mod redis;
 pub mod splits;
 pub mod table5;
 
-use crate::harness::{BenchOpts, Experiment};
+use crate::harness::{BenchOpts, Experiment, ProviderChoice};
 use anyhow::{Result, bail};
 use patronus_core::manager::Isolation;
 
@@ -71,6 +71,32 @@ pub fn check_isolation(names: &[String], opts: &BenchOpts) -> Result<()> {
     Ok(())
 }
 
+/// The experiments that run on an rdma-core device with `--provider rdma` (Figure 1's
+/// protection operations); every other one runs on the software RNIC only.
+pub const TAKE_PROVIDER: [&str; 1] = ["fig1"];
+
+/// Fails, before anything runs, if `opts` asks for an rdma-core device and one of `names`
+/// cannot run on it.
+pub fn check_provider(names: &[String], opts: &BenchOpts) -> Result<()> {
+    if opts.provider == ProviderChoice::Soft {
+        return Ok(());
+    }
+    let refused: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !TAKE_PROVIDER.contains(n))
+        .collect();
+    if !refused.is_empty() {
+        bail!(
+            "--provider {}: {} run only on the software RNIC (run them without --provider); the experiments that take it are {}",
+            opts.provider.name(),
+            refused.join(", "),
+            TAKE_PROVIDER.join(", "),
+        );
+    }
+    Ok(())
+}
+
 /// What the report says about an experiment's isolation mode.
 fn isolation_of(name: &str, opts: &BenchOpts) -> String {
     match name {
@@ -83,10 +109,11 @@ fn isolation_of(name: &str, opts: &BenchOpts) -> String {
     }
 }
 
-/// Runs the experiment called `name` (refusing an isolation mode it cannot run in) and
+/// Runs the experiment called `name` (refusing an isolation mode or provider it cannot run in) and
 /// records its isolation mode in the result.
 pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
     check_isolation(&[name.to_string()], opts)?;
+    check_provider(&[name.to_string()], opts)?;
     let mut exp = match name {
         "fig1" => fig1::run(opts),
         "fig5" => fig5::run(opts),

@@ -41,6 +41,35 @@ pub struct BenchOpts {
     /// ([`crate::experiments::TAKE_ISOLATION`]); the paper's figures use
     /// [`Isolation::SharedPd`], the others refuse anything else.
     pub isolation: Isolation,
+    /// The RNIC under the experiments' operations: the software one, or an rdma-core device
+    /// for Figure 1's protection operations (the only experiment that takes one).
+    pub provider: ProviderChoice,
+    /// Figure 1's largest region size in bytes; `None`: 16 MiB with `quick`, else 256 MiB, on
+    /// the software RNIC, and 256 MiB on an rdma-core device.
+    pub max_region: Option<usize>,
+}
+
+/// Which RNIC provider an experiment runs on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ProviderChoice {
+    /// The software RNIC (`rnic::soft`), in-process or over TCP.
+    #[default]
+    Soft,
+    /// An rdma-core device (`rnic-rdma`).
+    Rdma {
+        /// Its name (`ibv_devices`); `None`: `PATRONUS_RDMA_DEVICE`, else the first device.
+        device: Option<String>,
+    },
+}
+
+impl ProviderChoice {
+    /// "soft" or "rdma", as the command line spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProviderChoice::Soft => "soft",
+            ProviderChoice::Rdma { .. } => "rdma",
+        }
+    }
 }
 
 impl BenchOpts {

@@ -490,6 +490,8 @@ mod tests {
             transport: Transport::InProc,
             out: std::env::temp_dir(),
             isolation: patronus_core::manager::Isolation::SharedPd,
+            provider: crate::harness::ProviderChoice::Soft,
+            max_region: None,
         };
         let mut exp = Experiment::new("dos", "inproc", true);
         report(&mut exp, outcomes, Duration::from_millis(300), &opts);

@@ -8,6 +8,7 @@ use super::protection::device_pair;
 use crate::harness::Latency;
 use anyhow::{Context as _, Result, anyhow, bail};
 use patronus_core::cluster::Transport;
+use rnic::soft::SoftProvider;
 use rnic::{AccessFlags, Context, MemoryRegion, ProtectionDomain};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -111,10 +112,10 @@ fn relax(spins: u32) {
 #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
 pub(super) fn soft_read(transport: Transport, iters: u64) -> Result<Latency> {
     let (mn_ctx, cn_ctx, _fabric) = device_pair(transport)?;
-    let mn = memory_node(mn_ctx)?;
+    let mn = memory_node::<SoftProvider>(mn_ctx)?;
     let region = mn.ctx.alloc_buffer(4096)?;
     let mr = mn.pd.reg_mr(&region, 0, 4096, AccessFlags::REMOTE_READ)?;
-    let client = requester(&cn_ctx, mn.address())?;
+    let client = requester::<SoftProvider>(&cn_ctx, mn.address())?;
     let mut lat = Latency::new();
     let warmup = iters / 10;
     for i in 0..warmup + iters {

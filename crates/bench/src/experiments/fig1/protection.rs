@@ -1,15 +1,17 @@
-//! The protection operations of Figure 1, timed one at a time on the soft NIC: MR
-//! registration + deregistration, a type-1 MW rebind, a QP access-flag change, and a QP
-//! recovery (reset + reconnect, i.e. a new handshake).
+//! The protection operations of Figure 1, timed one at a time, on any provider: MR
+//! registration + deregistration, a type-1 MW rebind (and, where asked, a type-2 bind and its
+//! invalidation), a QP access-flag change, and a QP recovery (reset + reconnect, i.e. a new
+//! handshake). The soft NIC's wrappers pick its devices; `--provider rdma` passes contexts of
+//! an rdma-core device to the same functions.
 
 use super::endpoints::{MemoryNode, Requester, execute, last_accepted, memory_node, requester};
 use crate::harness::Latency;
 use anyhow::{Result, anyhow, bail};
 use patronus_core::cluster::Transport;
-use rnic::soft::{SoftConfig, SoftContext, SoftFabric, TcpNode};
+use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftProvider, TcpNode};
 use rnic::{
-    AccessFlags, BindInfo, Context, MemoryRegion, MwType, ProtectionDomain, QpState, QueuePair,
-    SendOp, SendWr,
+    AccessFlags, BindInfo, Context, MemoryRegion, MemoryWindow, MwType, ProtectionDomain, Provider,
+    QpState, QueuePair, SendOp, SendWr,
 };
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -23,35 +25,54 @@ pub(super) struct SizeCosts {
     pub(super) dereg: Latency,
     /// The first reg_mr + dereg of a freshly mapped buffer (its pages faulted in from scratch).
     pub(super) mr_cold_us: f64,
-    /// Whether every registration was mlocked (the memlock limit may refuse large ones).
+    /// Whether every registration was pinned (on the soft NIC the memlock limit may refuse
+    /// large ones).
     pub(super) pinned: bool,
+    /// Rebinding a type-1 window over the whole region.
     pub(super) mw: Latency,
+    /// A type-2 window, when measured.
+    pub(super) type2: Option<Type2Costs>,
 }
 
-/// Measures `mr_reps` warm registrations and `mw_iters` window binds over a `size`-byte
-/// buffer of `mn`; `manager` is the memory node's own loopback QP, which posts the binds
-/// (as Patronus' manager does).
+/// A type-2 window over the whole region: bound on the manager's QP, then invalidated, so
+/// that the next bind finds it free (a bound type-2 window cannot be bound again).
+pub(super) struct Type2Costs {
+    /// post(BIND_MW) + poll of its completion, the window free before.
+    pub(super) bind: Latency,
+    /// post(LOCAL_INV) + poll of its completion.
+    pub(super) invalidate: Latency,
+}
+
+/// How much to measure at one size.
+pub(super) struct SizePlan {
+    pub(super) size: usize,
+    pub(super) mr_reps: usize,
+    pub(super) mw_iters: u64,
+    /// Also bind and invalidate a type-2 window `mw_iters` times.
+    pub(super) type2: bool,
+}
+
+/// Measures `plan.mr_reps` warm registrations and `plan.mw_iters` window binds over a
+/// `plan.size`-byte buffer of `mn`; `manager` is the memory node's own loopback QP (on the
+/// memory node's PD), which posts the binds (as Patronus' manager does). `pinned` tells
+/// whether a registration pinned its pages.
 #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
-pub(super) fn mr_and_mw(
-    mn: &MemoryNode,
-    manager: &Requester,
-    size: usize,
-    mr_reps: usize,
-    mw_iters: u64,
+pub(super) fn mr_and_mw<P: Provider>(
+    mn: &MemoryNode<P>,
+    manager: &Requester<P>,
+    plan: &SizePlan,
+    pinned: &dyn Fn(&P::Mr) -> bool,
 ) -> Result<SizeCosts> {
+    let size = plan.size;
     let buf = mn.ctx.alloc_buffer(size)?;
     let flags = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL | AccessFlags::MW_BIND;
     let (mut mr_lat, mut reg_lat, mut dereg_lat) = (Latency::new(), Latency::new(), Latency::new());
-    let (mut cold, mut pinned) = (0.0, true);
-    for rep in 0..=mr_reps {
+    let (mut cold, mut all_pinned) = (0.0, true);
+    for rep in 0..=plan.mr_reps {
         let t0 = Instant::now();
         let mr = mn.pd.reg_mr(&buf, 0, size, flags)?;
         let reg = t0.elapsed();
-        pinned &= mn
-            .ctx
-            .protection_table()
-            .mr(mr.lkey())
-            .is_some_and(|e| e.pinned);
+        all_pinned &= pinned(&mr);
         let t1 = Instant::now();
         mr.deregister().map_err(|(_, e)| anyhow!("dereg_mr: {e}"))?;
         let dereg = t1.elapsed();
@@ -68,27 +89,10 @@ pub(super) fn mr_and_mw(
     // bind changes the binding; a sample is post(BIND_MW) + poll of its completion.
     let mr = mn.pd.reg_mr(&buf, 0, size, flags)?;
     let mw = mn.pd.alloc_mw(MwType::Type1)?;
-    let rights = [
-        AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
-        AccessFlags::REMOTE_READ,
-    ];
     let mut mw_lat = Latency::new();
-    let warmup = mw_iters / 10;
-    for i in 0..warmup + mw_iters {
-        let wr = SendWr {
-            wr_id: i,
-            signaled: true,
-            op: SendOp::BindMw {
-                mw: &mw,
-                bind: BindInfo {
-                    mr: Some(&mr),
-                    addr: buf.addr(),
-                    length: size as u64,
-                    access: rights[(i % 2) as usize],
-                    key: None,
-                },
-            },
-        };
+    let warmup = plan.mw_iters / 10;
+    for i in 0..warmup + plan.mw_iters {
+        let wr = bind_wr::<P>(i, &mw, &mr);
         let t0 = Instant::now();
         execute(manager, wr)?;
         if i >= warmup {
@@ -96,6 +100,17 @@ pub(super) fn mr_and_mw(
         }
     }
     drop(mw); // unbinds before its region goes
+    let type2 = if plan.type2 {
+        Some(type2_binds(
+            manager,
+            mn,
+            &mr,
+            warmup + plan.mw_iters,
+            warmup,
+        )?)
+    } else {
+        None
+    };
     drop(mr);
     Ok(SizeCosts {
         size,
@@ -103,18 +118,91 @@ pub(super) fn mr_and_mw(
         reg: reg_lat,
         dereg: dereg_lat,
         mr_cold_us: cold,
-        pinned,
+        pinned: all_pinned,
         mw: mw_lat,
+        type2,
     })
+}
+
+/// Rights a bind grants, alternating so that every bind changes the binding.
+const RIGHTS: [AccessFlags; 2] = [
+    AccessFlags::REMOTE_READ
+        .union(AccessFlags::REMOTE_WRITE)
+        .union(AccessFlags::REMOTE_ATOMIC),
+    AccessFlags::REMOTE_READ,
+];
+
+/// A signaled bind of `mw` over the whole of `mr`, with the device's choice of key byte.
+fn bind_wr<'a, P: Provider>(i: u64, mw: &'a P::Mw, mr: &'a P::Mr) -> SendWr<'a, P::Mw, P::Mr> {
+    SendWr {
+        wr_id: i,
+        signaled: true,
+        op: SendOp::BindMw {
+            mw,
+            bind: BindInfo {
+                mr: Some(mr),
+                addr: mr.addr(),
+                length: mr.len() as u64,
+                access: RIGHTS[(i % 2) as usize],
+                key: None,
+            },
+        },
+    }
+}
+
+/// `iters` binds of one type-2 window over `mr`, each followed by its invalidation (both
+/// timed, the first `warmup` of each dropped). The window ends free, so neither its
+/// deallocation nor the manager's QP waits for it.
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+fn type2_binds<P: Provider>(
+    manager: &Requester<P>,
+    mn: &MemoryNode<P>,
+    mr: &P::Mr,
+    iters: u64,
+    warmup: u64,
+) -> Result<Type2Costs> {
+    let mw = mn.pd.alloc_mw(MwType::Type2)?;
+    let (mut bind, mut invalidate) = (Latency::new(), Latency::new());
+    for i in 0..iters {
+        let t0 = Instant::now();
+        execute(manager, bind_wr::<P>(i, &mw, mr))?;
+        let bound = t0.elapsed();
+        let wr = SendWr {
+            wr_id: i,
+            signaled: true,
+            op: SendOp::LocalInvalidate { rkey: mw.rkey() },
+        };
+        let t1 = Instant::now();
+        execute(manager, wr)?;
+        if i >= warmup {
+            bind.record(bound);
+            invalidate.record(t1.elapsed());
+        }
+    }
+    Ok(Type2Costs { bind, invalidate })
 }
 
 /// `modify_access` on the responder QP of a connected RC pair (in-process device), alternating
 /// between full remote rights and read-only, as the QP-based protection flips a client's QP.
-#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
 pub(super) fn qp_flag_change(iters: u64) -> Result<Latency> {
     let fabric = SoftFabric::new();
-    let mn = memory_node(fabric.open_device(SoftConfig::default()))?;
-    let client = requester(&fabric.open_device(SoftConfig::default()), mn.address())?;
+    qp_flag_change_on::<SoftProvider>(
+        fabric.open_device(SoftConfig::default()),
+        &fabric.open_device(SoftConfig::default()),
+        iters,
+    )
+}
+
+/// `modify_access` on the responder QP of a connection from `cn_ctx` to a memory node on
+/// `mn_ctx`, alternating between full remote rights and read-only.
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+pub(super) fn qp_flag_change_on<P: Provider>(
+    mn_ctx: P::Context,
+    cn_ctx: &P::Context,
+    iters: u64,
+) -> Result<Latency> {
+    let mn = memory_node::<P>(mn_ctx)?;
+    let client = requester::<P>(cn_ctx, mn.address())?;
     let responder = last_accepted(&mn)?;
     let flags = [AccessFlags::REMOTE_READ, AccessFlags::REMOTE_ALL];
     let mut lat = Latency::new();
@@ -152,15 +240,22 @@ pub(super) fn device_pair(
 
 /// Reset + reconnect of a client's RC QP (a new connection handshake with the memory node),
 /// `iters` times, on `transport`; `tick` runs after each sample (a progress bar).
+pub(super) fn qp_recovery(transport: Transport, iters: u64, tick: impl FnMut()) -> Result<Latency> {
+    let (mn_ctx, cn_ctx, _fabric) = device_pair(transport)?;
+    qp_recovery_on::<SoftProvider>(mn_ctx, &cn_ctx, iters, tick)
+}
+
+/// Reset + reconnect of a client's RC QP on `cn_ctx` to a memory node on `mn_ctx`, `iters`
+/// times; `tick` runs after each sample.
 #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
-pub(super) fn qp_recovery(
-    transport: Transport,
+pub(super) fn qp_recovery_on<P: Provider>(
+    mn_ctx: P::Context,
+    cn_ctx: &P::Context,
     iters: u64,
     mut tick: impl FnMut(),
 ) -> Result<Latency> {
-    let (mn_ctx, cn_ctx, _fabric) = device_pair(transport)?;
-    let mn = memory_node(mn_ctx)?;
-    let client = requester(&cn_ctx, mn.address())?;
+    let mn = memory_node::<P>(mn_ctx)?;
+    let client = requester::<P>(cn_ctx, mn.address())?;
     let mut lat = Latency::new();
     let warmup = (iters / 10).min(20);
     for i in 0..warmup + iters {
