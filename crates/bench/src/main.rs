@@ -5,7 +5,7 @@
 
 use clap::{Parser, ValueEnum};
 use patronus_bench::harness::{BenchOpts, ProviderChoice};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;
 
 #[derive(Parser, Debug)]
@@ -27,7 +27,7 @@ struct Cli {
     /// Seconds per experiment instead of minutes (smoke-level sample counts).
     #[arg(long)]
     quick: bool,
-    /// Transport between clients and the memory node.
+    /// Link between clients and the memory node.
     #[arg(long, value_enum, default_value = "inproc")]
     transport: TransportArg,
     /// Output folder for the JSON, SVG figures and report.md.
@@ -82,11 +82,11 @@ enum TransportArg {
     Tcp,
 }
 
-impl From<TransportArg> for Transport {
+impl From<TransportArg> for Link {
     fn from(t: TransportArg) -> Self {
         match t {
-            TransportArg::Inproc => Transport::InProc,
-            TransportArg::Tcp => Transport::Tcp,
+            TransportArg::Inproc => Link::InProc,
+            TransportArg::Tcp => Link::Tcp,
         }
     }
 }

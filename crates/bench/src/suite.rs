@@ -58,7 +58,7 @@ pub fn run(names: &[String], opts: &BenchOpts) -> Result<Vec<Experiment>> {
 fn preamble(opts: &BenchOpts, names: &[String]) -> Vec<String> {
     let mut out = vec![
         format!(
-            "Experiments: {}. Transport: {}. Mode: {}. Machine: {} logical CPUs.",
+            "Experiments: {}. Link: {}. Mode: {}. Machine: {} logical CPUs.",
             names.join(", "),
             opts.transport_name(),
             if opts.quick { "quick (seconds per experiment; smoke-level sample counts)" } else { "full" },
@@ -75,7 +75,7 @@ fn preamble(opts: &BenchOpts, names: &[String]) -> Vec<String> {
     if let ProviderChoice::Rdma { .. } = opts.provider {
         out.push("With `--provider rdma`, Figure 1's protection operations (MR registration, window binds, the QP access-flag change and recovery) run on an rdma-core device, and the software RNIC's beside them in the same run; compare ratios, not absolute times, on an emulated machine (docs/rdma.md, \"Figure 1 on rxe0\").".into());
     }
-    if opts.transport == patronus_core::cluster::Transport::Tcp {
+    if opts.transport == patronus_core::cluster::Link::Tcp {
         out.push("Over TCP every device has a NIC engine thread; with several devices, the client thread and the manager on a small machine, busy threads can hold cores for whole scheduler time slices, which shows as millisecond-scale control RPCs when it happens (see the latencies). Read this report as a check that everything runs over the TCP transport; compare mechanisms with the in-process report, or with the memory node in its own process on a larger machine (docs/evaluation.md).".into());
     }
     out

@@ -9,7 +9,7 @@
 mod support;
 
 use patronus_bench::baseline::{BaselineClientConfig, BaselineError, BaselineMemory, Scheme};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::conformance;
 use patronus_ods::{MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
@@ -26,7 +26,7 @@ fn memory(bed: &Bed, scheme: Scheme) -> Mem {
     Mem::connect(&bed.dev, bed.node.address(), scheme, cfg).unwrap()
 }
 
-fn four_objects_in_one_call_each_with_its_own_right(t: Transport, scheme: Scheme) {
+fn four_objects_in_one_call_each_with_its_own_right(t: Link, scheme: Scheme) {
     let bed = bed(t, small(scheme == Scheme::Mr));
     let mut mem = memory(&bed, scheme);
     let mut other = memory(&bed, scheme);
@@ -115,7 +115,7 @@ fn four_objects_in_one_call_each_with_its_own_right(t: Transport, scheme: Scheme
 
 /// Batches beyond the easy case: pages, more ops than requests in flight, bad ops beside
 /// good ones, and (MR) the ops behind a refused one run once more, exactly once.
-fn batches_keep_order_and_run_each_op_once(t: Transport, scheme: Scheme) {
+fn batches_keep_order_and_run_each_op_once(t: Link, scheme: Scheme) {
     let bed = bed(t, small(scheme == Scheme::Mr));
     let mut mem = memory(&bed, scheme);
     let r = mem
@@ -221,7 +221,7 @@ macro_rules! every_scheme {
     (@t $m:ident, $t:ident, $($name:ident),*) => {
         mod $m {
             use patronus_bench::baseline::Scheme;
-            use patronus_core::cluster::Transport::$t;
+            use patronus_core::cluster::Link::$t;
             $(
                 mod $name {
                     use super::*;
@@ -243,11 +243,11 @@ every_scheme!(
 fn a_scheme_without_the_interface_is_refused_at_connect() {
     let cfg = BaselineClientConfig::default();
     // QP flags gate a whole QP, not a region.
-    let bed = bed(Transport::InProc, small(false));
+    let bed = bed(Link::InProc, small(false));
     let qp = Mem::connect(&bed.dev, bed.node.address(), Scheme::Qp, cfg);
     assert!(matches!(qp, Err(BaselineError::InvalidUse(_))));
     // An MR node has no whole-pool region for Unprot to use.
-    let bed = support::bed(Transport::InProc, small(true));
+    let bed = support::bed(Link::InProc, small(true));
     let unprot = Mem::connect(&bed.dev, bed.node.address(), Scheme::Unprot, cfg);
     assert!(matches!(unprot, Err(BaselineError::InvalidUse(_))));
 }

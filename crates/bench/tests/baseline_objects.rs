@@ -11,7 +11,7 @@ use patronus_bench::baseline::proto::MAX_PAYLOAD;
 use patronus_bench::baseline::{
     BaselineClient, BaselineConfig, BaselineError, BaselineReply, BaselineRequest, FailCode, Scheme,
 };
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::proto::messages::RootName;
 use rnic::soft::SoftProvider;
 use support::{bed, is_rejected, small};
@@ -25,7 +25,7 @@ fn failed<T: std::fmt::Debug>(r: Result<T, BaselineError>) -> FailCode {
     }
 }
 
-fn alloc_zeroes_reuses_and_reports_exhaustion(t: Transport) {
+fn alloc_zeroes_reuses_and_reports_exhaustion(t: Link) {
     let cfg = BaselineConfig {
         pool_bytes: 64 << 10,
         ..small(false)
@@ -71,7 +71,7 @@ fn alloc_zeroes_reuses_and_reports_exhaustion(t: Transport) {
     assert_eq!((s.objects_allocated, s.objects_freed), (6, 2));
 }
 
-fn bad_frees_are_refused_and_change_nothing(t: Transport) {
+fn bad_frees_are_refused_and_change_nothing(t: Link) {
     let bed = bed(t, small(false));
     let mut c = Client::connect(&bed.dev, bed.node.address(), Scheme::Rpc).unwrap();
     let (a, rkey) = c.alloc(256).unwrap();
@@ -87,7 +87,7 @@ fn bad_frees_are_refused_and_change_nothing(t: Transport) {
     assert_eq!(bed.node.stats().objects_freed, 1);
 }
 
-fn mr_alloc_registers_and_free_revokes_every_region(t: Transport) {
+fn mr_alloc_registers_and_free_revokes_every_region(t: Link) {
     let bed = bed(t, small(true));
     let (dev, at) = (&bed.dev, bed.node.address());
     let mut a = Client::connect(dev, at, Scheme::Mr).unwrap();
@@ -134,7 +134,7 @@ fn mr_alloc_registers_and_free_revokes_every_region(t: Transport) {
     assert!(is_rejected(&c.write(ro, x, b"nope")));
 }
 
-fn rpc_moves_pages_and_runs_atomics(t: Transport) {
+fn rpc_moves_pages_and_runs_atomics(t: Link) {
     let bed = bed(t, small(false));
     let mut c = Client::connect(&bed.dev, bed.node.address(), Scheme::Rpc).unwrap();
     let (a, _) = c.alloc(8192).unwrap();
@@ -192,7 +192,7 @@ fn rpc_moves_pages_and_runs_atomics(t: Transport) {
     assert_eq!(s.rpc_atomics, 3);
 }
 
-fn names_are_shared_by_every_client(t: Transport) {
+fn names_are_shared_by_every_client(t: Link) {
     let bed = bed(t, small(false));
     let mut a = Client::connect(&bed.dev, bed.node.address(), Scheme::Unprot).unwrap();
     let mut b = Client::connect(&bed.dev, bed.node.address(), Scheme::Rpc).unwrap();

@@ -4,10 +4,10 @@
 
 use patronus_bench::experiments::{self, fig1, fig8a, table5};
 use patronus_bench::harness::{BenchOpts, Experiment, ProviderChoice};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use std::path::PathBuf;
 
-fn opts(name: &str, transport: Transport) -> BenchOpts {
+fn opts(name: &str, transport: Link) -> BenchOpts {
     let out: PathBuf = std::env::temp_dir().join(format!(
         "patronus-bench-smoke-{name}-{}",
         std::process::id()
@@ -59,7 +59,7 @@ fn assert_structure(exp: &Experiment, name: &str, mechanisms: &[&str]) {
 
 #[test]
 fn fig1_structure() {
-    let exp = fig1::run(&opts("fig1", Transport::InProc)).expect("fig1 runs");
+    let exp = fig1::run(&opts("fig1", Link::InProc)).expect("fig1 runs");
     assert_structure(
         &exp,
         "fig1",
@@ -90,7 +90,7 @@ fn fig1_structure() {
 
 #[test]
 fn table5_structure() {
-    let exp = table5::run(&opts("table5", Transport::InProc)).expect("table5 runs");
+    let exp = table5::run(&opts("table5", Link::InProc)).expect("table5 runs");
     assert_structure(&exp, "table5", &["w/o spare QPs", "w/ spare QPs"]);
     for r in &exp.rows {
         assert!(r.get_f64("switch_p50_us").is_some());
@@ -100,7 +100,7 @@ fn table5_structure() {
 
 #[test]
 fn fig8a_structure() {
-    let exp = fig8a::run(&opts("fig8a", Transport::InProc)).expect("fig8a runs");
+    let exp = fig8a::run(&opts("fig8a", Link::InProc)).expect("fig8a runs");
     assert_structure(&exp, "fig8a", &["Patronus", "vanilla"]);
     for r in &exp.rows {
         for key in [
@@ -119,8 +119,8 @@ fn fig8a_structure() {
 
 #[test]
 fn isolation_structure() {
-    let exp = experiments::run("isolation", &opts("isolation", Transport::InProc))
-        .expect("isolation runs");
+    let exp =
+        experiments::run("isolation", &opts("isolation", Link::InProc)).expect("isolation runs");
     assert_structure(&exp, "isolation", &["shared-pd", "pd-per-client", "type2"]);
     // Each mode on both workloads, with its spread and its ratios to shared-pd.
     assert_eq!(exp.rows.len(), 6);
@@ -142,7 +142,7 @@ fn isolation_structure() {
 
 #[test]
 fn isolation_is_refused_where_not_taken() {
-    let mut o = opts("refused", Transport::InProc);
+    let mut o = opts("refused", Link::InProc);
     o.isolation = patronus_core::manager::Isolation::Type2;
     let e = experiments::run("fig7", &o).expect_err("fig7 runs only shared-pd");
     let msg = format!("{e:#}");
@@ -158,7 +158,7 @@ fn isolation_is_refused_where_not_taken() {
 #[ignore = "prints numbers; run by hand in release"]
 fn print_numbers() {
     let quick = std::env::var_os("BENCH_FULL").is_none();
-    for transport in [Transport::InProc, Transport::Tcp] {
+    for transport in [Link::InProc, Link::Tcp] {
         for (name, run) in [
             (
                 "fig1",

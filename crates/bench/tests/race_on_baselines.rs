@@ -6,12 +6,12 @@ mod support;
 
 use patronus_bench::baseline::{BaselineClientConfig, BaselineConfig, BaselineMemory, Scheme};
 use patronus_bench::kv::{KvWorkload, check_value};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{self, ClientOptions, RaceConfig};
 use rnic::soft::SoftProvider;
 use support::bed;
 
-fn updates_and_lookups_keep_every_key(t: Transport, scheme: Scheme) {
+fn updates_and_lookups_keep_every_key(t: Link, scheme: Scheme) {
     let b = bed(
         t,
         BaselineConfig {
@@ -57,21 +57,21 @@ mod inproc {
     use super::*;
     #[test]
     fn unprot() {
-        updates_and_lookups_keep_every_key(Transport::InProc, Scheme::Unprot)
+        updates_and_lookups_keep_every_key(Link::InProc, Scheme::Unprot)
     }
     #[test]
     fn mr() {
-        updates_and_lookups_keep_every_key(Transport::InProc, Scheme::Mr)
+        updates_and_lookups_keep_every_key(Link::InProc, Scheme::Mr)
     }
     #[test]
     fn rpc() {
-        updates_and_lookups_keep_every_key(Transport::InProc, Scheme::Rpc)
+        updates_and_lookups_keep_every_key(Link::InProc, Scheme::Rpc)
     }
 }
 
 /// Several clients' updates and lookups interleaved step by step (as the benchmark's driver
 /// does), then every key read back.
-fn interleaved_writers_keep_every_key(t: Transport, scheme: Scheme) {
+fn interleaved_writers_keep_every_key(t: Link, scheme: Scheme) {
     let b = bed(
         t,
         BaselineConfig {
@@ -162,17 +162,17 @@ mod interleaved {
     use super::*;
     #[test]
     fn unprot() {
-        interleaved_writers_keep_every_key(Transport::InProc, Scheme::Unprot)
+        interleaved_writers_keep_every_key(Link::InProc, Scheme::Unprot)
     }
     /// Found an update reporting its key absent (a reader's right over a freed block refused,
     /// the address reused for the same key: the slot word unchanged).
     #[test]
     fn mr() {
-        interleaved_writers_keep_every_key(Transport::InProc, Scheme::Mr)
+        interleaved_writers_keep_every_key(Link::InProc, Scheme::Mr)
     }
     #[test]
     fn rpc() {
-        interleaved_writers_keep_every_key(Transport::InProc, Scheme::Rpc)
+        interleaved_writers_keep_every_key(Link::InProc, Scheme::Rpc)
     }
     #[test]
     fn patronus() {
@@ -187,7 +187,7 @@ mod interleaved {
     fn on_patronus(opts: ClientOptions) {
         use patronus_core::cluster::EmbeddedCluster;
         let c = EmbeddedCluster::start(
-            Transport::InProc,
+            Link::InProc,
             rnic::soft::SoftConfig::default(),
             patronus_core::manager::NodeConfig::default(),
             patronus_core::client::ClientConfig::default(),

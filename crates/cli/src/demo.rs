@@ -2,7 +2,7 @@
 
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{ClientConfig, ClientError};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::SoftConfig;
@@ -13,7 +13,7 @@ fn step(n: usize, what: &str) {
 }
 
 #[allow(clippy::disallowed_methods)] // a demo driver waits on wall time for a lease to end
-pub fn run(transport: Transport) -> Result<()> {
+pub fn run(transport: Link) -> Result<()> {
     let node_cfg = NodeConfig {
         max_lifetime_us: 2_000_000,
         ..NodeConfig::default()

@@ -7,7 +7,7 @@ use crate::serve::{TenantArg, parse_tenant};
 use anyhow::{Context as _, Result, anyhow};
 use clap::{Args, Subcommand};
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_faas::apps::analysis::{self, Analysis, Employee};
 use patronus_faas::apps::image as image_chain;
@@ -92,7 +92,7 @@ impl Node {
                     ..NodeConfig::default()
                 };
                 let c = EmbeddedCluster::start(
-                    Transport::InProc,
+                    Link::InProc,
                     SoftConfig::default(),
                     node,
                     client.clone(),

@@ -13,7 +13,7 @@ mod serve;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -32,11 +32,11 @@ enum TransportArg {
     Tcp,
 }
 
-impl From<TransportArg> for Transport {
+impl From<TransportArg> for Link {
     fn from(t: TransportArg) -> Self {
         match t {
-            TransportArg::Inproc => Transport::InProc,
-            TransportArg::Tcp => Transport::Tcp,
+            TransportArg::Inproc => Link::InProc,
+            TransportArg::Tcp => Link::Tcp,
         }
     }
 }
@@ -55,7 +55,7 @@ enum Command {
     /// Start an embedded memory node and clients, walk through a permission's lifecycle
     /// (allocate, acquire, extend, revoke, expiry, a QP fault) and print what happened.
     Demo {
-        /// Transport between clients and the memory node.
+        /// Link between clients and the memory node.
         #[arg(long, value_enum, default_value = "inproc")]
         transport: TransportArg,
     },

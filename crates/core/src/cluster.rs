@@ -11,9 +11,9 @@ use rnic::Provider;
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftProvider, TcpNode};
 use std::net::SocketAddr;
 
-/// Which transport the cluster uses.
+/// How the cluster's software devices reach each other: in-process links or TCP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub enum Link {
     /// In-process links (the requester's thread runs the responder).
     InProc,
     /// TCP over loopback (memory node and clients still in this process).
@@ -63,7 +63,7 @@ pub enum ClusterError {
 impl EmbeddedCluster<SoftProvider> {
     /// Starts a memory node and `clients` clients on the software RNIC.
     pub fn start(
-        transport: Transport,
+        transport: Link,
         device: SoftConfig,
         node_cfg: NodeConfig,
         client_cfg: ClientConfig,
@@ -71,12 +71,12 @@ impl EmbeddedCluster<SoftProvider> {
     ) -> Result<Self, ClusterError> {
         let loopback: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 0));
         let (fabric, node_ctx) = match transport {
-            Transport::InProc => {
+            Link::InProc => {
                 let f = SoftFabric::new();
                 let ctx = f.open_device(device.clone());
                 (Some(f), ctx)
             }
-            Transport::Tcp => (None, TcpNode::open(device.clone(), loopback)?),
+            Link::Tcp => (None, TcpNode::open(device.clone(), loopback)?),
         };
         let mut cluster = EmbeddedCluster::start_on(
             |role| match role {
@@ -137,7 +137,7 @@ pub struct EmbeddedNodes {
     nodes: Vec<Option<(MemoryNode<SoftProvider>, SoftContext)>>,
     /// Where each node listened (kept after it stopped: connecting there fails).
     addresses: Vec<rnic::soft::SoftAddress>,
-    transport: Transport,
+    transport: Link,
     device: SoftConfig,
     /// Client devices opened so far (their seeds differ).
     opened: u64,
@@ -147,12 +147,12 @@ pub struct EmbeddedNodes {
 impl EmbeddedNodes {
     /// Starts `count` memory nodes with configuration `node_cfg`.
     pub fn start(
-        transport: Transport,
+        transport: Link,
         device: SoftConfig,
         node_cfg: NodeConfig,
         count: usize,
     ) -> Result<Self, ClusterError> {
-        let fabric = (transport == Transport::InProc).then(SoftFabric::new);
+        let fabric = (transport == Link::InProc).then(SoftFabric::new);
         let mut this = EmbeddedNodes {
             nodes: Vec::with_capacity(count),
             addresses: Vec::with_capacity(count),
@@ -182,7 +182,7 @@ impl EmbeddedNodes {
     }
 
     /// The transport.
-    pub fn transport(&self) -> Transport {
+    pub fn transport(&self) -> Link {
         self.transport
     }
 

@@ -15,14 +15,16 @@
 //! What an application needs is at the root: a [`Client`] (control channel plus data path)
 //! with its [`ClientConfig`], the [`Perm`]issions it holds with their [`Access`] and
 //! [`Mode`], [`Batch`]es of one-sided ops, and the errors; a [`MemoryNode`] with its
-//! [`NodeConfig`]; an [`EmbeddedCluster`] for tests and demos; a [`NodeSet`] over several
-//! memory nodes, with [`GlobalAddr`]esses ([`nodes`], `docs/multi-node.md`). The modules hold the rest:
+//! [`NodeConfig`]; a [`NodeSet`] over several memory nodes, with [`GlobalAddr`]esses
+//! ([`nodes`], `docs/multi-node.md`); with the feature `cluster`, an embedded cluster for
+//! tests, demos and benchmarks (`cluster`). The modules hold the rest:
 //! [`proto`] (wire formats), [`rpc`] (the control channel), [`manager`] (the policy core and
 //! the memory node's driver).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod client;
+#[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod manager;
 pub mod nic_check;
@@ -33,7 +35,8 @@ pub mod rpc;
 pub mod testing;
 
 pub use client::{Batch, Client, ClientConfig, ClientError, LongLease, OpResult, Perm};
-pub use cluster::{ClusterError, DeviceRole, EmbeddedCluster, Transport};
+#[cfg(feature = "cluster")]
+pub use cluster::{ClusterError, DeviceRole, EmbeddedCluster, Link};
 pub use manager::{
     Isolation, MemoryNode, NodeConfig, NodeError, NodeStats, TenantId, TenantSecret,
 };

@@ -15,7 +15,7 @@
 mod support;
 
 use patronus_core::client::{Client, ClientConfig, ClientError, Perm};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::RECENT_KEYS as RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, SlabConfig, TenantId, TenantSecret};
 use patronus_core::proto::connect::{Intent, Role};

@@ -7,7 +7,7 @@
 mod support;
 
 use patronus_core::client::{ClientConfig, ClientError, SwitchKind};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::{Isolation, NodeConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::WcStatus;

@@ -2,13 +2,13 @@
 mod support;
 
 use patronus_core::client::{ClientConfig, ClientError};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::SoftConfig;
 use std::time::Duration;
 
-fn lifecycle(t: Transport) {
+fn lifecycle(t: Link) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         ..crate::support::node_config()
@@ -65,17 +65,17 @@ fn lifecycle(t: Transport) {
 
 #[test]
 fn inproc_lifecycle() {
-    lifecycle(Transport::InProc);
+    lifecycle(Link::InProc);
 }
 
 #[test]
 fn tcp_lifecycle() {
-    lifecycle(Transport::Tcp);
+    lifecycle(Link::Tcp);
 }
 
 /// Request ids make retries idempotent: a retried (or replayed) request gets the reply the
 /// original got, and changes nothing more.
-fn retries_are_idempotent(t: Transport) {
+fn retries_are_idempotent(t: Link) {
     use patronus_core::proto::messages::{Reply, Request};
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
@@ -121,12 +121,12 @@ fn retries_are_idempotent(t: Transport) {
 
 #[test]
 fn inproc_retries_are_idempotent() {
-    retries_are_idempotent(Transport::InProc);
+    retries_are_idempotent(Link::InProc);
 }
 
 #[test]
 fn tcp_retries_are_idempotent() {
-    retries_are_idempotent(Transport::Tcp);
+    retries_are_idempotent(Link::Tcp);
 }
 
 /// A device without type-2 windows refuses the type-2 isolation mode at start, with a clear

@@ -8,13 +8,13 @@
 mod support;
 
 use patronus_core::client::ClientConfig;
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::SoftConfig;
 use std::time::Duration;
 
-fn waits_are_no_round_trips(t: Transport) {
+fn waits_are_no_round_trips(t: Link) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         ..crate::support::node_config()
@@ -65,10 +65,10 @@ fn waits_are_no_round_trips(t: Transport) {
 
 #[test]
 fn waits_are_no_round_trips_inproc() {
-    waits_are_no_round_trips(Transport::InProc);
+    waits_are_no_round_trips(Link::InProc);
 }
 
 #[test]
 fn waits_are_no_round_trips_tcp() {
-    waits_are_no_round_trips(Transport::Tcp);
+    waits_are_no_round_trips(Link::Tcp);
 }

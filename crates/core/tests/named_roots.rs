@@ -7,7 +7,7 @@
 mod support;
 
 use patronus_core::client::{Client, ClientConfig, ClientError};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::{Isolation, NAMES_PER_TENANT, NodeConfig, TenantSecret};
 use patronus_core::proto::messages::{Access, Mode};
 use std::time::Duration;

@@ -9,7 +9,7 @@
 mod support;
 
 use patronus_core::client::{ClientConfig, ClientError, OpResult};
-use patronus_core::cluster::{EmbeddedNodes, Transport};
+use patronus_core::cluster::{EmbeddedNodes, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::nodes::{GlobalAddr, NodeId, NodeSet, NodeSetConfig, NodeSetError};
 use patronus_core::proto::messages::{Access, Mode};
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 const LEASE: Duration = Duration::from_secs(30);
 
-fn nodes(t: Transport, count: usize) -> EmbeddedNodes {
+fn nodes(t: Link, count: usize) -> EmbeddedNodes {
     let cfg = NodeConfig {
         max_lifetime_us: 60_000_000,
         pool_bytes: 8 << 20,
@@ -40,7 +40,7 @@ fn live_objects(n: &EmbeddedNodes, i: u16) -> usize {
         .map_or(0, |o| o.live_objects)
 }
 
-fn objects_spread_and_hold_their_data(t: Transport) {
+fn objects_spread_and_hold_their_data(t: Link) {
     let mut n = nodes(t, 3);
     let mut set = connect(&mut n);
     let perms = set
@@ -113,7 +113,7 @@ fn objects_spread_and_hold_their_data(t: Transport) {
     }
 }
 
-fn an_rkey_is_valid_on_its_own_node_only(t: Transport) {
+fn an_rkey_is_valid_on_its_own_node_only(t: Link) {
     let mut n = nodes(t, 2);
     let mut set = connect(&mut n);
     let [mut mine, theirs]: [_; 2] = set
@@ -163,7 +163,7 @@ fn an_rkey_is_valid_on_its_own_node_only(t: Transport) {
     set.free(theirs).unwrap();
 }
 
-fn a_stopped_node_fails_its_permissions_and_the_others_go_on(t: Transport) {
+fn a_stopped_node_fails_its_permissions_and_the_others_go_on(t: Link) {
     let mut n = nodes(t, 3);
     let mut set = connect(&mut n);
     let perms = set.allocate_many(&[64; 4], LEASE, Mode::Shared).unwrap();
@@ -279,7 +279,7 @@ fn a_stopped_node_fails_its_permissions_and_the_others_go_on(t: Transport) {
 }
 
 /// A set whose every node is gone refuses allocations, naming the last node tried.
-fn with_every_node_gone_allocation_says_so(t: Transport) {
+fn with_every_node_gone_allocation_says_so(t: Link) {
     let mut n = nodes(t, 2);
     let mut set = connect(&mut n);
     n.stop(NodeId(0));
@@ -298,10 +298,10 @@ fn with_every_node_gone_allocation_says_so(t: Transport) {
 macro_rules! both_transports {
     ($($name:ident),* $(,)?) => {
         mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Transport::InProc) })*
+            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
         }
         mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Transport::Tcp) })*
+            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
         }
     };
 }

@@ -7,14 +7,14 @@
 mod support;
 
 use patronus_core::client::ClientConfig;
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::QpState;
 use rnic::soft::SoftConfig;
 use std::time::Duration;
 
-fn status_shows_what_lives(t: Transport) {
+fn status_shows_what_lives(t: Link) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         ..crate::support::node_config()
@@ -64,17 +64,17 @@ fn status_shows_what_lives(t: Transport) {
 
 #[test]
 fn status_shows_what_lives_inproc() {
-    status_shows_what_lives(Transport::InProc);
+    status_shows_what_lives(Link::InProc);
 }
 
 #[test]
 fn status_shows_what_lives_tcp() {
-    status_shows_what_lives(Transport::Tcp);
+    status_shows_what_lives(Link::Tcp);
 }
 
 /// [`MemoryNode::drain`]: new permissions are refused (overloaded), the live one works on and
 /// is revoked as usual, and the node then holds none.
-fn drain_refuses_new_permissions(t: Transport) {
+fn drain_refuses_new_permissions(t: Link) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         ..crate::support::node_config()
@@ -100,10 +100,10 @@ fn drain_refuses_new_permissions(t: Transport) {
 
 #[test]
 fn drain_refuses_new_permissions_inproc() {
-    drain_refuses_new_permissions(Transport::InProc);
+    drain_refuses_new_permissions(Link::InProc);
 }
 
 #[test]
 fn drain_refuses_new_permissions_tcp() {
-    drain_refuses_new_permissions(Transport::Tcp);
+    drain_refuses_new_permissions(Link::Tcp);
 }

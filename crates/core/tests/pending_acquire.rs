@@ -7,7 +7,7 @@
 mod support;
 
 use patronus_core::client::{Client, ClientConfig, ClientError, PendingAcquire, Perm};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode, Reply, Request};
 use rnic::soft::{SoftConfig, SoftProvider};
@@ -29,7 +29,7 @@ fn until_ended(c: &mut Client<SoftProvider>, p: &mut PendingAcquire) -> Result<P
 }
 
 #[allow(clippy::disallowed_methods)] // bounds on waits for another thread's work
-fn several_in_flight(t: Transport) {
+fn several_in_flight(t: Link) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         ..crate::support::node_config()
@@ -121,10 +121,10 @@ fn several_in_flight(t: Transport) {
 
 #[test]
 fn several_in_flight_inproc() {
-    several_in_flight(Transport::InProc);
+    several_in_flight(Link::InProc);
 }
 
 #[test]
 fn several_in_flight_tcp() {
-    several_in_flight(Transport::Tcp);
+    several_in_flight(Link::Tcp);
 }

@@ -9,7 +9,7 @@
 mod support;
 
 use patronus_core::client::{Client, ClientError, MAX_POSTED, Perm, PostedExtend};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;
 use patronus_core::proto::messages::Mode;
 use rnic::Provider;

@@ -7,7 +7,7 @@
 mod support;
 
 use patronus_core::client::{ClientConfig, ClientError};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::RECENT_KEYS as RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, NodeStats, SlabConfig};
 use patronus_core::proto::messages::{Access, Mode};
@@ -363,7 +363,7 @@ fn conflicting_acquire_waits_by_default<R: Rig>(t: R, iso: Isolation) {
 /// (a waiter is granted in the batch of the revoke); the NIC's +1 per bind made the new key the
 /// old one + 1. Now the key byte is drawn at random and never repeats one of the window's last
 /// [`RECENT`].
-fn shared_pd_key_bytes_are_unpredictable(t: Transport) {
+fn shared_pd_key_bytes_are_unpredictable(t: Link) {
     let node = NodeConfig {
         mw_count: 1, // one window: every grant is a handover of it
         shards: 1,   // (one window cannot be split between shards)
@@ -599,10 +599,10 @@ every_rig! {
 
 #[test]
 fn inproc_shared_pd_key_bytes_are_unpredictable() {
-    shared_pd_key_bytes_are_unpredictable(Transport::InProc);
+    shared_pd_key_bytes_are_unpredictable(Link::InProc);
 }
 
 #[test]
 fn tcp_shared_pd_key_bytes_are_unpredictable() {
-    shared_pd_key_bytes_are_unpredictable(Transport::Tcp);
+    shared_pd_key_bytes_are_unpredictable(Link::Tcp);
 }

@@ -7,7 +7,7 @@
 mod support;
 
 use patronus_core::client::{Client, ClientConfig, ClientError, MAX_OUTSTANDING_RPCS, Perm};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::{SoftConfig, SoftProvider};
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 const LEASE: Duration = Duration::from_secs(30);
 
-fn cluster(t: Transport) -> EmbeddedCluster {
+fn cluster(t: Link) -> EmbeddedCluster {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         ..crate::support::node_config()
@@ -32,7 +32,7 @@ fn live_permissions(c: &EmbeddedCluster) -> usize {
     c.node.fresh_stats().occupancy.unwrap().permissions
 }
 
-fn all_end(t: Transport) {
+fn all_end(t: Link) {
     let mut cl = cluster(t);
     let c = &mut cl.clients[0];
     let n = MAX_OUTSTANDING_RPCS as usize + 5;
@@ -63,15 +63,15 @@ fn all_end(t: Transport) {
 
 #[test]
 fn every_permission_ends_inproc() {
-    all_end(Transport::InProc);
+    all_end(Link::InProc);
 }
 
 #[test]
 fn every_permission_ends_tcp() {
-    all_end(Transport::Tcp);
+    all_end(Link::Tcp);
 }
 
-fn one_ended_already(t: Transport) {
+fn one_ended_already(t: Link) {
     let mut cl = cluster(t);
     let c = &mut cl.clients[0];
     let perms: Vec<Perm> = (0..4)
@@ -89,17 +89,17 @@ fn one_ended_already(t: Transport) {
 
 #[test]
 fn one_ended_already_inproc() {
-    one_ended_already(Transport::InProc);
+    one_ended_already(Link::InProc);
 }
 
 #[test]
 fn one_ended_already_tcp() {
-    one_ended_already(Transport::Tcp);
+    one_ended_already(Link::Tcp);
 }
 
 #[test]
 fn a_full_channel_still_ends_them() {
-    let mut cl = cluster(Transport::InProc);
+    let mut cl = cluster(Link::InProc);
     let c = &mut cl.clients[0];
     let object = c.allocate(64, LEASE, Mode::Shared).unwrap();
     let perms: Vec<Perm> = (0..4)

@@ -11,7 +11,7 @@ mod support;
 use support::{live_objects, live_permissions};
 
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::{NodeConfig, TenantSecret};
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_faas::apps::analysis::{self, Analysis, Employee};
@@ -40,7 +40,7 @@ fn as_tenant(t: TenantSecret) -> ClientConfig {
     }
 }
 
-fn cluster(t: Transport) -> EmbeddedCluster {
+fn cluster(t: Link) -> EmbeddedCluster {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         tenants: vec![TENANT_A, TENANT_B],
@@ -70,7 +70,7 @@ fn wait(rt: &Runtime) -> Done {
         .expect("an invocation did not finish in 30 s")
 }
 
-fn chains_analyse_the_table(t: Transport) {
+fn chains_analyse_the_table(t: Link) {
     let mut c = cluster(t);
     let mut setup = PatronusMemory::new(c.clients.remove(0));
     let loaded = analysis::employees(analysis::DEFAULT_RECORDS, 1, 7);
@@ -134,7 +134,7 @@ fn chains_analyse_the_table(t: Transport) {
     );
 }
 
-fn another_tenant_cannot_reach_the_table(t: Transport) {
+fn another_tenant_cannot_reach_the_table(t: Link) {
     let mut c = cluster(t);
     let mut setup = PatronusMemory::new(c.clients.remove(0));
     let table = analysis::create_table(&mut setup, 64, &analysis::employees(8, 1, 3)).unwrap();
@@ -169,7 +169,7 @@ fn another_tenant_cannot_reach_the_table(t: Transport) {
 /// A container holding another's rkey (a function that learned it somehow) gets nothing
 /// through it: the NIC refuses the access (the window is another client's), and the owner's
 /// right works on.
-fn another_container_s_rkey_is_refused_by_the_nic(t: Transport) {
+fn another_container_s_rkey_is_refused_by_the_nic(t: Link) {
     let mut c = cluster(t);
     let mut a = PatronusMemory::new(c.clients.remove(0));
     let table = analysis::create_table(&mut a, 64, &analysis::employees(8, 1, 3)).unwrap();
@@ -204,7 +204,7 @@ fn another_container_s_rkey_is_refused_by_the_nic(t: Transport) {
     b.free(own).unwrap();
 }
 
-fn bad_input_is_refused_and_changes_nothing(t: Transport) {
+fn bad_input_is_refused_and_changes_nothing(t: Link) {
     let mut c = cluster(t);
     let mut setup = PatronusMemory::new(c.clients.remove(0));
     let table = analysis::create_table(&mut setup, 64, &analysis::employees(8, 1, 3)).unwrap();

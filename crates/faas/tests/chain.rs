@@ -10,7 +10,7 @@ mod support;
 
 use support::{live_objects, live_permissions};
 
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_faas::{Chain, ChainCtx, Datum, FaasError, Function, Input, Invocation, run_chain};
@@ -47,7 +47,7 @@ fn chain() -> Chain<Mem> {
     }
 }
 
-fn several_inputs_in_order(t: Transport) {
+fn several_inputs_in_order(t: Link) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         ..NodeConfig::default()
@@ -154,7 +154,7 @@ fn not_handed(ctx: &mut ChainCtx<'_, Mem>, _p: Vec<u8>) -> Result<Vec<u8>, FaasE
     Ok(Vec::new())
 }
 
-fn outside_what_it_was_handed(t: Transport) {
+fn outside_what_it_was_handed(t: Link) {
     let mut c = EmbeddedCluster::start(
         t,
         SoftConfig::default(),

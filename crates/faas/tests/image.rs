@@ -9,7 +9,7 @@ mod support;
 use support::live_permissions;
 
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_faas::apps::image::{self, Thumbnailed};
 use patronus_faas::{FaasError, Runtime};
@@ -21,7 +21,7 @@ type Mem = PatronusMemory<SoftProvider>;
 
 const ROCKET: &[u8] = include_bytes!("../testdata/rocket.jpg");
 
-fn setup(t: Transport) -> (EmbeddedCluster, Mem, Runtime) {
+fn setup(t: Link) -> (EmbeddedCluster, Mem, Runtime) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         ..NodeConfig::default()
@@ -44,7 +44,7 @@ fn setup(t: Transport) -> (EmbeddedCluster, Mem, Runtime) {
     (c, mem, rt)
 }
 
-fn a_photograph_becomes_a_thumbnail(t: Transport) {
+fn a_photograph_becomes_a_thumbnail(t: Link) {
     let (c, mut mem, mut rt) = setup(t);
     let photo = image::upload(&mut mem, ROCKET).unwrap();
     let before = live_permissions(&c);
@@ -88,7 +88,7 @@ fn a_photograph_becomes_a_thumbnail(t: Transport) {
     );
 }
 
-fn what_is_no_image_is_refused(t: Transport) {
+fn what_is_no_image_is_refused(t: Link) {
     let (_c, mut mem, mut rt) = setup(t);
     let text = image::upload(&mut mem, b"this is not an image at all").unwrap();
     rt.submit("image", image::invocation(text, 128)).unwrap();

@@ -8,7 +8,7 @@
 mod support;
 
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::cluster::{EmbeddedNodes, Transport};
+use patronus_core::cluster::{EmbeddedNodes, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::nodes::{NodeId, NodeSet, NodeSetConfig};
 use patronus_core::proto::messages::{Access, Mode};
@@ -36,7 +36,7 @@ fn permissions(n: &EmbeddedNodes) -> Vec<usize> {
         .collect()
 }
 
-fn analysis_chains_run_over_several_nodes(t: Transport) {
+fn analysis_chains_run_over_several_nodes(t: Link) {
     let node = NodeConfig {
         max_lifetime_us: 60_000_000,
         pool_bytes: 16 << 20,

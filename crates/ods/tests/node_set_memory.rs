@@ -8,7 +8,7 @@ mod race_support;
 mod support;
 
 use patronus_core::client::ClientConfig;
-use patronus_core::cluster::{EmbeddedNodes, Transport};
+use patronus_core::cluster::{EmbeddedNodes, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::nodes::{NodeId, NodeSetConfig};
 use patronus_core::proto::messages::Mode;
@@ -25,7 +25,7 @@ type Mem = NodeSetMemory<SoftProvider>;
 const LEASE: Duration = Duration::from_millis(500);
 
 /// `count` memory nodes on a virtual clock (leases end only when a test moves time).
-fn nodes(t: Transport, count: usize) -> EmbeddedNodes {
+fn nodes(t: Link, count: usize) -> EmbeddedNodes {
     let device = SoftConfig {
         clock: VirtualClock::new(),
         seed: Some(11),
@@ -55,7 +55,7 @@ fn live_objects(n: &EmbeddedNodes, i: u16) -> usize {
         .map_or(0, |o| o.live_objects)
 }
 
-fn the_contract_holds_across_nodes(t: Transport) {
+fn the_contract_holds_across_nodes(t: Link) {
     let mut n = nodes(t, 3);
     let (mut mem, mut other) = (memory(&mut n), memory(&mut n));
     let sizes = [4096, 4096, 64, 64];
@@ -81,7 +81,7 @@ fn the_contract_holds_across_nodes(t: Transport) {
     assert!(matches!(r, Err(MemError::Invalid(_))), "{r:?}");
 }
 
-fn a_race_table_spreads_over_the_nodes(t: Transport) {
+fn a_race_table_spreads_over_the_nodes(t: Link) {
     let mut n = nodes(t, 3);
     let mut mem = memory(&mut n);
     let root = race::create(&mut mem, small(LockMode::Lease)).unwrap();
@@ -131,7 +131,7 @@ fn a_race_table_spreads_over_the_nodes(t: Transport) {
     }
 }
 
-fn a_queue_links_segments_on_every_node(t: Transport) {
+fn a_queue_links_segments_on_every_node(t: Link) {
     let mut n = nodes(t, 3);
     let mut mem = memory(&mut n);
     let config = QueueConfig {

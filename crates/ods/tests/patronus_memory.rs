@@ -4,7 +4,7 @@
 
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::Mode;
 use patronus_ods::conformance;
@@ -14,7 +14,7 @@ use support::bed;
 
 const LEASE: Duration = Duration::from_millis(500);
 
-fn four_objects_in_one_call_each_with_its_own_right(t: Transport) {
+fn four_objects_in_one_call_each_with_its_own_right(t: Link) {
     let (_bed, mut mems) = bed(t, 2, NodeConfig::default(), Default::default());
     let mut other = mems.pop().unwrap();
     let mut mem = mems.pop().unwrap();

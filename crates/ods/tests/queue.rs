@@ -6,7 +6,7 @@
 mod queue_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::Mode;
 use patronus_ods::queue::{Queue, QueueConfig, QueueError, QueueOptions, QueueStats};
@@ -48,7 +48,7 @@ fn total(qs: &[Queue<Mem>]) -> QueueStats {
     s
 }
 
-fn empty_queue_pops_none_and_items_come_back_in_order(t: Transport) {
+fn empty_queue_pops_none_and_items_come_back_in_order(t: Link) {
     let (_bed, mems) = bed(t, 1, NodeConfig::default(), Default::default());
     let config = QueueConfig {
         entries: 4,
@@ -88,7 +88,7 @@ fn empty_queue_pops_none_and_items_come_back_in_order(t: Transport) {
     ));
 }
 
-fn interleaved_clients_get_every_item_once_in_order(t: Transport) {
+fn interleaved_clients_get_every_item_once_in_order(t: Link) {
     let (bed, mems) = bed(t, 5, NodeConfig::default(), Default::default());
     let config = QueueConfig {
         entries: 8,
@@ -131,7 +131,7 @@ fn interleaved_clients_get_every_item_once_in_order(t: Transport) {
     assert!(per_item < 12.0, "{per_item}");
 }
 
-fn threads_get_every_item_once(t: Transport) {
+fn threads_get_every_item_once(t: Link) {
     const PRODUCERS: usize = 3;
     const ITEMS: u32 = 100;
     let (_bed, mems) = bed(t, 5, NodeConfig::default(), Default::default());
@@ -199,7 +199,7 @@ fn threads_get_every_item_once(t: Transport) {
     assert!(count.values().all(|&n| n == 1), "no item popped twice");
 }
 
-fn drained_segments_are_freed(t: Transport) {
+fn drained_segments_are_freed(t: Link) {
     let (bed, mems) = bed(t, 2, NodeConfig::default(), Default::default());
     let config = QueueConfig {
         entries: 8,
@@ -229,7 +229,7 @@ fn drained_segments_are_freed(t: Transport) {
     assert_eq!(qs[1].stats().segments_freed, 5);
 }
 
-fn permission_operations_per_segment(t: Transport) {
+fn permission_operations_per_segment(t: Link) {
     let (_bed, mems) = bed(t, 3, NodeConfig::default(), Default::default());
     let config = QueueConfig {
         entries: 8,

@@ -6,7 +6,7 @@
 mod queue_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::{NodeConfig, SlabConfig};
 use patronus_ods::PatronusMemory;
 use patronus_ods::queue::{
@@ -105,7 +105,7 @@ fn pop_to_end(op: &mut PopOp, q: &mut Queue<Mem>) -> Option<Item> {
     panic!("the pop did not finish");
 }
 
-fn crashed_producer_slot_is_skipped_after_its_lease(t: Transport) {
+fn crashed_producer_slot_is_skipped_after_its_lease(t: Link) {
     let (bed, mems) = bed(t, 3, NodeConfig::default(), Default::default());
     let opts = options();
     let mut qs = queues(mems, opts);
@@ -164,7 +164,7 @@ fn crashed_producer_slot_is_skipped_after_its_lease(t: Transport) {
     assert_eq!(pop_item(c), None);
 }
 
-fn delayed_consumer_is_rejected_and_recovers(t: Transport) {
+fn delayed_consumer_is_rejected_and_recovers(t: Link) {
     let (_bed, mems) = bed(t, 3, reusing_node(), Default::default());
     let mut qs = queues(mems, options());
     let [p, late, c] = &mut qs[..] else {
@@ -203,7 +203,7 @@ fn delayed_consumer_is_rejected_and_recovers(t: Transport) {
     assert_eq!(pop_item(c), None);
 }
 
-fn delayed_producer_is_refused_and_leaves_reused_memory_alone(t: Transport) {
+fn delayed_producer_is_refused_and_leaves_reused_memory_alone(t: Link) {
     let (_bed, mems) = bed(t, 3, reusing_node(), Default::default());
     let mut qs = queues(mems, options());
     let [d, p, c] = &mut qs[..] else {
@@ -258,7 +258,7 @@ fn delayed_producer_is_refused_and_leaves_reused_memory_alone(t: Transport) {
     assert_eq!(c.stats().waits, 0, "no hole in a reused segment");
 }
 
-fn stalled_producer_outlives_its_segment(t: Transport) {
+fn stalled_producer_outlives_its_segment(t: Link) {
     let (bed, mems) = bed(t, 3, reusing_node(), Default::default());
     let opts = options();
     let mut qs = queues(mems, opts);
@@ -324,7 +324,7 @@ fn stalled_producer_outlives_its_segment(t: Transport) {
     assert_eq!(pop_item(c), None);
 }
 
-fn unknown_outcomes_are_settled_by_reading(t: Transport) {
+fn unknown_outcomes_are_settled_by_reading(t: Link) {
     let (bed, mems) = bed(t, 5, NodeConfig::default(), Default::default());
     let mems: Vec<_> = mems
         .into_iter()

@@ -4,11 +4,11 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{self, LockMode, RaceError};
 use race_support::{bed, key, opts, small, value};
 
-fn operations_and_splits_on_one_client(t: Transport) {
+fn operations_and_splits_on_one_client(t: Link) {
     let (_bed, mut mems) = bed(t, 1);
     let mem = &mut mems[0];
     let root = race::create(mem, small(LockMode::Lease)).unwrap();
@@ -50,7 +50,7 @@ fn operations_and_splits_on_one_client(t: Transport) {
     ));
 }
 
-fn the_table_fills_up_at_its_maximum_depth(t: Transport) {
+fn the_table_fills_up_at_its_maximum_depth(t: Link) {
     let (_bed, mut mems) = bed(t, 1);
     let mem = &mut mems[0];
     let cfg = race::RaceConfig {

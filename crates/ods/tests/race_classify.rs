@@ -8,7 +8,7 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{self, Insert, LockMode, Phase, RaceConfig, TableClient};
 use race_support::faulty::Faulty;
 use race_support::{Mem, bed, key, opts, settle, value};
@@ -69,7 +69,7 @@ fn all_there(t: &mut TableClient<FMem>, mem: &mut FMem, keys: &[u64]) {
 
 /// Answers come a poll after the acquires start (a node a round trip away): the resizer
 /// starts as many as its bound allows before any answer, and never more.
-fn a_resizer_keeps_a_bounded_number_of_acquires_in_flight(t: Transport) {
+fn a_resizer_keeps_a_bounded_number_of_acquires_in_flight(t: Link) {
     let (_bed, mems) = bed(t, 1);
     let mut rm = Faulty::new(mems.into_iter().next().unwrap());
     let root = race::create(&mut rm, wide()).unwrap();
@@ -96,7 +96,7 @@ fn a_resizer_keeps_a_bounded_number_of_acquires_in_flight(t: Transport) {
 /// the first READs of blocks are refused (their rights ended on the way, as on a loaded
 /// machine): the entry whose block the node says is freed is dropped, the ones whose READs
 /// were refused are acquired again and kept.
-fn only_not_found_drops_an_entry_during_a_pipelined_classification(t: Transport) {
+fn only_not_found_drops_an_entry_during_a_pipelined_classification(t: Link) {
     let (_bed, mems) = bed(t, 1);
     let mut rm = Faulty::new(mems.into_iter().next().unwrap());
     let root = race::create(&mut rm, wide()).unwrap();

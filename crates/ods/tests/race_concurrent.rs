@@ -7,7 +7,7 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{
     self, ClientOptions, Delete, Insert, LockMode, Lookup, RaceError, TableClient, Update,
 };
@@ -61,7 +61,7 @@ fn check_against_model(
 }
 
 /// `ops` operations of 6 logical clients (3 on each of 2 memories) over `keys` keys.
-fn interleave(t: Transport, lock: LockMode, seed: u64, ops: u64, keys: u64) {
+fn interleave(t: Link, lock: LockMode, seed: u64, ops: u64, keys: u64) {
     let (_bed, mut mems) = bed(t, 2);
     let root = race::create(&mut mems[0], small(lock)).unwrap();
     let mut clients: Vec<Logical> = (0..6)
@@ -203,17 +203,17 @@ fn interleave(t: Transport, lock: LockMode, seed: u64, ops: u64, keys: u64) {
     check_against_model(&mut c.table, &mut mems[c.mem], &model, keys);
 }
 
-fn interleaved_clients_keep_the_table_consistent(t: Transport) {
+fn interleaved_clients_keep_the_table_consistent(t: Link) {
     interleave(t, LockMode::Lease, 1, 700, 120);
 }
 
-fn interleaved_clients_with_lock_words(t: Transport) {
+fn interleaved_clients_with_lock_words(t: Link) {
     interleave(t, LockMode::Word, 2, 500, 100);
 }
 
 /// More seeds in-process (cheap there): few keys (much contention), many keys (many splits).
-fn more_interleavings(t: Transport) {
-    if t == Transport::InProc {
+fn more_interleavings(t: Link) {
+    if t == Link::InProc {
         interleave(t, LockMode::Lease, 3, 1000, 40);
         interleave(t, LockMode::Lease, 4, 1500, 300);
         interleave(t, LockMode::Word, 5, 1000, 150);
@@ -222,7 +222,7 @@ fn more_interleavings(t: Transport) {
 
 /// Three threads, each with its own client and keys, inserting, updating, deleting and
 /// reading at once while the table splits under them.
-fn threads_keep_the_table_consistent(t: Transport) {
+fn threads_keep_the_table_consistent(t: Link) {
     let (_bed, mut mems) = bed(t, 3);
     let root = race::create(&mut mems[0], small(LockMode::Lease)).unwrap();
     let o = ClientOptions {
@@ -275,14 +275,14 @@ fn threads_keep_the_table_consistent(t: Transport) {
 
 /// Four logical clients insert the same key at once (for several keys): exactly one insert
 /// of each succeeds, the others find the key, and the table holds the winner's value once.
-fn concurrent_inserts_of_one_key_leave_one_entry(t: Transport) {
+fn concurrent_inserts_of_one_key_leave_one_entry(t: Link) {
     let (_bed, mut mems) = bed(t, 2);
     let root = race::create(&mut mems[0], small(LockMode::Lease)).unwrap();
     let mut clients: Vec<(usize, TableClient<Mem>)> = (0..4)
         .map(|i| (i % 2, race::open(&mut mems[i % 2], root, opts()).unwrap()))
         .collect();
     let mut rng = Rng::new(5);
-    let keys = if t == Transport::InProc { 30 } else { 8 };
+    let keys = if t == Link::InProc { 30 } else { 8 };
     let mut winners = HashMap::new();
     for k in 0..keys {
         // Each client inserts its own value: value(k, client).

@@ -9,11 +9,11 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{self, ClientOptions, RaceConfig};
 use race_support::{bed, key, value};
 
-fn costs_per_operation_match_section_6_1(t: Transport) {
+fn costs_per_operation_match_section_6_1(t: Link) {
     let (_bed, mut mems) = bed(t, 2);
     let (a, rest) = mems.split_first_mut().unwrap();
     let b = &mut rest[0];

@@ -9,7 +9,7 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_ods::race::{self, Insert, LockMode, Lookup, RaceConfig, Stage, TableClient, Update};
 use patronus_ods::{MemError, RemoteMemory};
@@ -62,7 +62,7 @@ fn reuse(d: &mut TableClient<Mem>, mem: &mut Mem, x: u64) -> u64 {
     panic!("block {x:#x} was never reused");
 }
 
-fn before_reuse_a_delayed_reader_sees_at_most_the_same_key(t: Transport) {
+fn before_reuse_a_delayed_reader_sees_at_most_the_same_key(t: Link) {
     let (_bed, mut mems) = bed(t, 3);
     let (a, rest) = mems.split_first_mut().unwrap();
     let (b, rest) = rest.split_first_mut().unwrap();
@@ -104,7 +104,7 @@ fn before_reuse_a_delayed_reader_sees_at_most_the_same_key(t: Transport) {
     let _ = b.relinquish(raw);
 }
 
-fn after_reuse_a_delayed_reader_is_refused_and_retries(t: Transport) {
+fn after_reuse_a_delayed_reader_is_refused_and_retries(t: Link) {
     let (_bed, mut mems) = reusing_bed(t, 4);
     let (a, rest) = mems.split_first_mut().unwrap();
     let (b, rest) = rest.split_first_mut().unwrap();
@@ -147,7 +147,7 @@ fn after_reuse_a_delayed_reader_is_refused_and_retries(t: Transport) {
     assert_eq!(ta.get(a, &key(1)).unwrap(), Some(value(1, 2)));
 }
 
-fn a_delayed_updater_never_frees_or_changes_a_reused_block(t: Transport) {
+fn a_delayed_updater_never_frees_or_changes_a_reused_block(t: Link) {
     let (_bed, mut mems) = reusing_bed(t, 4);
     let (a, rest) = mems.split_first_mut().unwrap();
     let (u, rest) = rest.split_first_mut().unwrap();
@@ -192,7 +192,7 @@ fn a_delayed_updater_never_frees_or_changes_a_reused_block(t: Transport) {
 /// by a later write of the *same* key, so the slot holds the very same word again (ABA): the
 /// kept right is refused (the address was reused), and the reader acquires the address again
 /// and finds the key — it does not take the slot for a stale copy and report the key absent.
-fn a_reader_whose_kept_right_is_refused_finds_its_key_rewritten_at_the_same_address(t: Transport) {
+fn a_reader_whose_kept_right_is_refused_finds_its_key_rewritten_at_the_same_address(t: Link) {
     let (_bed, mut mems) = reusing_bed(t, 3);
     let (a, rest) = mems.split_first_mut().unwrap();
     let (b, rest) = rest.split_first_mut().unwrap();

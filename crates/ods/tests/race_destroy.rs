@@ -5,7 +5,7 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{self, Insert, LockMode, Phase, RaceError};
 use patronus_ods::{MemError, NamedRoots};
 use race_support::{Mem, bed, key, opts, small, value};
@@ -15,7 +15,7 @@ fn pool_in_use(bed: &support::Bed) -> u64 {
     bed.cluster.node.fresh_stats().pool_bytes_in_use
 }
 
-fn named_tables_and_destroy_frees_everything(t: Transport) {
+fn named_tables_and_destroy_frees_everything(t: Link) {
     let (bed, mut mems) = bed(t, 2);
     let (a, rest) = mems.split_first_mut().unwrap();
     let b = &mut rest[0];
@@ -72,7 +72,7 @@ fn named_tables_and_destroy_frees_everything(t: Transport) {
 }
 
 /// A client's spare blocks are freed when it closes, even once their leases ran out.
-fn close_frees_spares_whose_leases_ran_out(t: Transport) {
+fn close_frees_spares_whose_leases_ran_out(t: Link) {
     let (bed, mut mems) = bed(t, 1);
     let mem = &mut mems[0];
     let before = pool_in_use(&bed);
@@ -105,7 +105,7 @@ fn stop_a_split(r: &mut race::TableClient<Mem>, mem: &mut Mem, phase: Phase) -> 
     panic!("no split reached {phase:?}");
 }
 
-fn destroy_finishes_an_abandoned_split_and_refuses_a_held_lock(t: Transport) {
+fn destroy_finishes_an_abandoned_split_and_refuses_a_held_lock(t: Link) {
     let (bed, mut mems) = bed(t, 2);
     let (rm, rest) = mems.split_first_mut().unwrap();
     let dm = &mut rest[0];

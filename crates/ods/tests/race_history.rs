@@ -20,7 +20,7 @@ mod support;
 
 use lincheck::kv::{self, Op as KvOp, Outcome as KvOutcome};
 use lincheck::{Budget, Ticket};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{
     self, Delete, Insert, LockMode, Lookup, RaceConfig, RaceError, TableClient, Update,
 };
@@ -43,7 +43,7 @@ fn tiny(lock: LockMode) -> RaceConfig {
 /// What a workload does.
 #[derive(Clone, Copy, Debug)]
 struct Workload {
-    transport: Transport,
+    transport: Link,
     lock: LockMode,
     seed: u64,
     /// Logical clients, each on its own connection.
@@ -422,7 +422,7 @@ fn run(mut w: Workload) -> Totals {
     totals
 }
 
-fn workload(transport: Transport, lock: LockMode, seed: u64, ops: u64) -> Workload {
+fn workload(transport: Link, lock: LockMode, seed: u64, ops: u64) -> Workload {
     Workload {
         transport,
         lock,
@@ -443,8 +443,8 @@ const INPROC_OPS: u64 = 5_500;
 /// Operations per run over TCP (each costs milliseconds of control round trips).
 const TCP_OPS: u64 = 800;
 
-fn no_faults(t: Transport) {
-    let ops = if t == Transport::InProc {
+fn no_faults(t: Link) {
+    let ops = if t == Link::InProc {
         INPROC_OPS
     } else {
         TCP_OPS
@@ -455,8 +455,8 @@ fn no_faults(t: Transport) {
 
 /// Block READs refused on the way, with lock words. Fails on the code before issue 25's
 /// second fix (a refused verifying READ undid a right CAS: a deleted key came back).
-fn refused_reads_with_lock_words(t: Transport) {
-    let ops = if t == Transport::InProc {
+fn refused_reads_with_lock_words(t: Link) {
+    let ops = if t == Link::InProc {
         INPROC_OPS
     } else {
         TCP_OPS
@@ -469,8 +469,8 @@ fn refused_reads_with_lock_words(t: Transport) {
 }
 
 /// Clients frozen past their leases (others take over their splits) and refused READs.
-fn frozen_clients_and_refused_reads(t: Transport) {
-    let ops = if t == Transport::InProc {
+fn frozen_clients_and_refused_reads(t: Link) {
+    let ops = if t == Link::InProc {
         INPROC_OPS
     } else {
         TCP_OPS
@@ -486,15 +486,15 @@ fn frozen_clients_and_refused_reads(t: Transport) {
 /// Crashing clients (with a lease lock: a crashed resizer's word would stall its subtable
 /// for good). Few crashes: each leaves an operation of unknown outcome, which the checker
 /// must place anywhere after its invocation or nowhere.
-fn crashing_clients(t: Transport) {
-    let ops = if t == Transport::InProc {
+fn crashing_clients(t: Link) {
+    let ops = if t == Link::InProc {
         INPROC_OPS
     } else {
         TCP_OPS
     };
     let tot = run(Workload {
         refuse: 0.02,
-        crash: if t == Transport::InProc { 0.002 } else { 0.006 },
+        crash: if t == Link::InProc { 0.002 } else { 0.006 },
         ..workload(t, LockMode::Lease, 3, ops)
     });
     assert!(tot.crashes > 0, "{tot:?}");
@@ -510,7 +510,7 @@ fn frozen_resizer_with_a_lock_word_and_refused_reads() {
     run(Workload {
         refuse: 0.05,
         freeze: 0.002,
-        ..workload(Transport::InProc, LockMode::Word, 2, 7_000)
+        ..workload(Link::InProc, LockMode::Word, 2, 7_000)
     });
 }
 
@@ -546,7 +546,7 @@ fn soak() {
             refuse: 0.03,
             freeze: 0.001,
             crash: if lease { 0.001 } else { 0.0 },
-            ..workload(Transport::InProc, lock, seed, 10_000.min(total - done))
+            ..workload(Link::InProc, lock, seed, 10_000.min(total - done))
         });
         done += tot.ops;
         seed += 1;

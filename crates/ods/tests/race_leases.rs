@@ -7,13 +7,13 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::MemError;
 use patronus_ods::race::{self, LockMode, RaceError};
 use race_support::faulty::Faulty;
 use race_support::{bed, key, opts, small, value};
 
-fn rights_that_end_before_their_first_access_are_acquired_again(t: Transport) {
+fn rights_that_end_before_their_first_access_are_acquired_again(t: Link) {
     let (bed, mems) = bed(t, 1);
     let mut mem = Faulty::new(mems.into_iter().next().unwrap());
     let in_use = || bed.cluster.node.fresh_stats().pool_bytes_in_use;

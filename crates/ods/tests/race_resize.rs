@@ -7,7 +7,7 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{self, Insert, LockMode, Phase, RaceError, Stage, TableClient};
 use race_support::faulty::Faulty;
 use race_support::{Mem, bed, key, opts, small, value};
@@ -62,7 +62,7 @@ fn stays_waiting(op: &mut Insert<Mem>, t: &mut TableClient<Mem>, mem: &mut Mem, 
     );
 }
 
-fn a_stopped_resizer_blocks_writers_only_until_its_lease_ends(t: Transport) {
+fn a_stopped_resizer_blocks_writers_only_until_its_lease_ends(t: Link) {
     let (bed, mut mems) = bed(t, 2);
     let (rm, rest) = mems.split_first_mut().unwrap();
     let wm = &mut rest[0];
@@ -80,8 +80,8 @@ fn a_stopped_resizer_blocks_writers_only_until_its_lease_ends(t: Transport) {
     ];
     // Control requests cost milliseconds over the test bed's TCP: a few points there.
     let points: Vec<_> = match t {
-        Transport::InProc => all.to_vec(),
-        Transport::Tcp => vec![all[1], all[5], all[7]],
+        Link::InProc => all.to_vec(),
+        Link::Tcp => vec![all[1], all[5], all[7]],
     };
     let more = 30;
     for (n, (phase, extra)) in points.into_iter().enumerate() {
@@ -149,7 +149,7 @@ fn a_stopped_resizer_blocks_writers_only_until_its_lease_ends(t: Transport) {
     }
 }
 
-fn a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good(t: Transport) {
+fn a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good(t: Link) {
     let (bed, mut mems) = bed(t, 2);
     let (rm, rest) = mems.split_first_mut().unwrap();
     let wm = &mut rest[0];
@@ -179,7 +179,7 @@ fn a_stopped_resizer_holding_a_lock_word_stalls_writers_for_good(t: Transport) {
 /// A resizer that is only slow: its lock's lease ends mid-split, another client finishes the
 /// split, and when the slow one resumes it stops without another write (its next step finds
 /// the lease over) and its insert completes in the split table.
-fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Transport) {
+fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Link) {
     let (bed, mut mems) = bed(t, 2);
     let (rm, rest) = mems.split_first_mut().unwrap();
     let wm = &mut rest[0];
@@ -216,7 +216,7 @@ fn a_slow_resizer_whose_lease_ended_stops_and_resumes_safely(t: Transport) {
 
 /// The key class a stopped split reports names exactly the writers it holds up: inserts of
 /// keys in it wait, every other insert completes (splitting other subtables as it needs).
-fn a_stopped_splits_key_class_names_the_writers_it_holds_up(t: Transport) {
+fn a_stopped_splits_key_class_names_the_writers_it_holds_up(t: Link) {
     let (_bed, mut mems) = bed(t, 2);
     let (rm, rest) = mems.split_first_mut().unwrap();
     let wm = &mut rest[0];
@@ -251,7 +251,7 @@ fn a_stopped_splits_key_class_names_the_writers_it_holds_up(t: Transport) {
 /// A resizer's rights over the blocks it classifies are short (`read_lease`): when they end
 /// before it reads the blocks (a slow resizer), it acquires them again — it never takes a block
 /// it could not read for a freed one and drops its entry.
-fn a_resizer_whose_block_rights_ended_reads_them_again(t: Transport) {
+fn a_resizer_whose_block_rights_ended_reads_them_again(t: Link) {
     let (bed, mut mems) = bed(t, 2);
     let (rm, rest) = mems.split_first_mut().unwrap();
     let wm = &mut rest[0];
@@ -279,7 +279,7 @@ fn a_resizer_whose_block_rights_ended_reads_them_again(t: Transport) {
 /// With a lock word, the right over the lock object (the word is written through it) is
 /// renewed with the split rights: a resizer that keeps stepping while time passes, more than
 /// its split lease in all, finishes its split itself.
-fn a_resizer_with_a_lock_word_keeps_its_lock_right_alive(t: Transport) {
+fn a_resizer_with_a_lock_word_keeps_its_lock_right_alive(t: Link) {
     let (bed, mut mems) = bed(t, 1);
     let rm = &mut mems[0];
     let o = opts();
@@ -305,7 +305,7 @@ fn a_resizer_with_a_lock_word_keeps_its_lock_right_alive(t: Transport) {
 /// With a lock word, a resizer that is only slow — every right of its split ran out, the
 /// right over the lock object too — stops when it resumes and gives the word back (through a
 /// new right: the word is still its own), so the split gets finished; until then writers wait.
-fn a_slow_resizer_gives_its_lock_word_back(t: Transport) {
+fn a_slow_resizer_gives_its_lock_word_back(t: Link) {
     let (bed, mut mems) = bed(t, 2);
     let (rm, rest) = mems.split_first_mut().unwrap();
     let wm = &mut rest[0];
@@ -339,7 +339,7 @@ fn a_slow_resizer_gives_its_lock_word_back(t: Transport) {
 /// a split its resizer left once two lock leases passed, however few polls that was. Failed
 /// before: the try came only every `takeover_after` polls — on a loaded machine a minute
 /// while the lock was free and every writer of the subtable waited.
-fn a_waiting_writer_tries_a_stopped_splits_lock_after_a_time_not_only_polls(t: Transport) {
+fn a_waiting_writer_tries_a_stopped_splits_lock_after_a_time_not_only_polls(t: Link) {
     let (bed, mut mems) = bed(t, 2);
     let (rm, rest) = mems.split_first_mut().unwrap();
     let wm = &mut rest[0];
@@ -380,7 +380,7 @@ fn a_waiting_writer_tries_a_stopped_splits_lock_after_a_time_not_only_polls(t: T
 /// A writer waiting on a live split only tries its lock, never waits for it: with Patronus, a
 /// waiting exclusive acquire makes the node refuse the holder's extensions, and a live split
 /// would be taken from its resizer. The resizer then finishes its own split.
-fn a_waiting_writer_only_tries_a_live_splits_lock(t: Transport) {
+fn a_waiting_writer_only_tries_a_live_splits_lock(t: Link) {
     let (_bed, mems) = bed(t, 2);
     let mut mems = mems.into_iter();
     let (mut rm, mut wm) = (mems.next().unwrap(), Faulty::new(mems.next().unwrap()));

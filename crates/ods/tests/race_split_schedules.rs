@@ -14,7 +14,7 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{
     self, Delete, Insert, KeyClass, LockMode, Lookup, Phase, RaceError, Split, SplitOutcome, Stage,
     TableClient, Update,
@@ -337,7 +337,7 @@ enum Points {
     Sampled,
 }
 
-fn explore(t: Transport, lock: LockMode, refuse: usize, stop: bool, points: Points) {
+fn explore(t: Link, lock: LockMode, refuse: usize, stop: bool, points: Points) {
     let (bed, mems) = bed(t, 2);
     let mut it = mems.into_iter();
     let mut c = Clients {
@@ -384,14 +384,14 @@ fn explore(t: Transport, lock: LockMode, refuse: usize, stop: bool, points: Poin
 }
 
 /// Every operation step in-process; a few over TCP (milliseconds per control request).
-fn points(t: Transport) -> Points {
+fn points(t: Link) -> Points {
     match t {
-        Transport::InProc => Points::Phases,
-        Transport::Tcp => Points::Sampled,
+        Link::InProc => Points::Phases,
+        Link::Tcp => Points::Sampled,
     }
 }
 
-fn every_operation_against_every_split_phase(t: Transport) {
+fn every_operation_against_every_split_phase(t: Link) {
     explore(t, LockMode::Lease, 0, false, points(t));
     explore(t, LockMode::Word, 0, false, points(t));
 }
@@ -400,7 +400,7 @@ fn every_operation_against_every_split_phase(t: Transport) {
 /// never a wrong answer. Fails on the code before issue 25's fix: a reader whose READ was
 /// refused while the split had frozen the key's slot took the live entry for a leftover
 /// copy, so a lookup answered absent and an insert linked a second entry of a present key.
-fn a_block_read_refused_during_a_split_loses_nothing(t: Transport) {
+fn a_block_read_refused_during_a_split_loses_nothing(t: Link) {
     explore(t, LockMode::Lease, 1, false, points(t));
     explore(t, LockMode::Word, 1, false, points(t));
 }
@@ -408,13 +408,13 @@ fn a_block_read_refused_during_a_split_loses_nothing(t: Transport) {
 /// Block READs refused again and again (a loaded machine): the reader acquires again with
 /// longer leases and answers right. Fails before the fix even without a split: after three
 /// refusals the key's entry was taken for another key's.
-fn block_reads_refused_again_and_again_lose_nothing(t: Transport) {
+fn block_reads_refused_again_and_again_lose_nothing(t: Link) {
     explore(t, LockMode::Lease, 5, false, points(t));
 }
 
 /// A resizer that stops at any phase: the operation's client finishes its split (or, for a
 /// lookup, a third client does).
-fn a_resizer_stopped_at_any_phase_loses_nothing(t: Transport) {
+fn a_resizer_stopped_at_any_phase_loses_nothing(t: Link) {
     explore(t, LockMode::Lease, 0, true, points(t));
 }
 
@@ -423,7 +423,7 @@ fn a_resizer_stopped_at_any_phase_loses_nothing(t: Transport) {
 /// that entry back out before it links the key in T'. Fails on the code before the fix: the
 /// insert linked the key in T' and left its first entry in T for good (the audit's
 /// `unclaimed`), its block linked twice.
-fn an_insert_that_landed_after_a_split_takes_its_entry_back(t: Transport, lock: LockMode) {
+fn an_insert_that_landed_after_a_split_takes_its_entry_back(t: Link, lock: LockMode) {
     let (_bed, mems) = bed(t, 2);
     let mut it = mems.into_iter();
     let mut c = Clients {
@@ -495,7 +495,7 @@ fn an_insert_that_landed_after_a_split_takes_its_entry_back(t: Transport, lock: 
 
 #[test]
 fn an_insert_landing_after_a_split_takes_its_entry_back() {
-    for t in [Transport::InProc, Transport::Tcp] {
+    for t in [Link::InProc, Link::Tcp] {
         for lock in [LockMode::Lease, LockMode::Word] {
             an_insert_that_landed_after_a_split_takes_its_entry_back(t, lock);
         }
@@ -526,7 +526,7 @@ fn step_until(
 /// resumes T's split in `Thawing`. It must not thaw T' again: that thawed the slots T''s own
 /// split had frozen, whose classification then missed them, and their keys were lost at its
 /// flip. Fails on the code before the fix (the lost keys of race_history's lock-word run).
-fn a_resumed_thaw_leaves_the_new_halfs_own_split_alone(t: Transport) {
+fn a_resumed_thaw_leaves_the_new_halfs_own_split_alone(t: Link) {
     let lock = LockMode::Word;
     let (bed, mems) = bed(t, 4);
     let mut it = mems.into_iter().map(Faulty::new);
@@ -626,7 +626,7 @@ fn a_resumed_thaw_leaves_the_new_halfs_own_split_alone(t: Transport) {
 
 #[test]
 fn a_resumed_thaw_leaves_the_new_half_alone() {
-    for t in [Transport::InProc, Transport::Tcp] {
+    for t in [Link::InProc, Link::Tcp] {
         a_resumed_thaw_leaves_the_new_halfs_own_split_alone(t);
     }
 }
@@ -634,7 +634,7 @@ fn a_resumed_thaw_leaves_the_new_half_alone() {
 // Over TCP every control request costs milliseconds: the refused-READ exploration (which
 // runs every schedule as without faults but for one refusal) stands for the rest there.
 mod inproc {
-    use patronus_core::cluster::Transport::InProc;
+    use patronus_core::cluster::Link::InProc;
     #[test]
     fn every_operation_against_every_split_phase() {
         super::every_operation_against_every_split_phase(InProc)
@@ -657,7 +657,7 @@ mod tcp {
     #[test]
     fn a_block_read_refused_during_a_split_loses_nothing() {
         super::explore(
-            patronus_core::cluster::Transport::Tcp,
+            patronus_core::cluster::Link::Tcp,
             super::LockMode::Lease,
             1,
             false,
@@ -670,7 +670,7 @@ mod tcp {
 #[test]
 #[ignore = "minutes; run by the soak command in the README"]
 fn every_operation_against_every_split_step() {
-    let t = Transport::InProc;
+    let t = Link::InProc;
     for lock in [LockMode::Lease, LockMode::Word] {
         for refuse in [0, 1, 5] {
             explore(t, lock, refuse, false, Points::Every);

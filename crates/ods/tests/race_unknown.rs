@@ -7,7 +7,7 @@
 mod race_support;
 mod support;
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_ods::race::{self, Delete, Insert, LockMode, RaceConfig, Stage, TableClient, Update};
 use race_support::faulty::{CasFault, Faulty};
 use race_support::{Mem, bed, key, opts, run, small, value};
@@ -46,7 +46,7 @@ fn clean(t: &mut TableClient<F>, mem: &mut F, keys: u64) {
     assert_eq!(audit.keys, keys, "{audit:?}");
 }
 
-fn each_operation_resolves_an_unknown_cas_by_reading(t: Transport) {
+fn each_operation_resolves_an_unknown_cas_by_reading(t: Link) {
     let (_bed, mems) = bed(t, 1);
     let mut mem = Faulty::new(mems.into_iter().next().unwrap());
     let root = race::create(&mut mem, roomy()).unwrap();
@@ -109,7 +109,7 @@ fn each_operation_resolves_an_unknown_cas_by_reading(t: Transport) {
 /// The update's CAS ran and its answer was lost; before the client reads the slot, another
 /// client updates the key again (and frees this client's block). The update counts as done
 /// just before the other one; nobody's live block is freed.
-fn an_unknown_outcome_overtaken_by_another_client(t: Transport) {
+fn an_unknown_outcome_overtaken_by_another_client(t: Link) {
     let (_bed, mems) = bed(t, 2);
     let mut mems = mems.into_iter();
     let mut mem = Faulty::new(mems.next().unwrap());

@@ -23,7 +23,7 @@ use crate::harness::{
 };
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::Client;
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::{
     Isolation, MemoryNode, NodeConfig, NodeStats, Scrub, SlabConfig, Techniques,
 };
@@ -391,7 +391,7 @@ struct LiveMemory {
 
 /// Grows `n` live 64 B allocations on a node sized for them.
 #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
-fn live_memory(transport: Transport, n: usize) -> Result<LiveMemory> {
+fn live_memory(transport: Link, n: usize) -> Result<LiveMemory> {
     let per_slab = objects_per_slab(LIVE_SIZE);
     let slabs = n.div_ceil(per_slab) as u64 + 1;
     let mw_count = u32::try_from(n + 1024).context("too many live permissions")?;

@@ -13,7 +13,7 @@
 use crate::harness::{Latency, Row, bar};
 use anyhow::{Context as _, Result, anyhow};
 use patronus_core::client::{Client, ClientStats};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rnic::CompletionChannel;
@@ -35,16 +35,16 @@ pub const CLIENT_THREADS: usize = 1;
 /// The devices of one run.
 #[derive(Debug)]
 pub struct Rig {
-    transport: Transport,
+    transport: Link,
     fabric: Option<SoftFabric>,
 }
 
 impl Rig {
     /// A rig on `transport` (in-process: one fabric for every device).
-    pub fn new(transport: Transport) -> Self {
+    pub fn new(transport: Link) -> Self {
         Rig {
             transport,
-            fabric: matches!(transport, Transport::InProc).then(SoftFabric::new),
+            fabric: matches!(transport, Link::InProc).then(SoftFabric::new),
         }
     }
 
@@ -68,7 +68,7 @@ impl Rig {
     }
 
     /// The transport every device of this rig uses.
-    pub fn transport(&self) -> Transport {
+    pub fn transport(&self) -> Link {
         self.transport
     }
 }

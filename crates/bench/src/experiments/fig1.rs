@@ -21,7 +21,7 @@ use crate::harness::{
 };
 use anyhow::{Result, bail};
 use endpoints::{MemoryNode, Requester, memory_node};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use protection::{SizeCosts, SizePlan};
 use rnic::soft::{SoftConfig, SoftFabric, SoftProvider};
 use rnic::{MemoryRegion, Provider};
@@ -193,15 +193,15 @@ fn sizes(plan: &Plan) -> Result<Vec<SizeCosts>> {
     Ok(costs)
 }
 
-fn singles(transport: Transport, plan: &Plan) -> Result<Singles> {
+fn singles(transport: Link, plan: &Plan) -> Result<Singles> {
     let flag = protection::qp_flag_change(plan.flag_iters)?;
     let progress = bar(plan.recovery_iters, "fig1 QP recovery");
     let recovery = protection::qp_recovery(transport, plan.recovery_iters, || progress.inc(1))?;
     progress.finish_and_clear();
     let pingpong = anchors::tcp_pingpong(plan.anchor_iters)?;
-    let read_tcp = anchors::soft_read(Transport::Tcp, plan.anchor_iters)?;
+    let read_tcp = anchors::soft_read(Link::Tcp, plan.anchor_iters)?;
     let read_other = match transport {
-        Transport::Tcp => None,
+        Link::Tcp => None,
         other => Some(anchors::soft_read(other, plan.anchor_iters)?),
     };
     let ucx = anchors::ucx(plan.anchor_iters);

@@ -22,7 +22,7 @@ use super::patronus_rig::PatronusRig;
 use crate::harness::{BenchOpts, Experiment, Latency};
 use anyhow::{Context as _, Result, anyhow};
 use patronus_core::client::{Client, ClientConfig, ClientStats};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::NodeConfig;
 use patronus_ods::PatronusMemory;
 use patronus_ods::race::{self, Audit, ClientOptions, RaceConfig, RaceError, SplitTime};
@@ -58,8 +58,8 @@ fn plan(opts: &BenchOpts) -> Plan {
             inserts: 3_000,
             // Over TCP a quick run is a smoke test (a control round trip costs ~0.5 ms here).
             budget: match opts.transport {
-                Transport::InProc => Duration::from_millis(1_000),
-                Transport::Tcp => Duration::from_millis(500),
+                Link::InProc => Duration::from_millis(1_000),
+                Link::Tcp => Duration::from_millis(500),
             },
         }
     } else {

@@ -192,7 +192,7 @@ fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
     let holds = fraction <= 0.25;
     let why_not = match opts.transport {
         _ if holds => String::new(),
-        patronus_core::cluster::Transport::InProc => {
+        patronus_core::cluster::Link::InProc => {
             format!(
                 "; in-process a reconnect is a function call on the soft NIC (no firmware, no \
                  network handshake): recovering without a spare took {:.2}× as long as \
@@ -201,7 +201,7 @@ fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
                 wo / w.max(1e-9)
             )
         }
-        patronus_core::cluster::Transport::Tcp => {
+        patronus_core::cluster::Link::Tcp => {
             "; over TCP a reconnect is a real TCP handshake plus the CM exchange, yet on this \
              loopback it was not slow enough to dominate the interruption"
                 .into()
@@ -265,13 +265,13 @@ fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
             SPARE_WAIT.as_secs()
         ),
         match opts.transport {
-            patronus_core::cluster::Transport::InProc => {
+            patronus_core::cluster::Link::InProc => {
                 "In-process, a reconnect is a function call on the soft NIC (no firmware, no \
                  network handshake); the paper's gap between the configurations comes from \
                  RNIC firmware state transitions."
                     .into()
             }
-            patronus_core::cluster::Transport::Tcp => {
+            patronus_core::cluster::Link::Tcp => {
                 "Over TCP, a reconnect opens a new TCP connection (SYN/SYN-ACK/ACK on loopback) \
                  and runs the CM exchange on it."
                     .to_string()

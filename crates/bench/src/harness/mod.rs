@@ -24,7 +24,7 @@ pub use result::{
     Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };
 
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;
 use std::path::PathBuf;
 
@@ -33,8 +33,8 @@ use std::path::PathBuf;
 pub struct BenchOpts {
     /// Seconds, not minutes: CI smoke runs and the README's main job.
     pub quick: bool,
-    /// Transport between clients and the memory node.
-    pub transport: Transport,
+    /// Link between clients and the memory node.
+    pub transport: Link,
     /// Output folder for JSON, SVG and `report.md`.
     pub out: PathBuf,
     /// How the memory node isolates clients in the experiments that take it
@@ -76,8 +76,8 @@ impl BenchOpts {
     /// "inproc" or "tcp".
     pub fn transport_name(&self) -> &'static str {
         match self.transport {
-            Transport::InProc => "inproc",
-            Transport::Tcp => "tcp",
+            Link::InProc => "inproc",
+            Link::Tcp => "tcp",
         }
     }
 

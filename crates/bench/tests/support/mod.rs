@@ -2,7 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // helpers, not #[test] fns
 
 use patronus_bench::baseline::{BaselineConfig, BaselineError, BaselineNode};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use rnic::WcStatus;
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftProvider, TcpNode};
 use std::time::Duration;
@@ -18,10 +18,10 @@ pub struct Bed {
 }
 
 /// A node with `cfg` and a client device, on transport `t`.
-pub fn bed(t: Transport, cfg: BaselineConfig) -> Bed {
+pub fn bed(t: Link, cfg: BaselineConfig) -> Bed {
     let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let (fabric, node_dev, dev) = match t {
-        Transport::InProc => {
+        Link::InProc => {
             let f = SoftFabric::new();
             let (n, d) = (
                 f.open_device(SoftConfig::default()),
@@ -29,7 +29,7 @@ pub fn bed(t: Transport, cfg: BaselineConfig) -> Bed {
             );
             (Some(f), n, d)
         }
-        Transport::Tcp => (
+        Link::Tcp => (
             None,
             TcpNode::open(SoftConfig::default(), loopback).unwrap(),
             TcpNode::open(SoftConfig::default(), loopback).unwrap(),
@@ -77,10 +77,10 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 macro_rules! both_transports {
     ($($name:ident),* $(,)?) => {
         mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Transport::InProc) })*
+            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
         }
         mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Transport::Tcp) })*
+            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
         }
     };
 }

@@ -5,7 +5,7 @@
 
 use super::*;
 use patronus_core::client::Client;
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::{Isolation, NodeConfig, NodeLimits};
 use patronus_core::testing::RawControl;
 use rnic::VerbsError;
@@ -24,7 +24,7 @@ fn one_host_cannot_take_every_connection(iso: Isolation) {
         ..node_cfg()
     };
     // The honest client of the bed connects from 127.0.0.1: one of that host's sessions.
-    let mut b = bed(Transport::Tcp, iso, 1, node, Default::default());
+    let mut b = bed(Link::Tcp, iso, 1, node, Default::default());
     honest_round(&mut b);
     let start = footprint(&b);
     assert_eq!(start.held.addresses, 1, "{start:?}");

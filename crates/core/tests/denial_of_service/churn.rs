@@ -4,7 +4,7 @@
 
 use super::*;
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;
 use patronus_core::proto::messages::Mode;
 use std::time::Duration;
@@ -27,7 +27,7 @@ fn session(b: &Bed, cfg: &ClientConfig, free: bool) -> Client<SoftProvider> {
     c
 }
 
-fn churn(t: Transport, iso: Isolation, sessions: usize) {
+fn churn(t: Link, iso: Isolation, sessions: usize) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     honest_round(&mut b);
     let start = footprint(&b);
@@ -64,7 +64,7 @@ fn short_timeouts() -> patronus_core::manager::NodeConfig {
 
 /// A client that goes silent (it neither closes nor talks) is cut off after the idle
 /// timeout, while the honest client, which keeps talking, is not.
-fn silent_client(t: Transport, iso: Isolation) {
+fn silent_client(t: Link, iso: Isolation) {
     let mut b = bed(t, iso, 1, short_timeouts(), ClientConfig::default());
     honest_round(&mut b);
     let start = footprint(&b);
@@ -113,7 +113,7 @@ fn seen_lost(c: &mut Client<SoftProvider>) {
 }
 
 /// A connection that never authenticates costs nothing after the hello timeout.
-fn no_hello(t: Transport, iso: Isolation) {
+fn no_hello(t: Link, iso: Isolation) {
     use patronus_core::testing::RawControl;
     let mut b = bed(t, iso, 1, short_timeouts(), ClientConfig::default());
     honest_round(&mut b);
@@ -147,7 +147,7 @@ fn no_hello(t: Transport, iso: Isolation) {
 /// end their sessions: a control QP that broke before its shard adopted it was once kept as a
 /// live session until the next sweep (the QP's event came while no session had it), and a
 /// node whose clock stands still made none without requests.
-fn closed_at_once(t: Transport, iso: Isolation) {
+fn closed_at_once(t: Link, iso: Isolation) {
     use patronus_core::testing::RawControl;
     const CONNECTIONS: u64 = 32;
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
@@ -197,7 +197,7 @@ fn rss_bytes() -> u64 {
 /// The soak: `sessions` connect/work/disconnect cycles against one node (a third of them
 /// leave a permission held, a third go without freeing). Prints the node's counts and the
 /// process's memory every tenth of the way; asserts they stay flat after the warm-up.
-fn soak(t: Transport, iso: Isolation, sessions: usize) {
+fn soak(t: Link, iso: Isolation, sessions: usize) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     honest_round(&mut b);
     let start = footprint(&b);
@@ -261,13 +261,13 @@ fn soak(t: Transport, iso: Isolation, sessions: usize) {
 #[test]
 #[ignore = "soak: 20,000 sessions (minutes); run by the README's soak command"]
 fn soak_tcp_pd_per_client() {
-    soak(Transport::Tcp, Isolation::PdPerClient, soak_sessions());
+    soak(Link::Tcp, Isolation::PdPerClient, soak_sessions());
 }
 
 #[test]
 #[ignore = "soak: 20,000 sessions (minutes); run by the README's soak command"]
 fn soak_inproc_type2() {
-    soak(Transport::InProc, Isolation::Type2, soak_sessions());
+    soak(Link::InProc, Isolation::Type2, soak_sessions());
 }
 
 /// 20,000 sessions, or as many as `SOAK_SESSIONS` says.
@@ -280,5 +280,5 @@ fn soak_sessions() -> usize {
 
 #[test]
 fn short_soak_in_shared_pd() {
-    soak(Transport::InProc, Isolation::SharedPd, 300);
+    soak(Link::InProc, Isolation::SharedPd, 300);
 }

@@ -6,7 +6,7 @@
 
 use super::*;
 use patronus_core::client::{Client, ClientError};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::{Isolation, NodeConfig, NodeLimits};
 use patronus_core::proto::messages::Mode;
 use std::time::Duration;
@@ -16,7 +16,7 @@ const FAULTER: (u32, u64) = (1, 0xfa17);
 const HONEST: (u32, u64) = (2, 0x2222);
 const BURST: u32 = 12;
 
-fn faults(t: Transport, iso: Isolation) {
+fn faults(t: Link, iso: Isolation) {
     let node = NodeConfig {
         tenants: serving(&[FAULTER, HONEST]),
         limits: NodeLimits {

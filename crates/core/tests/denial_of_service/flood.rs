@@ -5,7 +5,7 @@
 
 use super::*;
 use patronus_core::client::ClientConfig;
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;
 use patronus_core::proto::messages::Request;
 use patronus_core::testing::RawControl;
@@ -26,7 +26,7 @@ fn flooder(b: &Bed) -> RawControl<SoftProvider> {
     .unwrap()
 }
 
-fn flood(t: Transport, iso: Isolation) {
+fn flood(t: Link, iso: Isolation) {
     // (With `limits.control_credits = 0`, the paper's one shared receive queue, the honest
     // client's RPCs time out in the first round: checked when this test was written.)
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
@@ -64,7 +64,7 @@ fn flood(t: Transport, iso: Isolation) {
 /// The credits are the honest client's to use: right after connecting (its `Hello` taken
 /// before its connection was), it keeps `MAX_OUTSTANDING_RPCS` requests in flight, round after
 /// round, and never meets receiver-not-ready.
-fn all_credits_in_flight(t: Transport, iso: Isolation) {
+fn all_credits_in_flight(t: Link, iso: Isolation) {
     use patronus_core::client::{Client, MAX_OUTSTANDING_RPCS};
     use patronus_core::proto::messages::{Mode, Reply};
     let b = bed(t, iso, 1, node_cfg(), ClientConfig::default());

@@ -5,7 +5,7 @@
 
 use super::*;
 use patronus_core::client::ClientConfig;
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;
 use rnic::soft::{SoftAddress, TcpNode};
 use std::io::{Read, Write};
@@ -17,7 +17,7 @@ use support::bed::{bed, node_cfg, wait_for};
 const FLOOD: usize = 8 << 20;
 
 fn huge_frame(iso: Isolation) {
-    let mut b = bed(Transport::Tcp, iso, 1, node_cfg(), ClientConfig::default());
+    let mut b = bed(Link::Tcp, iso, 1, node_cfg(), ClientConfig::default());
     honest_round(&mut b);
     let start = footprint(&b);
     let SoftAddress::Tcp(addr) = b.cluster.node.address().clone() else {

@@ -5,7 +5,7 @@
 
 use super::*;
 use patronus_core::client::{Client, ClientError};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::{Isolation, NodeConfig, NodeLimits};
 use patronus_core::proto::messages::{Access, Mode};
 use std::time::Duration;
@@ -15,7 +15,7 @@ const HOG: (u32, u64) = (1, 0x1111);
 const HONEST: (u32, u64) = (2, 0x2222);
 const BIG: u64 = 16 << 10;
 
-fn hoard(t: Transport, iso: Isolation) {
+fn hoard(t: Link, iso: Isolation) {
     let node = NodeConfig {
         pool_bytes: 16 << 20,
         // Slabs small against the pool (and each shard's slice of it), so that slab rounding

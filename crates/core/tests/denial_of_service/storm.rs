@@ -7,7 +7,7 @@
 
 use super::*;
 use patronus_core::client::{Client, ClientConfig, ClientError};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::{Isolation, NodeConfig, NodeLimits};
 use patronus_core::proto::messages::Mode;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use support::bed::{bed, node_cfg, wait_for};
 
 const STORM: usize = 400;
 
-fn storm(t: Transport) {
+fn storm(t: Link) {
     let node = NodeConfig {
         // The storm is allowed (its own budget is the faults test's subject).
         limits: NodeLimits {
@@ -69,10 +69,10 @@ fn storm(t: Transport) {
 
 #[test]
 fn inproc_type2_reconnect_storm() {
-    storm(Transport::InProc);
+    storm(Link::InProc);
 }
 
 #[test]
 fn tcp_type2_reconnect_storm() {
-    storm(Transport::Tcp);
+    storm(Link::Tcp);
 }

@@ -2,13 +2,13 @@
 //! memory node's published state (never a sleep).
 //!
 //! A [`Rig`] says where the cluster's devices come from: the software RNIC on either
-//! transport ([`Transport`]), or the rdma-core device named by `PATRONUS_RDMA_DEVICE`
+//! transport ([`Link`]), or the rdma-core device named by `PATRONUS_RDMA_DEVICE`
 //! ([`Rdma`]). The memory node's leases follow the bed's virtual clock on every rig: the
 //! rdma provider takes its clock from its configuration, and the NIC itself keeps no time.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
 use patronus_core::client::{Client, ClientConfig};
-use patronus_core::cluster::{DeviceRole, EmbeddedCluster, Transport};
+use patronus_core::cluster::{DeviceRole, EmbeddedCluster, Link};
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, NodeStats};
 use patronus_core::nic_check::Check;
 use rnic::soft::SoftConfig;
@@ -42,7 +42,7 @@ pub trait Rig: Copy + std::fmt::Debug {
     }
 }
 
-impl Rig for Transport {
+impl Rig for Link {
     type P = rnic::soft::SoftProvider;
     fn cluster(
         self,

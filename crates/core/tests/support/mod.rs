@@ -36,33 +36,33 @@ pub fn node_config() -> NodeConfig {
 /// `every_mode! { name => body; ... }` stamps out one `#[test] fn name` per test bed: both
 /// transports of the software RNIC × the three isolation modes, in modules `inproc`, `tcp`,
 /// `inproc_pd_per_client`, `tcp_pd_per_client`, `inproc_type2` and `tcp_type2`. `body` is
-/// called as `body(Transport, Isolation)`; the invoking file must have both types in scope.
+/// called as `body(Link, Isolation)`; the invoking file must have both types in scope.
 #[allow(unused_macros)]
 macro_rules! every_mode {
     ($($name:ident => $body:expr;)*) => {
         mod inproc {
             use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::SharedPd); })*
+            $(#[test] fn $name() { $body(Link::InProc, Isolation::SharedPd); })*
         }
         mod tcp {
             use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::SharedPd); })*
+            $(#[test] fn $name() { $body(Link::Tcp, Isolation::SharedPd); })*
         }
         mod inproc_pd_per_client {
             use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::PdPerClient); })*
+            $(#[test] fn $name() { $body(Link::InProc, Isolation::PdPerClient); })*
         }
         mod tcp_pd_per_client {
             use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::PdPerClient); })*
+            $(#[test] fn $name() { $body(Link::Tcp, Isolation::PdPerClient); })*
         }
         mod inproc_type2 {
             use super::*;
-            $(#[test] fn $name() { $body(Transport::InProc, Isolation::Type2); })*
+            $(#[test] fn $name() { $body(Link::InProc, Isolation::Type2); })*
         }
         mod tcp_type2 {
             use super::*;
-            $(#[test] fn $name() { $body(Transport::Tcp, Isolation::Type2); })*
+            $(#[test] fn $name() { $body(Link::Tcp, Isolation::Type2); })*
         }
     };
 }
@@ -79,7 +79,7 @@ pub use fake_nic::*;
 /// rdma-core device of `PATRONUS_RDMA_DEVICE` × the three modes, in modules `rdma_shared_pd`,
 /// `rdma_pd_per_client` and `rdma_type2`, `#[ignore]`d (`scripts/rxe-suites` runs them with
 /// `--ignored rdma_` on Soft-RoCE). `body` is called as `body(rig, Isolation)` with a
-/// [`bed::Rig`]; the invoking file must have `Transport`, `Rdma` and `Isolation` in scope.
+/// [`bed::Rig`]; the invoking file must have `Link`, `Rdma` and `Isolation` in scope.
 #[allow(unused_macros)]
 macro_rules! every_rig {
     ($($name:ident => $body:expr;)*) => {

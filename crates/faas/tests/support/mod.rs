@@ -13,10 +13,10 @@ pub fn live_permissions(c: &EmbeddedCluster) -> usize {
 macro_rules! both_transports {
     ($($name:ident),* $(,)?) => {
         mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Transport::InProc) })*
+            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
         }
         mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Transport::Tcp) })*
+            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
         }
     };
 }

@@ -6,7 +6,7 @@
 pub mod faulty;
 
 use patronus_core::client::ClientConfig;
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::{NodeConfig, SlabConfig};
 use patronus_ods::PatronusMemory;
 use patronus_ods::RemoteMemory;
@@ -59,13 +59,13 @@ pub fn node_cfg() -> NodeConfig {
 }
 
 /// A bed of `n` clients.
-pub fn bed(t: Transport, n: usize) -> (crate::support::Bed, Vec<Mem>) {
+pub fn bed(t: Link, n: usize) -> (crate::support::Bed, Vec<Mem>) {
     crate::support::bed(t, n, node_cfg(), client_cfg())
 }
 
 /// A bed whose memory node reuses a freed block within a few dozen allocations (small slabs:
 /// a freed object waits behind the rest of its slab's free ones).
-pub fn reusing_bed(t: Transport, n: usize) -> (crate::support::Bed, Vec<Mem>) {
+pub fn reusing_bed(t: Link, n: usize) -> (crate::support::Bed, Vec<Mem>) {
     let node = NodeConfig {
         slab: SlabConfig {
             slab_bytes: 4096,

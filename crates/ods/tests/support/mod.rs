@@ -2,7 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // helpers, not #[test] fns
 
 use patronus_core::client::ClientConfig;
-use patronus_core::cluster::{EmbeddedCluster, Transport};
+use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_ods::PatronusMemory;
 use rnic::VirtualClock;
@@ -19,7 +19,7 @@ pub struct Bed {
 
 /// A memory node with `node` and `clients` clients on transport `t`, each as remote memory.
 pub fn bed(
-    t: Transport,
+    t: Link,
     clients: usize,
     node: NodeConfig,
     client: ClientConfig,
@@ -47,10 +47,10 @@ pub fn bed(
 macro_rules! both_transports {
     ($($name:ident),* $(,)?) => {
         mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Transport::InProc) })*
+            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
         }
         mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Transport::Tcp) })*
+            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
         }
     };
 }

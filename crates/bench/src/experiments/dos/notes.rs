@@ -3,7 +3,7 @@
 
 use super::{Outcome, RPC_TIMEOUT, flooder};
 use crate::harness::BenchOpts;
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::NodeLimits;
 use std::time::Duration;
 
@@ -75,7 +75,7 @@ pub(super) fn notes(outcomes: &[Outcome], window: Duration, opts: &BenchOpts) ->
         "The paper has no denial-of-service evaluation; there are no paper numbers to compare."
             .into(),
     ];
-    if opts.transport == Transport::Tcp {
+    if opts.transport == Link::Tcp {
         notes.push(
             "Over TCP each of the three devices has a NIC engine thread (default options: \
              they poll before they park), so a round costs hundreds of microseconds and the \

@@ -4,7 +4,7 @@ use super::{Abuse, Outcome, RPC_TIMEOUT, Window, flooder};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, Point, Ratio, Row, Series,
 };
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use patronus_core::manager::NodeLimits;
 use std::time::Duration;
 
@@ -156,7 +156,7 @@ fn pct(x: f64) -> String {
 
 /// The claims, each against the baselines measured in the same run: the spinner (what a
 /// compute-bound neighbour costs, nothing else) and the twin (a fair share).
-fn checks(all: &[Outcome], transport: Transport) -> Vec<Check> {
+fn checks(all: &[Outcome], transport: Link) -> Vec<Check> {
     let get = |a: Abuse| all.iter().find(|o| o.abuse == a);
     let (
         Some(spin),
@@ -317,14 +317,14 @@ fn checks(all: &[Outcome], transport: Transport) -> Vec<Check> {
             failed(faults),
             match transport {
                 _ if faults.tally.refused == 0 => "",
-                Transport::InProc => {
+                Link::InProc => {
                     ". The throttled faulter retries at once, in a loop: in-process the refusal \
                      runs the node's accept policy on the faulter's own thread (a perf profile \
                      taken when this experiment was written, not of this run, had \
                      InProcTransport::connect, Policy::create_qp and FaultBudget::admit among \
                      its samples), so it can take as much CPU as the spinner"
                 }
-                Transport::Tcp => {
+                Link::Tcp => {
                     ". The throttled faulter retries at once, in a loop; over TCP each refused \
                      reconnection is a new TCP connection to the node's engine, so it retries \
                      orders of magnitude less often than in-process"
@@ -487,7 +487,7 @@ mod tests {
     fn run(outcomes: &[Outcome]) -> Experiment {
         let opts = BenchOpts {
             quick: true,
-            transport: Transport::InProc,
+            transport: Link::InProc,
             out: std::env::temp_dir(),
             isolation: patronus_core::manager::Isolation::SharedPd,
             provider: crate::harness::ProviderChoice::Soft,

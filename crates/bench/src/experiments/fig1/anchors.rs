@@ -7,7 +7,7 @@ use super::endpoints::{execute, memory_node, requester};
 use super::protection::device_pair;
 use crate::harness::Latency;
 use anyhow::{Context as _, Result, anyhow, bail};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use rnic::soft::SoftProvider;
 use rnic::{AccessFlags, Context, MemoryRegion, ProtectionDomain};
 use std::io::{ErrorKind, Read, Write};
@@ -110,7 +110,7 @@ fn relax(spins: u32) {
 
 /// One-sided `PAYLOAD`-byte READs from a client device to a memory-node device on `transport`.
 #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
-pub(super) fn soft_read(transport: Transport, iters: u64) -> Result<Latency> {
+pub(super) fn soft_read(transport: Link, iters: u64) -> Result<Latency> {
     let (mn_ctx, cn_ctx, _fabric) = device_pair(transport)?;
     let mn = memory_node::<SoftProvider>(mn_ctx)?;
     let region = mn.ctx.alloc_buffer(4096)?;

@@ -7,7 +7,7 @@
 use super::endpoints::{MemoryNode, Requester, execute, last_accepted, memory_node, requester};
 use crate::harness::Latency;
 use anyhow::{Result, anyhow, bail};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use rnic::soft::{SoftConfig, SoftContext, SoftFabric, SoftProvider, TcpNode};
 use rnic::{
     AccessFlags, BindInfo, Context, MemoryRegion, MemoryWindow, MwType, ProtectionDomain, Provider,
@@ -220,16 +220,16 @@ pub(super) fn qp_flag_change_on<P: Provider>(
 
 /// Two devices on `transport`: (memory node, client).
 pub(super) fn device_pair(
-    transport: Transport,
+    transport: Link,
 ) -> Result<(SoftContext, SoftContext, Option<SoftFabric>)> {
     match transport {
-        Transport::InProc => {
+        Link::InProc => {
             let f = SoftFabric::new();
             let mn = f.open_device(SoftConfig::default());
             let cn = f.open_device(SoftConfig::default());
             Ok((mn, cn, Some(f)))
         }
-        Transport::Tcp => {
+        Link::Tcp => {
             let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
             let mn = TcpNode::open(SoftConfig::default(), loopback)?;
             let cn = TcpNode::open(SoftConfig::default(), loopback)?;
@@ -240,7 +240,7 @@ pub(super) fn device_pair(
 
 /// Reset + reconnect of a client's RC QP (a new connection handshake with the memory node),
 /// `iters` times, on `transport`; `tick` runs after each sample (a progress bar).
-pub(super) fn qp_recovery(transport: Transport, iters: u64, tick: impl FnMut()) -> Result<Latency> {
+pub(super) fn qp_recovery(transport: Link, iters: u64, tick: impl FnMut()) -> Result<Latency> {
     let (mn_ctx, cn_ctx, _fabric) = device_pair(transport)?;
     qp_recovery_on::<SoftProvider>(mn_ctx, &cn_ctx, iters, tick)
 }

@@ -18,7 +18,7 @@ use crate::harness::{
     Series, bar,
 };
 use anyhow::{Context as _, Result, anyhow, bail};
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use rnic::VerbsError;
 use rnic_rdma::{RdmaConfig, RdmaContext, RdmaProvider};
 use std::time::Instant;
@@ -130,7 +130,7 @@ pub(super) fn run(opts: &BenchOpts, plan: &Plan, device: Option<String>) -> Resu
         sizes: soft_sizes(plan, true)?,
         flag: Some(protection::qp_flag_change(plan.flag_iters)?),
         recovery: Some(protection::qp_recovery(
-            Transport::InProc,
+            Link::InProc,
             plan.recovery_iters,
             || (),
         )?),

@@ -179,7 +179,7 @@ impl PatronusNode {
                 })?;
             return Ok(PatronusNode::Process(p, addr));
         }
-        let rig = Rig::new(patronus_core::cluster::Transport::Tcp);
+        let rig = Rig::new(patronus_core::cluster::Link::Tcp);
         let dev = rig.device()?;
         let node = MemoryNode::start(
             dev.clone(),
@@ -230,7 +230,7 @@ pub fn race(
     ops: u64,
     budget: Duration,
 ) -> Result<(Run, u64, Option<String>)> {
-    let rig = Rig::new(patronus_core::cluster::Transport::Tcp);
+    let rig = Rig::new(patronus_core::cluster::Link::Tcp);
     let dev = rig.device()?;
     let addr = node.address();
     let connect = || -> Result<PatronusMemory<SoftProvider>> {

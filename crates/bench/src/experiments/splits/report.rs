@@ -5,7 +5,7 @@ use super::{BOUND_INPROC, BOUND_TCP, CLIENTS, Measured};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Latency, Panel, PanelKind, Point, Ratio, Row, Series,
 };
-use patronus_core::cluster::Transport;
+use patronus_core::cluster::Link;
 use std::time::Duration;
 
 fn ms(d: Duration) -> f64 {
@@ -132,8 +132,8 @@ pub fn summarize(exp: &mut Experiment, opts: &BenchOpts, runs: &[Measured]) {
         }
     }
     let (bound, where_) = match opts.transport {
-        Transport::InProc => (BOUND_INPROC, "in-process; issue 25's target"),
-        Transport::Tcp => (
+        Link::InProc => (BOUND_INPROC, "in-process; issue 25's target"),
+        Link::Tcp => (
             BOUND_TCP,
             "over TCP: not for seconds; the 100 ms target is in-process",
         ),
