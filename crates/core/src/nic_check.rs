@@ -23,8 +23,10 @@ use rnic::{
     MemoryRegion, MemoryWindow, MwType, ProtectionDomain, Provider, QpInit, QpTiming, QueuePair,
     Rkey, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
+use std::any::TypeId;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// One property of the NIC the check proves.
@@ -165,12 +167,32 @@ const WINDOW_OFFSET: u64 = PAGE + 64;
 const WINDOW_LEN: u64 = 64;
 const REMOTE_RW: AccessFlags = AccessFlags::REMOTE_READ.union(AccessFlags::REMOTE_WRITE);
 
+/// Reports of the devices checked in this process, by provider and device key (a cell per
+/// device, so that a slow device holds up no other's check).
+type Checked = HashMap<(TypeId, u64), Arc<OnceLock<Arc<NicReport>>>>;
+static CHECKED: Mutex<Option<Checked>> = Mutex::new(None);
+
+/// The report of `ctx`'s device: the first call for a device in this process runs the check
+/// ([`check_uncached`]; concurrent first calls for one device run it once), later ones return
+/// its report. What a NIC enforces does not change while it runs.
+pub fn check<P: Provider>(ctx: &P::Context) -> Arc<NicReport> {
+    let key = (TypeId::of::<P>(), ctx.device_key());
+    let cell = CHECKED
+        .lock()
+        .get_or_insert_default()
+        .entry(key)
+        .or_default()
+        .clone();
+    cell.get_or_init(|| Arc::new(check_uncached::<P>(ctx)))
+        .clone()
+}
+
 /// Runs every check on `ctx`'s device. Listens on the context for its loopback connections
 /// (and stops before returning), so it runs before the node listens. Its waits are bounded in
 /// real time, whatever clock the context keeps (a test's virtual clock never stands still for
 /// the device).
 #[allow(clippy::disallowed_methods)] // a driver of the device: real-time bounds and timing
-pub fn check<P: Provider>(ctx: &P::Context) -> NicReport {
+pub fn check_uncached<P: Provider>(ctx: &P::Context) -> NicReport {
     let t0 = Instant::now();
     let attr = ctx.query_device();
     let checks = match Bench::<P>::new(ctx) {

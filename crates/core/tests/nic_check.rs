@@ -34,6 +34,21 @@ fn the_soft_nic_enforces_everything() {
     assert!(report.refusal(false, false).is_none());
 }
 
+/// Once per device per process: a second check of the device (through a clone of its context)
+/// returns the first one's report; another device gets its own.
+#[test]
+fn each_device_is_checked_once() {
+    let (_f, ctx) = inproc(SoftConfig::default());
+    let first = nic_check::check::<SoftProvider>(&ctx);
+    let again = nic_check::check::<SoftProvider>(&ctx.clone());
+    assert!(std::sync::Arc::ptr_eq(&first, &again));
+    let (_g, other) = inproc(SoftConfig::default());
+    assert!(!std::sync::Arc::ptr_eq(
+        &first,
+        &nic_check::check::<SoftProvider>(&other)
+    ));
+}
+
 #[test]
 fn the_soft_nic_over_tcp_enforces_everything() {
     let ctx = TcpNode::open(SoftConfig::default(), SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();

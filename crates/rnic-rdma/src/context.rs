@@ -208,6 +208,13 @@ pub(crate) fn read_gids(dev: &ffi::Device, port: u8, table_len: i32) -> Vec<GidI
 }
 
 impl Context<RdmaProvider> for RdmaContext {
+    /// A hash of the device's name and port: names are unique on a host.
+    fn device_key(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.device_name(), self.inner.config.port).hash(&mut h);
+        h.finish()
+    }
     fn query_device(&self) -> DeviceAttr {
         self.inner.attr.clone()
     }

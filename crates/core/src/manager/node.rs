@@ -122,7 +122,7 @@ pub struct MemoryNode<P: Provider> {
     /// Taking connections (`None` once draining).
     listener: Mutex<Option<P::Listener>>,
     pool_addr: u64,
-    nic: crate::nic_check::NicReport,
+    nic: Arc<crate::nic_check::NicReport>,
     unenforced_window_bounds: bool,
 }
 

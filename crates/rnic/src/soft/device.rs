@@ -100,7 +100,12 @@ pub(crate) trait Connecting: Send + Sync {
     ) -> VerbsResult<()>;
 }
 
+/// The next soft device's key: devices of a process are told apart even after some closed.
+static NEXT_DEVICE_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 pub(crate) struct DeviceInner {
+    /// This device's number in the process (`Context::device_key`): never reused.
+    pub(crate) key: u64,
     pub(crate) config: SoftConfig,
     pub(crate) mpt: ProtectionTable,
     pub(crate) transport: Arc<dyn Transport>,
@@ -160,6 +165,7 @@ impl SoftContext {
         };
         SoftContext {
             inner: Arc::new(DeviceInner {
+                key: NEXT_DEVICE_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 mpt: ProtectionTable::new(&config.attr, config.key_policy)
                     .with_unchecked_window_bounds(config.unchecked_window_bounds),
                 transport,

@@ -77,6 +77,9 @@ impl Context<SoftProvider> for SoftContext {
     fn query_device(&self) -> DeviceAttr {
         self.inner.config.attr.clone()
     }
+    fn device_key(&self) -> u64 {
+        self.inner.key
+    }
     fn clock(&self) -> Arc<dyn Clock> {
         self.inner.config.clock.clone()
     }

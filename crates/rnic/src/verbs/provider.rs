@@ -50,6 +50,10 @@ pub trait Provider: Sized + Send + Sync + 'static {
 pub trait Context<P: Provider>: Clone + Send + Sync + Debug {
     /// Device capabilities (`ibv_query_device`).
     fn query_device(&self) -> DeviceAttr;
+    /// The device's identity within this process: every context of one device returns the
+    /// same key, contexts of different devices different ones (e.g. to do once per device
+    /// what depends only on the device).
+    fn device_key(&self) -> u64;
     /// The clock the device times retries and leases with.
     fn clock(&self) -> Arc<dyn Clock>;
     /// Allocates a protection domain.
