@@ -24,8 +24,8 @@
 //! `Request/Accept: qpn u32 | psn u32 | lid u16 | mtu u8 | rd_atom u8 | gid [16] | private…`,
 //! `Refuse: reason (UTF-8)`, `Ready`/`Established`: empty.
 
-use crate::RdmaProvider;
 use crate::context::RdmaContext;
+use crate::provider::RdmaProvider;
 use crate::qp::RdmaQp;
 use rnic::{AcceptPolicy, QpState, QueuePair, VerbsError, VerbsResult};
 use std::fmt;

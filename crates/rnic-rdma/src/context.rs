@@ -10,17 +10,11 @@
 
 use crate::devices::{self, GidInfo, LinkLayer, ProbeError};
 use crate::ffi;
-use crate::memory::{RdmaBuffer, RdmaPd};
 use crate::qp::SendRecord;
-use crate::queues::RdmaCq;
 use crate::translate::{async_event_from_ibv, verbs_error};
-use crate::{RdmaProvider, connect};
 use parking_lot::Mutex;
 use rdma_mummy_sys as sys;
-use rnic::{
-    AcceptPolicy, AsyncEvent, Clock, Context, DeviceAttr, RealClock, Resource, VerbsError,
-    VerbsResult,
-};
+use rnic::{AsyncEvent, Clock, DeviceAttr, RealClock, Resource, VerbsError, VerbsResult};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
@@ -188,6 +182,17 @@ impl RdmaContext {
     pub fn is_rxe(&self) -> bool {
         self.inner.vendor_id == RXE_VENDOR_ID
     }
+
+    /// The next asynchronous event the contract names, without blocking.
+    pub(crate) fn next_async_event(&self) -> Option<AsyncEvent> {
+        loop {
+            let raw = self.inner.dev.next_async_event()?;
+            if let Some(e) = async_event_from_ibv(raw.event_type, raw.qp_num) {
+                return Some(e);
+            }
+            // Port and device events have no name in the contract; they are skipped.
+        }
+    }
 }
 
 /// The vendor id the kernel's rxe driver reports (`RXE_VENDOR_ID` in
@@ -205,52 +210,6 @@ pub(crate) fn read_gids(dev: &ffi::Device, port: u8, table_len: i32) -> Vec<GidI
             })
         })
         .collect()
-}
-
-impl Context<RdmaProvider> for RdmaContext {
-    fn query_device(&self) -> DeviceAttr {
-        self.inner.attr.clone()
-    }
-    fn clock(&self) -> Arc<dyn Clock> {
-        self.inner.config.clock.clone()
-    }
-    fn alloc_pd(&self) -> VerbsResult<RdmaPd> {
-        RdmaPd::new(self)
-    }
-    fn create_cq(&self, capacity: u32) -> VerbsResult<RdmaCq> {
-        RdmaCq::new(self, capacity)
-    }
-    fn create_channel(&self) -> VerbsResult<crate::queues::RdmaChannel> {
-        crate::queues::RdmaChannel::new(self)
-    }
-    fn create_cq_on(
-        &self,
-        capacity: u32,
-        channel: &crate::queues::RdmaChannel,
-    ) -> VerbsResult<RdmaCq> {
-        RdmaCq::new_on(self, capacity, channel)
-    }
-    fn alloc_buffer(&self, len: usize) -> VerbsResult<RdmaBuffer> {
-        RdmaBuffer::new(len)
-    }
-    fn poll_async_event(&self) -> Option<AsyncEvent> {
-        loop {
-            let raw = self.inner.dev.next_async_event()?;
-            if let Some(e) = async_event_from_ibv(raw.event_type, raw.qp_num) {
-                return Some(e);
-            }
-            // Port and device events have no name in the contract; they are skipped.
-        }
-    }
-    fn listen(
-        &self,
-        policy: Arc<dyn AcceptPolicy<RdmaProvider>>,
-    ) -> VerbsResult<connect::RdmaListener> {
-        connect::listen(self, policy)
-    }
-    fn listener_address(&self, listener: &connect::RdmaListener) -> SocketAddr {
-        listener.address()
-    }
 }
 
 /// Maps an allocation failure of `what` to the contract's error.

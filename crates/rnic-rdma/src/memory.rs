@@ -13,16 +13,13 @@
 //!   the window: its rkey goes back to the key of the window's last successful bind, unless
 //!   another bind of the window was posted since.
 
-use crate::RdmaProvider;
 use crate::context::{RdmaContext, alloc_error};
 use crate::ffi;
-use crate::qp::RdmaQp;
-use crate::queues::RdmaSrq;
 use crate::translate::{access_to_ibv, mw_type_to_ibv, verbs_error};
 use rnic::soft::arena::MemoryBlock;
 use rnic::{
-    AccessFlags, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, ProtectionDomain, QpInit,
-    Resource, Rkey, VerbsError, VerbsResult, VirtAddr,
+    AccessFlags, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, Resource, Rkey, VerbsError,
+    VerbsResult, VirtAddr,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -37,7 +34,7 @@ pub type RdmaBuffer = MemoryBlock;
 pub struct RdmaPd {
     pub(crate) ctx: RdmaContext,
     pub(crate) raw: Arc<ffi::Pd>,
-    id: PdId,
+    pub(crate) id: PdId,
 }
 
 impl fmt::Debug for RdmaPd {
@@ -58,14 +55,9 @@ impl RdmaPd {
             id: PdId(NEXT_PD.fetch_add(1, Ordering::Relaxed)),
         })
     }
-}
 
-impl ProtectionDomain<RdmaProvider> for RdmaPd {
-    fn id(&self) -> PdId {
-        self.id
-    }
-
-    fn reg_mr(
+    /// `ibv_reg_mr` of `len` bytes of `buffer` at `offset` (`ProtectionDomain::reg_mr`).
+    pub(crate) fn register_mr(
         &self,
         buffer: &RdmaBuffer,
         offset: usize,
@@ -86,7 +78,9 @@ impl ProtectionDomain<RdmaProvider> for RdmaPd {
         })
     }
 
-    fn alloc_mw(&self, mw_type: MwType) -> VerbsResult<RdmaMw> {
+    /// `ibv_alloc_mw` of `mw_type`, if the device has such windows
+    /// (`ProtectionDomain::alloc_mw`).
+    pub(crate) fn allocate_mw(&self, mw_type: MwType) -> VerbsResult<RdmaMw> {
         let attr = &self.ctx.inner.attr;
         let supported = match mw_type {
             MwType::Type1 => attr.mw_type1,
@@ -108,14 +102,6 @@ impl ProtectionDomain<RdmaProvider> for RdmaPd {
             mw_type,
             _pd: self.clone(),
         })
-    }
-
-    fn create_srq(&self, capacity: u32) -> VerbsResult<RdmaSrq> {
-        RdmaSrq::new(self, capacity)
-    }
-
-    fn create_qp(&self, init: QpInit<'_, RdmaProvider>) -> VerbsResult<RdmaQp> {
-        RdmaQp::new(self, init)
     }
 }
 

@@ -11,11 +11,11 @@
 //!   ones that completed silently). The record is bounded.
 //! - A window's recorded rkey changes only for binds the device accepted into its queue.
 
-use crate::RdmaProvider;
 use crate::connect::{self, PeerInfo};
 use crate::context::alloc_error;
 use crate::ffi::{self, QpCaps, QpModify};
-use crate::memory::{MwKeys, RdmaPd};
+use crate::memory::{MwKeys, RdmaMr, RdmaMw, RdmaPd};
+use crate::provider::RdmaProvider;
 use crate::queues::raw_recv;
 use crate::translate::{
     access_to_ibv, ack_timeout_to_ib, qp_state_from_ibv, qp_state_to_ibv, retry_count_to_ib,
@@ -298,10 +298,7 @@ impl QueuePair<RdmaProvider> for RdmaQp {
         Ok(())
     }
 
-    fn post_send(
-        &self,
-        wrs: &[SendWr<'_, crate::RdmaMw, crate::RdmaMr>],
-    ) -> Result<(), (usize, VerbsError)> {
+    fn post_send(&self, wrs: &[SendWr<'_, RdmaMw, RdmaMr>]) -> Result<(), (usize, VerbsError)> {
         let mut translated = Vec::with_capacity(wrs.len());
         let mut rejected = None;
         for (i, wr) in wrs.iter().enumerate() {
