@@ -8,7 +8,7 @@
 //! - `records` maps each live QP number to that QP's record of posted send requests, which is
 //!   how a completion's opcode is known when `ibv_wc.opcode` is undefined (every error).
 
-use crate::devices::{self, GidInfo, LinkLayer, ProbeError};
+use crate::devices::{self, LinkLayer, ProbeError};
 use crate::ffi;
 use crate::qp::SendRecord;
 use crate::translate::{async_event_from_ibv, verbs_error};
@@ -112,7 +112,7 @@ impl RdmaContext {
             .query_port(config.port)
             .map_err(|e| io_err("ibv_query_port", e))?;
         let link_layer = LinkLayer::from_ibv(port.link_layer);
-        let gids = read_gids(&dev, config.port, port.gid_tbl_len);
+        let gids = devices::read_gids(&dev, config.port, port.gid_tbl_len);
         let gid_index = devices::select_gid(link_layer, &gids, config.gid_index).map_err(|m| {
             VerbsError::Io(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -198,19 +198,6 @@ impl RdmaContext {
 /// The vendor id the kernel's rxe driver reports (`RXE_VENDOR_ID` in
 /// `drivers/infiniband/sw/rxe/rxe_param.h`).
 pub const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
-
-pub(crate) fn read_gids(dev: &ffi::Device, port: u8, table_len: i32) -> Vec<GidInfo> {
-    (0..table_len.max(0) as u32)
-        .filter_map(|index| {
-            let g = dev.query_gid(port, index).ok()?;
-            (g.raw != [0; 16]).then_some(GidInfo {
-                index,
-                gid: g.raw,
-                kind: devices::GidKind::from_ibv(g.gid_type),
-            })
-        })
-        .collect()
-}
 
 /// Maps an allocation failure of `what` to the contract's error.
 pub(crate) fn alloc_error(what: &'static str, resource: Resource, e: io::Error) -> VerbsError {
