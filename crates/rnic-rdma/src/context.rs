@@ -10,7 +10,7 @@
 
 use crate::devices::{self, LinkLayer, ProbeError};
 use crate::ffi;
-use crate::qp::SendRecord;
+use crate::record::SendRecord;
 use crate::translate::{async_event_from_ibv, verbs_error};
 use parking_lot::Mutex;
 use rdma_mummy_sys as sys;

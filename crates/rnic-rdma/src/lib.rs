@@ -32,6 +32,7 @@ pub mod memory;
 mod provider;
 pub mod qp;
 pub mod queues;
+mod record;
 pub mod translate;
 mod work;
 

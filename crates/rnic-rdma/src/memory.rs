@@ -15,6 +15,7 @@
 
 use crate::context::{RdmaContext, alloc_error};
 use crate::ffi;
+use crate::record::MwKeys;
 use crate::translate::{access_to_ibv, mw_type_to_ibv, verbs_error};
 use rnic::soft::arena::MemoryBlock;
 use rnic::{
@@ -174,50 +175,6 @@ pub struct RdmaMw {
     mw_type: MwType,
     pub(crate) keys: Arc<MwKeys>,
     _pd: RdmaPd,
-}
-
-/// A window's keys, shared with the send records of the QPs that posted binds of it (which
-/// settle them when the binds complete, possibly after the window is gone).
-#[derive(Debug)]
-pub(crate) struct MwKeys {
-    /// The rkey of the latest posted bind, or `confirmed` after that bind failed.
-    rkey: AtomicU32,
-    /// The rkey of the latest bind known to have succeeded (the allocation's at first).
-    confirmed: AtomicU32,
-}
-
-impl MwKeys {
-    /// The keys of a window allocated with `rkey`.
-    pub(crate) fn new(rkey: u32) -> MwKeys {
-        MwKeys {
-            rkey: AtomicU32::new(rkey),
-            confirmed: AtomicU32::new(rkey),
-        }
-    }
-
-    /// The recorded rkey.
-    pub(crate) fn rkey(&self) -> u32 {
-        self.rkey.load(Ordering::SeqCst)
-    }
-
-    /// Records the rkey of a posted bind.
-    pub(crate) fn posted(&self, new: u32) {
-        self.rkey.store(new, Ordering::SeqCst);
-    }
-
-    /// A bind to `new` succeeded.
-    pub(crate) fn bind_succeeded(&self, new: u32) {
-        self.confirmed.store(new, Ordering::SeqCst);
-    }
-
-    /// A bind to `new` failed or was flushed: the window kept its key. Unless a later bind
-    /// was posted meanwhile, the recorded rkey goes back to the last confirmed one.
-    pub(crate) fn bind_failed(&self, new: u32) {
-        let confirmed = self.confirmed.load(Ordering::SeqCst);
-        let _ = self
-            .rkey
-            .compare_exchange(new, confirmed, Ordering::SeqCst, Ordering::SeqCst);
-    }
 }
 
 impl fmt::Debug for RdmaMw {
