@@ -7,15 +7,26 @@
 //! ```text
 //!  patronus-core ── rnic::verbs (Provider traits) ──┬── rnic::soft (software RNIC)
 //!                                                    └── rnic-rdma (this crate)
-//!                                                          ├ translate  contract ⇄ IBV_* numbers
-//!                                                          ├ context    device, port, GID, events
-//!                                                          ├ memory     PD, buffer, MR, MW
-//!                                                          ├ queues     CQ (+ channel), SRQ
-//!                                                          ├ qp         RC QP, post, state machine
-//!                                                          ├ connect    out-of-band TCP handshake
-//!                                                          ├ devices    listing and GID choice
-//!                                                          └ ffi        the only unsafe code
 //! ```
+//!
+//! Layers, each using only those below it (checked by `scripts/import-cycles`):
+//!
+//! ```text
+//!  connect    listeners: handshakes into the QPs an accept policy makes
+//!  qp         RC QP: state machine, posting, both sides of the handshake
+//!  queues     CQ (+ channel), SRQ           work   send requests as ibv_send_wr values
+//!  memory     PD, buffer, MR, MW
+//!  context    device, port, GID, events
+//!  devices    listing and GID choice
+//!  record · wire · translate · provider · ffi
+//!             posted sends and window keys · handshake messages · contract ⇄ IBV_* numbers ·
+//!             type family · the only unsafe code
+//! ```
+//!
+//! This module wires the type family: the [`rnic::Provider`] impl and the verbs traits that
+//! create objects of several layers (`Context`, `ProtectionDomain`), delegating to each layer.
+//! Modules name each other by module path (`crate::memory::RdmaPd`), never by the re-exports
+//! here.
 //!
 //! libibverbs is loaded at run time (through `rdma-mummy-sys`), so this crate builds and its
 //! binaries start on machines without rdma-core; [`devices::probe`] then reports
@@ -34,6 +45,7 @@ pub mod qp;
 pub mod queues;
 mod record;
 pub mod translate;
+mod wire;
 mod work;
 
 pub use context::{RXE_VENDOR_ID, RdmaConfig, RdmaContext};

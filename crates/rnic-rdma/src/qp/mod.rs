@@ -1,4 +1,5 @@
-//! RC queue pairs: creation, the RESET → INIT → RTR → RTS state machine, posting.
+//! RC queue pairs: creation, the RESET → INIT → RTR → RTS state machine, posting, and both
+//! sides of the connection handshake that drives the state machine (`handshake`).
 //!
 //! Invariants:
 //! - Transitions use exactly the attribute masks rdma-core requires for RC (`ibv_modify_qp(3)`):
@@ -11,7 +12,8 @@
 //!   ones that completed silently). The record is bounded.
 //! - A window's recorded rkey changes only for binds the device accepted into its queue.
 
-use crate::connect::{self, PeerInfo};
+pub(crate) mod handshake;
+
 use crate::context::alloc_error;
 use crate::ffi::{self, QpCaps, QpModify};
 use crate::memory::{RdmaMr, RdmaMw, RdmaPd};
@@ -22,6 +24,7 @@ use crate::translate::{
     access_to_ibv, ack_timeout_to_ib, qp_state_from_ibv, qp_state_to_ibv, retry_count_to_ib,
     rnr_retry_to_ib, rnr_timer_to_ib, verbs_error,
 };
+use crate::wire::PeerInfo;
 use crate::work::translate;
 use parking_lot::Mutex;
 use rdma_mummy_sys as sys;
@@ -217,7 +220,7 @@ impl QueuePair<RdmaProvider> for RdmaQp {
                 action: "connect",
             });
         }
-        let result = connect::client_handshake(self, *to, private_data);
+        let result = handshake::client(self, *to, private_data);
         if result.is_err() {
             // Leave the QP where `connect` may be tried again.
             let _ = self.reset();
