@@ -1,9 +1,9 @@
 //! Protection domains, registrable memory, memory regions and memory windows.
 //!
 //! Invariants:
-//! - An [`RdmaBuffer`] is the software RNIC's atomic arena (`rnic::soft::arena::MemoryBlock`):
-//!   page-aligned anonymous memory touched by the CPU only through atomics, so the NIC writing
-//!   it concurrently (DMA) is never a data race on the Rust side.
+//! - An [`RdmaBuffer`] is a memory block of `rnic` ([`rnic::memory::MemoryBlock`], the software
+//!   RNIC's buffer too): page-aligned anonymous memory touched by the CPU only through
+//!   atomics, so the NIC writing it concurrently (DMA) is never a data race on the Rust side.
 //! - An [`RdmaMr`] keeps its buffer mapped while it is registered (see `ffi`).
 //! - An [`RdmaMw`]'s rkey is the rkey of the latest *posted* bind: a bind request names the new
 //!   rkey itself (`bind_mw.rkey` = same index, new key byte) and the window records it when the
@@ -17,7 +17,7 @@ use crate::context::{RdmaContext, alloc_error};
 use crate::ffi;
 use crate::record::MwKeys;
 use crate::translate::{access_to_ibv, mw_type_to_ibv, verbs_error};
-use rnic::soft::arena::MemoryBlock;
+use rnic::memory::MemoryBlock;
 use rnic::{
     AccessFlags, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, Resource, Rkey, VerbsError,
     VerbsResult, VirtAddr,
@@ -26,8 +26,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Registrable memory: the software RNIC's atomic arena, whose `MemoryBuffer` implementation
-/// serves both providers. Cloning shares it.
+/// Registrable memory: `rnic`'s memory block, whose `MemoryBuffer` implementation serves both
+/// providers. Cloning shares it.
 pub type RdmaBuffer = MemoryBlock;
 
 /// A protection domain. Cloning shares it.
