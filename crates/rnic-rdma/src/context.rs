@@ -8,19 +8,13 @@
 //! - `records` maps each live QP number to that QP's record of posted send requests, which is
 //!   how a completion's opcode is known when `ibv_wc.opcode` is undefined (every error).
 
-use crate::devices::{self, GidInfo, LinkLayer, ProbeError};
+use crate::devices::{self, LinkLayer, ProbeError};
 use crate::ffi;
-use crate::memory::{RdmaBuffer, RdmaPd};
-use crate::qp::SendRecord;
-use crate::queues::RdmaCq;
+use crate::record::SendRecord;
 use crate::translate::{async_event_from_ibv, verbs_error};
-use crate::{RdmaProvider, connect};
 use parking_lot::Mutex;
 use rdma_mummy_sys as sys;
-use rnic::{
-    AcceptPolicy, AsyncEvent, Clock, Context, DeviceAttr, RealClock, Resource, VerbsError,
-    VerbsResult,
-};
+use rnic::{AsyncEvent, Clock, DeviceAttr, RealClock, Resource, VerbsError, VerbsResult};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
@@ -118,7 +112,7 @@ impl RdmaContext {
             .query_port(config.port)
             .map_err(|e| io_err("ibv_query_port", e))?;
         let link_layer = LinkLayer::from_ibv(port.link_layer);
-        let gids = read_gids(&dev, config.port, port.gid_tbl_len);
+        let gids = devices::read_gids(&dev, config.port, port.gid_tbl_len);
         let gid_index = devices::select_gid(link_layer, &gids, config.gid_index).map_err(|m| {
             VerbsError::Io(io::Error::new(
                 io::ErrorKind::NotFound,
@@ -188,59 +182,9 @@ impl RdmaContext {
     pub fn is_rxe(&self) -> bool {
         self.inner.vendor_id == RXE_VENDOR_ID
     }
-}
 
-/// The vendor id the kernel's rxe driver reports (`RXE_VENDOR_ID` in
-/// `drivers/infiniband/sw/rxe/rxe_param.h`).
-pub const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
-
-pub(crate) fn read_gids(dev: &ffi::Device, port: u8, table_len: i32) -> Vec<GidInfo> {
-    (0..table_len.max(0) as u32)
-        .filter_map(|index| {
-            let g = dev.query_gid(port, index).ok()?;
-            (g.raw != [0; 16]).then_some(GidInfo {
-                index,
-                gid: g.raw,
-                kind: devices::GidKind::from_ibv(g.gid_type),
-            })
-        })
-        .collect()
-}
-
-impl Context<RdmaProvider> for RdmaContext {
-    /// A hash of the device's name and port: names are unique on a host.
-    fn device_key(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (self.device_name(), self.inner.config.port).hash(&mut h);
-        h.finish()
-    }
-    fn query_device(&self) -> DeviceAttr {
-        self.inner.attr.clone()
-    }
-    fn clock(&self) -> Arc<dyn Clock> {
-        self.inner.config.clock.clone()
-    }
-    fn alloc_pd(&self) -> VerbsResult<RdmaPd> {
-        RdmaPd::new(self)
-    }
-    fn create_cq(&self, capacity: u32) -> VerbsResult<RdmaCq> {
-        RdmaCq::new(self, capacity)
-    }
-    fn create_channel(&self) -> VerbsResult<crate::queues::RdmaChannel> {
-        crate::queues::RdmaChannel::new(self)
-    }
-    fn create_cq_on(
-        &self,
-        capacity: u32,
-        channel: &crate::queues::RdmaChannel,
-    ) -> VerbsResult<RdmaCq> {
-        RdmaCq::new_on(self, capacity, channel)
-    }
-    fn alloc_buffer(&self, len: usize) -> VerbsResult<RdmaBuffer> {
-        RdmaBuffer::new(len)
-    }
-    fn poll_async_event(&self) -> Option<AsyncEvent> {
+    /// The next asynchronous event the contract names, without blocking.
+    pub(crate) fn next_async_event(&self) -> Option<AsyncEvent> {
         loop {
             let raw = self.inner.dev.next_async_event()?;
             if let Some(e) = async_event_from_ibv(raw.event_type, raw.qp_num) {
@@ -249,16 +193,11 @@ impl Context<RdmaProvider> for RdmaContext {
             // Port and device events have no name in the contract; they are skipped.
         }
     }
-    fn listen(
-        &self,
-        policy: Arc<dyn AcceptPolicy<RdmaProvider>>,
-    ) -> VerbsResult<connect::RdmaListener> {
-        connect::listen(self, policy)
-    }
-    fn listener_address(&self, listener: &connect::RdmaListener) -> SocketAddr {
-        listener.address()
-    }
 }
+
+/// The vendor id the kernel's rxe driver reports (`RXE_VENDOR_ID` in
+/// `drivers/infiniband/sw/rxe/rxe_param.h`).
+pub const RXE_VENDOR_ID: u32 = 0x00ff_ffff;
 
 /// Maps an allocation failure of `what` to the contract's error.
 pub(crate) fn alloc_error(what: &'static str, resource: Resource, e: io::Error) -> VerbsError {

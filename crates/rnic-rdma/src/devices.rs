@@ -175,7 +175,7 @@ fn describe(name: &str) -> io::Result<DeviceInfo> {
     let mut ports = Vec::new();
     for port in 1..=attr.phys_port_cnt {
         let p = dev.query_port(port)?;
-        let gids = crate::context::read_gids(&dev, port, p.gid_tbl_len);
+        let gids = read_gids(&dev, port, p.gid_tbl_len);
         ports.push(PortInfo {
             port,
             active: p.state == sys::ibv_port_state::IBV_PORT_ACTIVE,
@@ -195,6 +195,20 @@ fn describe(name: &str) -> io::Result<DeviceInfo> {
         max_qp: attr.max_qp.max(0) as u32,
         ports,
     })
+}
+
+/// The non-zero GIDs of `port`, of its table of `table_len` entries.
+pub(crate) fn read_gids(dev: &ffi::Device, port: u8, table_len: i32) -> Vec<GidInfo> {
+    (0..table_len.max(0) as u32)
+        .filter_map(|index| {
+            let g = dev.query_gid(port, index).ok()?;
+            (g.raw != [0; 16]).then_some(GidInfo {
+                index,
+                gid: g.raw,
+                kind: GidKind::from_ibv(g.gid_type),
+            })
+        })
+        .collect()
 }
 
 /// Picks the GID index a connection on a port uses (documented in `docs/rdma.md`):

@@ -1,9 +1,9 @@
 //! Protection domains, registrable memory, memory regions and memory windows.
 //!
 //! Invariants:
-//! - An [`RdmaBuffer`] is the software RNIC's atomic arena (`rnic::soft::arena::MemoryBlock`):
-//!   page-aligned anonymous memory touched by the CPU only through atomics, so the NIC writing
-//!   it concurrently (DMA) is never a data race on the Rust side.
+//! - An [`RdmaBuffer`] is a memory block of `rnic` ([`rnic::memory::MemoryBlock`], the software
+//!   RNIC's buffer too): page-aligned anonymous memory touched by the CPU only through
+//!   atomics, so the NIC writing it concurrently (DMA) is never a data race on the Rust side.
 //! - An [`RdmaMr`] keeps its buffer mapped while it is registered (see `ffi`).
 //! - An [`RdmaMw`]'s rkey is the rkey of the latest *posted* bind: a bind request names the new
 //!   rkey itself (`bind_mw.rkey` = same index, new key byte) and the window records it when the
@@ -13,23 +13,21 @@
 //!   the window: its rkey goes back to the key of the window's last successful bind, unless
 //!   another bind of the window was posted since.
 
-use crate::RdmaProvider;
 use crate::context::{RdmaContext, alloc_error};
 use crate::ffi;
-use crate::qp::RdmaQp;
-use crate::queues::RdmaSrq;
+use crate::record::MwKeys;
 use crate::translate::{access_to_ibv, mw_type_to_ibv, verbs_error};
-use rnic::soft::arena::MemoryBlock;
+use rnic::memory::MemoryBlock;
 use rnic::{
-    AccessFlags, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, ProtectionDomain, QpInit,
-    Resource, Rkey, VerbsError, VerbsResult, VirtAddr,
+    AccessFlags, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, Resource, Rkey, VerbsError,
+    VerbsResult, VirtAddr,
 };
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Registrable memory: the software RNIC's atomic arena, whose `MemoryBuffer` implementation
-/// serves both providers. Cloning shares it.
+/// Registrable memory: `rnic`'s memory block, whose `MemoryBuffer` implementation serves both
+/// providers. Cloning shares it.
 pub type RdmaBuffer = MemoryBlock;
 
 /// A protection domain. Cloning shares it.
@@ -37,7 +35,7 @@ pub type RdmaBuffer = MemoryBlock;
 pub struct RdmaPd {
     pub(crate) ctx: RdmaContext,
     pub(crate) raw: Arc<ffi::Pd>,
-    id: PdId,
+    pub(crate) id: PdId,
 }
 
 impl fmt::Debug for RdmaPd {
@@ -58,14 +56,9 @@ impl RdmaPd {
             id: PdId(NEXT_PD.fetch_add(1, Ordering::Relaxed)),
         })
     }
-}
 
-impl ProtectionDomain<RdmaProvider> for RdmaPd {
-    fn id(&self) -> PdId {
-        self.id
-    }
-
-    fn reg_mr(
+    /// `ibv_reg_mr` of `len` bytes of `buffer` at `offset` (`ProtectionDomain::reg_mr`).
+    pub(crate) fn register_mr(
         &self,
         buffer: &RdmaBuffer,
         offset: usize,
@@ -86,7 +79,9 @@ impl ProtectionDomain<RdmaProvider> for RdmaPd {
         })
     }
 
-    fn alloc_mw(&self, mw_type: MwType) -> VerbsResult<RdmaMw> {
+    /// `ibv_alloc_mw` of `mw_type`, if the device has such windows
+    /// (`ProtectionDomain::alloc_mw`).
+    pub(crate) fn allocate_mw(&self, mw_type: MwType) -> VerbsResult<RdmaMw> {
         let attr = &self.ctx.inner.attr;
         let supported = match mw_type {
             MwType::Type1 => attr.mw_type1,
@@ -108,14 +103,6 @@ impl ProtectionDomain<RdmaProvider> for RdmaPd {
             mw_type,
             _pd: self.clone(),
         })
-    }
-
-    fn create_srq(&self, capacity: u32) -> VerbsResult<RdmaSrq> {
-        RdmaSrq::new(self, capacity)
-    }
-
-    fn create_qp(&self, init: QpInit<'_, RdmaProvider>) -> VerbsResult<RdmaQp> {
-        RdmaQp::new(self, init)
     }
 }
 
@@ -188,50 +175,6 @@ pub struct RdmaMw {
     mw_type: MwType,
     pub(crate) keys: Arc<MwKeys>,
     _pd: RdmaPd,
-}
-
-/// A window's keys, shared with the send records of the QPs that posted binds of it (which
-/// settle them when the binds complete, possibly after the window is gone).
-#[derive(Debug)]
-pub(crate) struct MwKeys {
-    /// The rkey of the latest posted bind, or `confirmed` after that bind failed.
-    rkey: AtomicU32,
-    /// The rkey of the latest bind known to have succeeded (the allocation's at first).
-    confirmed: AtomicU32,
-}
-
-impl MwKeys {
-    /// The keys of a window allocated with `rkey`.
-    pub(crate) fn new(rkey: u32) -> MwKeys {
-        MwKeys {
-            rkey: AtomicU32::new(rkey),
-            confirmed: AtomicU32::new(rkey),
-        }
-    }
-
-    /// The recorded rkey.
-    pub(crate) fn rkey(&self) -> u32 {
-        self.rkey.load(Ordering::SeqCst)
-    }
-
-    /// Records the rkey of a posted bind.
-    pub(crate) fn posted(&self, new: u32) {
-        self.rkey.store(new, Ordering::SeqCst);
-    }
-
-    /// A bind to `new` succeeded.
-    pub(crate) fn bind_succeeded(&self, new: u32) {
-        self.confirmed.store(new, Ordering::SeqCst);
-    }
-
-    /// A bind to `new` failed or was flushed: the window kept its key. Unless a later bind
-    /// was posted meanwhile, the recorded rkey goes back to the last confirmed one.
-    pub(crate) fn bind_failed(&self, new: u32) {
-        let confirmed = self.confirmed.load(Ordering::SeqCst);
-        let _ = self
-            .rkey
-            .compare_exchange(new, confirmed, Ordering::SeqCst, Ordering::SeqCst);
-    }
 }
 
 impl fmt::Debug for RdmaMw {

@@ -8,12 +8,15 @@
 //!  ┌─────▼──────────────────────────────────────────────┐
 //!  │ verbs: types, work requests, Provider traits       │
 //!  ├──────────────────────────┬─────────────────────────┤
-//!  │ soft: software RNIC      │ (rdma-core provider,    │
-//!  │  transports: inproc, tcp │  later, same traits)    │
-//!  │  mpt / responder / qp    │                         │
+//!  │ soft: software RNIC      │ (rdma-core provider:    │
+//!  │  transports: inproc, tcp │  crate rnic-rdma, same  │
+//!  │  mpt / responder / qp    │  traits)                │
 //!  │  links: inline, queued,  │                         │
 //!  │   tracing, faulty, tcp   │                         │
-//!  └──────────────────────────┴─────────────────────────┘
+//!  ├──────────────────────────┴─────────────────────────┤
+//!  │ memory: page-aligned blocks both providers         │
+//!  │  register, touched only through atomics            │
+//!  └────────────────────────────────────────────────────┘
 //! ```
 //!
 //! The software provider implements the verbs semantics that protected remote memory depends on:
@@ -25,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod endpoints;
+pub mod memory;
 pub mod soft;
 pub mod verbs;
 

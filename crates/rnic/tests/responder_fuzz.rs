@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
-use rnic::soft::arena::{MemoryBlock, Pinning};
+use rnic::memory::{MemoryBlock, Pinning};
 use rnic::soft::mpt::{BindRequest, KeyPolicy, MrEntry, ProtectionTable};
 use rnic::soft::qp::responder::{RecvSource, ResponderCtx, ResponderState};
 use rnic::soft::wire::{self, Frame, Packet, Request, RequestOp};

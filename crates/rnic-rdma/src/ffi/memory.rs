@@ -3,7 +3,7 @@
 use super::Device;
 use super::{check, last_error};
 use rdma_mummy_sys as sys;
-use rnic::soft::arena::MemoryBlock;
+use rnic::memory::MemoryBlock;
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::ptr::NonNull;

@@ -9,7 +9,7 @@
 //! - A memory region holds a clone of the [`MemoryBlock`] it registers, so the pages the NIC
 //!   may read or write stay mapped while the registration exists. If deregistration fails in
 //!   `Drop` the block is leaked rather than unmapped under the NIC. The block is only ever
-//!   accessed through atomics (see `rnic::soft::arena`), so NIC DMA racing with the CPU is not
+//!   accessed through atomics (see `rnic::memory`), so NIC DMA racing with the CPU is not
 //!   a data race in Rust's sense.
 //! - Work requests are built from plain Rust values ([`RawSendWr`], [`RawRecvWr`]) into C
 //!   structs that live on the stack for the duration of the post call only; a bind request

@@ -7,10 +7,10 @@
 //! names them only through traits: a transport is a `Transport`, and the QP it connects a
 //! `Connecting` endpoint. The transports themselves (`soft::transport`) sit above the QPs.
 
-use super::arena::Pinning;
 use super::link::{Link, PacketSink};
 use super::mpt::{KeyPolicy, ProtectionTable};
 use super::provider::{SoftAddress, SoftListener, SoftProvider};
+use crate::memory::Pinning;
 use crate::verbs::{
     AcceptPolicy, AsyncEvent, Clock, DeviceAttr, Psn, QpNumber, RealClock, Resource, VerbsError,
     VerbsResult,
@@ -41,7 +41,7 @@ pub struct SoftConfig {
     /// Ask the kernel to back buffers of at least [`HUGE_PAGE`] bytes with transparent huge
     /// pages (`madvise(MADV_HUGEPAGE)`; fewer TLB misses on a large pool). Where the kernel
     /// has no transparent huge pages the buffer keeps normal pages; the buffer says which
-    /// ([`MemoryBlock::huge_pages`](super::arena::MemoryBlock::huge_pages)).
+    /// ([`MemoryBlock::huge_pages`](crate::memory::MemoryBlock::huge_pages)).
     pub huge_pages: bool,
     /// Fault injection, for tests of what relies on window bounds: accept an access through a
     /// window anywhere in the window's region, as Soft-RoCE does (`docs/rdma.md`,

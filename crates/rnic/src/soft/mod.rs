@@ -9,10 +9,12 @@
 //!  device      configuration, QP numbers, events; the Transport / Connecting traits
 //!  link        packet movers: inline, queued (faults), tracing, faulty; the Link trait
 //!  mpt         protection table (regions, windows, bind and access checks)
-//!  wire · gate · arena · provider     messages · revocation barrier · raw memory · type family
+//!  wire · gate · provider     messages · revocation barrier · type family
 //! ```
 //!
-//! - [`arena`]: raw memory, accessed only atomically (the crate's one `unsafe` module).
+//! Memory blocks (raw memory, accessed only atomically) are provider-neutral:
+//! [`crate::memory`], below every layer here (and re-exported as `arena`, their former path).
+//!
 //! - [`gate`]: the per-entry revocation barrier.
 //! - [`mpt`]: the memory protection table (regions, windows, bind and access checks).
 //! - [`wire`]: transport messages and their byte encoding.
@@ -29,7 +31,6 @@
 //! This module wires the type family: the [`Provider`] impl and the verbs traits that create
 //! objects of several layers (`Context`, `ProtectionDomain`), delegating to each layer.
 
-pub mod arena;
 pub mod device;
 pub mod gate;
 pub mod link;
@@ -41,7 +42,10 @@ pub mod queues;
 pub mod transport;
 pub mod wire;
 
-pub use arena::Pinning;
+/// [`crate::memory`] under its former path: the memory blocks were the software RNIC's before
+/// the rdma-core provider shared them.
+pub use crate::memory as arena;
+pub use crate::memory::Pinning;
 pub use device::{DeviceResources, SoftConfig, SoftContext};
 pub use link::{AdaptiveTimeouts, LinkStack, RetryPolicy};
 pub use mpt::KeyPolicy;

@@ -7,9 +7,9 @@
 //! These are the objects below the QPs (a QP holds its PD and uses MRs and MWs); the PD's
 //! `ProtectionDomain` impl, which also makes SRQs and QPs, is wired in `soft/mod.rs`.
 
-use super::arena::MemoryBlock;
 use super::device::{DeviceInner, ResourceCounts};
 use super::mpt::MrEntry;
+use crate::memory::MemoryBlock;
 use crate::verbs::{
     AccessFlags, Lkey, MemoryKey, MemoryRegion, MemoryWindow, MwType, PdId, Resource, Rkey,
     VerbsError, VerbsResult, VirtAddr,

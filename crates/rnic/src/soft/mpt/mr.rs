@@ -4,7 +4,7 @@
 //! translation entry per page; every access — local or remote — is translated through that
 //! table, so registration cost grows with size exactly where hardware's does.
 
-use crate::soft::arena::{MemoryBlock, PAGE_SIZE, Pinning};
+use crate::memory::{MemoryBlock, PAGE_SIZE, Pinning};
 use crate::verbs::{AccessFlags, PdId, VerbsResult, VirtAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 

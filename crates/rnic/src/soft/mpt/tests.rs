@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests panic on unexpected failures
 
 use super::*;
-use crate::soft::arena::{MemoryBlock, Pinning};
+use crate::memory::{MemoryBlock, Pinning};
 use crate::verbs::{AccessFlags, QpNumber};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;

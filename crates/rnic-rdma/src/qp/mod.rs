@@ -1,4 +1,5 @@
-//! RC queue pairs: creation, the RESET → INIT → RTR → RTS state machine, posting.
+//! RC queue pairs: creation, the RESET → INIT → RTR → RTS state machine, posting, and both
+//! sides of the connection handshake that drives the state machine (`handshake`).
 //!
 //! Invariants:
 //! - Transitions use exactly the attribute masks rdma-core requires for RC (`ibv_modify_qp(3)`):
@@ -11,71 +12,29 @@
 //!   ones that completed silently). The record is bounded.
 //! - A window's recorded rkey changes only for binds the device accepted into its queue.
 
-use crate::RdmaProvider;
-use crate::connect::{self, PeerInfo};
+pub(crate) mod handshake;
+
 use crate::context::alloc_error;
 use crate::ffi::{self, QpCaps, QpModify};
-use crate::memory::{MwKeys, RdmaPd};
+use crate::memory::{RdmaMr, RdmaMw, RdmaPd};
+use crate::provider::RdmaProvider;
 use crate::queues::raw_recv;
+use crate::record::SendRecord;
 use crate::translate::{
     access_to_ibv, ack_timeout_to_ib, qp_state_from_ibv, qp_state_to_ibv, retry_count_to_ib,
     rnr_retry_to_ib, rnr_timer_to_ib, verbs_error,
 };
+use crate::wire::PeerInfo;
 use crate::work::translate;
 use parking_lot::Mutex;
 use rdma_mummy_sys as sys;
 use rnic::{
     AccessFlags, QpInit, QpNumber, QpState, QpTiming, QueuePair, RecvWr, Resource, SendWr,
-    VerbsError, VerbsResult, WcOpcode,
+    VerbsError, VerbsResult,
 };
-use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-/// A posted send request: its `wr_id`, its completion opcode and, for a bind, the window's
-/// keys and the rkey the bind gives it.
-type Posted = (u64, WcOpcode, Option<(Arc<MwKeys>, u32)>);
-
-/// The posted send requests of one QP that have not completed yet.
-#[derive(Debug)]
-pub(crate) struct SendRecord {
-    entries: Mutex<VecDeque<Posted>>,
-    cap: usize,
-}
-
-impl SendRecord {
-    fn new(max_send_wr: u32) -> SendRecord {
-        SendRecord {
-            entries: Mutex::new(VecDeque::new()),
-            cap: (max_send_wr as usize).saturating_mul(4).max(1024),
-        }
-    }
-
-    /// Retires the oldest entry for `wr_id` and every older one; returns its opcode. The
-    /// older ones were unsignaled and succeeded (an RC send queue completes in order and an
-    /// error always completes); the entry itself succeeded if `success`. Binds among them
-    /// settle their window's keys.
-    pub(crate) fn complete(&self, wr_id: u64, success: bool) -> Option<WcOpcode> {
-        let mut q = self.entries.lock();
-        let pos = q.iter().position(|(id, _, _)| *id == wr_id)?;
-        let op = q[pos].1;
-        for (i, (_, _, bind)) in q.drain(..=pos).enumerate() {
-            if let Some((keys, new)) = bind {
-                if i < pos || success {
-                    keys.bind_succeeded(new);
-                } else {
-                    keys.bind_failed(new);
-                }
-            }
-        }
-        Some(op)
-    }
-
-    fn clear(&self) {
-        self.entries.lock().clear();
-    }
-}
 
 /// An RC queue pair. Cloning shares it.
 #[derive(Clone)]
@@ -261,7 +220,7 @@ impl QueuePair<RdmaProvider> for RdmaQp {
                 action: "connect",
             });
         }
-        let result = connect::client_handshake(self, *to, private_data);
+        let result = handshake::client(self, *to, private_data);
         if result.is_err() {
             // Leave the QP where `connect` may be tried again.
             let _ = self.reset();
@@ -298,10 +257,7 @@ impl QueuePair<RdmaProvider> for RdmaQp {
         Ok(())
     }
 
-    fn post_send(
-        &self,
-        wrs: &[SendWr<'_, crate::RdmaMw, crate::RdmaMr>],
-    ) -> Result<(), (usize, VerbsError)> {
+    fn post_send(&self, wrs: &[SendWr<'_, RdmaMw, RdmaMr>]) -> Result<(), (usize, VerbsError)> {
         let mut translated = Vec::with_capacity(wrs.len());
         let mut rejected = None;
         for (i, wr) in wrs.iter().enumerate() {
@@ -318,15 +274,10 @@ impl QueuePair<RdmaProvider> for RdmaQp {
         for (mw, _) in translated.iter().filter_map(|t| t.bind) {
             mw.sync_raw_rkey();
         }
-        {
-            let mut rec = self.inner.record.entries.lock();
-            rec.extend(translated.iter().map(|t| {
-                let bind = t.bind.map(|(mw, new)| (mw.keys.clone(), new));
-                (t.raw.wr_id, t.opcode, bind)
-            }));
-            let excess = rec.len().saturating_sub(self.inner.record.cap);
-            rec.drain(..excess);
-        }
+        self.inner.record.record(translated.iter().map(|t| {
+            let bind = t.bind.map(|(mw, new)| (mw.keys.clone(), new));
+            (t.raw.wr_id, t.opcode, bind)
+        }));
         let posted = match self.inner.raw.post_send(&raw) {
             Ok(()) => raw.len(),
             Err((i, e)) => {
@@ -335,11 +286,7 @@ impl QueuePair<RdmaProvider> for RdmaQp {
             }
         };
         // Entries of requests the device did not take are removed again.
-        {
-            let mut rec = self.inner.record.entries.lock();
-            let len = rec.len();
-            rec.truncate(len - (raw.len() - posted).min(len));
-        }
+        self.inner.record.unrecord(raw.len() - posted);
         for (mw, rkey) in translated[..posted].iter().filter_map(|t| t.bind) {
             mw.set_rkey(rkey);
         }
@@ -362,65 +309,5 @@ impl QueuePair<RdmaProvider> for RdmaQp {
             self.set_error();
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{MwKeys, SendRecord};
-    use rnic::WcOpcode;
-    use std::sync::Arc;
-
-    /// Posts a bind of `keys` to `new` on `rec` (as `post_send` records it).
-    fn post_bind(rec: &SendRecord, keys: &Arc<MwKeys>, wr_id: u64, new: u32) {
-        rec.entries
-            .lock()
-            .push_back((wr_id, WcOpcode::BindMw, Some((keys.clone(), new))));
-        keys.posted(new);
-    }
-
-    #[test]
-    fn failed_bind_rolls_the_rkey_back() {
-        let rec = SendRecord::new(16);
-        let keys = Arc::new(MwKeys::new(0x100));
-        post_bind(&rec, &keys, 1, 0x101);
-        assert_eq!(rec.complete(1, true), Some(WcOpcode::BindMw));
-        assert_eq!(keys.rkey(), 0x101);
-        post_bind(&rec, &keys, 2, 0x102);
-        rec.complete(2, false);
-        assert_eq!(
-            keys.rkey(),
-            0x101,
-            "the window kept the key of its last good bind"
-        );
-    }
-
-    #[test]
-    fn flushed_binds_roll_back_to_the_last_good_key() {
-        // An unsignaled bind that succeeded, then a failed one and a flushed one behind it.
-        let rec = SendRecord::new(16);
-        let keys = Arc::new(MwKeys::new(0x100));
-        post_bind(&rec, &keys, 1, 0x101);
-        post_bind(&rec, &keys, 2, 0x102);
-        post_bind(&rec, &keys, 3, 0x103);
-        rec.complete(2, false);
-        assert_eq!(keys.rkey(), 0x103, "a later bind is still outstanding");
-        rec.complete(3, false);
-        assert_eq!(
-            keys.rkey(),
-            0x101,
-            "back to the unsignaled bind that succeeded"
-        );
-    }
-
-    #[test]
-    fn a_later_post_is_not_undone() {
-        let rec = SendRecord::new(16);
-        let keys = Arc::new(MwKeys::new(0x100));
-        post_bind(&rec, &keys, 1, 0x101);
-        let other = SendRecord::new(16);
-        post_bind(&other, &keys, 9, 0x102);
-        rec.complete(1, false);
-        assert_eq!(keys.rkey(), 0x102);
     }
 }

@@ -1,5 +1,7 @@
 //! Raw memory that remote peers touch: page-aligned anonymous mappings, viewed only as
-//! `[AtomicU64]`.
+//! `[AtomicU64]`. Provider-neutral: [`MemoryBlock`] is the registrable memory of the software
+//! RNIC (`soft::SoftBuffer`) and of the rdma-core provider (`rnic_rdma::RdmaBuffer`), where
+//! the NIC's DMA races with the CPU.
 //!
 //! This is the one module of the crate with `unsafe` code. The safe API it offers upholds:
 //! - The mapping lives exactly as long as the last [`MemoryBlock`] handle (it is unmapped in
@@ -20,7 +22,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Translation granule of the soft NIC's page tables.
+/// Page size of the mappings, and the translation granule of the soft NIC's page tables.
 pub const PAGE_SIZE: usize = 4096;
 const WORD: usize = 8;
 
