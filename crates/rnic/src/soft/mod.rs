@@ -42,9 +42,6 @@ pub mod queues;
 pub mod transport;
 pub mod wire;
 
-/// [`crate::memory`] under its former path: the memory blocks were the software RNIC's before
-/// the rdma-core provider shared them.
-pub use crate::memory as arena;
 pub use crate::memory::Pinning;
 pub use device::{DeviceResources, SoftConfig, SoftContext};
 pub use link::{AdaptiveTimeouts, LinkStack, RetryPolicy};
