@@ -139,4 +139,7 @@ impl TestBed<SoftProvider> for TcpBed {
     fn virtual_time(&self) -> bool {
         false
     }
+    fn hangs_up_on_error(&self) -> bool {
+        true
+    }
 }

@@ -66,6 +66,11 @@ pub trait TestBed<P: Provider>: Sized {
     /// Whether the bed runs on a virtual clock: completions then happen exactly when the test
     /// drives them, and a test may assert that nothing has completed yet.
     fn virtual_time(&self) -> bool;
+    /// Whether a QP entering ERR closes its connection, so that its peer fails at once (the
+    /// soft NIC's TCP transport: `docs/tcp-transport.md`); an RC peer otherwise stays up.
+    fn hangs_up_on_error(&self) -> bool {
+        false
+    }
     /// Timing for QPs that are not about timers: long ack timeouts so a loaded machine never
     /// triggers a spurious retransmission on a real-time bed.
     fn quiet_timing(&self) -> QpTiming {
