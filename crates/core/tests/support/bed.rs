@@ -33,7 +33,9 @@ pub trait Rig: Copy + std::fmt::Debug {
     /// node's self-check found. Every NIC does but Soft-RoCE (`docs/rdma.md`,
     /// `mw-bounds-not-enforced`), where an access outside a window but inside its region
     /// lands: tests that depend on bounds assert that leak.
-    fn enforces_window_bounds(self, cluster: &EmbeddedCluster<Self::P>) -> bool;
+    fn enforces_window_bounds(self, cluster: &EmbeddedCluster<Self::P>) -> bool {
+        cluster.node.nic_check().enforces(Check::WindowBounds)
+    }
     /// How much longer than on the software RNIC a test waits for a round trip it expects
     /// to complete: Soft-RoCE runs under qemu's emulation, where connecting a client (its
     /// domain's windows allocated and bound) can take longer than a short RPC timeout.
@@ -57,9 +59,6 @@ impl Rig for Link {
             ..SoftConfig::default()
         };
         EmbeddedCluster::start(self, device, node, client, clients).unwrap()
-    }
-    fn enforces_window_bounds(self, cluster: &EmbeddedCluster<Self::P>) -> bool {
-        cluster.node.nic_check().enforces(Check::WindowBounds)
     }
 }
 
@@ -108,9 +107,6 @@ impl Rig for Rdma {
             clients,
         )
         .unwrap()
-    }
-    fn enforces_window_bounds(self, cluster: &EmbeddedCluster<Self::P>) -> bool {
-        cluster.node.nic_check().enforces(Check::WindowBounds)
     }
     fn patience(self) -> u32 {
         10
