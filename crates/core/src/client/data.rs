@@ -125,11 +125,11 @@ impl<P: Provider> Client<P> {
     /// as for every lease the client asks for: the holder's next turn may be a round trip
     /// away). Fails with `ExtensionRefused` once the manager zeroed the field.
     pub fn extend(&mut self, perm: &Perm, lease: std::time::Duration) -> Result<(), ClientError> {
-        let lease_us = self.lease.wire_lease_us(super::micros(lease));
+        let lease_us = self.core.wire_lease_us(super::micros(lease));
         self.current(perm)?;
-        if self.clock.now() >= perm.expiry() {
-            self.stats.local_expiries += 1;
-            perm.mark_wasted(&mut self.stats);
+        if self.clocks.lease.now() >= perm.expiry() {
+            self.core.stats_mut().local_expiries += 1;
+            perm.mark_wasted(self.core.stats_mut());
             return Err(ClientError::LeaseExpired);
         }
         let r = self.extend_cas(perm, lease_us);
@@ -137,9 +137,9 @@ impl<P: Provider> Client<P> {
             Ok(()) => {
                 // Kept alive: the grant served its holder even without a data access.
                 perm.mark_used();
-                self.stats.cas_extensions += 1;
+                self.core.stats_mut().cas_extensions += 1;
             }
-            Err(ClientError::ExtensionRefused) => self.stats.extension_refusals += 1,
+            Err(ClientError::ExtensionRefused) => self.core.stats_mut().extension_refusals += 1,
             Err(_) => {}
         }
         r
@@ -199,9 +199,9 @@ impl<P: Provider> Batch<'_, P> {
         // One integer compare: a permission of an ended session is refused, not sent to fault
         // a fresh data QP.
         self.client.current(perm)?;
-        if self.client.cfg.check_local_expiry && self.client.clock.now() >= perm.expiry() {
-            self.client.stats.local_expiries += 1;
-            perm.mark_wasted(&mut self.client.stats);
+        if self.client.cfg.check_local_expiry && self.client.clocks.lease.now() >= perm.expiry() {
+            self.client.core.stats_mut().local_expiries += 1;
+            perm.mark_wasted(self.client.core.stats_mut());
             return Err(ClientError::LeaseExpired);
         }
         match offset.checked_add(len) {
@@ -387,6 +387,8 @@ fn unrun(switch: &std::sync::Arc<ClientError>) -> ClientError {
 
 /// Stands for "never handed to the QP" in `run`'s outcome (post refused part of the list).
 const NOT_POSTED: WcStatus = WcStatus::LocalQpOperationError;
+/// How long a batch waits for completions that do not come before it calls the transport dead.
+const DEAD_TRANSPORT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What broke the QP in one batch, as far as the completions tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -460,7 +462,7 @@ impl<P: Provider> Client<P> {
         if let Err(e) = self.session.vqp.fail_over() {
             let e = ClientError::from_connect(e);
             if let ClientError::SessionEnded(why) = e {
-                self.lost = true;
+                self.core.lose_session(rnic::WcStatus::WrFlushError);
                 self.ended = Some(why);
             }
             return Err(e);
@@ -482,8 +484,9 @@ impl<P: Provider> Client<P> {
         }
     }
 
-    /// Posts the ops at `indexes` on the active QP; returns (index, status) for each.
-    #[allow(clippy::disallowed_methods)] // a wall-time bound on a dead transport
+    /// Posts the ops at `indexes` on the active QP; returns (index, status) for each. A
+    /// transport that completes nothing for 10 s of the timer clock is dead: what it did not
+    /// complete reports `RetryExceeded`.
     fn run(&mut self, ops: &[Option<Op>], indexes: &[usize]) -> Vec<(usize, WcStatus)> {
         // 31 bits: a batch's ids never carry the posted-extension tag.
         self.epoch = (self.epoch + 1) & 0x7fff_ffff;
@@ -545,7 +548,7 @@ impl<P: Provider> Client<P> {
             .collect();
         let mut wcs = [WorkCompletion::default(); 32];
         let mut got = 0;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = self.clocks.timer.now().plus(DEAD_TRANSPORT);
         let mut idle = crate::rpc::IdleWait::default();
         while got < posted {
             let n = self.data_cq.poll(&mut wcs);
@@ -560,7 +563,7 @@ impl<P: Provider> Client<P> {
                 out.push(((wc.wr_id & 0xffff_ffff) as usize, wc.status));
             }
             if n == 0 {
-                if std::time::Instant::now() >= deadline {
+                if self.clocks.timer.now() >= deadline {
                     for &i in indexes.iter().take(posted) {
                         if !out.iter().any(|(j, _)| *j == i) {
                             out.push((i, WcStatus::RetryExceeded));

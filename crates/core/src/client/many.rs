@@ -1,8 +1,8 @@
 //! Several allocations in one round trip: pre-allocation (§6.1: RACE hashing takes its KV
 //! blocks four at a time), each object still with its own permission.
 
+use super::core::Owner;
 use super::*;
-use crate::rpc::RpcError;
 
 impl<P: Provider> Client<P> {
     /// Allocates one object per entry of `sizes`, each with its own read-write permission for
@@ -43,52 +43,60 @@ impl<P: Provider> Client<P> {
     ) -> Result<(), ClientError> {
         self.ensure_session()?;
         let lease_us = micros(lease);
-        let mut sent_ids = Vec::with_capacity(sizes.len());
+        let sent = self.clocks.lease.now();
+        let reqs = sizes.iter().map(|&size| Request::Allocate {
+            size,
+            lease_us,
+            mode,
+        });
+        let outcomes = self.call_all(reqs)?;
         let mut failed = None;
-        for &size in sizes {
-            let req = self.with_slack(Request::Allocate {
-                size,
-                lease_us,
-                mode,
-            });
-            let k = self.channel_for(&req);
-            let sent = self.clock.now();
-            match self.session.ctrl[k].submit(req) {
-                Ok(id) => sent_ids.push((k, id, sent, size)),
-                Err(e) => {
-                    failed = Some(self.note(e));
-                    break;
-                }
-            }
-        }
-        let deadline = self.clock.now().plus(self.cfg.rpc_timeout);
-        let mut pending = sent_ids.into_iter();
-        for (k, id, sent, size) in pending.by_ref() {
-            if failed.is_some() {
-                self.session.ctrl[k].abandon(id);
-                continue;
-            }
-            let left = self.cfg.rpc_timeout.min(deadline.since(self.clock.now()));
-            match self.session.ctrl[k].wait(id, left, true) {
+        for outcome in outcomes {
+            match outcome {
                 Ok(Reply::Granted(g)) => {
-                    self.lease.observe(sent, self.clock.now(), &mut self.stats);
-                    perms.push(self.take_grant(g, Access::ReadWrite, mode, sent));
+                    perms.push(self.take_grant(g, Access::ReadWrite, mode, sent))
                 }
-                Ok(Reply::Failed(
-                    Status::NoMemory
-                    | Status::PoolExhausted
-                    | Status::QuotaExceeded
-                    | Status::Overloaded,
-                )) => match self.allocate(size, lease, mode) {
-                    Ok(p) => perms.push(p),
-                    Err(e) => failed = Some(e),
-                },
-                Ok(other) => failed = Some(unexpected(other)),
-                Err(e) => failed = Some(self.note(e)),
+                Ok(other) => {
+                    failed.get_or_insert(unexpected(other));
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
         }
-        self.hand_back_orphans();
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Starts every request of `reqs` before waiting for any (one round trip for the group;
+    /// those a full channel cannot take wait for a slot) and drives them all to their ends.
+    /// The outcomes, in order.
+    fn call_all(
+        &mut self,
+        reqs: impl Iterator<Item = Request>,
+    ) -> Result<Vec<Result<Reply, ClientError>>, ClientError> {
+        let now = self.clocks.now();
+        let mut ids = Vec::new();
+        for req in reqs {
+            match self.core.start(req, Owner::Caller, now) {
+                Ok(id) => ids.push(Ok(id)),
+                Err(e) => ids.push(Err(e)),
+            }
+        }
+        let waiting: Vec<u64> = ids
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
+        self.pump()
+            .run(|core| waiting.iter().all(|&id| core.is_done(id)), None)?;
+        Ok(ids
+            .into_iter()
+            .map(|r| {
+                let id = r?;
+                self.core
+                    .take_outcome(id)
+                    .unwrap_or(Err(ClientError::ControlLost(rnic::WcStatus::WrFlushError)))
+            })
+            .collect())
     }
 }
 
@@ -125,45 +133,20 @@ impl<P: Provider> Client<P> {
             // A new session: the permissions ended with the old one.
             return Err(ClientError::SessionLost);
         }
-        let mut sent_ids = Vec::with_capacity(perms.len());
+        let reqs = perms.iter().map(|p| Request::Revoke {
+            id: p.id(),
+            free: false,
+        });
         let mut failed = None;
-        // Those a full channel (acquires of the caller's in flight) cannot take now: revoked
-        // one at a time once the others are answered.
-        let mut later = Vec::new();
-        for (i, p) in perms.iter().enumerate() {
-            let req = Request::Revoke {
-                id: p.id(),
-                free: false,
-            };
-            let k = self.channel_for(&req);
-            match self.session.ctrl[k].submit(req) {
-                Ok(id) => sent_ids.push((k, id)),
-                Err(RpcError::Busy) => later.push(p.id()),
-                Err(e) => {
-                    failed = Some(self.note(e));
-                    later.extend(perms[i + 1..].iter().map(Perm::id));
-                    break;
-                }
-            }
-        }
-        let deadline = self.clock.now().plus(self.cfg.rpc_timeout);
-        for (k, id) in sent_ids {
-            let left = self.cfg.rpc_timeout.min(deadline.since(self.clock.now()));
-            match self.session.ctrl[k].wait(id, left, true) {
+        for outcome in self.call_all(reqs)? {
+            match outcome {
                 Ok(Reply::Revoked) => {}
                 Ok(other) => {
                     failed.get_or_insert(unexpected(other));
                 }
                 Err(e) => {
-                    let e = self.note(e);
                     failed.get_or_insert(e);
                 }
-            }
-        }
-        self.hand_back_orphans();
-        for id in later {
-            if let Err(e) = self.end_id(id, false) {
-                failed.get_or_insert(e);
             }
         }
         failed.map_or(Ok(()), Err)

@@ -26,6 +26,7 @@
 //! - `vqp`: the virtual data QP with spares; `error`: [`ClientError`].
 
 mod control;
+pub mod core;
 mod data;
 mod error;
 mod lease;
@@ -34,6 +35,7 @@ mod names;
 mod pending;
 mod perm;
 mod posted;
+mod pump;
 mod renew;
 mod session;
 mod vqp;
@@ -47,6 +49,7 @@ pub use posted::{MAX_POSTED, PostedExtend};
 pub use renew::LongLease;
 pub use vqp::SwitchKind;
 
+use self::core::ClientCore;
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
 use crate::proto::shards::ShardMap;
 use rnic::{
@@ -112,40 +115,24 @@ pub const MAX_OUTSTANDING_RPCS: u32 = RECV_SLOTS;
 
 /// A client of one memory node.
 pub struct Client<P: Provider> {
-    clock: Arc<dyn Clock>,
+    /// Its lease clock (the device's) and its timer clock (wall time).
+    clocks: pump::Clocks,
     cfg: ClientConfig,
     /// Where sessions are opened.
     endpoint: Endpoint<P>,
     /// The current session: control channels, identity, data QPs.
     session: Session<P>,
-    /// The session is lost (a control QP failed, or the memory node no longer knows the
-    /// client): the next control operation opens a new one.
-    lost: bool,
+    /// The control path's decisions: requests in flight, routing, retries, back-off, the
+    /// lease policy and the client's counts.
+    core: ClientCore,
     /// Why the memory node ended the current session, once it said so (it refused a
     /// reconnection of the session): what its data ops report until a new session opens.
     ended: Option<crate::proto::refusal::SessionEnd>,
-    /// Counts of the control channels of earlier sessions.
-    retired: control::RetiredCounts,
-    /// The shard the next allocation tries first (allocations go round the shards).
-    next_alloc: usize,
-    /// The channel `poll_reply` looks at first (so none starves).
-    next_poll: usize,
     /// Completions of every data QP, of every session.
     data_cq: P::Cq,
     staging: P::Buffer,
     staging_mr: P::Mr,
     epoch: u64,
-    /// How long a lease to ask for, from the measured control round trip.
-    lease: LeasePolicy,
-    /// What the client counted.
-    stats: ClientStats,
-    /// Pipelined requests in flight: (id, sent at, an extension?, a round trip to learn
-    /// from?), for their round trip.
-    in_flight: Vec<(u64, Timestamp, bool, bool)>,
-    /// Replies taken while polling for another pending acquire ([`Client::poll_acquire`]).
-    parked: std::collections::HashMap<u64, Reply>,
-    /// Acquires given up ([`Client::abandon_acquire`]): their replies are dropped.
-    abandoned: std::collections::HashSet<u64>,
     /// Extensions posted without waiting ([`Client::post_extend`]).
     posted: posted::PostedOps,
     /// Permissions that may be alive, for rebinding after a QP switch (type 2).
@@ -200,28 +187,23 @@ impl<P: Provider> Client<P> {
             },
             data_cq: data_cq.clone(),
         };
-        let session = Session::open(&endpoint, &cfg, 0)?;
-        let mut lease = LeasePolicy::new(cfg.lease_slack_rtts);
-        lease.learn_max_lifetime(session.max_lifetime_us);
+        let clocks = pump::Clocks {
+            lease: ctx.clock(),
+            timer: rnic::RealClock::shared(),
+        };
+        let mut core = ClientCore::new(&cfg, RECV_SLOTS, rand::random());
+        let session = Session::open(&endpoint, &cfg, 0, &mut core, &clocks)?;
         Ok(Client {
-            clock: ctx.clock(),
+            clocks,
             endpoint,
-            next_alloc: session.client_id as usize,
             session,
-            lost: false,
+            core,
             ended: None,
-            retired: control::RetiredCounts::default(),
-            next_poll: 0,
             data_cq,
             staging,
             staging_mr,
             live: Vec::new(),
             epoch: 0,
-            lease,
-            stats: ClientStats::default(),
-            in_flight: Vec::new(),
-            parked: Default::default(),
-            abandoned: Default::default(),
             posted: posted::PostedOps::default(),
             cfg,
         })
@@ -236,19 +218,12 @@ impl<P: Provider> Client<P> {
 
     /// Turns a grant of a request sent at `sent` into a permission, counting it.
     fn take_grant(&mut self, grant: Grant, access: Access, mode: Mode, sent: Timestamp) -> Perm {
-        self.lease
-            .learn_max_lifetime(u64::from(grant.max_lifetime_us));
-        let margin = micros(self.cfg.lease_margin);
-        let perm = Perm::new(grant, access, mode, sent, margin, self.session.number);
-        self.stats.grants += 1;
-        if self.clock.now() >= perm.expiry() {
-            self.stats.dead_on_arrival += 1;
-            perm.mark_wasted(&mut self.stats);
-        }
+        let now = self.clocks.lease.now();
+        let perm = self.core.grant(grant, access, mode, sent, now);
         self.track(perm)
     }
 
-    fn track(&mut self, perm: Perm) -> Perm {
+    pub(super) fn track(&mut self, perm: Perm) -> Perm {
         if self.session.type2 {
             self.live.retain(|(_, w)| w.strong_count() > 0);
             self.live
@@ -320,7 +295,7 @@ impl<P: Provider> Client<P> {
 
     /// The clock the client times leases with.
     pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
+        &self.clocks.lease
     }
 
     /// QP switches so far, and the duration of the last one on the application's path.
@@ -340,7 +315,7 @@ impl<P: Provider> Client<P> {
         lease: Duration,
         mode: Mode,
     ) -> Result<Perm, ClientError> {
-        let sent = self.clock.now();
+        let sent = self.clocks.lease.now();
         match self.rpc(Request::Allocate {
             size,
             lease_us: micros(lease),
@@ -390,7 +365,7 @@ impl<P: Provider> Client<P> {
         access: Access,
         mode: Mode,
     ) -> Result<Perm, ClientError> {
-        let sent = self.clock.now();
+        let sent = self.clocks.lease.now();
         match self.rpc(req)? {
             Reply::Granted(g) => Ok(self.take_grant(g, access, mode, sent)),
             other => Err(unexpected(other)),
@@ -415,15 +390,9 @@ impl<P: Provider> Client<P> {
             Reply::Extended { lifetime_us } => {
                 perm.lifetime_us
                     .store(lifetime_us, std::sync::atomic::Ordering::SeqCst);
-                self.stats.rpc_extensions += 1;
                 Ok(())
             }
-            other => {
-                if other == Reply::Failed(Status::ExtensionRefused) {
-                    self.stats.extension_refusals += 1;
-                }
-                Err(unexpected(other))
-            }
+            other => Err(unexpected(other)),
         }
     }
 
@@ -515,14 +484,14 @@ impl<P: Provider> Client<P> {
 
     /// What this client counted so far.
     pub fn stats(&self) -> ClientStats {
-        let mut s = self.stats.clone();
-        (s.rpc_retries, s.stray_replies) = self.channel_counts();
+        let mut s = self.core.stats().clone();
+        s.stray_replies = self.core.counts().strays;
         s
     }
 
     /// The lease policy (its round-trip estimate and the slack it adds).
     pub fn lease_policy(&self) -> &LeasePolicy {
-        &self.lease
+        self.core.lease_policy()
     }
 }
 

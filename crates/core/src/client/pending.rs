@@ -5,16 +5,18 @@
 //! instead of each waiting a round trip in turn.
 //!
 //! Invariants:
-//! - A reply that arrives while polling for another request is parked, never lost: the
-//!   pending acquire it answers, or [`Client::poll_reply`], takes it later.
+//! - A pending acquire is a call in the core's table ([`super::core`]): its reply is filed
+//!   there whoever polls, never lost, and never handed to [`Client::poll_reply`].
 //! - A pending acquire ends exactly once: granted, refused (the error the blocking
 //!   [`Client::acquire`] would report), timed out ([`ClientError::RpcTimeout`] after the
-//!   configured RPC timeout; a grant that comes later is left to run out), or abandoned.
-//!   `Overloaded` is not an end: the request is sent again, as the blocking call does.
+//!   configured RPC timeout; a grant that comes later is handed back), or abandoned (a grant
+//!   that comes later is handed back). `Overloaded` is not an end: the request is sent again
+//!   after a back-off, as the blocking call does.
 
-use super::{Client, ClientError, Perm, micros, unexpected};
-use crate::proto::messages::{Access, Mode, Reply, Request, Status};
-use rnic::{Provider, Timestamp};
+use super::core::Owner;
+use super::{Client, ClientError, Perm, micros};
+use crate::proto::messages::{Access, Mode, Request};
+use rnic::Provider;
 use std::time::Duration;
 
 /// An `acquire` sent and not yet answered (see the module docs).
@@ -22,20 +24,13 @@ use std::time::Duration;
 #[must_use = "a pending acquire is polled to its end or abandoned"]
 pub struct PendingAcquire {
     id: u64,
-    req: Request,
-    /// The client clock's time before the first send: the lease counts from here.
-    sent: Timestamp,
-    access: Access,
-    mode: Mode,
+    addr: u64,
 }
 
 impl PendingAcquire {
     /// The address asked for.
     pub fn addr(&self) -> u64 {
-        match self.req {
-            Request::Acquire { addr, .. } => addr,
-            _ => 0,
-        }
+        self.addr
     }
 }
 
@@ -72,102 +67,65 @@ impl<P: Provider> Client<P> {
         access: Access,
         mode: Mode,
     ) -> Result<PendingAcquire, ClientError> {
+        self.ensure_session()?;
         let req = self.acquire_request(addr, size, lease, access, mode);
-        let sent = self.clock.now();
-        let id = self.submit(req)?;
-        Ok(PendingAcquire {
-            id,
-            req,
-            sent,
+        let now = self.clocks.now();
+        let owner = Owner::Acquire {
             access,
             mode,
-        })
+            sent: now.lease,
+        };
+        let id = self.core.start(req, owner, now)?;
+        self.pump().flush()?;
+        Ok(PendingAcquire { id, addr })
     }
 
     /// The permission `p` asked for, once its reply is here: `Ok(Some)`; `Ok(None)` while
     /// it is in flight. Never blocks. After `Ok(Some)` or an error, `p` is spent (polling it
     /// again reports `InvalidArgument`).
     pub fn poll_acquire(&mut self, p: &mut PendingAcquire) -> Result<Option<Perm>, ClientError> {
-        if p.id == 0 {
+        if p.id == 0 || !self.core.is_known(p.id) {
+            p.id = 0;
             return Err(ClientError::InvalidArgument(
                 "the acquire has ended already",
             ));
         }
-        loop {
-            if let Some(reply) = self.parked.remove(&p.id) {
-                return self.answer(p, reply);
+        if !self.core.is_done(p.id) {
+            self.pump().turn()?;
+        }
+        let now = self.clocks.lease.now();
+        match self.core.take_acquire(p.id, now) {
+            Ok(None) => Ok(None),
+            Ok(Some(perm)) => {
+                p.id = 0;
+                Ok(Some(self.track(perm)))
             }
-            match self.poll_reply_unparked() {
-                Ok(Some((id, reply))) => {
-                    self.parked.insert(id, reply);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    p.id = 0;
-                    return Err(e);
-                }
+            Err(e) => {
+                p.id = 0;
+                Err(e)
             }
         }
-        if self.clock.now().since(p.sent) > self.cfg.rpc_timeout {
-            self.abandoned.insert(p.id);
-            p.id = 0;
-            return Err(ClientError::RpcTimeout);
-        }
-        Ok(None)
     }
 
-    /// Waits up to `max` (sleeping, not spinning) for a reply to any pipelined request and
-    /// keeps it for its poll ([`Client::poll_acquire`], [`Client::poll_reply`]); whether one
-    /// is here.
+    /// Waits up to `max` (sleeping, not spinning) for a reply to any pipelined request or
+    /// pending acquire, and keeps it for its poll ([`Client::poll_acquire`],
+    /// [`Client::poll_reply`]); whether one is here.
     pub fn wait_for_reply(&mut self, max: Duration) -> Result<bool, ClientError> {
-        if !self.parked.is_empty() {
+        if self.core.has_news() {
             return Ok(true);
         }
-        match self.wait_reply(max)? {
-            Some((id, reply)) => {
-                self.parked.insert(id, reply);
-                Ok(true)
-            }
-            None => Ok(false),
+        let until = self.clocks.timer.now().plus(max);
+        self.pump().run(|core| core.has_news(), Some(until))?;
+        if self.session_lost() {
+            return Err(ClientError::ControlLost(rnic::WcStatus::WrFlushError));
         }
+        Ok(self.core.has_news())
     }
 
-    /// Gives up a pending acquire: its grant, if one comes, is never used and runs out.
+    /// Gives up a pending acquire: its grant, if one comes, is handed back at once.
     pub fn abandon_acquire(&mut self, p: PendingAcquire) {
-        if p.id != 0 && self.parked.remove(&p.id).is_none() {
-            self.abandoned.insert(p.id);
-        }
-    }
-
-    fn answer(
-        &mut self,
-        p: &mut PendingAcquire,
-        reply: Reply,
-    ) -> Result<Option<Perm>, ClientError> {
-        match reply {
-            Reply::Granted(g) => {
-                p.id = 0;
-                Ok(Some(self.adopt(g, p.access, p.mode, p.sent)))
-            }
-            Reply::Failed(Status::Overloaded) => {
-                // As the blocking call does: ask again (the lease still counts from the first
-                // send, so it is never overestimated).
-                self.stats.overloaded += 1;
-                match self.submit(p.req) {
-                    Ok(id) => {
-                        p.id = id;
-                        Ok(None)
-                    }
-                    Err(e) => {
-                        p.id = 0;
-                        Err(e)
-                    }
-                }
-            }
-            other => {
-                p.id = 0;
-                Err(unexpected(other))
-            }
+        if p.id != 0 {
+            self.core.abandon(p.id);
         }
     }
 }

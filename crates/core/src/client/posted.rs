@@ -86,16 +86,16 @@ impl<P: Provider> Client<P> {
         perm: &Perm,
         lease: std::time::Duration,
     ) -> Result<PostedExtend, ClientError> {
-        let lease_us = self.lease.wire_lease_us(super::micros(lease));
+        let lease_us = self.core.wire_lease_us(super::micros(lease));
         self.current(perm)?;
-        if self.clock.now() >= perm.expiry() {
-            self.stats.local_expiries += 1;
-            perm.mark_wasted(&mut self.stats);
+        if self.clocks.lease.now() >= perm.expiry() {
+            self.core.stats_mut().local_expiries += 1;
+            perm.mark_wasted(self.core.stats_mut());
             return Err(ClientError::LeaseExpired);
         }
         let current = perm.lifetime_us();
         if current >= perm.max_lifetime_us() {
-            self.stats.extension_refusals += 1;
+            self.core.stats_mut().extension_refusals += 1;
             return Err(ClientError::ExtensionRefused);
         }
         let slot = (!self.posted.busy).trailing_zeros() as usize;
@@ -205,10 +205,10 @@ impl<P: Provider> Client<P> {
                 if old == posted.current {
                     perm.lifetime_us.fetch_max(posted.new, Ordering::SeqCst);
                     perm.mark_used();
-                    self.stats.cas_extensions += 1;
+                    self.core.stats_mut().cas_extensions += 1;
                     Ok(true)
                 } else if old == 0 {
-                    self.stats.extension_refusals += 1;
+                    self.core.stats_mut().extension_refusals += 1;
                     Err(ClientError::ExtensionRefused)
                 } else {
                     perm.lifetime_us.fetch_max(old, Ordering::SeqCst);

@@ -21,12 +21,13 @@
 //! - Sessions are numbered from 0 in the order the client opened them; a permission carries
 //!   the number of the session that granted it, and dies with that session.
 
+use super::core::{ClientCore, Owner};
+use super::pump::{Clocks, ControlLink, Pump};
 use super::vqp::VirtualQp;
 use super::{ClientConfig, ClientError, RECV_SLOTS, unexpected};
 use crate::proto::connect::{Intent, Role};
-use crate::proto::messages::{ControlProtocol, Reply, Request};
+use crate::proto::messages::{Reply, Request};
 use crate::proto::shards::ShardMap;
-use crate::rpc::RpcClient;
 use rnic::{
     AccessFlags, Context, ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair,
 };
@@ -47,7 +48,7 @@ pub(super) struct Session<P: Provider> {
     /// Its number (0: the client's first).
     pub(super) number: u64,
     /// A control channel to each manager shard (shard 0 first).
-    pub(super) ctrl: Vec<RpcClient<P, ControlProtocol>>,
+    pub(super) ctrl: Vec<ControlLink<P>>,
     /// Which shard owns which address.
     pub(super) shards: ShardMap,
     /// The data QPs.
@@ -82,24 +83,27 @@ impl<P: Provider> Endpoint<P> {
         &self,
         intent: Intent,
         timing: QpTiming,
-    ) -> Result<RpcClient<P, ControlProtocol>, ClientError> {
+    ) -> Result<ControlLink<P>, ClientError> {
         let cq = self.control_cq()?;
         let qp = self
             .pd
             .create_qp(qp_init::<P>(&cq, RECV_SLOTS + 1, timing))?;
         qp.connect(&self.address, &intent.encode())
             .map_err(ClientError::from_connect)?;
-        Ok(RpcClient::new(&self.ctx, &self.pd, qp, cq, RECV_SLOTS)?)
+        Ok(ControlLink::new(&self.ctx, &self.pd, qp, cq, RECV_SLOTS)?)
     }
 }
 
 impl<P: Provider> Session<P> {
     /// Opens session `number`: a control QP to shard 0 and a `Hello`, control QPs to the
-    /// other shards, then the data QPs, all with the id and secret of the `Welcome`.
+    /// other shards, then the data QPs, all with the id and secret of the `Welcome`. The
+    /// `Hello` goes through `core`, which starts the session's bookkeeping.
     pub(super) fn open(
         at: &Endpoint<P>,
         cfg: &ClientConfig,
         number: u64,
+        core: &mut ClientCore,
+        clocks: &Clocks,
     ) -> Result<Self, ClientError> {
         let t = cfg.qp_timing;
         let first = Intent {
@@ -108,27 +112,38 @@ impl<P: Provider> Session<P> {
             secret: 0,
             slot: 0,
         };
-        let mut ctrl = at.control_channel(first, t)?;
+        let mut ctrls = vec![at.control_channel(first, t)?];
         // The Hello gives the other QPs an identity to present.
         let hello = Request::Hello {
             tenant: cfg.tenant,
             secret: cfg.tenant_secret,
         };
-        let (client_id, secret, type2, shards, max_lifetime_us) =
-            match ctrl.call(hello, cfg.rpc_timeout, true)? {
-                Reply::Welcome {
-                    client_id,
-                    secret,
-                    type2,
-                    shards,
-                    max_lifetime_us,
-                } => (client_id, secret, type2, shards, max_lifetime_us),
-                other => return Err(unexpected(other)),
-            };
+        core.begin_session(number);
+        let id = core.start(hello, Owner::Caller, clocks.now())?;
+        Pump::<P> {
+            core: &mut *core,
+            links: &mut ctrls,
+            clocks,
+            channel: &at.channel,
+        }
+        .run(|c| c.is_done(id), None)?;
+        let welcome = core
+            .take_outcome(id)
+            .unwrap_or(Err(ClientError::RpcTimeout))?;
+        let (client_id, secret, type2, shards, max_lifetime_us) = match welcome {
+            Reply::Welcome {
+                client_id,
+                secret,
+                type2,
+                shards,
+                max_lifetime_us,
+            } => (client_id, secret, type2, shards, max_lifetime_us),
+            other => return Err(unexpected(other)),
+        };
         // One control channel per manager shard, with disjoint request ids.
+        core.session_opened(shards, client_id, max_lifetime_us);
         let n = shards.shards.max(1) as u64;
-        ctrl.use_ids(1, n);
-        let mut ctrls = vec![ctrl];
+        ctrls[0].set_id_step(n);
         for k in 1..n {
             let intent = Intent {
                 role: Role::Control,
@@ -137,7 +152,7 @@ impl<P: Provider> Session<P> {
                 slot: k as u8,
             };
             let mut channel = at.control_channel(intent, t)?;
-            channel.use_ids(k + 1, n);
+            channel.set_id_step(n);
             ctrls.push(channel);
         }
         let intent = Intent {

@@ -9,22 +9,13 @@
 //!   that found completions, so no stream of strays keeps a waiter past it. Deadlines are read
 //!   from an injectable clock ([`RpcClient::with_clock`]; wall time by default).
 
-use super::slots::Slots;
+use super::link::{Arrival, Link};
 use super::{IdleWait, Protocol, RpcError};
-use rnic::{
-    Clock, CompletionQueue, Provider, QueuePair, RealClock, RecvWr, WcOpcode, WcStatus,
-    WorkCompletion,
-};
+use rnic::{Clock, Provider, RealClock, WorkCompletion};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Work-request ids of the channel carry this tag in their top bits, so the channel can share
-/// a CQ with other work (the baselines post one-sided ops on the same QP).
-const TAG: u64 = 0x52 << 56;
-const TAG_MASK: u64 = 0xff << 56;
-/// Set on the ids of sends (which complete only when they fail: they are unsignaled).
-const SEND: u64 = 1 << 40;
 /// Longest single sleep on the CQ: polling drives the provider's timers (retransmissions), so
 /// a waiter looks again at least this often.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
@@ -69,10 +60,7 @@ struct Pending<R> {
 
 /// The client end of a control channel over a connected RC QP.
 pub struct RpcClient<P: Provider, Pr: Protocol> {
-    qp: P::Qp,
-    cq: P::Cq,
-    /// `slots` receive slots, then `slots` send slots.
-    memory: Slots<P>,
+    link: Link<P, Pr>,
     slots: u32,
     next_req: u64,
     /// Ids advance by this much (channels of one client to several servers use disjoint ids).
@@ -83,7 +71,6 @@ pub struct RpcClient<P: Provider, Pr: Protocol> {
     /// Answers that arrived for requests someone waits for, oldest first.
     early: VecDeque<(u64, Pr::Reply)>,
     orphans: Vec<Orphan<Pr>>,
-    scratch: Vec<u8>,
     submitted: u64,
     resent: u64,
     /// Answers nobody was owed, dropped (see [`RpcClient::stray_replies`]).
@@ -95,7 +82,7 @@ pub struct RpcClient<P: Provider, Pr: Protocol> {
 impl<P: Provider, Pr: Protocol> std::fmt::Debug for RpcClient<P, Pr> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RpcClient")
-            .field("qp", &self.qp.qp_num())
+            .field("link", &self.link)
             .field("owed", &self.owed)
             .field("pending", &self.pending.len())
             .field("strays", &self.strays)
@@ -113,27 +100,21 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         cq: P::Cq,
         slots: u32,
     ) -> Result<Self, RpcError> {
-        let slots = slots.max(1);
-        let client: Self = RpcClient {
-            qp,
-            cq,
-            memory: Slots::new(ctx, pd, slots, Pr::SLOT_SIZE)?,
-            slots,
+        let link = Link::new(ctx, pd, qp, cq, slots)?;
+        Ok(RpcClient {
+            slots: link.slots(),
+            link,
             next_req: 1,
             id_step: 1,
             owed: 0,
             pending: Vec::new(),
             early: VecDeque::new(),
             orphans: Vec::new(),
-            scratch: vec![0; Pr::SLOT_SIZE],
             submitted: 0,
             resent: 0,
             strays: 0,
             clock: RealClock::shared(),
-        };
-        let wrs: Vec<RecvWr> = (0..slots).map(|s| client.recv_wr(s)).collect();
-        client.qp.post_recv(&wrs)?;
-        Ok(client)
+        })
     }
 
     /// Reads the deadlines of [`RpcClient::wait`] and [`RpcClient::wait_any`] from `clock`
@@ -152,16 +133,17 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
         next += off;
         self.next_req = next;
         self.id_step = step;
+        self.link.set_id_step(step);
     }
 
     /// Arms the CQ (`req_notify`): its next completion raises an event on its channel.
     pub fn arm(&self) {
-        self.cq.req_notify();
+        self.link.arm();
     }
 
     /// The QP under the channel.
     pub fn qp(&self) -> &P::Qp {
-        &self.qp
+        self.link.qp()
     }
 
     /// Requests submitted so far (retries not counted).
@@ -185,10 +167,6 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     /// Most answers the channel can be owed at once.
     pub fn capacity(&self) -> u32 {
         self.slots
-    }
-
-    fn recv_wr(&self, slot: u32) -> RecvWr {
-        self.memory.recv_wr(slot, TAG | slot as u64)
     }
 
     /// Sends `req` without waiting; returns its id. [`RpcError::Busy`] if every receive slot
@@ -314,7 +292,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
             if now >= deadline {
                 return Ok(None);
             }
-            idle.idle(&self.cq, deadline.since(now).min(MAX_SLEEP));
+            idle.idle(self.link.cq(), deadline.since(now).min(MAX_SLEEP));
         }
     }
 
@@ -350,7 +328,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
             if now >= deadline {
                 return Err(RpcError::Busy);
             }
-            idle.idle(&self.cq, deadline.since(now).min(MAX_SLEEP));
+            idle.idle(self.link.cq(), deadline.since(now).min(MAX_SLEEP));
         }
     }
 
@@ -394,7 +372,7 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
                 continue;
             }
             let until = retry_at.map_or(deadline, |r| r.min(deadline));
-            idle.idle(&self.cq, until.since(now).min(MAX_SLEEP));
+            idle.idle(self.link.cq(), until.since(now).min(MAX_SLEEP));
         }
     }
 
@@ -403,9 +381,10 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     /// other work must route completions itself with [`RpcClient::on_completion`].
     pub fn poll_cq(&mut self) -> Result<usize, RpcError> {
         let mut wcs = [WorkCompletion::default(); 16];
-        let n = self.cq.poll(&mut wcs);
+        let n = self.link.poll_completions(&mut wcs);
         for wc in &wcs[..n] {
-            self.on_completion(wc)?;
+            let a = self.link.arrival(wc)?;
+            self.file_arrival(a);
         }
         Ok(n)
     }
@@ -413,30 +392,19 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     /// Files one completion polled from the channel's CQ. Returns whether it was the
     /// channel's; a failed one means the QP broke ([`RpcError::QpFailed`]).
     pub fn on_completion(&mut self, wc: &WorkCompletion) -> Result<bool, RpcError> {
-        if wc.wr_id & TAG_MASK != TAG {
-            return Ok(false);
-        }
-        if wc.status != WcStatus::Success {
-            return Err(RpcError::QpFailed(wc.status));
-        }
-        if wc.wr_id & SEND != 0 || wc.opcode != WcOpcode::Recv {
-            return Ok(true);
-        }
-        let slot = (wc.wr_id & 0xffff_ffff) as u32;
-        if slot >= self.slots {
-            return Ok(true);
-        }
-        // Only the bytes that arrived: the rest of the slot is an earlier message's.
-        let len = (wc.byte_len as usize).min(self.scratch.len());
-        let read = self.memory.read(slot, &mut self.scratch[..len]);
-        self.qp.post_recv(&[self.recv_wr(slot)])?;
-        read?;
-        match Pr::decode_reply(&self.scratch[..len]) {
-            Ok((id, reply)) => self.file(id, reply),
+        let a = self.link.arrival(wc)?;
+        let ours = !matches!(a, Arrival::NotOurs);
+        self.file_arrival(a);
+        Ok(ours)
+    }
+
+    fn file_arrival(&mut self, a: Arrival<Pr::Reply>) {
+        match a {
+            Arrival::Reply(id, reply) => self.file(id, reply),
             // A malformed answer is dropped: the request it answers times out.
-            Err(_) => self.strays += 1,
+            Arrival::Malformed => self.strays += 1,
+            Arrival::NotOurs | Arrival::Nothing => {}
         }
-        Ok(true)
     }
 
     /// Files an answer: delivered, handed out as an orphan, dropped as expected (a detached
@@ -507,15 +475,6 @@ impl<P: Provider, Pr: Protocol> RpcClient<P, Pr> {
     }
 
     fn send(&mut self, id: u64, req: &Pr::Request) -> Result<(), RpcError> {
-        let slot = (id / self.id_step % self.slots as u64) as u32;
-        Pr::encode_request(id, req, &mut self.scratch);
-        let len = Pr::wire_len(&self.scratch).min(self.scratch.len());
-        self.memory.send(
-            &self.qp,
-            slot,
-            TAG | SEND | slot as u64,
-            &self.scratch[..len],
-        )?;
-        Ok(())
+        self.link.send(id, req)
     }
 }

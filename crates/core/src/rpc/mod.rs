@@ -4,7 +4,9 @@
 //! described by a [`Protocol`] (its slot size, codec, written with the checked views of
 //! [`slot`], and how many bytes of an encoded message go on the wire).
 //!
-//! - [`RpcClient`]: a connected QP with a receive slot posted per answer it may be owed and a
+//! - [`Link`]: the client end's transport — a connected QP, its CQ and the registered slots;
+//!   it sends a request under a given id and turns completions into decoded replies.
+//! - [`RpcClient`]: a [`Link`] with a receive slot posted per answer it may be owed and a
 //!   send slot per request id; submits, resends (retries under the same id), stashes replies
 //!   that arrive while it waits for another, and hands back replies nobody waits for any more.
 //! - [`RpcServer`]: request slots — a shared receive queue, or a block of credits per
@@ -24,11 +26,13 @@
 //!   completion notification (`CompletionQueue::wait`) until work arrives or its deadline.
 
 mod client;
+mod link;
 mod server;
 pub mod slot;
 mod slots;
 
 pub use client::{Orphan, RpcClient};
+pub use link::{Arrival, Link};
 pub use server::{ConnectionSlots, Incoming, RpcServer};
 pub use slot::{SlotError, SlotReader, SlotWriter};
 
