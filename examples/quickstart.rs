@@ -82,7 +82,8 @@ fn main() -> Result<()> {
     a.write(&mine, 0, HELLO)?;
     // A shares the object with tenant B, read-only. Until then B could not even tell that
     // an object exists at this address.
-    a.share(mine.addr(), B.tenant, Some(Access::Read))?;
+    a.control()
+        .share(mine.addr(), B.tenant, Some(Access::Read))?;
 
     // B acquires its own permission over the object, by address, and reads A's bytes.
     let theirs = b.acquire(mine.addr(), 64, lease, Access::Read, Mode::Shared)?;
@@ -104,7 +105,7 @@ fn main() -> Result<()> {
     // Clean up: B gives its permission back, A withdraws the share and frees the object
     // (which ends every permission on it).
     b.revoke(theirs)?;
-    a.share(mine.addr(), B.tenant, None)?;
+    a.control().share(mine.addr(), B.tenant, None)?;
     a.free(mine)?;
     println!("done: shared, read, refused a write, revoked and freed");
     Ok(())

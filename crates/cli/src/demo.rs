@@ -1,7 +1,7 @@
 //! The embedded demo: one memory node and three clients on the software RNIC.
 
 use anyhow::{Context as _, Result, bail};
-use patronus_core::client::{ClientConfig, ClientError};
+use patronus_core::client::{ClientConfig, ClientError, Op};
 use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
@@ -78,13 +78,14 @@ pub fn run(transport: Link) -> Result<()> {
         "bob asks for a shared read permission while alice holds it exclusively: he waits",
     );
     let asked = Instant::now();
-    let mut pending = bob.start_acquire(
-        p.addr(),
-        19,
-        Duration::from_millis(500),
-        Access::Read,
-        Mode::Shared,
-    )?;
+    let pending = bob.start(Op::Acquire {
+        addr: p.addr(),
+        size: 19,
+        lease: Duration::from_millis(500),
+        access: Access::Read,
+        mode: Mode::Shared,
+        wait: true,
+    })?;
     // The node queues bob and zeroes alice's lifetime field by CAS through its NIC (§5.3: a
     // holder others wait for may not extend; if her extensions raced the CAS, it adopts them
     // and zeroes again). Wait for that: each `status` call returns after the manager's next
@@ -99,11 +100,8 @@ pub fn run(transport: Link) -> Result<()> {
             bail!("the memory node did not refuse alice's extensions within 5 s of bob's acquire");
         }
     }
-    if let Some(q) = bob.poll_acquire(&mut pending)? {
-        bail!(
-            "bob was granted {:?} while alice held it exclusively",
-            q.id()
-        );
+    if let Some(done) = bob.poll(pending)? {
+        bail!("bob was granted {done:?} while alice held it exclusively");
     }
     println!("    bob's acquire is queued at the memory node behind alice's exclusive permission");
     println!("    the node zeroed alice's lifetime field so that she cannot extend past her lease");
@@ -127,12 +125,10 @@ pub fn run(transport: Link) -> Result<()> {
     let addr = p.addr();
     let alice_rkey = p.rkey();
     alice.revoke(p)?;
-    let q = loop {
-        if let Some(q) = bob.poll_acquire(&mut pending)? {
-            break q;
-        }
-        bob.wait_for_reply(Duration::from_millis(100))?;
-    };
+    let q = bob
+        .wait(pending)?
+        .into_perm()
+        .context("bob's acquire ended without a permission")?;
     println!(
         "    granted {:.1} ms after he asked; bob's rkey {:?} (alice's old rkey {:?} is dead)",
         asked.elapsed().as_secs_f64() * 1e3,
@@ -145,7 +141,7 @@ pub fn run(transport: Link) -> Result<()> {
         Err(e) => println!("    bob's write: {e}"),
         Ok(()) => bail!("a write through a read-only window succeeded"),
     }
-    let (switches, took) = bob.qp_switches();
+    let (switches, took) = bob.status().qp_switches();
     println!(
         "    the fault broke bob's QP; a spare took over ({switches} switch, {:.1} us on bob's path)",
         took.as_secs_f64() * 1e6

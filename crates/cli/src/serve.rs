@@ -142,7 +142,7 @@ pub fn probe_on<P: Provider>(
         cfg.tenant_secret = t.secret;
     }
     let mut c = Client::<P>::connect(ctx, connect, cfg).context("connecting to the memory node")?;
-    let lease = c.max_lease().min(Duration::from_secs(1));
+    let lease = c.status().max_lease().min(Duration::from_secs(1));
     let p = c.allocate(256, lease, Mode::Exclusive)?;
     c.write(&p, 0, b"across processes")?;
     let addr = p.addr();

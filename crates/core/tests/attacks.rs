@@ -14,6 +14,7 @@
 #[macro_use]
 mod support;
 
+use patronus_core::client::Ticket;
 use patronus_core::client::{Client, ClientConfig, ClientError, Perm};
 use patronus_core::cluster::Link;
 use patronus_core::manager::RECENT_KEYS as RECENT;
@@ -29,6 +30,7 @@ use rnic::{
 };
 use std::time::{Duration, Instant};
 use support::bed::{Bed, Rdma, Rig, bed, late_client, no_wait, two, wait_for, wait_node};
+use support::client::{submit, wait_reply};
 
 type C<P> = Client<P>;
 
@@ -172,53 +174,23 @@ fn changed(expected: &[u8], now: &[u8]) -> usize {
     expected.iter().zip(now).filter(|(a, b)| a != b).count()
 }
 
-/// Waits (bounded wall time) for the reply to request `id`; other replies are dropped.
-#[allow(clippy::disallowed_methods)]
-fn reply_to<P: Provider>(c: &mut C<P>, id: u64) -> Reply {
-    let t0 = Instant::now();
-    loop {
-        match c.poll_reply().unwrap() {
-            Some((rid, r)) if rid == id => return r,
-            Some(_) => {}
-            None => {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(10),
-                    "no reply to request {id}"
-                );
-                std::thread::yield_now();
-            }
-        }
-    }
+/// Waits for the reply to request `t` (its deadline bounds the wait).
+fn reply_to<P: Provider>(c: &mut C<P>, t: Ticket) -> Reply {
+    wait_reply(c, t).unwrap()
 }
 
 /// Sends a hand-made control request and waits for its reply.
 fn send<P: Provider>(c: &mut C<P>, req: Request) -> (u64, Reply) {
-    let id = c.submit(req).unwrap();
-    (id, reply_to(c, id))
+    let t = submit(c, req).unwrap();
+    (t.id(), reply_to(c, t))
 }
 
 /// Sends `n` copies of a hand-made control request at once (each under its own id) and
 /// waits for all their replies.
 #[allow(clippy::disallowed_methods)]
 fn send_many<P: Provider>(c: &mut C<P>, req: Request, n: usize) -> Vec<Reply> {
-    let mut ids: Vec<u64> = (0..n).map(|_| c.submit(req).unwrap()).collect();
-    let mut replies = Vec::with_capacity(n);
-    let t0 = Instant::now();
-    while !ids.is_empty() {
-        match c.poll_reply().unwrap() {
-            Some((rid, r)) => {
-                if let Some(i) = ids.iter().position(|&id| id == rid) {
-                    ids.swap_remove(i);
-                    replies.push(r);
-                }
-            }
-            None => {
-                assert!(t0.elapsed() < Duration::from_secs(10), "replies missing");
-                std::thread::yield_now();
-            }
-        }
-    }
-    replies
+    let tickets: Vec<Ticket> = (0..n).map(|_| submit(c, req).unwrap()).collect();
+    tickets.into_iter().map(|t| reply_to(c, t)).collect()
 }
 
 /// A client of `tenant` on the device of cluster client `dev` (the cluster gives all its own
@@ -378,29 +350,35 @@ fn stale_rkey_after_handover<R: Rig>(t: R, iso: Isolation) {
         // B asks first and waits (the virtual clock stands still); A's revoke then ends A's
         // permission and grants B in one batch, rebinding A's window to B where the mode
         // allows (MW handover).
-        let sent = m.clock().now();
-        let acquire = m
-            .submit(Request::Acquire {
+        let sent = m.status().clock().now();
+        let acquire = submit(
+            m,
+            Request::Acquire {
                 addr,
                 size: 64,
                 lease_us: 100_000,
                 access: Access::ReadWrite,
                 mode: Mode::Exclusive,
                 wait_us: 1_000_000,
-            })
-            .unwrap();
+            },
+        )
+        .unwrap();
         wait_node(node, "B waiting", |s| {
             s.occupancy.is_some_and(|o| o.waiters == 1)
         });
-        let revoke = a
-            .submit(Request::Revoke {
+        let revoke = submit(
+            a,
+            Request::Revoke {
                 id: mine.id(),
                 free: false,
-            })
-            .unwrap();
+            },
+        )
+        .unwrap();
         assert_eq!(reply_to(a, revoke), Reply::Revoked);
         let q = match reply_to(m, acquire) {
-            Reply::Granted(g) => m.adopt(g, Access::ReadWrite, Mode::Exclusive, sent),
+            Reply::Granted(g) => m
+                .control()
+                .adopt(g, Access::ReadWrite, Mode::Exclusive, sent),
             other => panic!("{other:?}"),
         };
         drop(mine);
@@ -484,7 +462,7 @@ fn brute_force_key_byte<R: Rig>(t: R, iso: Isolation) {
             Err(e) => panic!("guess {byte:#04x}: not a NIC refusal: {e:?}"),
         }
     }
-    let faults = m.qp_switches().0;
+    let faults = m.status().qp_switches().0;
     loot.changed += changed(&s, &contents(v, &victim));
     println!(
         "brute force [{t:?}, {iso:?}]: {}/256 key-byte guesses succeeded, {} bytes read, \
@@ -886,13 +864,13 @@ fn replayed_revoke_after_regrant<R: Rig>(t: R, iso: Isolation) {
     let (a, c) = two(&mut b);
     // The exact replay is answered from the cache; the same id carrying another body (a
     // freeing revoke) is refused as malformed, never run.
-    assert_eq!(a.replay(rid, revoke).unwrap(), Reply::Revoked);
+    assert_eq!(a.control().replay(rid, revoke).unwrap(), Reply::Revoked);
     let freeing = Request::Revoke {
         id: old,
         free: true,
     };
     assert_eq!(
-        a.replay(rid, freeing).unwrap(),
+        a.control().replay(rid, freeing).unwrap(),
         Reply::Failed(Status::InvalidArgument)
     );
     // A fresh copy of the stale request (new id): the start time no longer matches.
@@ -913,7 +891,7 @@ fn replayed_revoke_after_regrant<R: Rig>(t: R, iso: Isolation) {
         }
     }
     assert_eq!(
-        a.replay(rid, freeing).unwrap(),
+        a.control().replay(rid, freeing).unwrap(),
         Reply::Failed(Status::NotFound)
     );
     // Nothing ended, nothing was freed: both current holders keep working.
@@ -951,8 +929,8 @@ fn retried_waiting_acquire<R: Rig>(t: R, iso: Isolation) {
     let node = &b.cluster.node;
     let (a, rest) = b.cluster.clients.split_at_mut(1);
     let (a, w) = (&mut a[0], &mut rest[0]);
-    let sent = w.clock().now();
-    let rid = w.submit(acquire).unwrap();
+    let sent = w.status().clock().now();
+    let rid = submit(w, acquire).unwrap();
     let rpcs = wait_node(node, "the waiter", |s| {
         s.occupancy.is_some_and(|o| o.waiters == 1)
     })
@@ -960,7 +938,7 @@ fn retried_waiting_acquire<R: Rig>(t: R, iso: Isolation) {
     .rpcs;
     let (first, second) = std::thread::scope(|s| {
         let h = s.spawn(|| {
-            let first = w.replay(rid, acquire).unwrap();
+            let first = w.control().replay(rid.id(), acquire).unwrap();
             (first, reply_to(w, rid))
         });
         wait_node(node, "the duplicate", |s| s.counters.rpcs > rpcs);
@@ -980,7 +958,9 @@ fn retried_waiting_acquire<R: Rig>(t: R, iso: Isolation) {
         "one permission, not two"
     );
     let w = &mut b.cluster.clients[1];
-    let q = w.adopt(g, Access::ReadWrite, Mode::Exclusive, sent);
+    let q = w
+        .control()
+        .adopt(g, Access::ReadWrite, Mode::Exclusive, sent);
     w.write(&q, 0, b"granted once").unwrap();
     w.revoke(q).unwrap();
     let s = wait_for(&b, "all ended", |s| {
@@ -1071,7 +1051,7 @@ fn another_tenants_object<R: Rig>(t: R, iso: Isolation) {
         );
     }
     assert!(matches!(
-        x.share(addr, 2, Some(Access::ReadWrite)),
+        x.control().share(addr, 2, Some(Access::ReadWrite)),
         Err(ClientError::NotFound)
     ));
     let (_, r) = send(
@@ -1093,7 +1073,7 @@ fn another_tenants_object<R: Rig>(t: R, iso: Isolation) {
         Err(ClientError::NotFound)
     ));
     // Shared read-only: read yes, read-write no, free never.
-    owner.share(addr, 2, Some(Access::Read)).unwrap();
+    owner.control().share(addr, 2, Some(Access::Read)).unwrap();
     let ro = x
         .acquire(addr, 64, Duration::from_secs(1), Access::Read, Mode::Shared)
         .unwrap();
@@ -1119,7 +1099,10 @@ fn another_tenants_object<R: Rig>(t: R, iso: Isolation) {
     loot.changed += changed(&s, &contents(&mut x, &ro));
     assert!(matches!(x.free(ro), Err(ClientError::NotOwner)));
     // Shared read-write: writing yes, freeing still never.
-    owner.share(addr, 2, Some(Access::ReadWrite)).unwrap();
+    owner
+        .control()
+        .share(addr, 2, Some(Access::ReadWrite))
+        .unwrap();
     let rw = x
         .acquire(
             addr,
@@ -1134,7 +1117,7 @@ fn another_tenants_object<R: Rig>(t: R, iso: Isolation) {
     x.write(&rw, 0, b"tenant 2").unwrap();
     assert!(matches!(x.free(rw), Err(ClientError::NotOwner)));
     // Withdrawn: gone again for tenant 2.
-    owner.share(addr, 2, None).unwrap();
+    owner.control().share(addr, 2, None).unwrap();
     assert!(matches!(
         x.acquire(addr, 64, Duration::from_secs(1), Access::Read, Mode::Shared),
         Err(ClientError::NotFound)
@@ -1277,7 +1260,7 @@ fn hand_made_connections<R: Rig>(t: R, iso: Isolation) {
         .allocate(64, Duration::from_secs(1), Mode::Exclusive)
         .unwrap();
     v.write(&victim, 0, &s).unwrap();
-    let victim_id = v.id();
+    let victim_id = v.status().id();
     let ctx = &b.cluster.client_ctxs[0];
     let address = b.cluster.node.address();
     let pd = ctx.alloc_pd().unwrap();

@@ -26,6 +26,7 @@ use rnic::soft::{AdaptiveTimeouts, SoftConfig, SoftProvider, TcpNode, TcpOptions
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use support::client::{extend_rpc, poll_extended, post_extend};
 use support::queued::{QueuedBed, StopOnDrop};
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -59,19 +60,22 @@ fn recovers(c: &mut Client<SoftProvider>, old: Perm, lost: Result<Perm, ClientEr
         matches!(lost, Err(ClientError::ControlLost(_))),
         "the request in flight has an unknown outcome: {lost:?}"
     );
-    assert_eq!((c.session(), c.stats().reconnects), (0, 0));
-    // Pipelined requests of the lost session get no reply: said, not left to time out.
-    assert!(
-        matches!(c.poll_reply(), Err(ClientError::ControlLost(_))),
-        "poll_reply on a lost session"
+    assert_eq!(
+        (c.status().session(), c.status().stats().reconnects),
+        (0, 0)
     );
-    let first_id = c.id();
+    // Nothing of the lost session is left in flight: its operations ended as unknown.
+    assert!(
+        c.poll_any().is_none(),
+        "nothing in flight on a lost session"
+    );
+    let first_id = c.status().id();
 
     // The next control operation opens a new session.
     let fresh = c.allocate(64, LEASE, Mode::Exclusive).unwrap();
-    assert_eq!((c.session(), fresh.session()), (1, 1));
-    assert_ne!(c.id(), first_id, "a new Hello, a new client id");
-    assert_eq!(c.stats().reconnects, 1);
+    assert_eq!((c.status().session(), fresh.session()), (1, 1));
+    assert_ne!(c.status().id(), first_id, "a new Hello, a new client id");
+    assert_eq!(c.status().stats().reconnects, 1);
     // Its data QPs carry data.
     c.write(&fresh, 0, b"fresh").unwrap();
     let mut buf = [0u8; 5];
@@ -84,7 +88,7 @@ fn recovers(c: &mut Client<SoftProvider>, old: Perm, lost: Result<Perm, ClientEr
     assert!(matches!(r, Err(ClientError::SessionLost)), "read: {r:?}");
     let r = c.extend(&old, LEASE);
     assert!(matches!(r, Err(ClientError::SessionLost)), "extend: {r:?}");
-    let r = c.extend_rpc(&old, LEASE);
+    let r = extend_rpc(c, &old, LEASE);
     assert!(
         matches!(r, Err(ClientError::SessionLost)),
         "extend_rpc: {r:?}"
@@ -98,7 +102,10 @@ fn recovers(c: &mut Client<SoftProvider>, old: Perm, lost: Result<Perm, ClientEr
     assert!(matches!(r, Err(ClientError::NotFound)), "freed: {r:?}");
 
     c.free(fresh).unwrap();
-    assert_eq!((c.session(), c.stats().reconnects), (1, 1));
+    assert_eq!(
+        (c.status().session(), c.status().stats().reconnects),
+        (1, 1)
+    );
 }
 
 /// Runs `body` with a client of a memory node on a queued network: a pump thread moves the
@@ -179,29 +186,33 @@ fn inproc_posted_extensions_of_an_ended_session(iso: Isolation) {
     on_a_queued_network(iso, |mut c, net, hold| {
         let old = c.allocate(64, SHORT, Mode::Shared).unwrap();
         hold_the_wire(net, hold);
-        let polled = c.post_extend(&old, SHORT).unwrap();
-        let forgotten = c.post_extend(&old, SHORT).unwrap();
-        c.forget_extend(forgotten);
-        assert_eq!(c.posted_in_flight(), 2);
+        let polled = post_extend(&mut c, &old, SHORT).unwrap();
+        let forgotten = post_extend(&mut c, &old, SHORT).unwrap();
+        c.cancel(forgotten);
+        assert_eq!(c.status().posted_in_flight(), 2);
         until("both CASes on the wire", || net.in_flight() == 2);
         let (lost, mut c) = allocation_under_a_kill(c, net, hold, 2, 2);
         assert!(matches!(lost, Err(ClientError::ControlLost(_))), "{lost:?}");
         let fresh = c.allocate(64, SHORT, Mode::Exclusive).unwrap();
-        assert_eq!(c.stats().reconnects, 1);
-        let r = c.poll_extend(&old, &polled);
+        assert_eq!(c.status().stats().reconnects, 1);
+        let r = poll_extended(&mut c, polled);
         assert!(
             matches!(r, Some(Err(ClientError::OutcomeUnknown(_)))),
             "{r:?}"
         );
-        assert_eq!(c.posted_in_flight(), 0, "no slot held by the old session");
+        assert_eq!(
+            c.status().posted_in_flight(),
+            0,
+            "no slot held by the old session"
+        );
         assert!(matches!(
-            c.post_extend(&old, SHORT),
+            post_extend(&mut c, &old, SHORT),
             Err(ClientError::SessionLost)
         ));
-        let next = c.post_extend(&fresh, SHORT).unwrap();
+        let next = post_extend(&mut c, &fresh, SHORT).unwrap();
         let mut outcome = None;
         for _ in 0..100_000 {
-            outcome = c.poll_extend(&fresh, &next);
+            outcome = poll_extended(&mut c, next);
             if outcome.is_some() {
                 break;
             }
@@ -489,20 +500,30 @@ fn a_node_that_forgot_the_client_gets_a_new_session() {
         };
         let mut c = Client::<SoftProvider>::connect(&cn, &at, cfg).unwrap();
         let first = c.allocate(64, LEASE, Mode::Exclusive).unwrap();
-        assert_eq!((c.id(), c.session()), (1, 0));
+        assert_eq!((c.status().id(), c.status().session()), (1, 0));
 
         // Refused as unauthenticated: a new session, and the allocation sent again there.
         forgotten.store(true, Ordering::SeqCst);
         let again = c.allocate(64, LEASE, Mode::Exclusive).unwrap();
-        assert_eq!((c.id(), c.session(), again.session()), (2, 1, 1));
-        assert_eq!(c.stats().reconnects, 1);
+        assert_eq!(
+            (c.status().id(), c.status().session(), again.session()),
+            (2, 1, 1)
+        );
+        assert_eq!(c.status().stats().reconnects, 1);
         assert!(matches!(c.revoke(first), Err(ClientError::SessionLost)));
 
         // A request naming a permission is not sent again: the permission ended.
         forgotten.store(true, Ordering::SeqCst);
         let r = c.revoke(again);
         assert!(matches!(r, Err(ClientError::SessionLost)), "{r:?}");
-        assert_eq!((c.id(), c.session(), c.stats().reconnects), (3, 2, 2));
+        assert_eq!(
+            (
+                c.status().id(),
+                c.status().session(),
+                c.status().stats().reconnects
+            ),
+            (3, 2, 2)
+        );
         stop.store(true, Ordering::SeqCst);
         node.join().unwrap()
     });

@@ -6,7 +6,7 @@
 #[macro_use]
 mod support;
 
-use patronus_core::client::{ClientConfig, ClientError, SwitchKind};
+use patronus_core::client::{ClientConfig, ClientError, LongLease, SwitchKind};
 use patronus_core::cluster::Link;
 use patronus_core::manager::{Isolation, NodeConfig};
 use patronus_core::proto::messages::{Access, Mode};
@@ -252,7 +252,7 @@ fn qp_fault_hidden_by_spare<R: Rig>(t: R, iso: Isolation, spares: usize) {
     let mut buf = [0u8; 11];
     a.read(&p, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"after fault");
-    assert_eq!(a.qp_switches().0, 1);
+    assert_eq!(a.status().qp_switches().0, 1);
     a.revoke(p).unwrap();
     let _ = SwitchKind::Promoted;
 }
@@ -333,20 +333,20 @@ fn long_lease_renews_past_max_lifetime<R: Rig>(t: R, iso: Isolation, mode: Mode)
         .unwrap();
     let addr = p.addr();
     a.revoke(p).unwrap();
-    let mut l = a
-        .acquire_long(
-            addr,
-            8,
-            Duration::from_micros(600),
-            Access::ReadWrite,
-            mode,
-            Duration::from_micros(300),
-        )
-        .unwrap();
+    let mut l = LongLease::acquire(
+        a,
+        addr,
+        8,
+        Duration::from_micros(600),
+        Access::ReadWrite,
+        mode,
+        Duration::from_micros(300),
+    )
+    .unwrap();
     let first = l.perm().unwrap().id();
     for i in 0u64..40 {
         clock.advance(Duration::from_micros(200));
-        let p = a.renew(&mut l).unwrap();
+        let p = l.renew(a).unwrap();
         a.write(p, 0, &i.to_le_bytes()).unwrap();
         let mut buf = [0u8; 8];
         a.read(p, 0, &mut buf).unwrap();
@@ -359,7 +359,7 @@ fn long_lease_renews_past_max_lifetime<R: Rig>(t: R, iso: Isolation, mode: Mode)
     );
     assert!(l.reacquired >= 3, "{l:?}");
     assert!(l.extended >= 1, "{l:?}");
-    assert_eq!(a.qp_switches().0, 0, "no access ever failed");
+    assert_eq!(a.status().qp_switches().0, 0, "no access ever failed");
 }
 
 /// In the stronger isolation mode, a window's rkey is useless on another client's QPs even

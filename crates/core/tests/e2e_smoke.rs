@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 mod support;
 
-use patronus_core::client::{ClientConfig, ClientError};
+use patronus_core::client::{ClientConfig, ClientError, Op};
 use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
@@ -59,7 +59,7 @@ fn lifecycle(t: Link) {
     assert!(matches!(e, ClientError::Denied(_)), "{e:?}");
     b.read(&q, 0, &mut buf2).unwrap();
     assert_eq!(&buf2, b"hello patronus");
-    assert_eq!(b.qp_switches().0, 1);
+    assert_eq!(b.status().qp_switches().0, 1);
     b.revoke(q).unwrap();
 }
 
@@ -89,18 +89,13 @@ fn retries_are_idempotent(t: Link) {
         lease_us: 1_000_000,
         mode: Mode::Exclusive,
     };
-    let id = a.submit(alloc).unwrap();
-    let first = loop {
-        if let Some((rid, r)) = a.poll_reply().unwrap() {
-            assert_eq!(rid, id);
-            break r;
-        }
-    };
+    let t = a.start(Op::Request(alloc)).unwrap();
+    let first = a.wait(t).unwrap().into_reply().unwrap();
     let Reply::Granted(g) = first else {
         panic!("{first:?}")
     };
     assert_eq!(
-        a.replay(id, alloc).unwrap(),
+        a.control().replay(t.id(), alloc).unwrap(),
         first,
         "same grant, no second allocation"
     );
@@ -110,10 +105,10 @@ fn retries_are_idempotent(t: Link) {
         id: g.id,
         free: true,
     };
-    let rid = a.submit(revoke).unwrap();
-    while a.poll_reply().unwrap().is_none() {}
+    let t = a.start(Op::Request(revoke)).unwrap();
+    a.wait(t).unwrap();
     assert_eq!(
-        a.replay(rid, revoke).unwrap(),
+        a.control().replay(t.id(), revoke).unwrap(),
         Reply::Revoked,
         "not NotFound"
     );

@@ -7,7 +7,7 @@
 
 mod support;
 
-use patronus_core::client::ClientConfig;
+use patronus_core::client::{ClientConfig, Op};
 use patronus_core::cluster::{EmbeddedCluster, Link};
 use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
@@ -33,32 +33,39 @@ fn waits_are_no_round_trips(t: Link) {
     drop(p); // A's right lapses at the end of its lease: B waits for it
 
     // Blocking: B's acquire waits out A's lease.
-    let before = b.lease_policy().rtt().samples();
+    let before = b.status().lease_policy().rtt().samples();
     let q = b
         .acquire(addr, 64, hold, Access::ReadWrite, Mode::Exclusive)
         .unwrap();
     assert_eq!(
-        b.lease_policy().rtt().samples(),
+        b.status().lease_policy().rtt().samples(),
         before,
         "an acquire that may wait is no round-trip sample"
     );
     drop(q);
 
     // Pipelined: the same.
-    let mut pending = b
-        .start_acquire(addr, 64, hold, Access::ReadWrite, Mode::Exclusive)
+    let pending = b
+        .start(Op::Acquire {
+            addr,
+            size: 64,
+            lease: hold,
+            access: Access::ReadWrite,
+            mode: Mode::Exclusive,
+            wait: true,
+        })
         .unwrap();
     let perm = loop {
-        if let Some(perm) = b.poll_acquire(&mut pending).unwrap() {
-            break perm;
+        if let Some(done) = b.poll(pending).unwrap() {
+            break done.into_perm().unwrap();
         }
-        b.wait_for_reply(Duration::from_secs(1)).unwrap();
+        b.wait_any(Duration::from_secs(1)).unwrap();
     };
-    assert_eq!(b.lease_policy().rtt().samples(), before);
+    assert_eq!(b.status().lease_policy().rtt().samples(), before);
     b.revoke(perm).unwrap();
     // A request that cannot wait is one.
     assert!(
-        b.lease_policy().rtt().samples() > before,
+        b.status().lease_policy().rtt().samples() > before,
         "the revoke's round trip is a sample"
     );
 }

@@ -40,13 +40,16 @@ fn publish_lookup_acquire<R: Rig>(t: R, iso: Isolation) {
     let (owner, peer) = (&mut first[0], &mut rest[0]);
     let root = owner.allocate(256, LEASE, Mode::Shared).unwrap();
     owner.write(&root, 0, b"the table's metadata").unwrap();
-    owner.publish("orders", root.addr(), root.len()).unwrap();
+    owner
+        .control()
+        .publish("orders", root.addr(), root.len())
+        .unwrap();
     assert!(matches!(
-        owner.publish("orders", root.addr(), 8),
+        owner.control().publish("orders", root.addr(), 8),
         Err(ClientError::NameTaken)
     ));
     // Another client of the tenant finds it by name and acquires it.
-    let (at, len) = peer.lookup("orders").unwrap();
+    let (at, len) = peer.control().lookup("orders").unwrap();
     assert_eq!((at, len), (root.addr(), root.len()));
     let seen = peer
         .acquire(at, len, LEASE, Access::Read, Mode::Shared)
@@ -57,32 +60,38 @@ fn publish_lookup_acquire<R: Rig>(t: R, iso: Isolation) {
     // Another tenant sees nothing under that name, and may publish its own.
     let mut stranger = Client::<R::P>::connect(&ctx, &addr, tenant(2)).unwrap();
     assert!(matches!(
-        stranger.lookup("orders"),
+        stranger.control().lookup("orders"),
         Err(ClientError::NotFound)
     ));
     assert!(matches!(
-        stranger.unpublish("orders"),
+        stranger.control().unpublish("orders"),
         Err(ClientError::NotFound)
     ));
-    stranger.publish("orders", 4096, 64).unwrap();
-    assert_eq!(peer.lookup("orders").unwrap(), (root.addr(), root.len()));
+    stranger.control().publish("orders", 4096, 64).unwrap();
+    assert_eq!(
+        peer.control().lookup("orders").unwrap(),
+        (root.addr(), root.len())
+    );
     // Bad names are refused before anything is sent.
     for bad in ["", &"x".repeat(33), "nul\0inside"] {
         assert!(
             matches!(
-                owner.publish(bad, root.addr(), 8),
+                owner.control().publish(bad, root.addr(), 8),
                 Err(ClientError::InvalidArgument(_))
             ),
             "{bad:?}"
         );
         assert!(matches!(
-            peer.lookup(bad),
+            peer.control().lookup(bad),
             Err(ClientError::InvalidArgument(_))
         ));
     }
     // Withdrawn, the name is gone for every client of the tenant; the object stays.
-    peer.unpublish("orders").unwrap();
-    assert!(matches!(owner.lookup("orders"), Err(ClientError::NotFound)));
+    peer.control().unpublish("orders").unwrap();
+    assert!(matches!(
+        owner.control().lookup("orders"),
+        Err(ClientError::NotFound)
+    ));
     owner.read(&root, 0, &mut buf).unwrap();
     let occupancy = b.cluster.node.fresh_stats().occupancy.unwrap();
     assert_eq!(occupancy.names, 1, "the stranger's");
@@ -93,10 +102,10 @@ fn publish_lookup_acquire<R: Rig>(t: R, iso: Isolation) {
 fn names_are_bounded_per_tenant<R: Rig>(t: R, iso: Isolation) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     let c = &mut b.cluster.clients[0];
-    let shards = c.shard_map().shards as usize;
+    let shards = c.status().shard_map().shards as usize;
     let mut published = 0;
     let err = loop {
-        match c.publish(&format!("n{published}"), 4096, 64) {
+        match c.control().publish(&format!("n{published}"), 4096, 64) {
             Ok(()) => published += 1,
             Err(e) => break e,
         }
@@ -104,7 +113,7 @@ fn names_are_bounded_per_tenant<R: Rig>(t: R, iso: Isolation) {
     };
     assert!(matches!(err, ClientError::QuotaExceeded), "{err:?}");
     assert!(published >= NAMES_PER_TENANT, "{published}");
-    c.unpublish("n0").unwrap();
+    c.control().unpublish("n0").unwrap();
 }
 
 every_rig! {

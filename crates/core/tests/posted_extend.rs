@@ -1,5 +1,4 @@
-//! CN-collaborated extensions posted without waiting (`Client::post_extend` /
-//! `Client::poll_extend`): they keep a lease alive as a blocking extension does, a batch run
+//! CN-collaborated extensions posted without waiting (`Op::Extend` tickets): they keep a lease alive as a blocking extension does, a batch run
 //! while one is in flight files its completion instead of dropping it, concurrent ones from the
 //! same value extend once, and a refused one fails once and leaves the client working. On both
 //! transports and in every isolation mode.
@@ -8,24 +7,21 @@
 #[macro_use]
 mod support;
 
-use patronus_core::client::{Client, ClientError, MAX_POSTED, Perm, PostedExtend};
+use patronus_core::client::{Client, ClientError, MAX_POSTED, Ticket};
 use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;
 use patronus_core::proto::messages::Mode;
 use rnic::Provider;
 use std::time::{Duration, Instant};
 use support::bed::{Rdma, Rig, bed, no_wait, node_cfg, wait_for};
+use support::client::{poll_extended, post_extend};
 
 /// Polls `posted` until it completed (bounded wall time).
 #[allow(clippy::disallowed_methods)]
-fn outcome<P: Provider>(
-    c: &mut Client<P>,
-    perm: &Perm,
-    posted: &PostedExtend,
-) -> Result<bool, ClientError> {
+fn outcome<P: Provider>(c: &mut Client<P>, posted: Ticket) -> Result<bool, ClientError> {
     let t0 = Instant::now();
     loop {
-        if let Some(r) = c.poll_extend(perm, posted) {
+        if let Some(r) = poll_extended(c, posted) {
             return r;
         }
         assert!(t0.elapsed() < Duration::from_secs(10), "no completion");
@@ -41,11 +37,11 @@ fn posted_extensions_keep_a_lease_and_fail_once<R: Rig>(t: R, iso: Isolation) {
         .allocate(64, Duration::from_millis(1), Mode::Exclusive)
         .unwrap();
     let before = p.lifetime_us();
-    let posted = a.post_extend(&p, Duration::from_millis(10)).unwrap();
+    let posted = post_extend(a, &p, Duration::from_millis(10)).unwrap();
     // A batch while the CAS is in flight: its completion is filed, not dropped.
     let mut word = [0u8; 8];
     a.read(&p, 0, &mut word).unwrap();
-    assert!(outcome(a, &p, &posted).unwrap());
+    assert!(outcome(a, posted).unwrap());
     assert_eq!(p.lifetime_us(), before + 10_000);
 
     // Past the original lease, the manager finds the lease extended and the permission lives.
@@ -57,10 +53,10 @@ fn posted_extensions_keep_a_lease_and_fail_once<R: Rig>(t: R, iso: Isolation) {
     a.read(&p, 0, &mut word).unwrap();
 
     // Two posted from the same value: one extends, the other finds the lifetime moved.
-    let x = a.post_extend(&p, Duration::from_millis(1)).unwrap();
-    let y = a.post_extend(&p, Duration::from_millis(1)).unwrap();
-    assert!(outcome(a, &p, &x).unwrap());
-    assert!(!outcome(a, &p, &y).unwrap());
+    let x = post_extend(a, &p, Duration::from_millis(1)).unwrap();
+    let y = post_extend(a, &p, Duration::from_millis(1)).unwrap();
+    assert!(outcome(a, x).unwrap());
+    assert!(!outcome(a, y).unwrap());
     assert_eq!(p.lifetime_us(), before + 11_000);
 
     // An ended permission's posted extension is refused by the NIC, once; the client works on.
@@ -69,36 +65,36 @@ fn posted_extensions_keep_a_lease_and_fail_once<R: Rig>(t: R, iso: Isolation) {
         .unwrap();
     let stale = q.forged_copy();
     a.revoke(q).unwrap();
-    let z = a.post_extend(&stale, Duration::from_millis(1)).unwrap();
+    let z = post_extend(a, &stale, Duration::from_millis(1)).unwrap();
     assert!(
-        matches!(outcome(a, &stale, &z), Err(ClientError::Denied(_))),
+        matches!(outcome(a, z), Err(ClientError::Denied(_))),
         "a revoked permission's lifetime window refuses the CAS"
     );
     a.read(&p, 0, &mut word).unwrap();
-    let s = a.stats();
+    let s = a.status().stats();
     assert_eq!(s.cas_extensions, 2, "{s:?}");
 
     // A forgotten extension still executes; its slot comes back once its completion arrives
     // (here, filed by the next batch); at most MAX_POSTED may be held at once.
-    let held: Vec<PostedExtend> = (0..MAX_POSTED)
-        .map(|_| a.post_extend(&p, Duration::from_millis(1)).unwrap())
+    let held: Vec<Ticket> = (0..MAX_POSTED)
+        .map(|_| post_extend(a, &p, Duration::from_millis(1)).unwrap())
         .collect();
     assert!(matches!(
-        a.post_extend(&p, Duration::from_millis(1)),
+        post_extend(a, &p, Duration::from_millis(1)),
         Err(ClientError::TooManyPosted)
     ));
     for x in held {
-        a.forget_extend(x);
+        a.cancel(x);
     }
     let mut tries = 0;
-    while a.posted_in_flight() > 0 {
+    while a.status().posted_in_flight() > 0 {
         a.read(&p, 0, &mut word).unwrap();
         tries += 1;
         assert!(tries < 10_000, "forgotten slots never came back");
     }
     assert!(p.lifetime_us() >= before + 11_000);
-    let again = a.post_extend(&p, Duration::from_millis(1)).unwrap();
-    outcome(a, &p, &again).unwrap();
+    let again = post_extend(a, &p, Duration::from_millis(1)).unwrap();
+    outcome(a, again).unwrap();
 }
 
 every_rig! {

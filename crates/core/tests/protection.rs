@@ -6,13 +6,14 @@
 #[macro_use]
 mod support;
 
-use patronus_core::client::{ClientConfig, ClientError};
+use patronus_core::client::{ClientConfig, ClientError, LongLease};
 use patronus_core::cluster::Link;
 use patronus_core::manager::RECENT_KEYS as RECENT;
 use patronus_core::manager::{Isolation, NodeConfig, NodeStats, SlabConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use std::time::Duration;
 use support::bed::{Rdma, Rig, bed, no_wait, node_cfg, two, wait_for, wait_node};
+use support::client::{extend_rpc, try_acquire};
 
 /// Small slabs: a freed object comes back after a few allocations of its class.
 fn small_slabs() -> NodeConfig {
@@ -147,7 +148,7 @@ fn grant_after_a_client_timeout_is_handed_back<R: Rig>(t: R, iso: Isolation) {
     if b.cluster.node.shard_map().shards > 1 {
         let (node, w) = (&b.cluster.node, &mut b.cluster.clients[1]);
         for _ in 0..1000 {
-            assert_eq!(w.wait_reply(Duration::from_millis(5)).unwrap(), None);
+            assert!(!w.wait_any(Duration::from_millis(5)).unwrap());
             if handed_back(&node.fresh_stats()) {
                 break;
             }
@@ -173,7 +174,7 @@ fn four_kib_allocation_costs_at_most_64_bytes_more<R: Rig>(t: R, iso: Isolation)
     let a = &mut b.cluster.clients[0];
     // Allocations go round the manager's shards: one more than there are shards puts two in
     // the same slab, next to each other.
-    let n = a.shard_map().shards as usize + 1;
+    let n = a.status().shard_map().shards as usize + 1;
     let perms: Vec<_> = (0..n)
         .map(|_| {
             a.allocate(4096, Duration::from_millis(100), Mode::Exclusive)
@@ -233,20 +234,20 @@ fn exclusive_renewal_never_hands_the_object_away<R: Rig>(t: R, iso: Isolation) {
     let node = &b.cluster.node;
     let (a, rest) = b.cluster.clients.split_at_mut(1);
     let (a, w) = (&mut a[0], &mut rest[0]);
-    let mut l = a
-        .acquire_long(
-            addr,
-            8,
-            Duration::from_micros(600),
-            Access::ReadWrite,
-            Mode::Exclusive,
-            Duration::from_micros(300),
-        )
-        .unwrap();
+    let mut l = LongLease::acquire(
+        a,
+        addr,
+        8,
+        Duration::from_micros(600),
+        Access::ReadWrite,
+        Mode::Exclusive,
+        Duration::from_micros(300),
+    )
+    .unwrap();
     // Renewals past the maximum lifetime, with nobody waiting: always the same holder.
     for i in 0u64..12 {
         clock.advance(Duration::from_micros(200));
-        let p = a.renew(&mut l).unwrap();
+        let p = l.renew(a).unwrap();
         a.write(p, 0, &i.to_le_bytes()).unwrap();
     }
     assert!(l.reacquired >= 1, "{l:?}");
@@ -267,7 +268,7 @@ fn exclusive_renewal_never_hands_the_object_away<R: Rig>(t: R, iso: Isolation) {
         let mut refused = false;
         for _ in 0..12 {
             clock.advance(Duration::from_micros(100));
-            match a.renew(&mut l) {
+            match l.renew(a) {
                 Ok(_) => {}
                 Err(e) => {
                     assert!(matches!(e, ClientError::ExtensionRefused), "{e:?}");
@@ -302,30 +303,30 @@ fn a_try_acquire_leaves_the_holder_alone<R: Rig>(t: R, iso: Isolation) {
         .unwrap();
     let addr = p.addr();
     for _ in 0..3 {
-        let e = w
-            .try_acquire(
-                addr,
-                8,
-                Duration::from_millis(1),
-                Access::ReadWrite,
-                Mode::Exclusive,
-            )
-            .unwrap_err();
-        assert!(matches!(e, ClientError::ConflictTimeout), "{e:?}");
-        a.extend(&p, Duration::from_millis(5)).unwrap();
-        a.extend_rpc(&p, Duration::from_millis(5)).unwrap();
-    }
-    assert_eq!(a.stats().extension_refusals, 0);
-    a.revoke(p).unwrap();
-    let q = w
-        .try_acquire(
+        let e = try_acquire(
+            w,
             addr,
             8,
             Duration::from_millis(1),
             Access::ReadWrite,
             Mode::Exclusive,
         )
-        .unwrap();
+        .unwrap_err();
+        assert!(matches!(e, ClientError::ConflictTimeout), "{e:?}");
+        a.extend(&p, Duration::from_millis(5)).unwrap();
+        extend_rpc(a, &p, Duration::from_millis(5)).unwrap();
+    }
+    assert_eq!(a.status().stats().extension_refusals, 0);
+    a.revoke(p).unwrap();
+    let q = try_acquire(
+        w,
+        addr,
+        8,
+        Duration::from_millis(1),
+        Access::ReadWrite,
+        Mode::Exclusive,
+    )
+    .unwrap();
     assert_eq!(q.addr(), addr);
 }
 
@@ -525,7 +526,10 @@ fn objects_belong_to_their_tenant<R: Rig>(t: R, iso: Isolation) {
     );
     assert!(matches!(foreign, Err(ClientError::NotFound)), "{foreign:?}");
     assert!(matches!(nothing, Err(ClientError::NotFound)), "{nothing:?}");
-    owner.share(p.addr(), 2, Some(Access::Read)).unwrap();
+    owner
+        .control()
+        .share(p.addr(), 2, Some(Access::Read))
+        .unwrap();
     let q = stranger
         .acquire(
             p.addr(),

@@ -1,4 +1,5 @@
-//! [`Client::revoke_many`]: every permission of the batch ends (its rkeys are refused by the
+//! Revokes sent as a group of tickets, all before any answer is awaited
+//! (`support::client::revoke_many`): every permission of the batch ends (its rkeys are refused by the
 //! NIC, the node holds none of them), more than a channel's worth at once; one that had ended
 //! already is reported without keeping the others alive; with the channel full of acquires in
 //! flight, the rest still end.
@@ -12,6 +13,7 @@ use patronus_core::manager::NodeConfig;
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::soft::{SoftConfig, SoftProvider};
 use std::time::Duration;
+use support::client::{poll_perm, revoke_many, start_acquire};
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -25,7 +27,9 @@ fn cluster(t: Link) -> EmbeddedCluster {
 
 /// A second handle on `p`'s grant (to try its rkey after `p` was given up).
 fn copy(c: &mut Client<SoftProvider>, p: &Perm) -> Perm {
-    c.adopt(p.grant(), Access::ReadWrite, Mode::Shared, c.clock().now())
+    let now = c.status().clock().now();
+    c.control()
+        .adopt(p.grant(), Access::ReadWrite, Mode::Shared, now)
 }
 
 fn live_permissions(c: &EmbeddedCluster) -> usize {
@@ -43,10 +47,10 @@ fn all_end(t: Link) {
     for p in &copies {
         c.write(p, 0, b"mine").unwrap();
     }
-    let rpcs = c.rpcs();
-    c.revoke_many(perms).unwrap();
+    let rpcs = c.status().rpcs();
+    revoke_many(c, perms).unwrap();
     assert_eq!(
-        c.rpcs() - rpcs,
+        c.status().rpcs() - rpcs,
         n as u64,
         "one revoke request per permission"
     );
@@ -79,7 +83,7 @@ fn one_ended_already(t: Link) {
         .collect();
     let gone = copy(c, &perms[1]);
     c.revoke(gone).unwrap();
-    let result = c.revoke_many(perms);
+    let result = revoke_many(c, perms);
     assert!(
         matches!(result, Err(ClientError::NotFound)),
         "the ended one is reported: {result:?}"
@@ -106,19 +110,16 @@ fn a_full_channel_still_ends_them() {
         .map(|_| c.allocate(64, LEASE, Mode::Shared).unwrap())
         .collect();
     // Every slot but two owed an answer to an acquire.
-    let mut pending: Vec<_> = (0..MAX_OUTSTANDING_RPCS - 2)
-        .map(|_| {
-            c.start_acquire(object.addr(), 64, LEASE, Access::Read, Mode::Shared)
-                .unwrap()
-        })
+    let pending: Vec<_> = (0..MAX_OUTSTANDING_RPCS - 2)
+        .map(|_| start_acquire(c, object.addr(), 64, LEASE, Access::Read, Mode::Shared).unwrap())
         .collect();
-    c.revoke_many(perms).unwrap();
-    // The acquires' answers were parked, not lost.
-    for p in &mut pending {
+    revoke_many(c, perms).unwrap();
+    // The acquires' answers were kept for their tickets, not lost.
+    for t in pending {
         let mut perm = None;
         while perm.is_none() {
-            assert!(c.wait_for_reply(Duration::from_secs(20)).unwrap());
-            perm = c.poll_acquire(p).unwrap();
+            assert!(c.wait_any(Duration::from_secs(20)).unwrap());
+            perm = poll_perm(c, t).unwrap();
         }
         c.revoke(perm.unwrap()).unwrap();
     }

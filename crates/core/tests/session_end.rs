@@ -136,14 +136,14 @@ fn inproc_a_session_the_node_ended_is_reported_as_ended_never_as_a_wrong_secret(
         c.revoke(p).unwrap();
         (c, old)
     });
-    let (id, secret) = c.credentials();
+    let (id, secret) = c.control().credentials();
 
     // Nothing is delivered now: the node ends the session, the client's QPs still look up.
     bed.clock.advance(IDLE * 2);
     until("the node ended the idle session", || {
         node.fresh_stats().sessions_ended.idle == 1
     });
-    c.break_data_qp();
+    c.control().break_data_qp();
     let mut buf = [0u8; 3];
     let r = c.read(&old, 0, &mut buf);
     let Err(e @ ClientError::SessionEnded(SessionEnd::Idle)) = &r else {
@@ -179,8 +179,11 @@ fn inproc_a_session_the_node_ended_is_reported_as_ended_never_as_a_wrong_secret(
     pumped(&bed, || {
         // The next control operation opens a new session.
         let fresh = c.allocate(64, LEASE, Mode::Shared).unwrap();
-        assert_eq!((c.session(), c.stats().reconnects), (1, 1));
-        assert_ne!(c.id(), id);
+        assert_eq!(
+            (c.status().session(), c.status().stats().reconnects),
+            (1, 1)
+        );
+        assert_ne!(c.status().id(), id);
         c.write(&fresh, 0, b"new").unwrap();
         c.read(&fresh, 0, &mut buf).unwrap();
         assert_eq!(&buf, b"new");
@@ -189,7 +192,7 @@ fn inproc_a_session_the_node_ended_is_reported_as_ended_never_as_a_wrong_secret(
 
         // A live session's id with another secret is refused as a wrong secret; an id this
         // run of the node never issued, as a restart.
-        let (live, live_secret) = c.credentials();
+        let (live, live_secret) = c.control().credentials();
         assert_eq!(
             refusal(&device, at, data(live, live_secret ^ 2)),
             Refusal::WrongSecret
@@ -222,7 +225,7 @@ fn tcp_after_a_node_restart_old_credentials_are_told_so_and_the_client_starts_an
         .allocate(64, Duration::from_secs(30), Mode::Shared)
         .unwrap();
     c.write(&old, 0, b"old").unwrap();
-    let (id, secret) = c.credentials();
+    let (id, secret) = c.control().credentials();
 
     first.shutdown();
     let second = MemoryNode::<SoftProvider>::start(device(port), cfg()).unwrap();
@@ -244,7 +247,10 @@ fn tcp_after_a_node_restart_old_credentials_are_told_so_and_the_client_starts_an
     said(e);
     // The next control operation opens a session with the new node.
     let fresh = c.allocate(64, LEASE, Mode::Shared).unwrap();
-    assert_eq!((c.session(), c.stats().reconnects), (1, 1));
+    assert_eq!(
+        (c.status().session(), c.status().stats().reconnects),
+        (1, 1)
+    );
     c.write(&fresh, 0, b"new").unwrap();
     c.read(&fresh, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"new");

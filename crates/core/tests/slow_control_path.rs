@@ -100,7 +100,7 @@ fn acquire_and_read(slack_rtts: u32, floor_turns: u32) -> (usize, ClientStats) {
                 Err(e) => panic!("read: {e}"),
             }
         }
-        (reads, c.stats())
+        (reads, c.status().stats())
     })
 }
 

@@ -80,7 +80,7 @@ pub fn faa_loop(a: &FaaLoopArgs) -> Result<()> {
     let first = c.allocate(8, lease, Mode::Shared)?;
     let addr = first.addr();
     c.write(&first, 0, &0u64.to_le_bytes())?;
-    c.publish(&a.name, addr, 8)?;
+    c.control().publish(&a.name, addr, 8)?;
     println!("ready name={} addr={addr:#x}", a.name);
     let mut perm = Some(first);
     let mut n = Counts::default();
@@ -142,7 +142,7 @@ pub fn faa_loop(a: &FaaLoopArgs) -> Result<()> {
         } else {
             "deadline"
         },
-        c.session(),
+        c.status().session(),
     );
     if let Some(p) = perm {
         // Best effort: the lease ends it anyway.

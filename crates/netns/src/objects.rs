@@ -31,7 +31,7 @@ pub fn put(a: &PutArgs) -> Result<()> {
     let len = a.text.len() as u64;
     let p = c.allocate(len, Duration::from_secs(1), Mode::Exclusive)?;
     c.write(&p, 0, a.text.as_bytes())?;
-    c.publish(&a.name, p.addr(), len)?;
+    c.control().publish(&a.name, p.addr(), len)?;
     println!("put name={} addr={:#x} len={len}", a.name, p.addr());
     c.revoke(p)?;
     Ok(())
@@ -55,7 +55,7 @@ pub struct GetArgs {
 /// (the NIC must refuse) and reads again.
 pub fn get(a: &GetArgs) -> Result<()> {
     let (_dev, mut c) = connect(a.connect, Duration::from_secs(1))?;
-    let (addr, len) = c.lookup(&a.name).context("looking the name up")?;
+    let (addr, len) = c.control().lookup(&a.name).context("looking the name up")?;
     let p = c.acquire(
         addr,
         len,
@@ -117,7 +117,7 @@ pub struct HoldArgs {
 pub fn hold(a: &HoldArgs) -> Result<()> {
     let start = now();
     let (_dev, mut c) = connect(a.connect, Duration::from_secs(1))?;
-    let (addr, len) = c.lookup(&a.name)?;
+    let (addr, len) = c.control().lookup(&a.name)?;
     let lease = Duration::from_millis(a.lease_ms);
     let p = c.acquire(addr, len, lease, Access::ReadWrite, Mode::Exclusive)?;
     println!(
@@ -177,7 +177,7 @@ pub struct ExclusiveArgs {
 /// holder: `refused after_ms=T attempts=N` (exit [`EXIT_REFUSED`]).
 pub fn exclusive(a: &ExclusiveArgs) -> Result<()> {
     let (_dev, mut c) = connect(a.connect, Duration::from_millis(a.wait_ms))?;
-    let (addr, len) = c.lookup(&a.name)?;
+    let (addr, len) = c.control().lookup(&a.name)?;
     let start = now();
     let deadline = start + Duration::from_millis(a.deadline_ms);
     let mut attempts = 0u32;

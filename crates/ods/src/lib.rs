@@ -25,7 +25,6 @@ pub mod nodes;
 pub mod patronus;
 pub mod queue;
 pub mod race;
-mod tickets;
 
 pub use memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 pub use nodes::NodeSetMemory;

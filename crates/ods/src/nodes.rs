@@ -9,9 +9,8 @@
 //! structure does not take a lost node's objects for freed ones and retry forever.
 
 use crate::memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
-use crate::tickets::Tickets;
 use patronus_core::client::{ClientError, OpResult};
-use patronus_core::nodes::{NodeId, NodeOp, NodePending, NodePerm, NodeSet, NodeSetError};
+use patronus_core::nodes::{NodeOp, NodePerm, NodeSet, NodeSetError, NodeTicket};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::{Provider, Timestamp};
 use std::time::Duration;
@@ -51,17 +50,12 @@ impl From<NodeSetError> for MemError {
 #[derive(Debug)]
 pub struct NodeSetMemory<P: Provider> {
     set: NodeSet<P>,
-    /// Acquires in flight, by ticket.
-    acquiring: Tickets<NodePending>,
 }
 
 impl<P: Provider> NodeSetMemory<P> {
     /// Wraps a node set.
     pub fn new(set: NodeSet<P>) -> Self {
-        NodeSetMemory {
-            set,
-            acquiring: Tickets::default(),
-        }
+        NodeSetMemory { set }
     }
 
     /// The node set.
@@ -79,10 +73,6 @@ impl<P: Provider> NodeSetMemory<P> {
         self.set
     }
 }
-
-/// How long one look at a node waits when acquires are in flight at several nodes, so an
-/// answer from another node waits at most this long to be noticed.
-const WAIT_SLICE: Duration = Duration::from_micros(200);
 
 impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
     type Region = NodePerm;
@@ -127,57 +117,36 @@ impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
         mode: Mode,
     ) -> Acquiring<NodePerm> {
         match self.set.start_acquire(addr, len, lease, access, mode) {
-            Ok(p) => self.acquiring.start(p),
-            // As many requests in flight at that node as its channel takes: wait for this one.
-            Err(NodeSetError::Node {
-                source: ClientError::ControlBusy,
-                ..
-            }) => Acquiring::Answered(self.acquire(addr, len, lease, access, mode)),
+            Ok(t) => Acquiring::InFlight(t.id()),
             Err(e) => Acquiring::Answered(Err(e.into())),
         }
     }
 
     fn poll_acquire(&mut self, a: Acquiring<NodePerm>) -> Acquiring<NodePerm> {
-        let set = &mut self.set;
-        self.acquiring.poll(a, |p| set.poll_acquire(p))
+        let id = match a {
+            Acquiring::InFlight(id) => id,
+            answered => return answered,
+        };
+        match self.set.poll(NodeTicket::from_id(id)) {
+            Ok(None) => Acquiring::InFlight(id),
+            Ok(Some(p)) => Acquiring::Answered(Ok(p)),
+            Err(e) => Acquiring::Answered(Err(e.into())),
+        }
     }
 
     fn abandon_acquire(&mut self, a: Acquiring<NodePerm>) {
-        let set = &mut self.set;
-        self.acquiring.abandon(a, |p| set.abandon_acquire(p));
+        // An answered right is dropped (its lease runs out); one in flight is handed back.
+        if let Acquiring::InFlight(id) = a {
+            self.set.cancel(NodeTicket::from_id(id));
+        }
     }
 
     fn wait(&mut self, max: Duration) {
-        let mut nodes: Vec<NodeId> = self.acquiring.values().map(NodePending::node).collect();
-        nodes.sort();
-        nodes.dedup();
-        match nodes.as_slice() {
-            [] => {}
-            // Errors (a node gone) show at the next poll of its acquires.
-            [one] => {
-                let _ = self.set.wait_for_reply(*one, max);
-            }
-            // Answers come from several nodes: look at each in turn, a slice at a time, so
-            // one node's answer is not slept through waiting for another's.
-            several => {
-                let rounds = (max.as_micros() / WAIT_SLICE.as_micros()).max(1);
-                for r in 0..rounds {
-                    let node = several[r as usize % several.len()];
-                    if let Ok(true) = self.set.wait_for_reply(node, WAIT_SLICE.min(max)) {
-                        return;
-                    }
-                }
-            }
-        }
+        self.set.wait_any(max);
     }
 
     fn arm(&mut self) -> bool {
-        for node in self.set.nodes().collect::<Vec<_>>() {
-            if let Some(c) = self.set.client(node) {
-                c.arm();
-            }
-        }
-        !self.acquiring.is_empty()
+        self.set.arm()
     }
 
     fn extend(&mut self, region: &NodePerm, lease: Duration) -> Result<(), MemError> {
@@ -188,7 +157,7 @@ impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
         // The shortest of the nodes': a structure's rights may land on any of them.
         self.set
             .nodes()
-            .filter_map(|n| self.set.client(n).map(|c| c.max_lease()))
+            .filter_map(|n| self.set.client(n).map(|c| c.status().max_lease()))
             .min()
     }
 
@@ -196,7 +165,7 @@ impl<P: Provider> RemoteMemory for NodeSetMemory<P> {
         let now = self
             .set
             .client(region.node())
-            .map_or_else(|| self.set.now(), |c| c.clock().now());
+            .map_or_else(|| self.set.now(), |c| c.status().clock().now());
         region.expiry().since(now) <= margin
     }
 

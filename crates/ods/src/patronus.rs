@@ -1,12 +1,11 @@
 //! [`RemoteMemory`] on the Patronus client library: a region is a [`Perm`]; allocations go
-//! several per round trip ([`Client::allocate_many`]); a batch is one
-//! [`Client::batch`](patronus_core::client::Client::batch); extension is the one-sided CAS on
-//! the permission's lifetime word. Acquires can be pipelined
-//! ([`Client::start_acquire`]): a started acquire's ticket names its pending request here.
+//! several per round trip (one [`Op::Allocate`] ticket each, all started before any is
+//! awaited); a batch is one [`Client::batch`]; extension is the one-sided CAS on the
+//! permission's lifetime word. Acquires can be pipelined: a started acquire's
+//! [`Acquiring::InFlight`] id is the client's own [`Ticket`] id, so nothing is kept here.
 
 use crate::memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
-use crate::tickets::Tickets;
-use patronus_core::client::{Client, ClientError, OpResult, PendingAcquire, Perm};
+use patronus_core::client::{Client, ClientError, Done, Op, OpResult, Perm, Ticket};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::{Provider, Timestamp};
 use std::time::Duration;
@@ -25,17 +24,12 @@ impl Region for Perm {
 #[derive(Debug)]
 pub struct PatronusMemory<P: Provider> {
     client: Client<P>,
-    /// Acquires in flight, by ticket.
-    acquiring: Tickets<PendingAcquire>,
 }
 
 impl<P: Provider> PatronusMemory<P> {
     /// Wraps a connected client.
     pub fn new(client: Client<P>) -> Self {
-        PatronusMemory {
-            client,
-            acquiring: Tickets::default(),
-        }
+        PatronusMemory { client }
     }
 
     /// The client (its statistics, its own API).
@@ -87,7 +81,35 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         lease: Duration,
         mode: Mode,
     ) -> Result<Vec<Perm>, MemError> {
-        Ok(self.client.allocate_many(sizes, lease, mode)?)
+        let started: Vec<Result<Ticket, ClientError>> = sizes
+            .iter()
+            .map(|&size| self.client.start(Op::Allocate { size, lease, mode }))
+            .collect();
+        let mut perms = Vec::with_capacity(sizes.len());
+        let mut failed = None;
+        for t in started {
+            match t.and_then(|t| self.client.wait(t)) {
+                Ok(Done::Perm(p)) => perms.push(p),
+                Ok(_) => {
+                    failed.get_or_insert(MemError::Failed(
+                        "an allocation ended without a grant".into(),
+                    ));
+                }
+                Err(e) => {
+                    failed.get_or_insert(e.into());
+                }
+            }
+        }
+        match failed {
+            None => Ok(perms),
+            Some(e) => {
+                // All or nothing: best effort; what cannot be freed now ends with its lease.
+                for p in perms {
+                    let _ = self.client.free(p);
+                }
+                Err(e)
+            }
+        }
     }
 
     fn acquire(
@@ -109,7 +131,18 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         access: Access,
         mode: Mode,
     ) -> Result<Perm, MemError> {
-        Ok(self.client.try_acquire(addr, len, lease, access, mode)?)
+        let t = self.client.start(Op::Acquire {
+            addr,
+            size: len,
+            lease,
+            access,
+            mode,
+            wait: false,
+        })?;
+        match self.client.wait(t)? {
+            Done::Perm(p) => Ok(p),
+            _ => Err(MemError::Failed("an acquire ended without a grant".into())),
+        }
     }
 
     fn start_acquire(
@@ -120,36 +153,50 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         access: Access,
         mode: Mode,
     ) -> Acquiring<Perm> {
-        match self.client.start_acquire(addr, len, lease, access, mode) {
-            Ok(p) => self.acquiring.start(p),
-            // As many requests in flight as the channel takes: wait for this one.
-            Err(ClientError::ControlBusy) => {
-                Acquiring::Answered(self.acquire(addr, len, lease, access, mode))
-            }
+        let op = Op::Acquire {
+            addr,
+            size: len,
+            lease,
+            access,
+            mode,
+            wait: true,
+        };
+        match self.client.start(op) {
+            Ok(t) => Acquiring::InFlight(t.id()),
             Err(e) => Acquiring::Answered(Err(e.into())),
         }
     }
 
     fn poll_acquire(&mut self, a: Acquiring<Perm>) -> Acquiring<Perm> {
-        let client = &mut self.client;
-        self.acquiring.poll(a, |p| client.poll_acquire(p))
+        let id = match a {
+            Acquiring::InFlight(id) => id,
+            answered => return answered,
+        };
+        match self.client.poll(Ticket::from_id(id)) {
+            Ok(None) => Acquiring::InFlight(id),
+            Ok(Some(Done::Perm(p))) => Acquiring::Answered(Ok(p)),
+            Ok(Some(_)) => Acquiring::Answered(Err(MemError::Invalid("not an acquire's ticket"))),
+            Err(e) => Acquiring::Answered(Err(e.into())),
+        }
     }
 
     fn abandon_acquire(&mut self, a: Acquiring<Perm>) {
-        let client = &mut self.client;
-        self.acquiring.abandon(a, |p| client.abandon_acquire(p));
+        // An answered right is dropped (its lease runs out); one in flight is handed back.
+        if let Acquiring::InFlight(id) = a {
+            self.client.cancel(Ticket::from_id(id));
+        }
     }
 
     fn wait(&mut self, max: Duration) {
-        if !self.acquiring.is_empty() {
+        if self.client.status().in_flight() > 0 {
             // A lost session shows at the next poll of each acquire.
-            let _ = self.client.wait_for_reply(max);
+            let _ = self.client.wait_any(max);
         }
     }
 
     fn arm(&mut self) -> bool {
-        self.client.arm();
-        !self.acquiring.is_empty()
+        self.client.control().arm();
+        self.client.status().in_flight() > 0
     }
 
     fn extend(&mut self, region: &Perm, lease: Duration) -> Result<(), MemError> {
@@ -157,16 +204,16 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
     }
 
     fn max_lease(&self) -> Option<Duration> {
-        Some(self.client.max_lease())
+        Some(self.client.status().max_lease())
     }
 
     fn expires_within(&self, region: &Perm, margin: Duration) -> bool {
-        let left = region.expiry().since(self.client.clock().now());
+        let left = region.expiry().since(self.client.status().clock().now());
         left <= margin
     }
 
     fn now(&self) -> Timestamp {
-        self.client.clock().now()
+        self.client.status().clock().now()
     }
 
     fn release(&mut self, region: Perm) -> Result<(), MemError> {
@@ -174,7 +221,38 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
     }
 
     fn release_many(&mut self, regions: Vec<Perm>) -> Result<(), MemError> {
-        Ok(self.client.revoke_many(regions)?)
+        let started: Vec<Result<Ticket, ClientError>> = regions
+            .iter()
+            .map(|p| {
+                if p.session() != self.client.status().session() {
+                    return Err(ClientError::SessionLost);
+                }
+                self.client.start(Op::Request(
+                    patronus_core::proto::messages::Request::Revoke {
+                        id: p.id(),
+                        free: false,
+                    },
+                ))
+            })
+            .collect();
+        let mut first = None;
+        for t in started {
+            let r = t.and_then(|t| self.client.wait(t));
+            match r {
+                Ok(Done::Reply(patronus_core::proto::messages::Reply::Revoked)) => {}
+                Ok(Done::Reply(patronus_core::proto::messages::Reply::Failed(s))) => {
+                    first.get_or_insert(ClientError::from_status(s).into());
+                }
+                Ok(_) => {
+                    first
+                        .get_or_insert(MemError::Failed("a revoke ended without its reply".into()));
+                }
+                Err(e) => {
+                    first.get_or_insert(e.into());
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     fn relinquish(&mut self, region: Perm) -> Result<(), MemError> {
@@ -219,14 +297,14 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
 
 impl<P: Provider> NamedRoots for PatronusMemory<P> {
     fn publish(&mut self, name: &str, addr: u64, len: u64) -> Result<(), MemError> {
-        Ok(self.client.publish(name, addr, len)?)
+        Ok(self.client.control().publish(name, addr, len)?)
     }
 
     fn lookup(&mut self, name: &str) -> Result<(u64, u64), MemError> {
-        Ok(self.client.lookup(name)?)
+        Ok(self.client.control().lookup(name)?)
     }
 
     fn unpublish(&mut self, name: &str) -> Result<(), MemError> {
-        Ok(self.client.unpublish(name)?)
+        Ok(self.client.control().unpublish(name)?)
     }
 }

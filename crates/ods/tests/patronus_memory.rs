@@ -18,10 +18,14 @@ fn four_objects_in_one_call_each_with_its_own_right(t: Link) {
     let (_bed, mut mems) = bed(t, 2, NodeConfig::default(), Default::default());
     let mut other = mems.pop().unwrap();
     let mut mem = mems.pop().unwrap();
-    let rpcs = mem.client().rpcs();
+    let rpcs = mem.client().status().rpcs();
     let sizes = [4096, 4096, 64, 64];
     let blocks = mem.allocate(&sizes, LEASE, Mode::Shared).unwrap();
-    assert_eq!(mem.client().rpcs() - rpcs, 4, "one request per object");
+    assert_eq!(
+        mem.client().status().rpcs() - rpcs,
+        4,
+        "one request per object"
+    );
     conformance::allocated_objects_are_zeroed_and_disjoint(&mut mem, &blocks, &sizes);
     let (a, b) = (&blocks[0], &blocks[2]);
     conformance::one_batch_runs_in_order(&mut mem, a, b);

@@ -15,6 +15,7 @@
 //! a node sized for them; the node's own accounting gives pool bytes in use and the estimate of
 //! its tables, and the process's resident set size gives a cross-check.
 
+use super::tickets::{next_reply, send, wait_reply};
 use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now, us_per_op};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{
@@ -125,32 +126,41 @@ impl Logical for Churner {
     fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()> {
         match self.state {
             ChurnState::Ready => {
-                let sent = self.client.clock().now();
+                let sent = self.client.status().clock().now();
                 let t0 = now();
-                self.client.submit(Request::Allocate {
-                    size: self.size,
-                    lease_us: LEASE_US,
-                    mode: Mode::Shared,
-                })?;
+                send(
+                    &mut self.client,
+                    Request::Allocate {
+                        size: self.size,
+                        lease_us: LEASE_US,
+                        mode: Mode::Shared,
+                    },
+                )?;
                 self.state = ChurnState::Allocating(sent, t0);
             }
             ChurnState::Allocating(sent, t0) => {
-                let Some((_, reply)) = self.client.poll_reply()? else {
+                let Some((_, reply)) = next_reply(&mut self.client)? else {
                     return Ok(());
                 };
                 let Reply::Granted(g) = reply else {
                     bail!("allocate {} B: unexpected {reply:?}", self.size);
                 };
                 ctx.latency.record(now() - t0);
-                let perm = self.client.adopt(g, Access::ReadWrite, Mode::Shared, sent);
+                let perm = self
+                    .client
+                    .control()
+                    .adopt(g, Access::ReadWrite, Mode::Shared, sent);
                 self.client.write(&perm, 0, &self.data)?;
-                self.client.submit(Request::Revoke {
-                    id: perm.id(),
-                    free: true,
-                })?;
+                send(
+                    &mut self.client,
+                    Request::Revoke {
+                        id: perm.id(),
+                        free: true,
+                    },
+                )?;
                 self.state = ChurnState::Freeing;
             }
-            ChurnState::Freeing => match self.client.poll_reply()? {
+            ChurnState::Freeing => match next_reply(&mut self.client)? {
                 None => {}
                 Some((_, Reply::Revoked)) => {
                     ctx.done += 1;
@@ -164,6 +174,10 @@ impl Logical for Churner {
 
     fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
         Some(&self.client)
+    }
+
+    fn patronus_client_mut(&mut self) -> Option<&mut Client<SoftProvider>> {
+        Some(&mut self.client)
     }
 }
 
@@ -181,17 +195,19 @@ fn allocate_many(
     let mut last = now();
     while granted < n {
         while in_flight < IN_FLIGHT && issued < n {
-            c.submit(Request::Allocate {
-                size,
-                lease_us,
-                mode: Mode::Shared,
-            })
+            send(
+                c,
+                Request::Allocate {
+                    size,
+                    lease_us,
+                    mode: Mode::Shared,
+                },
+            )
             .with_context(|| format!("{what}: sending allocation {} of {n}", issued + 1))?;
             issued += 1;
             in_flight += 1;
         }
-        let reply = c
-            .wait_reply(Duration::from_millis(1))
+        let reply = wait_reply(c, Duration::from_millis(1))
             .with_context(|| format!("{what}: waiting for allocation {} of {n}", granted + 1))?;
         match reply {
             Some((_, Reply::Granted(g))) => {
@@ -222,16 +238,18 @@ fn free_many(c: &mut Client<SoftProvider>, grants: &[Grant], what: &str) -> Resu
     let mut last = now();
     while done < grants.len() {
         while in_flight < IN_FLIGHT && issued < grants.len() {
-            c.submit(Request::Revoke {
-                id: grants[issued].id,
-                free: true,
-            })
+            send(
+                c,
+                Request::Revoke {
+                    id: grants[issued].id,
+                    free: true,
+                },
+            )
             .with_context(|| format!("{what}: sending a free"))?;
             issued += 1;
             in_flight += 1;
         }
-        let reply = c
-            .wait_reply(Duration::from_millis(1))
+        let reply = wait_reply(c, Duration::from_millis(1))
             .with_context(|| format!("{what}: waiting for a free"))?;
         match reply {
             Some((_, Reply::Revoked)) => {
@@ -286,7 +304,7 @@ fn churn(rig: &Rig, policy: Scrub, name: &'static str, size: u64, plan: &Plan) -
     // and freed: each timed allocation then reuses memory that holds an earlier tenant's bytes.
     let slab = objects_per_slab(size);
     let before = stats(&p.node);
-    let sent = aux.clock().now();
+    let sent = aux.status().clock().now();
     let mut grants = Vec::with_capacity(slab);
     allocate_many(&mut aux, slab, size, LEASE_US, &what, |g| grants.push(g))?;
     let live = stats(&p.node);
@@ -295,7 +313,9 @@ fn churn(rig: &Rig, policy: Scrub, name: &'static str, size: u64, plan: &Plan) -
         .saturating_sub(before.pool_bytes_in_use) as f64
         / slab as f64;
     for g in &grants {
-        let perm = aux.adopt(*g, Access::ReadWrite, Mode::Shared, sent);
+        let perm = aux
+            .control()
+            .adopt(*g, Access::ReadWrite, Mode::Shared, sent);
         aux.write(&perm, 0, &data)
             .with_context(|| format!("{what}: writing a fresh object"))?;
     }

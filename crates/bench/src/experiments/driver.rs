@@ -99,17 +99,23 @@ pub trait Logical: Send {
     fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
         None
     }
+    /// The Patronus client, mutably (to arm it).
+    fn patronus_client_mut(&mut self) -> Option<&mut Client<SoftProvider>> {
+        None
+    }
     /// Arms the client's completion queues on its thread's completion channel, if it waits
     /// only for completions (not for the clock) and its CQs are on that channel; returns
     /// whether it did. When every client of a thread is armed and a further round completed
     /// nothing, the thread sleeps on the channel instead of yielding the core. By default a
     /// Patronus client arms its control CQs (its data accesses are synchronous in a step).
     fn arm(&mut self) -> bool {
-        self.patronus_client().map(Client::arm).is_some()
+        self.patronus_client_mut()
+            .map(|c| c.control().arm())
+            .is_some()
     }
     /// What the client library counted (Patronus clients), for the report.
     fn client_stats(&self) -> Option<ClientStats> {
-        self.patronus_client().map(Client::stats)
+        self.patronus_client().map(|c| c.status().stats())
     }
 }
 

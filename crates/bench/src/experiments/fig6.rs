@@ -3,6 +3,7 @@
 //! memory node. Clients acquire (and revoke, or let expire) permissions over random 64 B
 //! objects; enough logical clients to saturate the manager.
 
+use super::tickets::{next_reply, send};
 use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now};
 use crate::experiments::evidence;
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
@@ -162,12 +163,12 @@ impl Logical for Acquirer {
                 }
             };
             let t0 = now();
-            let sent = self.client.clock().now();
-            self.client.submit(req)?;
+            let sent = self.client.status().clock().now();
+            send(&mut self.client, req)?;
             self.acquiring = Some((t0, sent));
             return Ok(());
         }
-        let Some((_, reply)) = self.client.poll_reply()? else {
+        let Some((_, reply)) = next_reply(&mut self.client)? else {
             return Ok(());
         };
         match reply {
@@ -179,14 +180,18 @@ impl Logical for Acquirer {
                 // Taken as a permission, so the client counts it (and whether it arrived dead).
                 let g = self
                     .client
+                    .control()
                     .adopt(g, Access::ReadWrite, Mode::Shared, sent)
                     .grant();
                 ctx.done += 1;
                 if !self.expire {
-                    self.client.submit(Request::Revoke {
-                        id: g.id,
-                        free: false,
-                    })?;
+                    send(
+                        &mut self.client,
+                        Request::Revoke {
+                            id: g.id,
+                            free: false,
+                        },
+                    )?;
                     self.revoking = true;
                 }
             }
@@ -204,6 +209,10 @@ impl Logical for Acquirer {
 
     fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
         Some(&self.client)
+    }
+
+    fn patronus_client_mut(&mut self) -> Option<&mut Client<SoftProvider>> {
+        Some(&mut self.client)
     }
 }
 

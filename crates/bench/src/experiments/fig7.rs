@@ -3,12 +3,13 @@
 //! the lifetime word in the header, one-sided). A lease cycle is one acquire plus eight
 //! extensions (or nine acquires); throughput counts lease operations (acquire or extension).
 
+use super::tickets::{next_reply, send};
 use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now, us_per_op};
 use crate::experiments::evidence;
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{BenchOpts, Check, Experiment, Figure, PaperRef, Ratio, Row};
 use anyhow::{Result, bail};
-use patronus_core::client::{Client, ClientError, Perm, PostedExtend};
+use patronus_core::client::{Client, ClientError, Done, Op, Perm, Ticket};
 use patronus_core::manager::Techniques;
 use patronus_core::proto::messages::{Access, Mode, Reply, Request, Status};
 use rand::Rng;
@@ -40,21 +41,24 @@ struct Extender {
     /// Outstanding RPC: when it was sent (client clock, wall clock).
     pending: Option<(rnic::Timestamp, Instant)>,
     /// Outstanding CN extension (posted, not yet polled) and when it was posted.
-    cas: Option<(PostedExtend, Instant)>,
+    cas: Option<(Ticket, Instant)>,
 }
 
 impl Extender {
     fn send_acquire(&mut self) -> Result<()> {
-        let sent = self.client.clock().now();
+        let sent = self.client.status().clock().now();
         let t0 = now();
-        self.client.submit(Request::Acquire {
-            addr: self.addr,
-            size: 64,
-            lease_us: LEASE_US,
-            access: Access::ReadWrite,
-            mode: Mode::Shared,
-            wait_us: 0,
-        })?;
+        send(
+            &mut self.client,
+            Request::Acquire {
+                addr: self.addr,
+                size: 64,
+                lease_us: LEASE_US,
+                access: Access::ReadWrite,
+                mode: Mode::Shared,
+                wait_us: 0,
+            },
+        )?;
         self.pending = Some((sent, t0));
         Ok(())
     }
@@ -71,14 +75,13 @@ impl Extender {
 
 impl Logical for Extender {
     fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()> {
-        if let Some((posted, t0)) = &self.cas {
-            let Some(perm) = &self.perm else {
-                bail!("a posted extension without its permission");
+        if let Some((posted, t0)) = self.cas {
+            let outcome = match self.client.poll(posted) {
+                Ok(None) => return Ok(()),
+                Ok(Some(Done::Extended(extended))) => Ok(extended),
+                Ok(Some(other)) => bail!("a posted extension ended with {other:?}"),
+                Err(e) => Err(e),
             };
-            let Some(outcome) = self.client.poll_extend(perm, posted) else {
-                return Ok(());
-            };
-            let t0 = *t0;
             self.cas = None;
             match outcome {
                 Ok(true) => {
@@ -98,13 +101,18 @@ impl Logical for Extender {
             return Ok(());
         }
         if let Some((sent, t0)) = self.pending {
-            let Some((_, reply)) = self.client.poll_reply()? else {
+            let Some((_, reply)) = next_reply(&mut self.client)? else {
                 return Ok(());
             };
             self.pending = None;
             match reply {
                 Reply::Granted(g) => {
-                    self.perm = Some(self.client.adopt(g, Access::ReadWrite, Mode::Shared, sent));
+                    self.perm = Some(self.client.control().adopt(
+                        g,
+                        Access::ReadWrite,
+                        Mode::Shared,
+                        sent,
+                    ));
                 }
                 Reply::Extended { lifetime_us } => {
                     if let Some(p) = &self.perm {
@@ -133,15 +141,22 @@ impl Logical for Extender {
             (_, Scheme::RpcExtend, Some(p)) => {
                 let id = p.id();
                 let t0 = now();
-                self.client.submit(Request::Extend {
-                    id,
-                    lease_us: LEASE_US,
-                })?;
-                self.pending = Some((self.client.clock().now(), t0));
+                send(
+                    &mut self.client,
+                    Request::Extend {
+                        id,
+                        lease_us: LEASE_US,
+                    },
+                )?;
+                self.pending = Some((self.client.status().clock().now(), t0));
             }
             (_, Scheme::CnExtend, Some(p)) => {
                 let t0 = now();
-                match self.client.post_extend(p, Duration::from_micros(LEASE_US)) {
+                let op = Op::Extend {
+                    perm: p,
+                    lease: Duration::from_micros(LEASE_US),
+                };
+                match self.client.start(op) {
                     Ok(posted) => self.cas = Some((posted, t0)),
                     // The lease ran out before the client got to extend it (its thread was
                     // busy with other logical clients): start a new cycle, uncounted.
@@ -161,13 +176,17 @@ impl Logical for Extender {
         Some(&self.client)
     }
 
+    fn patronus_client_mut(&mut self) -> Option<&mut Client<SoftProvider>> {
+        Some(&mut self.client)
+    }
+
     /// It waits for control replies, except while an extension's CAS is in flight (its
     /// completion comes on the data CQ, which is not on the thread's channel).
     fn arm(&mut self) -> bool {
         if self.cas.is_some() {
             return false;
         }
-        self.client.arm();
+        self.client.control().arm();
         true
     }
 }

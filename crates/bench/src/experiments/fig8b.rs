@@ -9,6 +9,7 @@
 //!   reclaim a client's permissions when its heartbeat fails. A fail-slow client's NIC keeps
 //!   answering, so the heartbeats never fail and the hung holder blocks until it wakes.
 
+use super::tickets::{next_reply, send};
 use crate::baseline::{HeartbeatPoller, HeartbeatTarget};
 use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, StepCtx, now, us_per_op};
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
@@ -51,7 +52,7 @@ struct Contender {
 impl Contender {
     fn release(&mut self, id: PermissionId) -> Result<()> {
         if self.scheme == Scheme::Polling {
-            self.client.submit(Request::Revoke { id, free: false })?;
+            send(&mut self.client, Request::Revoke { id, free: false })?;
             self.revoking = true;
         }
         Ok(())
@@ -68,7 +69,7 @@ impl Logical for Contender {
             return self.release(id);
         }
         if self.revoking {
-            match self.client.poll_reply()? {
+            match next_reply(&mut self.client)? {
                 None => {}
                 // NotFound: the lease ended first (never with a 10 s lease, but harmless).
                 Some((_, Reply::Revoked | Reply::Failed(Status::NotFound))) => {
@@ -83,20 +84,23 @@ impl Logical for Contender {
                 Scheme::Lease => LEASE_US,
                 Scheme::Polling => 10_000_000,
             };
-            let sent = self.client.clock().now();
+            let sent = self.client.status().clock().now();
             let t0 = now();
-            self.client.submit(Request::Acquire {
-                addr: self.objects[ctx.rng.random_range(0..self.objects.len())],
-                size: 64,
-                lease_us,
-                access: Access::ReadWrite,
-                mode: Mode::Exclusive,
-                wait_us: 200_000,
-            })?;
+            send(
+                &mut self.client,
+                Request::Acquire {
+                    addr: self.objects[ctx.rng.random_range(0..self.objects.len())],
+                    size: 64,
+                    lease_us,
+                    access: Access::ReadWrite,
+                    mode: Mode::Exclusive,
+                    wait_us: 200_000,
+                },
+            )?;
             self.pending = Some((sent, t0));
             return Ok(());
         };
-        let Some((_, reply)) = self.client.poll_reply()? else {
+        let Some((_, reply)) = next_reply(&mut self.client)? else {
             return Ok(());
         };
         self.pending = None;
@@ -106,6 +110,7 @@ impl Logical for Contender {
                 ctx.done += 1;
                 let perm = self
                     .client
+                    .control()
                     .adopt(g, Access::ReadWrite, Mode::Exclusive, sent);
                 let mut word = [0u8; 8];
                 match self.client.read(&perm, 0, &mut word) {
@@ -132,12 +137,16 @@ impl Logical for Contender {
         if self.hung.is_some() {
             return false;
         }
-        self.client.arm();
+        self.client.control().arm();
         true
     }
 
     fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
         Some(&self.client)
+    }
+
+    fn patronus_client_mut(&mut self) -> Option<&mut Client<SoftProvider>> {
+        Some(&mut self.client)
     }
 }
 

@@ -21,6 +21,7 @@ pub mod race_costs;
 pub mod redis;
 pub mod splits;
 pub mod table5;
+mod tickets;
 
 use crate::harness::{BenchOpts, Experiment, ProviderChoice};
 use anyhow::{Result, bail};

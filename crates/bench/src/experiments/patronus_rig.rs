@@ -2,6 +2,7 @@
 //! clients on the per-thread compute-node devices, and objects allocated up front.
 
 use super::driver::{Driven, Logical, Rig, drive_on, spread};
+use super::tickets::{send, wait_reply};
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{Client, ClientConfig};
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, Techniques};
@@ -94,21 +95,27 @@ impl PatronusRig {
         };
         while addrs.len() < count {
             while in_flight < 16 && issued < count {
-                c.submit(Request::Allocate {
-                    size,
-                    lease_us: 10_000_000,
-                    mode: Mode::Shared,
-                })?;
+                send(
+                    &mut c,
+                    Request::Allocate {
+                        size,
+                        lease_us: 10_000_000,
+                        mode: Mode::Shared,
+                    },
+                )?;
                 issued += 1;
                 in_flight += 1;
             }
-            match c.wait_reply(Duration::from_millis(1))? {
+            match wait_reply(&mut c, Duration::from_millis(1))? {
                 Some((_, Reply::Granted(g))) => {
                     addrs.push(g.buffer_addr);
-                    c.submit(Request::Revoke {
-                        id: g.id,
-                        free: false,
-                    })?;
+                    send(
+                        &mut c,
+                        Request::Revoke {
+                            id: g.id,
+                            free: false,
+                        },
+                    )?;
                 }
                 Some((_, Reply::Revoked)) => in_flight -= 1,
                 Some((_, other)) => bail!("allocating objects: unexpected {other:?}"),
@@ -116,7 +123,7 @@ impl PatronusRig {
             }
         }
         while in_flight > 0 {
-            match c.wait_reply(Duration::from_millis(1))? {
+            match wait_reply(&mut c, Duration::from_millis(1))? {
                 Some((_, Reply::Revoked)) => in_flight -= 1,
                 Some((_, other)) => bail!("allocating objects: unexpected {other:?}"),
                 None => waiting()?,

@@ -425,6 +425,6 @@ fn load(
         }
     }
     let _ = t.close(&mut mem);
-    rec.client = mem.client().stats();
+    rec.client = mem.client().status().stats();
     Ok(rec)
 }

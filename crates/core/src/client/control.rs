@@ -1,6 +1,5 @@
-//! The control path's public face: requests to the manager shards, blocking ([`Client::rpc`])
-//! or pipelined ([`Client::submit`], [`Client::wait_reply`], [`Client::poll_reply`]), and a new
-//! session when the control connection is lost. The decisions are the sans-IO core's
+//! The control path's blocking calls ([`Client::rpc`]; pipelined ones are tickets, see
+//! `ticket`), and a new session when the control connection is lost. The decisions are the sans-IO core's
 //! ([`super::core`]); this is where the driver ([`super::pump`]) runs them.
 //!
 //! Invariants:
@@ -17,8 +16,8 @@
 //!   permission: those ended with the old session ([`ClientError::SessionLost`]).
 //! - Every RPC returns by its own deadline (`rpc_timeout` after its send; back-off after
 //!   `Overloaded` ends by `rpc_timeout` after the call started).
-//! - Pipelined requests in flight when the session is lost get no reply; `poll_reply` and
-//!   `wait_reply` report `ControlLost` until the next control operation reconnects.
+//! - Operations in flight when the session is lost end with `ControlLost` (their outcome is
+//!   unknown); nothing of the old session is sent again.
 
 use super::core::{Owner, names_permission};
 use super::pump::Pump;
@@ -26,7 +25,6 @@ use super::session::Session;
 use super::{Client, ClientError};
 use crate::proto::messages::{Reply, Request, Status};
 use rnic::{CompletionQueue, Provider, WcStatus, WorkCompletion};
-use std::time::Duration;
 
 impl<P: Provider> Client<P> {
     /// The driver over the current session's channels.
@@ -54,7 +52,8 @@ impl<P: Provider> Client<P> {
         Ok(true)
     }
 
-    /// Opens a new session with the memory node now and retires the current one: its QPs to
+    /// Opens a new session with the memory node now ([`SessionControl::reconnect`](super::SessionControl::reconnect)) and
+    /// retires the current one: its QPs to
     /// ERR (the node ends the session and its permissions), the posted extensions they flush
     /// filed, then closed. Permissions of the old session are refused from now on
     /// ([`ClientError::SessionLost`]).
@@ -66,7 +65,7 @@ impl<P: Provider> Client<P> {
     /// ([`ClientError::ControlLost`], [`ClientError::SessionEnded`]); call it to start the
     /// new session at once. On failure the client stays without a session, and the next
     /// control operation tries again.
-    pub fn reconnect(&mut self) -> Result<(), ClientError> {
+    pub(super) fn reconnect(&mut self) -> Result<(), ClientError> {
         self.core.lose_session(WcStatus::WrFlushError); // until a new session is open
         let number = self.session.number + 1;
         let fresh = Session::open(
@@ -140,7 +139,7 @@ impl<P: Provider> Client<P> {
 
     fn rpc_in_session(&mut self, req: Request) -> Result<Reply, ClientError> {
         let now = self.clocks.now();
-        let id = self.core.start(req, Owner::Caller, now)?;
+        let id = self.core.start(req, Owner::Reply, now)?;
         self.wait_for(id)
     }
 
@@ -150,72 +149,6 @@ impl<P: Provider> Client<P> {
         self.core
             .take_outcome(id)
             .unwrap_or(Err(ClientError::ControlLost(WcStatus::WrFlushError)))
-    }
-
-    /// Sends a control request without waiting (pipelined RPCs; at most
-    /// [`MAX_OUTSTANDING_RPCS`](super::MAX_OUTSTANDING_RPCS) unanswered at a time per shard),
-    /// in a new session if this one was lost. Returns its request id. Allocations go round
-    /// the shards (no retry on another shard).
-    pub fn submit(&mut self, req: Request) -> Result<u64, ClientError> {
-        self.ensure_session()?;
-        let now = self.clocks.now();
-        let id = self.core.start(req, Owner::Queue, now)?;
-        self.pump().flush()?;
-        Ok(id)
-    }
-
-    /// Tamper helper: sends `req` again under an earlier id, as a retry (or a replayed
-    /// message) would. The memory node answers with the reply the id already got.
-    #[cfg(feature = "testing")]
-    pub fn replay(&mut self, req_id: u64, req: Request) -> Result<Reply, ClientError> {
-        let now = self.clocks.now();
-        let id = self.core.replay(req_id, req, now)?;
-        self.wait_for(id)
-    }
-
-    /// Arms the control CQs on the channel given to [`Client::connect_on`]: the next reply
-    /// raises an event there. Arm, poll ([`Client::poll_reply`]), and only if nothing came,
-    /// wait on the channel.
-    pub fn arm(&self) {
-        for c in &self.session.ctrl {
-            c.arm();
-        }
-    }
-
-    /// The error `poll_reply` and `wait_reply` report while the session is lost.
-    fn lost_error(&self) -> Result<(), ClientError> {
-        if self.session_lost() {
-            return Err(ClientError::ControlLost(WcStatus::WrFlushError));
-        }
-        Ok(())
-    }
-
-    /// Waits up to `max` for a reply to any pipelined request (sleeping on the control CQ, not
-    /// spinning); `None` if none arrived. `ControlLost` once the session is lost (its requests
-    /// in flight get no reply; the next control operation opens a new session).
-    pub fn wait_reply(&mut self, max: Duration) -> Result<Option<(u64, Reply)>, ClientError> {
-        if let Some(r) = self.poll_reply()? {
-            return Ok(Some(r));
-        }
-        let until = self.clocks.timer.now().plus(max);
-        self.pump().run(|core| core.has_replies(), Some(until))?;
-        self.poll_reply()
-    }
-
-    /// Takes one arrived reply, if any, as (request id, reply). `ControlLost` once the
-    /// session is lost (see [`Client::wait_reply`]).
-    pub fn poll_reply(&mut self) -> Result<Option<(u64, Reply)>, ClientError> {
-        self.lost_error()?;
-        if !self.core.has_replies() {
-            self.pump().turn()?;
-            self.lost_error()?;
-        }
-        Ok(self.core.next_reply())
-    }
-
-    /// Control requests issued so far, over every session (retries not counted).
-    pub fn rpcs(&self) -> u64 {
-        self.core.counts().submitted
     }
 }
 

@@ -388,7 +388,7 @@ fn unrun(switch: &std::sync::Arc<ClientError>) -> ClientError {
 /// Stands for "never handed to the QP" in `run`'s outcome (post refused part of the list).
 const NOT_POSTED: WcStatus = WcStatus::LocalQpOperationError;
 /// How long a batch waits for completions that do not come before it calls the transport dead.
-const DEAD_TRANSPORT: std::time::Duration = std::time::Duration::from_secs(10);
+pub(super) const DEAD_TRANSPORT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What broke the QP in one batch, as far as the completions tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

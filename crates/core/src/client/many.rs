@@ -14,7 +14,7 @@ impl<P: Provider> Client<P> {
     /// All or nothing: on an error, the objects granted are freed, the requests still
     /// unanswered are given up (a late grant is ended and its memory freed at the next control
     /// operation, as for a blocking call), and the error is returned.
-    pub fn allocate_many(
+    pub(crate) fn allocate_many(
         &mut self,
         sizes: &[u64],
         lease: Duration,
@@ -77,7 +77,7 @@ impl<P: Provider> Client<P> {
         let now = self.clocks.now();
         let mut ids = Vec::new();
         for req in reqs {
-            match self.core.start(req, Owner::Caller, now) {
+            match self.core.start(req, Owner::Reply, now) {
                 Ok(id) => ids.push(Ok(id)),
                 Err(e) => ids.push(Err(e)),
             }
@@ -109,7 +109,7 @@ impl<P: Provider> Client<P> {
     /// session, it had ended already) does not keep the others from being revoked; the first
     /// failure is returned once all were tried. A request whose answer does not come is
     /// reported as its error (the lease still ends the permission).
-    pub fn revoke_many(&mut self, perms: Vec<Perm>) -> Result<(), ClientError> {
+    pub(crate) fn revoke_many(&mut self, perms: Vec<Perm>) -> Result<(), ClientError> {
         let mut first_error = None;
         let mut current = Vec::with_capacity(perms.len());
         for p in perms {

@@ -31,32 +31,30 @@ mod data;
 mod error;
 mod lease;
 mod many;
-mod names;
-mod pending;
 mod perm;
 mod posted;
 mod pump;
 mod renew;
 mod session;
+mod status;
+mod ticket;
 mod vqp;
 
 pub use data::{Batch, OpResult};
 pub use error::ClientError;
 pub use lease::{ClientStats, LeasePolicy, RttEstimator};
-pub use pending::PendingAcquire;
 pub use perm::Perm;
-pub use posted::{MAX_POSTED, PostedExtend};
+pub use posted::MAX_POSTED;
 pub use renew::LongLease;
+pub use status::{ClientStatus, SessionControl};
+pub use ticket::{Done, Op, Ticket};
 pub use vqp::SwitchKind;
 
 use self::core::ClientCore;
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
-use crate::proto::shards::ShardMap;
-use rnic::{
-    AccessFlags, Clock, Context, MemoryBuffer, ProtectionDomain, Provider, QpTiming, Timestamp,
-};
+use rnic::{AccessFlags, Context, MemoryBuffer, ProtectionDomain, Provider, QpTiming, Timestamp};
 use session::{Endpoint, Session};
-use std::sync::Arc;
+
 use std::time::Duration;
 
 /// Client configuration.
@@ -209,15 +207,14 @@ impl<P: Provider> Client<P> {
         })
     }
 
-    /// The longest lease the memory node grants (its maximum lifetime of a permission, learned
-    /// when the client connected): a longer lease asked for is capped at it, and a permission
-    /// cannot be extended past it (renewal starts a new one, see [`Client::renew`]).
-    pub fn max_lease(&self) -> Duration {
-        Duration::from_micros(self.session.max_lifetime_us)
-    }
-
     /// Turns a grant of a request sent at `sent` into a permission, counting it.
-    fn take_grant(&mut self, grant: Grant, access: Access, mode: Mode, sent: Timestamp) -> Perm {
+    pub(super) fn take_grant(
+        &mut self,
+        grant: Grant,
+        access: Access,
+        mode: Mode,
+        sent: Timestamp,
+    ) -> Perm {
         let now = self.clocks.lease.now();
         let perm = self.core.grant(grant, access, mode, sent, now);
         self.track(perm)
@@ -267,45 +264,16 @@ impl<P: Provider> Client<P> {
         Ok(())
     }
 
-    /// This client's id on the memory node (in the current session: each session gets a
-    /// new one).
-    pub fn id(&self) -> u32 {
-        self.session.client_id
+    /// What the client knows and counted: its id, session, the node's maximum lease and shard
+    /// map, its clock, statistics and lease policy, its QP switches and spares.
+    pub fn status(&self) -> ClientStatus<'_, P> {
+        ClientStatus { client: self }
     }
 
-    /// The number of the current session with the memory node: 0 for the first, one more
-    /// for each new session the client opened after losing one.
-    pub fn session(&self) -> u64 {
-        self.session.number
-    }
-
-    /// Tamper helper: moves the active data QP to ERR, as a local fault would; the next data
-    /// op replaces it (a spare, or a reconnection at the memory node).
-    #[cfg(feature = "testing")]
-    pub fn break_data_qp(&self) {
-        rnic::QueuePair::set_error(self.session.vqp.active());
-    }
-
-    /// Tamper helper: the client id and secret the current session's connections present
-    /// (what a hand-made connection needs to claim them).
-    #[cfg(feature = "testing")]
-    pub fn credentials(&self) -> (u32, u64) {
-        (self.session.client_id, self.session.vqp.intent().secret)
-    }
-
-    /// The clock the client times leases with.
-    pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clocks.lease
-    }
-
-    /// QP switches so far, and the duration of the last one on the application's path.
-    pub fn qp_switches(&self) -> (u64, Duration) {
-        (self.session.vqp.switches, self.session.vqp.last_switch)
-    }
-
-    /// Spare QPs ready now.
-    pub fn spares_ready(&mut self) -> usize {
-        self.session.vqp.spares_ready()
+    /// What the session does besides Table 2 and the tickets: open a new session, arm the
+    /// control CQs, share objects with other tenants, name them.
+    pub fn control(&mut self) -> SessionControl<'_, P> {
+        SessionControl { client: self }
     }
 
     /// `allocate(size, lease, mode)`: new memory with a read-write permission over it.
@@ -339,11 +307,30 @@ impl<P: Provider> Client<P> {
         self.acquire_by(req, access, mode)
     }
 
-    /// `acquire` that does not wait: if a holder conflicts, `ConflictTimeout` at once. Unlike
-    /// a waiting acquire, it leaves the holders alone — the node refuses their extensions
-    /// only while someone waits (§5.3) — so it is the way to test whether an exclusive
-    /// object (a lock) is free without taking it from a live holder.
-    pub fn try_acquire(
+    /// The `Acquire` request [`Client::acquire`] sends (its wait capped below the RPC
+    /// timeout, so the memory node answers before the client gives up).
+    pub(super) fn acquire_request(
+        &self,
+        addr: u64,
+        size: u64,
+        lease: Duration,
+        access: Access,
+        mode: Mode,
+    ) -> Request {
+        let wait_cap = micros(self.cfg.rpc_timeout * 3 / 4);
+        Request::Acquire {
+            addr,
+            size,
+            lease_us: micros(lease),
+            access,
+            mode,
+            wait_us: micros(self.cfg.acquire_wait).min(wait_cap),
+        }
+    }
+
+    /// `acquire` that does not wait for conflicting holders ([`Op::Acquire`] without `wait`),
+    /// blocking.
+    pub(crate) fn try_acquire(
         &mut self,
         addr: u64,
         size: u64,
@@ -358,6 +345,22 @@ impl<P: Provider> Client<P> {
         self.acquire_by(req, access, mode)
     }
 
+    /// RPC-based extension (the baseline CN-collaborated extension is compared against),
+    /// blocking.
+    pub(crate) fn extend_rpc(&mut self, perm: &Perm, lease: Duration) -> Result<(), ClientError> {
+        self.current(perm)?;
+        match self.rpc(Request::Extend {
+            id: perm.id(),
+            lease_us: micros(lease),
+        })? {
+            Reply::Extended { lifetime_us } => {
+                perm.note_extended(lifetime_us);
+                Ok(())
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Sends the `Acquire` request `req` and waits for its grant.
     fn acquire_by(
         &mut self,
@@ -368,49 +371,6 @@ impl<P: Provider> Client<P> {
         let sent = self.clocks.lease.now();
         match self.rpc(req)? {
             Reply::Granted(g) => Ok(self.take_grant(g, access, mode, sent)),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// Turns the `Granted` reply of a pipelined `Allocate`/`Acquire` (sent with
-    /// [`Client::submit`] at `sent`, the client clock's time before sending) into a
-    /// permission, as [`Client::acquire`] does for a blocking one. The local expiry counts
-    /// from `sent`, so a late adoption never overestimates the lease.
-    pub fn adopt(&mut self, grant: Grant, access: Access, mode: Mode, sent: Timestamp) -> Perm {
-        self.take_grant(grant, access, mode, sent)
-    }
-
-    /// RPC-based extension (the baseline CN-collaborated extension is compared against).
-    pub fn extend_rpc(&mut self, perm: &Perm, lease: Duration) -> Result<(), ClientError> {
-        self.current(perm)?;
-        match self.rpc(Request::Extend {
-            id: perm.id(),
-            lease_us: micros(lease),
-        })? {
-            Reply::Extended { lifetime_us } => {
-                perm.lifetime_us
-                    .store(lifetime_us, std::sync::atomic::Ordering::SeqCst);
-                Ok(())
-            }
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// Lets clients of `tenant` acquire the object whose buffer starts at `addr` with at most
-    /// `access` (`None` withdraws; permissions already granted end by their leases). Only a
-    /// client of the owner tenant may share; to anyone else the object does not exist.
-    pub fn share(
-        &mut self,
-        addr: u64,
-        tenant: crate::manager::TenantId,
-        access: Option<Access>,
-    ) -> Result<(), ClientError> {
-        match self.rpc(Request::Share {
-            addr,
-            tenant,
-            access,
-        })? {
-            Reply::Shared => Ok(()),
             other => Err(unexpected(other)),
         }
     }
@@ -475,23 +435,6 @@ impl<P: Provider> Client<P> {
             }
             other => Err(unexpected(other)),
         }
-    }
-
-    /// The memory node's manager shards, as it told this client.
-    pub fn shard_map(&self) -> ShardMap {
-        self.session.shards
-    }
-
-    /// What this client counted so far.
-    pub fn stats(&self) -> ClientStats {
-        let mut s = self.core.stats().clone();
-        s.stray_replies = self.core.counts().strays;
-        s
-    }
-
-    /// The lease policy (its round-trip estimate and the slack it adds).
-    pub fn lease_policy(&self) -> &LeasePolicy {
-        self.core.lease_policy()
     }
 }
 

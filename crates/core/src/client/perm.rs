@@ -19,8 +19,9 @@ pub struct Perm {
     pub(crate) grant: Grant,
     pub(crate) access: Access,
     pub(crate) mode: Mode,
-    /// Lifetime from the start, µs, as the client last set or saw it in the header.
-    pub(crate) lifetime_us: AtomicU64,
+    /// Lifetime from the start, µs, as the client last set or saw it in the header (shared
+    /// with a posted extension in flight, which raises it when it completes).
+    pub(crate) lifetime_us: Arc<AtomicU64>,
     /// When the client sent the request that granted this (its own clock).
     pub(crate) sent_at: Timestamp,
     pub(crate) margin_us: u64,
@@ -48,7 +49,7 @@ impl Perm {
         session: u64,
     ) -> Self {
         Perm {
-            lifetime_us: AtomicU64::new(grant.lifetime_us),
+            lifetime_us: Arc::new(AtomicU64::new(grant.lifetime_us)),
             rkeys: Arc::new(AtomicU64::new(pack(grant.buffer_rkey, grant.lifetime_rkey))),
             grant,
             access,
@@ -183,7 +184,7 @@ impl Perm {
             grant: self.grant,
             access: self.access,
             mode: self.mode,
-            lifetime_us: AtomicU64::new(self.lifetime_us()),
+            lifetime_us: Arc::new(AtomicU64::new(self.lifetime_us())),
             sent_at: self.sent_at,
             margin_us: self.margin_us,
             rkeys: Arc::new(AtomicU64::new(self.rkeys.load(Ordering::SeqCst))),

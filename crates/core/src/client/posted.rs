@@ -1,7 +1,7 @@
-//! CN-collaborated extensions posted without waiting: [`Client::post_extend`] posts the
-//! lifetime CAS and returns at once, [`Client::poll_extend`] takes its outcome later. A
-//! thread that drives many clients (the paper's coroutines) thereby overlaps their extensions'
-//! round trips, as it overlaps their control RPCs.
+//! CN-collaborated extensions posted without waiting ([`Op::Extend`](super::Op::Extend)):
+//! the lifetime CAS is posted and its ticket returned at once; polling the ticket takes its
+//! outcome later. A thread that drives many clients (the paper's coroutines) thereby overlaps
+//! their extensions' round trips, as it overlaps their control RPCs.
 //!
 //! Invariants:
 //! - A posted CAS has its own 8-byte result slot at the end of the staging buffer, which
@@ -20,7 +20,9 @@ use rnic::{
     CompletionQueue, MemoryBuffer, MemoryRegion, Provider, QueuePair, SendOp, SendWr, Sge,
     WcStatus, WorkCompletion,
 };
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Tag of posted extensions' work-request ids (batches' ids never set it).
 pub(super) const POSTED: u64 = 1 << 63;
@@ -29,17 +31,21 @@ pub const MAX_POSTED: usize = 64;
 /// Staging bytes reserved for posted extensions' results, at the end of the buffer.
 pub(super) const POSTED_STAGING: usize = MAX_POSTED * 8;
 
-/// An extension posted by [`Client::post_extend`], to be polled with [`Client::poll_extend`]
-/// (or given up with [`Client::forget_extend`]).
+/// Tickets of posted extensions carry this bit (control calls' ids never do; every ticket id
+/// stays below 2^48, so a node set can tag it with the node).
+pub(super) const POSTED_TICKET: u64 = 1 << 46;
+
+/// An extension posted and not yet polled to its end or forgotten.
 #[derive(Debug)]
-#[must_use = "a posted extension holds a result slot until it is polled or forgotten"]
-pub struct PostedExtend {
+pub(super) struct PostedExtend {
     wr_id: u64,
     slot: usize,
     current: u64,
     new: u64,
     /// The session whose data QP carried it.
     session: u64,
+    /// The permission's lifetime word as the client knows it (raised when the CAS succeeds).
+    lifetime_us: Arc<AtomicU64>,
 }
 
 /// Posted extensions in flight and their arrived completions.
@@ -52,6 +58,8 @@ pub(super) struct PostedOps {
     done: Vec<WorkCompletion>,
     /// Posted ops nobody will poll: their completion frees their slot and is dropped.
     forgotten: Vec<u64>,
+    /// Posted ops by ticket.
+    by_ticket: HashMap<u64, PostedExtend>,
 }
 
 impl PostedOps {
@@ -76,16 +84,29 @@ impl PostedOps {
             self.busy &= !(1 << (wr_id & 0xff));
         }
     }
+
+    /// A posted extension whose completion is here (or whose session is gone), if any.
+    pub(super) fn any_ended(&self, session: u64) -> Option<u64> {
+        self.by_ticket
+            .iter()
+            .find(|(_, p)| p.session != session || self.done.iter().any(|wc| wc.wr_id == p.wr_id))
+            .map(|(&t, _)| t)
+    }
+
+    /// Result slots held (posted and not polled, or forgotten and not completed).
+    pub(super) fn in_flight(&self) -> usize {
+        self.busy.count_ones() as usize
+    }
 }
 
 impl<P: Provider> Client<P> {
     /// Posts a CN-collaborated extension of `perm` by `lease` (with the lease policy's slack,
-    /// as [`Client::extend`]) and returns without waiting for it.
-    pub fn post_extend(
+    /// as [`Client::extend`]) and returns its ticket without waiting for it.
+    pub(super) fn post_extend(
         &mut self,
         perm: &Perm,
         lease: std::time::Duration,
-    ) -> Result<PostedExtend, ClientError> {
+    ) -> Result<u64, ClientError> {
         let lease_us = self.core.wire_lease_us(super::micros(lease));
         self.current(perm)?;
         if self.clocks.lease.now() >= perm.expiry() {
@@ -130,19 +151,29 @@ impl<P: Provider> Client<P> {
             .post_send(&[wr])
             .map_err(|(_, e)| ClientError::Verbs(e))?;
         self.posted.busy |= 1 << slot;
-        Ok(PostedExtend {
-            wr_id,
-            slot,
-            current,
-            new,
-            session: self.session.number,
-        })
+        perm.mark_used();
+        let ticket = POSTED_TICKET | self.posted.next;
+        self.posted.by_ticket.insert(
+            ticket,
+            PostedExtend {
+                wr_id,
+                slot,
+                current,
+                new,
+                session: self.session.number,
+                lifetime_us: perm.lifetime_us.clone(),
+            },
+        );
+        Ok(ticket)
     }
 
     /// Gives up on a posted extension: its outcome is never reported (it may still execute),
     /// and its result slot is free again once its completion arrives (the NIC may write the
     /// slot until then).
-    pub fn forget_extend(&mut self, posted: PostedExtend) {
+    pub(super) fn forget_extend(&mut self, ticket: u64) {
+        let Some(posted) = self.posted.by_ticket.remove(&ticket) else {
+            return;
+        };
         match self
             .posted
             .done
@@ -161,27 +192,38 @@ impl<P: Provider> Client<P> {
         }
     }
 
-    /// Extensions posted whose result slot is still held (not yet polled, or forgotten and not
-    /// yet completed).
-    pub fn posted_in_flight(&self) -> usize {
-        self.posted.busy.count_ones() as usize
+    /// Files the completions on the data CQ (posted extensions'; a batch's are dropped, as
+    /// none is running).
+    pub(super) fn poll_data_cq(&mut self) -> usize {
+        let mut wcs = [WorkCompletion::default(); 16];
+        let n = self.data_cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            // Anything else is from a batch already given up on, as `run` drops it.
+            self.posted.file(wc);
+        }
+        n
     }
 
-    /// The outcome of a posted extension of `perm`, if it has completed: `Ok(true)` extended,
+    /// The outcome of the posted extension `ticket`, if it has completed: `Ok(true)` extended,
     /// `Ok(false)` the lifetime had moved meanwhile (an RPC extension; the permission adopts
-    /// it, post again to extend further), `ExtensionRefused` once the manager ended it.
-    pub fn poll_extend(
-        &mut self,
-        perm: &Perm,
-        posted: &PostedExtend,
-    ) -> Option<Result<bool, ClientError>> {
+    /// it, post again to extend further), `ExtensionRefused` once the manager ended it. The
+    /// ticket ends with its outcome.
+    pub(super) fn poll_extend(&mut self, ticket: u64) -> Option<Result<bool, ClientError>> {
+        let Some(posted) = self.posted.by_ticket.remove(&ticket) else {
+            return Some(Err(ClientError::InvalidArgument(
+                "no such ticket in flight",
+            )));
+        };
+        let outcome = self.posted_outcome(&posted);
+        if outcome.is_none() {
+            self.posted.by_ticket.insert(ticket, posted);
+        }
+        outcome
+    }
+
+    fn posted_outcome(&mut self, posted: &PostedExtend) -> Option<Result<bool, ClientError>> {
         if !self.posted.done.iter().any(|wc| wc.wr_id == posted.wr_id) {
-            let mut wcs = [WorkCompletion::default(); 16];
-            let n = self.data_cq.poll(&mut wcs);
-            for wc in &wcs[..n] {
-                // Anything else is from a batch already given up on, as `run` drops it.
-                self.posted.file(wc);
-            }
+            self.poll_data_cq();
         }
         let Some(i) = self
             .posted
@@ -203,15 +245,14 @@ impl<P: Provider> Client<P> {
                 let offset = self.staging.len() - POSTED_STAGING + 8 * posted.slot;
                 let old = self.staging.load_u64(offset).unwrap_or(0);
                 if old == posted.current {
-                    perm.lifetime_us.fetch_max(posted.new, Ordering::SeqCst);
-                    perm.mark_used();
+                    posted.lifetime_us.fetch_max(posted.new, Ordering::SeqCst);
                     self.core.stats_mut().cas_extensions += 1;
                     Ok(true)
                 } else if old == 0 {
                     self.core.stats_mut().extension_refusals += 1;
                     Err(ClientError::ExtensionRefused)
                 } else {
-                    perm.lifetime_us.fetch_max(old, Ordering::SeqCst);
+                    posted.lifetime_us.fetch_max(old, Ordering::SeqCst);
                     Ok(false)
                 }
             }

@@ -11,7 +11,7 @@ use super::{Client, ClientError, Perm};
 use crate::proto::messages::{Access, Mode, Reply, Request, Status};
 use rnic::Provider;
 
-/// A permission that [`Client::renew`] keeps valid.
+/// A permission that [`LongLease::renew`] keeps valid.
 #[derive(Debug)]
 pub struct LongLease {
     perm: Option<Perm>,
@@ -28,6 +28,26 @@ pub struct LongLease {
 }
 
 impl LongLease {
+    /// Acquires a permission that [`LongLease::renew`] keeps valid past the maximum lifetime.
+    /// `renew_before` is how much validity `renew` guarantees.
+    pub fn acquire<P: Provider>(
+        client: &mut Client<P>,
+        addr: u64,
+        size: u64,
+        lease: std::time::Duration,
+        access: Access,
+        mode: Mode,
+        renew_before: std::time::Duration,
+    ) -> Result<LongLease, ClientError> {
+        client.acquire_long(addr, size, lease, access, mode, renew_before)
+    }
+
+    /// Makes sure the permission stays valid for the renewal margin more: nothing, a
+    /// one-sided extension, or a renewal (a new permission over the same object, in one step).
+    pub fn renew<P: Provider>(&mut self, client: &mut Client<P>) -> Result<&Perm, ClientError> {
+        client.renew(self)
+    }
+
     /// The current permission (valid for at least the renewal margin after `renew`).
     pub fn perm(&self) -> Result<&Perm, ClientError> {
         self.perm.as_ref().ok_or(ClientError::NotFound)
@@ -37,7 +57,7 @@ impl LongLease {
 impl<P: Provider> Client<P> {
     /// Acquires a permission that [`renew`](Self::renew) keeps valid past the maximum
     /// lifetime. `renew_before` is how much validity `renew` guarantees.
-    pub fn acquire_long(
+    fn acquire_long(
         &mut self,
         addr: u64,
         size: u64,
@@ -63,8 +83,8 @@ impl<P: Provider> Client<P> {
 
     /// Makes sure the lease's permission stays valid for `renew_before_us` more: nothing,
     /// a one-sided extension, or a re-acquisition.
-    pub fn renew<'l>(&mut self, lease: &'l mut LongLease) -> Result<&'l Perm, ClientError> {
-        let now = self.clock().now();
+    fn renew<'l>(&mut self, lease: &'l mut LongLease) -> Result<&'l Perm, ClientError> {
+        let now = self.clocks.lease.now();
         let needs = match &lease.perm {
             Some(p) => p.expiry().0 < now.0.saturating_add(lease.renew_before_us),
             None => true,
@@ -108,12 +128,12 @@ impl<P: Provider> Client<P> {
                 )?
             }
             Some(old) => {
-                let sent = self.clock().now();
+                let sent = self.clocks.lease.now();
                 match self.rpc(Request::Renew {
                     id: old.id(),
                     lease_us: lease.lease_us,
                 })? {
-                    Reply::Granted(g) => self.adopt(g, lease.access, lease.mode, sent),
+                    Reply::Granted(g) => self.take_grant(g, lease.access, lease.mode, sent),
                     Reply::Failed(Status::NotFound) => {
                         // The permission ended meanwhile (expired): acquire like anyone.
                         lease.perm = None;

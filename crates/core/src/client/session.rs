@@ -119,7 +119,7 @@ impl<P: Provider> Session<P> {
             secret: cfg.tenant_secret,
         };
         core.begin_session(number);
-        let id = core.start(hello, Owner::Caller, clocks.now())?;
+        let id = core.start(hello, Owner::Reply, clocks.now())?;
         Pump::<P> {
             core: &mut *core,
             links: &mut ctrls,

@@ -109,9 +109,9 @@ impl<P: Provider> VirtualQp<P> {
     }
 
     /// Spares ready now.
-    pub(crate) fn spares_ready(&mut self) -> usize {
-        self.collect();
-        self.spares.len()
+    pub(crate) fn spares_ready(&self) -> usize {
+        let recovered = self.worker.as_ref().map_or(0, |w| w.from_worker.len());
+        self.spares.len() + recovered
     }
 
     fn collect(&mut self) {

@@ -34,7 +34,7 @@ pub use addr::{
 pub use batch::{NodeBatch, NodeOp};
 pub use error::NodeSetError;
 pub use perm::NodePerm;
-pub use route::{NAMES_NODE, NodePending};
+pub use route::{NAMES_NODE, NodeTicket};
 
 use crate::client::{Client, ClientConfig, ClientError};
 use health::Health;
@@ -179,7 +179,7 @@ impl<P: Provider> NodeSet<P> {
     /// The set's clock: node 0's client's (leases are timed on each node's client's clock;
     /// clients of one set normally share one device clock).
     pub fn now(&self) -> Timestamp {
-        self.members[0].client.clock().now()
+        self.members[0].client.status().clock().now()
     }
 
     /// The global address of node-local address `local` on `node`.
@@ -188,7 +188,7 @@ impl<P: Provider> NodeSet<P> {
         Ok(GlobalAddr::of_local(
             node,
             local,
-            m.client.shard_map().buffer_base,
+            m.client.status().shard_map().buffer_base,
         )?)
     }
 
@@ -196,7 +196,7 @@ impl<P: Provider> NodeSet<P> {
     pub fn locate(&self, addr: u64) -> Result<(NodeId, u64), NodeSetError> {
         let g = GlobalAddr::try_from(addr)?;
         let m = self.member(g.node(), addr)?;
-        Ok((g.node(), g.local(m.client.shard_map().buffer_base)))
+        Ok((g.node(), g.local(m.client.status().shard_map().buffer_base)))
     }
 
     fn member(&self, node: NodeId, addr: u64) -> Result<&Member<P>, NodeSetError> {
@@ -214,7 +214,7 @@ impl<P: Provider> NodeSet<P> {
         let m = &self.members[node.index()];
         match m
             .health
-            .resting(m.client.clock().now(), self.cfg.retry_after)
+            .resting(m.client.status().clock().now(), self.cfg.retry_after)
         {
             Some(cause) => Err(NodeSetError::NodeDown {
                 node,
@@ -256,11 +256,11 @@ impl<P: Provider> NodeSet<P> {
                 let cause = e.to_string();
                 // Found gone again: rest from now; the latest session has ended too.
                 let session = match m.health {
-                    Health::Down { session, .. } => session.max(m.client.session()),
-                    Health::Up => m.client.session(),
+                    Health::Down { session, .. } => session.max(m.client.status().session()),
+                    Health::Up => m.client.status().session(),
                 };
                 m.health = Health::Down {
-                    since: m.client.clock().now(),
+                    since: m.client.status().clock().now(),
                     session,
                     cause: cause.clone(),
                 };

@@ -10,27 +10,49 @@
 //!   to an object on any node; node 0 stays the names' home as nodes are added at the end.
 
 use super::{GlobalAddr, NodeId, NodePerm, NodeSet, NodeSetError};
-use crate::client::{Client, ClientError, PendingAcquire, Perm};
+use crate::client::{Client, ClientError, Done, Op, Perm, Ticket};
 use crate::manager::TenantId;
 use crate::proto::messages::{Access, Mode};
 use rnic::Provider;
 use std::time::Duration;
 
+/// How long one look at a node waits when operations are in flight at several nodes
+/// ([`NodeSet::wait_any`]).
+pub const WAIT_SLICE: Duration = Duration::from_micros(200);
+
 /// The node that keeps the set's named roots.
 pub const NAMES_NODE: NodeId = NodeId(0);
 
-/// An acquire sent to a node and not yet answered ([`NodeSet::start_acquire`]).
-#[derive(Debug)]
-#[must_use = "a pending acquire is polled to its end or abandoned"]
-pub struct NodePending {
+/// An operation started on a node ([`NodeSet::start_acquire`]): the node's client's
+/// [`Ticket`], tagged with the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[must_use = "a started operation is polled to its end or cancelled"]
+pub struct NodeTicket {
     node: NodeId,
-    inner: PendingAcquire,
+    ticket: Ticket,
 }
 
-impl NodePending {
+/// Bits of a [`NodeTicket`]'s id below the node's index.
+const NODE_SHIFT: u32 = 48;
+
+impl NodeTicket {
     /// The node asked.
-    pub fn node(&self) -> NodeId {
+    pub fn node(self) -> NodeId {
         self.node
+    }
+
+    /// The ticket's id: the node's index in the top 16 bits, the client's ticket below (a
+    /// client's ticket ids stay below 2^48).
+    pub fn id(self) -> u64 {
+        (u64::from(self.node.0) << NODE_SHIFT) | self.ticket.id()
+    }
+
+    /// The ticket with id `id`.
+    pub fn from_id(id: u64) -> NodeTicket {
+        NodeTicket {
+            node: NodeId((id >> NODE_SHIFT) as u16),
+            ticket: Ticket::from_id(id & ((1 << NODE_SHIFT) - 1)),
+        }
     }
 }
 
@@ -79,9 +101,8 @@ impl<P: Provider> NodeSet<P> {
         self.wrap(node, perm, false)
     }
 
-    /// Sends an acquire to the node of `addr` without waiting for its answer
-    /// ([`NodeSet::poll_acquire`] takes it). `ControlBusy` (as a node's error) when that
-    /// node's client has as many requests unanswered as it can.
+    /// Starts an acquire ([`Op::Acquire`], waiting for conflicting holders) on the node of
+    /// `addr` without waiting for its answer ([`NodeSet::poll`] takes it).
     pub fn start_acquire(
         &mut self,
         addr: u64,
@@ -89,38 +110,85 @@ impl<P: Provider> NodeSet<P> {
         lease: Duration,
         access: Access,
         mode: Mode,
-    ) -> Result<NodePending, NodeSetError> {
+    ) -> Result<NodeTicket, NodeSetError> {
         let (node, local) = self.locate(addr)?;
         self.usable(node)?;
-        let r = self.members[node.index()]
-            .client
-            .start_acquire(local, size, lease, access, mode);
-        let inner = self.outcome(node, r, true)?;
-        Ok(NodePending { node, inner })
+        let r = self.members[node.index()].client.start(Op::Acquire {
+            addr: local,
+            size,
+            lease,
+            access,
+            mode,
+            wait: true,
+        });
+        let ticket = self.outcome(node, r, true)?;
+        Ok(NodeTicket { node, ticket })
     }
 
-    /// The permission `p` asked for, once its answer is here (`Ok(None)` while in flight).
-    /// Never blocks.
-    pub fn poll_acquire(&mut self, p: &mut NodePending) -> Result<Option<NodePerm>, NodeSetError> {
-        let node = p.node;
-        let r = self.members[node.index()].client.poll_acquire(&mut p.inner);
+    /// The permission `t` asked for, once its answer is here (`Ok(None)` while in flight).
+    /// Never blocks; the ticket is spent once it answers.
+    pub fn poll(&mut self, t: NodeTicket) -> Result<Option<NodePerm>, NodeSetError> {
+        let node = t.node;
+        self.member(node, u64::MAX)?;
+        let r = self.members[node.index()].client.poll(t.ticket);
         match self.outcome(node, r, true)? {
-            Some(perm) => self.wrap(node, perm, false).map(Some),
+            Some(Done::Perm(perm)) => self.wrap(node, perm, false).map(Some),
+            Some(_) => Err(NodeSetError::Node {
+                node,
+                source: ClientError::InvalidArgument("not an acquire's ticket"),
+            }),
             None => Ok(None),
         }
     }
 
-    /// Gives up a pending acquire: its grant, if one comes, runs out unused.
-    pub fn abandon_acquire(&mut self, p: NodePending) {
-        self.members[p.node.index()].client.abandon_acquire(p.inner);
+    /// Gives up a started operation: a grant it brings is handed back.
+    pub fn cancel(&mut self, t: NodeTicket) {
+        if let Some(m) = self.members.get_mut(t.node.index()) {
+            m.client.cancel(t.ticket);
+        }
     }
 
-    /// Waits up to `max` (sleeping) for an answer from `node` to a pipelined request; whether
-    /// one is here.
-    pub fn wait_for_reply(&mut self, node: NodeId, max: Duration) -> Result<bool, NodeSetError> {
-        self.member(node, u64::MAX)?;
-        let r = self.members[node.index()].client.wait_for_reply(max);
-        self.outcome(node, r, false)
+    /// Operations started on the set's nodes whose outcome was not taken yet.
+    pub fn in_flight(&self) -> usize {
+        self.members
+            .iter()
+            .map(|m| m.client.status().in_flight())
+            .sum()
+    }
+
+    /// Waits up to `max` (sleeping) until an operation started on some node has ended; whether
+    /// one has. With operations in flight at several nodes, it looks at each in turn a slice at
+    /// a time ([`WAIT_SLICE`]), so one node's answer is not slept through waiting for another's.
+    /// A node that fails shows at the next poll of its tickets.
+    pub fn wait_any(&mut self, max: Duration) -> bool {
+        let busy: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].client.status().in_flight() > 0)
+            .collect();
+        match busy.as_slice() {
+            [] => false,
+            [one] => matches!(self.members[*one].client.wait_any(max), Ok(true)),
+            several => {
+                let rounds = (max.as_micros() / WAIT_SLICE.as_micros()).max(1);
+                (0..rounds).any(|r| {
+                    let i = several[r as usize % several.len()];
+                    matches!(
+                        self.members[i].client.wait_any(WAIT_SLICE.min(max)),
+                        Ok(true)
+                    )
+                })
+            }
+        }
+    }
+
+    /// Arms every node's control CQs (see [`SessionControl::arm`]); whether an operation is in
+    /// flight at any.
+    ///
+    /// [`SessionControl::arm`]: crate::client::SessionControl::arm
+    pub fn arm(&mut self) -> bool {
+        for m in &mut self.members {
+            m.client.control().arm();
+        }
+        self.in_flight() > 0
     }
 
     /// CN-collaborated extension (one-sided CAS on the lifetime word, on the permission's
@@ -196,6 +264,7 @@ impl<P: Provider> NodeSet<P> {
         self.usable(node)?;
         let r = self.members[node.index()]
             .client
+            .control()
             .share(local, tenant, access);
         self.outcome(node, r, true)
     }
@@ -248,6 +317,7 @@ impl<P: Provider> NodeSet<P> {
         self.usable(NAMES_NODE)?;
         let r = self.members[NAMES_NODE.index()]
             .client
+            .control()
             .publish(name, addr, len);
         self.outcome(NAMES_NODE, r, true)
     }
@@ -255,7 +325,10 @@ impl<P: Provider> NodeSet<P> {
     /// The object published under `name`: (global address, length).
     pub fn lookup(&mut self, name: &str) -> Result<(u64, u64), NodeSetError> {
         self.usable(NAMES_NODE)?;
-        let r = self.members[NAMES_NODE.index()].client.lookup(name);
+        let r = self.members[NAMES_NODE.index()]
+            .client
+            .control()
+            .lookup(name);
         let (addr, len) = self.outcome(NAMES_NODE, r, true)?;
         // A name published by a client of one node holds a node-local address: refused.
         let g = GlobalAddr::try_from(addr)?;
@@ -266,7 +339,10 @@ impl<P: Provider> NodeSet<P> {
     /// Withdraws `name`.
     pub fn unpublish(&mut self, name: &str) -> Result<(), NodeSetError> {
         self.usable(NAMES_NODE)?;
-        let r = self.members[NAMES_NODE.index()].client.unpublish(name);
+        let r = self.members[NAMES_NODE.index()]
+            .client
+            .control()
+            .unpublish(name);
         self.outcome(NAMES_NODE, r, true)
     }
 }

@@ -90,7 +90,7 @@ fn silent_client(t: Link, iso: Isolation) {
     let p = silent
         .allocate(64, Duration::from_millis(100), Mode::Shared)
         .unwrap();
-    assert_eq!(silent.stats().reconnects, 1);
+    assert_eq!(silent.status().stats().reconnects, 1);
     silent.free(p).unwrap();
     drop(silent);
     honest_round(&mut b);
@@ -101,7 +101,7 @@ fn silent_client(t: Link, iso: Isolation) {
 fn seen_lost(c: &mut Client<SoftProvider>) {
     let t0 = std::time::Instant::now();
     while !matches!(
-        c.poll_reply(),
+        c.wait_any(Duration::from_millis(1)),
         Err(patronus_core::client::ClientError::ControlLost(_))
     ) {
         assert!(

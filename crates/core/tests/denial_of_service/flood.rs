@@ -74,32 +74,31 @@ fn all_credits_in_flight(t: Link, iso: Isolation) {
             Client::<SoftProvider>::connect(ctx, b.cluster.node.address(), ClientConfig::default())
                 .unwrap();
         for _ in 0..8 {
-            let ids: Vec<u64> = (0..MAX_OUTSTANDING_RPCS)
+            let tickets: Vec<_> = (0..MAX_OUTSTANDING_RPCS)
                 .map(|_| {
-                    c.submit(Request::Allocate {
+                    let req = Request::Allocate {
                         size: 64,
                         lease_us: 100_000,
                         mode: Mode::Shared,
-                    })
-                    .unwrap()
+                    };
+                    crate::support::client::submit(&mut c, req).unwrap()
                 })
                 .collect();
             let mut granted = Vec::new();
-            while granted.len() < ids.len() {
-                match c.wait_reply(Duration::from_secs(5)).unwrap() {
-                    Some((_, Reply::Granted(g))) => granted.push(g),
+            for t in tickets {
+                match crate::support::client::wait_reply(&mut c, t).unwrap() {
+                    Reply::Granted(g) => granted.push(g),
                     other => panic!("{other:?}"),
                 }
             }
             for g in granted {
-                c.submit(Request::Revoke {
+                let req = Request::Revoke {
                     id: g.id,
                     free: true,
-                })
-                .unwrap();
+                };
                 assert_eq!(
-                    c.wait_reply(Duration::from_secs(5)).unwrap().map(|r| r.1),
-                    Some(Reply::Revoked)
+                    crate::support::client::call(&mut c, req).unwrap(),
+                    Reply::Revoked
                 );
             }
         }

@@ -8,8 +8,11 @@
 //!   tests always run both 1 and several), routing requests as clients do.
 //! - [`bed`]: an embedded cluster on a virtual clock for end-to-end tests.
 //! - [`queued`]: devices on a queued network (delays, faults) timed by a virtual clock.
+//! - [`client`]: short forms of the client's ticket API.
 //! - [`echo`]: the control channel on its own, with a test-controlled server end.
 #![allow(dead_code)]
+
+pub mod client;
 
 use patronus_core::manager::NodeConfig;
 

@@ -101,7 +101,7 @@ pub(super) fn twin(
 
 /// Control RPCs `c` made (each one's round trip is recorded).
 fn rpcs(c: &Client<SoftProvider>) -> u64 {
-    c.stats().rtt_us.len()
+    c.status().stats().rtt_us.len()
 }
 
 /// Clients connecting, working (allocate, write, read back, free) and disconnecting.
@@ -222,6 +222,6 @@ pub(super) fn faults(
             Err(e) => t.fail(error_kind(&e)),
         }
     }
-    t.extra = vec![("switches", c.qp_switches().0), ("rpcs", rpcs(&c))];
+    t.extra = vec![("switches", c.status().qp_switches().0), ("rpcs", rpcs(&c))];
     Ok(t)
 }

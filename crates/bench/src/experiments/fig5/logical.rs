@@ -7,6 +7,7 @@
 
 use crate::baseline::{BaselineClient, BaselineReply, BaselineRequest};
 use crate::experiments::driver::{Logical, StepCtx, now};
+use crate::experiments::tickets::{next_reply, send};
 use anyhow::{Result, bail};
 use patronus_core::client::{Client, ClientError};
 use patronus_core::proto::messages::{Access, Mode, Reply, Request};
@@ -77,22 +78,28 @@ impl Logical for PatronusLogical {
         match self.wait {
             Wait::Idle => {
                 let addr = self.objects[ctx.rng.random_range(0..self.objects.len())];
-                let sent = self.client.clock().now();
+                let sent = self.client.status().clock().now();
                 let t0 = now();
-                self.client.submit(Request::Acquire {
-                    addr,
-                    size: ACCESS as u64,
-                    lease_us: self.lease_us,
-                    access: Access::Read,
-                    mode: Mode::Shared,
-                    wait_us: 0,
-                })?;
+                send(
+                    &mut self.client,
+                    Request::Acquire {
+                        addr,
+                        size: ACCESS as u64,
+                        lease_us: self.lease_us,
+                        access: Access::Read,
+                        mode: Mode::Shared,
+                        wait_us: 0,
+                    },
+                )?;
                 self.wait = Wait::Grant { t0, addr, sent };
             }
-            Wait::Grant { t0, sent, .. } => match self.client.poll_reply()? {
+            Wait::Grant { t0, sent, .. } => match next_reply(&mut self.client)? {
                 None => {}
                 Some((_, Reply::Granted(g))) => {
-                    let perm = self.client.adopt(g, Access::Read, Mode::Shared, sent);
+                    let perm = self
+                        .client
+                        .control()
+                        .adopt(g, Access::Read, Mode::Shared, sent);
                     let client = &mut self.client;
                     self.wait = Wait::Idle;
                     match accesses(ctx, t0, |buf| Ok(client.read(&perm, 0, buf)?)) {
@@ -117,6 +124,10 @@ impl Logical for PatronusLogical {
 
     fn patronus_client(&self) -> Option<&Client<SoftProvider>> {
         Some(&self.client)
+    }
+
+    fn patronus_client_mut(&mut self) -> Option<&mut Client<SoftProvider>> {
+        Some(&mut self.client)
     }
 }
 

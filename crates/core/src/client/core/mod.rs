@@ -73,6 +73,15 @@ pub struct Transmit {
     pub request: Request,
 }
 
+/// A call's outcome as its owner wants it ([`ClientCore::take`]).
+#[derive(Debug)]
+pub enum Taken {
+    /// The reply.
+    Reply(Reply),
+    /// The permission the grant became.
+    Perm(Perm),
+}
+
 /// Counts of the control path over every session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ControlCounts {
@@ -100,9 +109,10 @@ pub struct ClientCore {
     calls: HashMap<u64, Call>,
     sends: HashMap<u64, Send>,
     transmits: VecDeque<Transmit>,
-    /// Pipelined calls answered, in arrival order.
-    arrived: VecDeque<u64>,
-    /// Ids for calls that do not start with a send of their own ([`ClientCore::replay`]).
+    /// Calls that ended, in the order they did (some may have been taken since).
+    ended: VecDeque<u64>,
+    /// Ids for calls that do not start with a send of their own (queued for a slot, replayed):
+    /// from 2^44, above any wire id a session reaches and below a posted extension's ticket.
     next_private_id: u64,
     lease: LeasePolicy,
     stats: ClientStats,
@@ -157,8 +167,8 @@ impl ClientCore {
             calls: HashMap::new(),
             sends: HashMap::new(),
             transmits: VecDeque::new(),
-            arrived: VecDeque::new(),
-            next_private_id: 1 << 62,
+            ended: VecDeque::new(),
+            next_private_id: 1 << 44,
             lease: LeasePolicy::new(cfg.lease_slack_rtts),
             stats: ClientStats::default(),
             counts: ControlCounts::default(),
@@ -171,9 +181,6 @@ impl ClientCore {
     /// is unknown), and no answer of it is expected any more.
     pub fn begin_session(&mut self, number: u64) {
         self.end_waiting(WcStatus::WrFlushError);
-        self.calls
-            .retain(|_, c| matches!(c.state, CallState::Done(_)) && c.owner != Owner::Queue);
-        self.arrived.clear();
         self.sends.clear();
         self.transmits.clear();
         self.session = number;
@@ -224,13 +231,12 @@ impl ClientCore {
     }
 
     fn end_waiting(&mut self, status: WcStatus) {
-        for c in self.calls.values_mut() {
+        for (&id, c) in &mut self.calls {
             if !matches!(c.state, CallState::Done(_)) {
                 c.state = CallState::Done(Err(ClientError::ControlLost(status)));
+                self.ended.push_back(id);
             }
         }
-        // Pipelined requests get no reply (the driver reports the loss when polled).
-        self.calls.retain(|_, c| c.owner != Owner::Queue);
         for s in self.sends.values_mut() {
             s.target = Target::Answered;
         }
@@ -292,9 +298,8 @@ impl ClientCore {
 
     /// Starts `req` for `owner`; returns the call's id (the wire id of its first send).
     ///
-    /// Without a free receive slot on its channel, a call whose owner waits ([`Owner::Caller`])
-    /// queues until one frees (or its deadline: `ControlBusy`); the others fail at once with
-    /// `ControlBusy`. A channel whose every owed answer is for a request given up on is wedged
+    /// Without a free receive slot on its channel, the call queues until one frees (or its
+    /// deadline: `ControlBusy`). A channel whose every owed answer is for a request given up on is wedged
     /// (the node stopped answering): the session is lost and the call fails with `RpcTimeout`.
     pub fn start(&mut self, req: Request, owner: Owner, now: Now) -> Result<u64, ClientError> {
         if self.lost || self.channels.is_empty() {
@@ -305,9 +310,6 @@ impl ClientCore {
             if self.wedged(channel) {
                 self.lose_session(WcStatus::WrFlushError);
                 return Err(ClientError::RpcTimeout);
-            }
-            if owner != Owner::Caller {
-                return Err(ClientError::ControlBusy);
             }
             let id = self.private_id();
             self.calls.insert(
@@ -360,12 +362,11 @@ impl ClientCore {
         let Some(call) = self.calls.get(&id) else {
             return;
         };
-        let (channel, owner, raw) = (call.channel, call.owner, call.request);
+        let (channel, raw) = (call.channel, call.request);
         let request = self.with_slack(raw);
         let wire = self.channels[channel].take_id();
         self.channels[channel].owed += 1;
         self.counts.submitted += 1;
-        let waits = owner != Owner::Queue;
         self.sends.insert(
             wire,
             Send {
@@ -375,8 +376,8 @@ impl ClientCore {
                 replay: None,
                 owed: 1,
                 sent_lease: now.lease,
-                retry_at: waits.then(|| now.timer.plus(self.rpc_timeout / 2)),
-                deadline: waits.then(|| now.timer.plus(self.rpc_timeout)),
+                retry_at: Some(now.timer.plus(self.rpc_timeout / 2)),
+                deadline: Some(now.timer.plus(self.rpc_timeout)),
                 measures: measures_round_trip(&raw),
             },
         );
@@ -457,7 +458,7 @@ impl ClientCore {
             }
             _ => {}
         }
-        if reply == Reply::Failed(Status::Overloaded) && call.owner != Owner::Queue {
+        if reply == Reply::Failed(Status::Overloaded) {
             self.stats.overloaded += 1;
             let pause = call.backoff.mul_f64(self.rng.random_range(0.5..1.5));
             let until = now.timer.plus(pause);
@@ -481,9 +482,7 @@ impl ClientCore {
             return;
         }
         call.state = CallState::Done(Ok(reply));
-        if call.owner == Owner::Queue {
-            self.arrived.push_back(id);
-        }
+        self.ended.push_back(id);
     }
 
     /// A grant that arrived after its call gave up is ended at once (and what it allocated
@@ -610,6 +609,7 @@ impl ClientCore {
             }
             if let Some(c) = self.calls.get_mut(&id) {
                 c.state = CallState::Done(Err(ClientError::RpcTimeout));
+                self.ended.push_back(id);
             }
         }
         let mut due = Vec::new();
@@ -621,6 +621,7 @@ impl ClientCore {
                 }
                 CallState::Queued if t >= c.started.plus(self.rpc_timeout) => {
                     c.state = CallState::Done(Err(ClientError::ControlBusy));
+                    self.ended.push_back(id);
                 }
                 _ => {}
             }
@@ -639,6 +640,11 @@ impl ClientCore {
         )
     }
 
+    /// Calls started and not yet taken (in flight, or ended and waiting to be taken).
+    pub fn in_flight(&self) -> usize {
+        self.calls.len()
+    }
+
     /// Whether call `id` is known (in flight, or ended and not taken).
     pub fn is_known(&self, id: u64) -> bool {
         self.calls.contains_key(&id)
@@ -655,41 +661,38 @@ impl ClientCore {
         }
     }
 
-    /// Takes the oldest arrived reply to a pipelined request, as (call id, reply).
-    pub fn next_reply(&mut self) -> Option<(u64, Reply)> {
-        while let Some(id) = self.arrived.pop_front() {
-            if let Some(Ok(reply)) = self.take_outcome(id) {
-                return Some((id, reply));
+    /// The oldest call that ended and was not taken yet.
+    pub fn next_ended(&mut self) -> Option<u64> {
+        while let Some(&id) = self.ended.front() {
+            if self.is_done(id) {
+                return Some(id);
             }
+            self.ended.pop_front();
         }
         None
     }
 
-    /// Whether replies to pipelined requests are waiting to be taken.
-    pub fn has_replies(&self) -> bool {
-        !self.arrived.is_empty()
+    /// Whether a call ended and was not taken yet.
+    pub fn has_ended(&self) -> bool {
+        self.ended.iter().any(|&id| self.is_done(id))
     }
 
-    /// Whether a pipelined request or a pending acquire has news to take (a reply, an end).
-    pub fn has_news(&self) -> bool {
-        self.has_replies()
-            || self.calls.values().any(|c| {
-                matches!(c.owner, Owner::Acquire { .. }) && matches!(c.state, CallState::Done(_))
-            })
-    }
-
-    /// Gives up call `id`: its outcome is dropped, and a grant that comes later is handed back.
-    pub fn abandon(&mut self, id: u64) {
+    /// Gives up call `id`: its outcome is dropped, and a grant it brings is handed back —
+    /// one that comes later, or one that came and was not taken.
+    pub fn abandon(&mut self, id: u64, now: Now) {
         let Some(call) = self.calls.remove(&id) else {
             return;
         };
-        if let CallState::Sent(wire) = call.state
-            && let Some(s) = self.sends.get_mut(&wire)
-        {
-            s.target = Target::Orphaned;
-        }
-        if call.owner == Owner::Queue {
-            self.arrived.retain(|&a| a != id);
+        match call.state {
+            CallState::Sent(wire) => {
+                if let Some(s) = self.sends.get_mut(&wire) {
+                    s.target = Target::Orphaned;
+                }
+            }
+            CallState::Done(Ok(reply @ Reply::Granted(_))) => {
+                self.hand_back(&call.request, reply, now);
+            }
+            _ => {}
         }
     }
 
@@ -720,20 +723,19 @@ impl ClientCore {
         perm
     }
 
-    /// The permission a pending acquire's outcome is: `Ok(Some)` granted, `Ok(None)` still in
-    /// flight, or its error. Takes the outcome once it has ended.
-    pub fn take_acquire(&mut self, id: u64, now: Timestamp) -> Result<Option<Perm>, ClientError> {
-        let Some(Owner::Acquire { access, mode, sent }) = self.owner(id) else {
-            return Err(ClientError::InvalidArgument(
-                "the acquire has ended already",
-            ));
-        };
-        match self.take_outcome(id) {
-            None => Ok(None),
-            Some(Ok(Reply::Granted(g))) => Ok(Some(self.grant(g, access, mode, sent, now))),
-            Some(Ok(other)) => Err(unexpected(other)),
-            Some(Err(e)) => Err(e),
-        }
+    /// Takes call `id`'s outcome once it has ended, as its owner wants it: the reply, or the
+    /// permission a grant becomes (`now`: the lease clock). `None` while it is in flight.
+    pub fn take(&mut self, id: u64, now: Timestamp) -> Option<Result<Taken, ClientError>> {
+        let owner = self.owner(id)?;
+        let outcome = self.take_outcome(id)?;
+        Some(match (owner, outcome) {
+            (_, Err(e)) => Err(e),
+            (Owner::Reply, Ok(reply)) => Ok(Taken::Reply(reply)),
+            (Owner::Grant { access, mode, sent }, Ok(Reply::Granted(g))) => {
+                Ok(Taken::Perm(self.grant(g, access, mode, sent, now)))
+            }
+            (Owner::Grant { .. }, Ok(other)) => Err(unexpected(other)),
+        })
     }
 
     /// Tamper helper: sends `req` under wire id `wire` on the channel that id belongs to, as
@@ -747,7 +749,7 @@ impl ClientCore {
             return Err(ClientError::ControlBusy);
         }
         let id = self.private_id();
-        let mut call = self.new_call(req, Owner::Caller, channel, now, CallState::Sent(wire));
+        let mut call = self.new_call(req, Owner::Reply, channel, now, CallState::Sent(wire));
         call.tried = self.channels.len();
         self.calls.insert(id, call);
         self.channels[channel].owed += 1;

@@ -9,19 +9,14 @@ use crate::proto::messages::{Access, Mode, Reply, Request};
 use rnic::Timestamp;
 use std::time::Duration;
 
-/// Who waits for a call's outcome, and what is done with it.
+/// What a call's outcome becomes when it is taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
-    /// A caller that takes the outcome by the call's id ([`super::ClientCore::take_outcome`]):
-    /// a blocking operation, or a ticket polled on its own.
-    Caller,
-    /// A pipelined request: its reply joins the queue of arrived replies, in arrival order
-    /// ([`super::ClientCore::next_reply`]). No deadline: it waits until answered or the
-    /// session ends.
-    Queue,
-    /// An acquire started without waiting: as [`Owner::Caller`], and its grant becomes a
-    /// permission with this access and mode whose lease counts from `sent`.
-    Acquire {
+    /// The reply as it is.
+    Reply,
+    /// A permission with this access and mode whose lease counts from `sent` (an allocation
+    /// or an acquisition).
+    Grant {
         /// Access asked for.
         access: Access,
         /// Mode asked for.

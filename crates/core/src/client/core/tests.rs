@@ -63,7 +63,7 @@ fn alloc() -> Request {
 #[test]
 fn a_call_is_retried_once_under_its_id_and_the_duplicate_answer_is_a_stray() {
     let mut c = core(1);
-    let id = c.start(alloc(), Owner::Caller, at(0)).unwrap();
+    let id = c.start(alloc(), Owner::Reply, at(0)).unwrap();
     let first = sends(&mut c);
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].id, id);
@@ -87,7 +87,7 @@ fn a_call_is_retried_once_under_its_id_and_the_duplicate_answer_is_a_stray() {
 #[test]
 fn a_grant_after_the_deadline_is_handed_back_and_its_memory_freed() {
     let mut c = core(1);
-    let id = c.start(alloc(), Owner::Caller, at(0)).unwrap();
+    let id = c.start(alloc(), Owner::Reply, at(0)).unwrap();
     sends(&mut c);
     c.handle_timeout(at(50_000));
     sends(&mut c);
@@ -119,7 +119,7 @@ fn a_grant_after_the_deadline_is_handed_back_and_its_memory_freed() {
 #[test]
 fn an_abandoned_acquire_hands_back_a_late_grant_without_freeing() {
     let mut c = core(1);
-    let owner = Owner::Acquire {
+    let owner = Owner::Grant {
         access: Access::Read,
         mode: Mode::Shared,
         sent: Timestamp(0),
@@ -134,7 +134,7 @@ fn an_abandoned_acquire_hands_back_a_late_grant_without_freeing() {
     };
     let id = c.start(req, owner, at(0)).unwrap();
     sends(&mut c);
-    c.abandon(id);
+    c.abandon(id, at(0));
     c.on_reply(0, id, grant(0x1000), at(10));
     let back = sends(&mut c);
     assert!(matches!(
@@ -149,7 +149,7 @@ fn an_abandoned_acquire_hands_back_a_late_grant_without_freeing() {
 #[test]
 fn an_allocation_a_shard_cannot_serve_tries_the_next_under_a_new_id() {
     let mut c = core(3);
-    let id = c.start(alloc(), Owner::Caller, at(0)).unwrap();
+    let id = c.start(alloc(), Owner::Reply, at(0)).unwrap();
     let s1 = sends(&mut c);
     c.on_reply(
         s1[0].channel,
@@ -181,7 +181,7 @@ fn an_allocation_a_shard_cannot_serve_tries_the_next_under_a_new_id() {
 #[test]
 fn overloaded_backs_off_on_the_timer_and_gives_up_by_the_deadline() {
     let mut c = core(1);
-    let id = c.start(alloc(), Owner::Caller, at(0)).unwrap();
+    let id = c.start(alloc(), Owner::Reply, at(0)).unwrap();
     let mut now = 0;
     let mut attempts = 0;
     loop {
@@ -206,23 +206,28 @@ fn overloaded_backs_off_on_the_timer_and_gives_up_by_the_deadline() {
 }
 
 #[test]
-fn without_a_slot_a_blocking_call_queues_and_a_pipelined_one_is_refused() {
+fn without_a_slot_a_call_queues_until_one_frees_or_its_deadline() {
     let mut c = core(1);
     let ids: Vec<u64> = (0..4)
-        .map(|_| c.start(alloc(), Owner::Queue, at(0)).unwrap())
+        .map(|_| c.start(alloc(), Owner::Reply, at(0)).unwrap())
         .collect();
     assert_eq!(sends(&mut c).len(), 4);
-    assert!(matches!(
-        c.start(alloc(), Owner::Queue, at(1)),
-        Err(ClientError::ControlBusy)
-    ));
-    let queued = c.start(alloc(), Owner::Caller, at(1)).unwrap();
+    let queued = c.start(alloc(), Owner::Reply, at(1)).unwrap();
+    let starved = c.start(alloc(), Owner::Reply, at(2)).unwrap();
     assert!(sends(&mut c).is_empty(), "no slot: queued");
-    c.on_reply(0, ids[0], grant(0x1000), at(2));
+    c.on_reply(0, ids[0], grant(0x1000), at(3));
     let s = sends(&mut c);
-    assert_eq!(s.len(), 1, "a slot freed: the queued call goes");
-    assert_eq!(c.next_reply().map(|(id, _)| id), Some(ids[0]));
-    c.on_reply(0, s[0].id, grant(0x1040), at(3));
+    assert_eq!(s.len(), 1, "a slot freed: the oldest queued call goes");
+    assert_eq!(c.next_ended(), Some(ids[0]));
+    assert_eq!(reply(&mut c, ids[0]), grant(0x1000));
+    // No slot frees before the last one's deadline: it ends without ever being sent.
+    c.handle_timeout(at(2 + TIMEOUT.as_micros() as u64));
+    assert!(matches!(
+        c.take_outcome(starved),
+        Some(Err(ClientError::ControlBusy))
+    ));
+    assert!(sends(&mut c).is_empty());
+    c.on_reply(0, s[0].id, grant(0x1040), at(4));
     assert_eq!(reply(&mut c, queued), grant(0x1040));
 }
 
@@ -230,12 +235,12 @@ fn without_a_slot_a_blocking_call_queues_and_a_pipelined_one_is_refused() {
 fn a_channel_owed_only_answers_nobody_waits_for_is_wedged() {
     let mut c = core(1);
     for _ in 0..4 {
-        let id = c.start(alloc(), Owner::Caller, at(0)).unwrap();
-        c.abandon(id);
+        let id = c.start(alloc(), Owner::Reply, at(0)).unwrap();
+        c.abandon(id, at(0));
     }
     sends(&mut c);
     assert!(matches!(
-        c.start(alloc(), Owner::Caller, at(1)),
+        c.start(alloc(), Owner::Reply, at(1)),
         Err(ClientError::RpcTimeout)
     ));
     assert!(c.is_lost(), "the session is replaced");
@@ -244,15 +249,14 @@ fn a_channel_owed_only_answers_nobody_waits_for_is_wedged() {
 #[test]
 fn a_lost_session_ends_every_waiting_call_as_unknown_and_nothing_is_resent() {
     let mut c = core(1);
-    let id = c.start(alloc(), Owner::Caller, at(0)).unwrap();
-    let piped = c.start(alloc(), Owner::Queue, at(0)).unwrap();
+    let id = c.start(alloc(), Owner::Reply, at(0)).unwrap();
     sends(&mut c);
     c.lose_session(WcStatus::RetryExceeded);
+    assert_eq!(c.next_ended(), Some(id), "it ended");
     assert!(matches!(
         c.take_outcome(id),
         Some(Err(ClientError::ControlLost(WcStatus::RetryExceeded)))
     ));
-    assert!(!c.is_known(piped), "a pipelined request gets no reply");
     c.handle_timeout(at(1_000_000));
     assert!(sends(&mut c).is_empty());
     c.begin_session(1);
@@ -263,7 +267,7 @@ fn a_lost_session_ends_every_waiting_call_as_unknown_and_nothing_is_resent() {
 #[test]
 fn answers_from_nowhere_change_nothing() {
     let mut c = core(2);
-    let id = c.start(alloc(), Owner::Caller, at(0)).unwrap();
+    let id = c.start(alloc(), Owner::Reply, at(0)).unwrap();
     let s = sends(&mut c);
     c.on_reply(s[0].channel, 999, grant(0x1000), at(1));
     let other = 1 - s[0].channel;

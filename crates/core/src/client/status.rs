@@ -1,0 +1,210 @@
+//! The client's two handles beside Table 2 and the tickets: [`ClientStatus`], what the client
+//! knows and counted (read-only), and [`SessionControl`], what a session does besides moving
+//! permissions and bytes — opening a new one, arming its completion notifications, sharing
+//! objects with other tenants and naming them.
+
+use super::lease::{ClientStats, LeasePolicy};
+use super::{Client, ClientError, unexpected};
+use crate::manager::TenantId;
+use crate::proto::messages::{Access, Reply, Request, RootName};
+use crate::proto::shards::ShardMap;
+use rnic::{Clock, Provider};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a client knows and counted ([`Client::status`]).
+#[derive(Debug)]
+pub struct ClientStatus<'a, P: Provider> {
+    pub(super) client: &'a Client<P>,
+}
+
+impl<P: Provider> ClientStatus<'_, P> {
+    /// This client's id on the memory node (in the current session: each session gets a
+    /// new one).
+    pub fn id(&self) -> u32 {
+        self.client.session.client_id
+    }
+
+    /// The number of the current session with the memory node: 0 for the first, one more
+    /// for each new session the client opened after losing one.
+    pub fn session(&self) -> u64 {
+        self.client.session.number
+    }
+
+    /// The longest lease the memory node grants (its maximum lifetime of a permission, learned
+    /// when the client connected): a longer lease asked for is capped at it, and a permission
+    /// cannot be extended past it (renewal starts a new one, see [`super::LongLease`]).
+    pub fn max_lease(&self) -> Duration {
+        Duration::from_micros(self.client.session.max_lifetime_us)
+    }
+
+    /// The memory node's manager shards, as it told this client.
+    pub fn shard_map(&self) -> ShardMap {
+        self.client.session.shards
+    }
+
+    /// The clock the client times leases with.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.client.clocks.lease.clone()
+    }
+
+    /// What this client counted so far.
+    pub fn stats(&self) -> ClientStats {
+        let mut s = self.client.core.stats().clone();
+        s.stray_replies = self.client.core.counts().strays;
+        s
+    }
+
+    /// The lease policy (its round-trip estimate and the slack it adds).
+    pub fn lease_policy(&self) -> &LeasePolicy {
+        self.client.core.lease_policy()
+    }
+
+    /// Control requests issued so far, over every session (retries not counted).
+    pub fn rpcs(&self) -> u64 {
+        self.client.core.counts().submitted
+    }
+
+    /// QP switches so far, and the duration of the last one on the application's path.
+    pub fn qp_switches(&self) -> (u64, Duration) {
+        (
+            self.client.session.vqp.switches,
+            self.client.session.vqp.last_switch,
+        )
+    }
+
+    /// Spare QPs ready now.
+    pub fn spares_ready(&self) -> usize {
+        self.client.session.vqp.spares_ready()
+    }
+
+    /// Operations started with tickets (or blocking calls under way) whose outcome was not
+    /// taken yet, posted extensions included.
+    pub fn in_flight(&self) -> usize {
+        self.client.core.in_flight() + self.client.posted.in_flight()
+    }
+
+    /// Posted extensions whose result slot is still held (not yet polled, or cancelled and
+    /// not yet completed).
+    pub fn posted_in_flight(&self) -> usize {
+        self.client.posted.in_flight()
+    }
+}
+
+/// What a session does besides Table 2 and the tickets ([`Client::control`]).
+#[derive(Debug)]
+pub struct SessionControl<'a, P: Provider> {
+    pub(super) client: &'a mut Client<P>,
+}
+
+fn root_name(name: &str) -> Result<RootName, ClientError> {
+    RootName::new(name).ok_or(ClientError::InvalidArgument(
+        "a root name is 1 to 32 bytes of UTF-8 without NUL",
+    ))
+}
+
+impl<P: Provider> SessionControl<'_, P> {
+    /// Opens a new session with the memory node now (see [`Client::reconnect`]).
+    pub fn reconnect(&mut self) -> Result<(), ClientError> {
+        self.client.reconnect()
+    }
+
+    /// Arms the control CQs on the channel given to [`Client::connect_on`]: the next reply
+    /// raises an event there. Arm, poll ([`Client::poll_any`]), and only if nothing came, wait on
+    /// the channel.
+    pub fn arm(&self) {
+        for c in &self.client.session.ctrl {
+            c.arm();
+        }
+    }
+
+    /// Lets clients of `tenant` acquire the object whose buffer starts at `addr` with at most
+    /// `access` (`None` withdraws; permissions already granted end by their leases). Only a
+    /// client of the owner tenant may share; to anyone else the object does not exist.
+    pub fn share(
+        &mut self,
+        addr: u64,
+        tenant: TenantId,
+        access: Option<Access>,
+    ) -> Result<(), ClientError> {
+        match self.client.rpc(Request::Share {
+            addr,
+            tenant,
+            access,
+        })? {
+            Reply::Shared => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Publishes `[addr, addr + len)` (an object's buffer, e.g. a permission's
+    /// [`Perm::addr`](super::Perm::addr) and [`Perm::len`](super::Perm::len)) under `name` for
+    /// this client's tenant (named roots: another client of the tenant looks it up, then
+    /// acquires the object as usual). `NameTaken` if the tenant has published that name
+    /// already.
+    pub fn publish(&mut self, name: &str, addr: u64, len: u64) -> Result<(), ClientError> {
+        let name = root_name(name)?;
+        match self.client.rpc(Request::Publish { name, addr, len })? {
+            Reply::Named => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The object this client's tenant published under `name`: (address, length).
+    /// `NotFound` if there is none.
+    pub fn lookup(&mut self, name: &str) -> Result<(u64, u64), ClientError> {
+        let name = root_name(name)?;
+        match self.client.rpc(Request::Lookup { name })? {
+            Reply::Found { addr, len } => Ok((addr, len)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Withdraws `name` (the object stays allocated). `NotFound` if there is none.
+    pub fn unpublish(&mut self, name: &str) -> Result<(), ClientError> {
+        let name = root_name(name)?;
+        match self.client.rpc(Request::Unpublish { name })? {
+            Reply::Named => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Tamper helper: moves the active data QP to ERR, as a local fault would; the next data
+    /// op replaces it (a spare, or a reconnection at the memory node).
+    #[cfg(feature = "testing")]
+    pub fn break_data_qp(&self) {
+        rnic::QueuePair::set_error(self.client.session.vqp.active());
+    }
+
+    /// Tamper helper: the client id and secret the current session's connections present
+    /// (what a hand-made connection needs to claim them).
+    #[cfg(feature = "testing")]
+    pub fn credentials(&self) -> (u32, u64) {
+        (
+            self.client.session.client_id,
+            self.client.session.vqp.intent().secret,
+        )
+    }
+
+    /// Tamper helper: turns the `Granted` reply of a hand-made `Allocate`/`Acquire` (sent at
+    /// `sent`, the lease clock's time before sending) into a permission.
+    #[cfg(feature = "testing")]
+    pub fn adopt(
+        &mut self,
+        grant: crate::proto::messages::Grant,
+        access: Access,
+        mode: crate::proto::messages::Mode,
+        sent: rnic::Timestamp,
+    ) -> super::Perm {
+        self.client.take_grant(grant, access, mode, sent)
+    }
+
+    /// Tamper helper: sends `req` again under an earlier id, as a retry (or a replayed
+    /// message) would. The memory node answers with the reply the id already got.
+    #[cfg(feature = "testing")]
+    pub fn replay(&mut self, req_id: u64, req: Request) -> Result<Reply, ClientError> {
+        let now = self.client.clocks.now();
+        let id = self.client.core.replay(req_id, req, now)?;
+        self.client.wait_for(id)
+    }
+}
