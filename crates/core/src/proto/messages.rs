@@ -18,7 +18,7 @@
 //! Only durations travel (lease and lifetime in µs); the start time is an opaque part of the
 //! permission id (the ABA filter), never compared with the client's clock.
 //!
-//! The codec (`proto/codec.rs`, field offsets in one place) reads through the control
+//! The codec (`proto/messages/codec.rs`, field offsets in one place) reads through the control
 //! channel's checked slot views; parsing never panics on peer input, it returns a
 //! [`ProtoError`]. Parsing is strict: reserved bytes, and the fields a kind does not use, must
 //! be zero, and a message is exactly one slot (the encoding is canonical).
@@ -364,11 +364,11 @@ impl Reply {
     }
 }
 
-pub use super::codec::{
-    ControlProtocol, decode_reply, decode_request, encode_reply, encode_request,
-};
+mod codec;
+
 /// Why a slot could not be parsed.
 pub use crate::rpc::SlotError as ProtoError;
+pub use codec::{ControlProtocol, decode_reply, decode_request, encode_reply, encode_request};
 
 #[cfg(test)]
 mod tests {
