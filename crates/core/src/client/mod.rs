@@ -46,6 +46,8 @@ pub use perm::Perm;
 pub use posted::{MAX_POSTED, PostedExtend};
 pub use renew::LongLease;
 pub use vqp::SwitchKind;
+// The protocol's credit count: control requests a client may have unanswered at once.
+pub use crate::proto::messages::MAX_OUTSTANDING_RPCS;
 
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
 use crate::proto::shards::ShardMap;
@@ -73,7 +75,7 @@ pub struct ClientConfig {
     pub acquire_wait: Duration,
     /// The tenant this client acts for, and the tenant's secret (a memory node with no
     /// tenants configured serves everyone as tenant 0).
-    pub tenant: crate::manager::TenantId,
+    pub tenant: crate::proto::messages::TenantId,
     /// The tenant's secret.
     pub tenant_secret: u64,
     /// Bytes of registered staging memory for the data path.
@@ -96,7 +98,7 @@ impl Default for ClientConfig {
             lease_margin: Duration::from_micros(5),
             rpc_timeout: Duration::from_secs(5),
             acquire_wait: Duration::from_secs(1),
-            tenant: crate::manager::DEFAULT_TENANT,
+            tenant: crate::proto::messages::DEFAULT_TENANT,
             tenant_secret: 0,
             staging_bytes: 1 << 20,
             qp_timing: QpTiming::default(),
@@ -106,9 +108,7 @@ impl Default for ClientConfig {
     }
 }
 
-const RECV_SLOTS: u32 = 16;
-/// Control requests a client may have unanswered at once.
-pub const MAX_OUTSTANDING_RPCS: u32 = RECV_SLOTS;
+const RECV_SLOTS: u32 = MAX_OUTSTANDING_RPCS;
 
 /// A client of one memory node.
 pub struct Client<P: Provider> {
@@ -433,7 +433,7 @@ impl<P: Provider> Client<P> {
     pub fn share(
         &mut self,
         addr: u64,
-        tenant: crate::manager::TenantId,
+        tenant: crate::proto::messages::TenantId,
         access: Option<Access>,
     ) -> Result<(), ClientError> {
         match self.rpc(Request::Share {
