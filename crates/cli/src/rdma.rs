@@ -1,10 +1,10 @@
 //! `serve` and `probe` on the rdma-core provider (`--provider rdma --device NAME`): the same
 //! memory node and client library as on the software RNIC, generic over the provider.
 
-use crate::daemon::config::DaemonConfig;
 use crate::serve::{TenantArg, probe_on};
 use anyhow::{Context as _, Result};
 use patronus_core::MemoryNode;
+use patronus_core::manager::NodeConfig;
 use rnic_rdma::{RdmaConfig, RdmaContext, RdmaProvider};
 use std::net::SocketAddr;
 
@@ -22,18 +22,22 @@ fn open(device: Option<String>, listen: SocketAddr) -> Result<RdmaContext> {
     .with_context(|| format!("opening RDMA device {name}; `patronus devices` lists them"))
 }
 
-/// Starts a memory node on an RDMA device (the daemon serves it); returns it with the
-/// handshake address clients connect to.
-pub fn start(cfg: &DaemonConfig) -> Result<(MemoryNode<RdmaProvider>, String)> {
-    let device = (!cfg.device.is_empty()).then(|| cfg.device.clone());
-    let ctx = open(device, cfg.listen)?;
+/// Starts a memory node on RDMA device `device` ("": the first) listening on `listen` (the
+/// daemon serves it); returns it with the handshake address clients connect to.
+pub fn start(
+    device: &str,
+    listen: SocketAddr,
+    node_config: NodeConfig,
+) -> Result<(MemoryNode<RdmaProvider>, String)> {
+    let device = (!device.is_empty()).then(|| device.to_owned());
+    let ctx = open(device, listen)?;
     println!(
         "device {} (GID index {})",
         ctx.device_name(),
         ctx.gid_index()
     );
-    let node = MemoryNode::<RdmaProvider>::start(ctx, cfg.node_config()?)
-        .with_context(|| format!("starting the memory node (clients at {})", cfg.listen))?;
+    let node = MemoryNode::<RdmaProvider>::start(ctx, node_config)
+        .with_context(|| format!("starting the memory node (clients at {listen})"))?;
     let listen = node.address().to_string();
     Ok((node, listen))
 }

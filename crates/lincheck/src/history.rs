@@ -193,16 +193,6 @@ impl<M: Model> History<M> {
         self.entries.is_empty()
     }
 
-    /// Writes the history as JSON lines (see [`crate::jsonl`]).
-    pub fn write_jsonl(&self, path: impl AsRef<std::path::Path>) -> Result<(), Error> {
-        crate::jsonl::write_jsonl(self, path)
-    }
-
-    /// Reads a history of this model from JSON lines (see [`crate::jsonl`]).
-    pub fn read_jsonl(path: impl AsRef<std::path::Path>) -> Result<Self, Error> {
-        crate::jsonl::read_jsonl(path)
-    }
-
     /// The sub-history of the entries at `indices` (in that order), with the initial state
     /// restricted to what they touch.
     pub fn restrict(&self, indices: &[usize]) -> Self {

@@ -28,58 +28,10 @@ use serde_json::{Map, Value};
 
 use crate::Model;
 use crate::error::Error;
+pub use crate::fields::Fields;
 use crate::history::{Entry, History, Status};
 use crate::kv::Kv;
 use crate::queue::Queue;
-
-/// The fields of one record, taken out one by one by the decoders.
-#[derive(Debug)]
-pub struct Fields(Map<String, Value>);
-
-impl Fields {
-    /// Whether the record has this field.
-    pub fn has(&self, name: &str) -> bool {
-        self.0.contains_key(name)
-    }
-
-    /// Takes a required string field.
-    pub fn take_str(&mut self, name: &str) -> Result<String, String> {
-        self.take_opt_str(name)?
-            .ok_or_else(|| format!("missing field `{name}`"))
-    }
-
-    /// Takes an optional string field.
-    pub fn take_opt_str(&mut self, name: &str) -> Result<Option<String>, String> {
-        match self.0.remove(name) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(format!("field `{name}` must be a string, not {other}")),
-        }
-    }
-
-    fn take_opt_u64(&mut self, name: &str) -> Result<Option<u64>, String> {
-        match self.0.remove(name) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| format!("field `{name}` must be a non-negative integer, not {v}")),
-        }
-    }
-
-    fn take_u64(&mut self, name: &str) -> Result<u64, String> {
-        self.take_opt_u64(name)?
-            .ok_or_else(|| format!("missing field `{name}`"))
-    }
-
-    /// Fails if any field was left over.
-    fn finish(self, what: &str) -> Result<(), String> {
-        match self.0.keys().next() {
-            Some(name) => Err(format!("unexpected field `{name}` in {what}")),
-            None => Ok(()),
-        }
-    }
-}
 
 /// A history whose model was read from its file.
 #[derive(Clone, Debug)]
@@ -292,4 +244,16 @@ pub fn write_jsonl<M: Model>(history: &History<M>, path: impl AsRef<Path>) -> Re
     w.write_all(to_jsonl(history).as_bytes())
         .and_then(|()| w.flush())
         .map_err(|e| Error::io(path, e))
+}
+
+impl<M: Model> History<M> {
+    /// Writes the history as JSON lines (see [`crate::jsonl`]).
+    pub fn write_jsonl(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        write_jsonl(self, path)
+    }
+
+    /// Reads a history of this model from JSON lines (see [`crate::jsonl`]).
+    pub fn read_jsonl(path: impl AsRef<Path>) -> Result<Self, Error> {
+        read_jsonl(path)
+    }
 }

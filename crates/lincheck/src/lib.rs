@@ -36,6 +36,7 @@ mod budget;
 mod dump;
 mod engine;
 mod error;
+mod fields;
 mod fingerprint;
 mod history;
 pub mod jsonl;

@@ -3,7 +3,9 @@
 //!
 //! Two models ship with the crate: [`crate::kv::Kv`] (per-key registers, partitioned per key)
 //! and [`crate::queue::Queue`] (one FIFO queue). The checking engine itself is crate-private;
-//! the trait exposes what generic code (recorders, files, [`crate::verify`]) needs.
+//! the trait exposes what generic code (recorders, files, [`crate::verify`]) needs. A model's
+//! crate-private half, `Engine` (its search, shrinking moves and explanations), is here too:
+//! the pipeline (`engine`) and the shrinking (`shrink`) both drive it.
 
 use std::fmt::Debug;
 
@@ -11,9 +13,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::budget::Budget;
+use crate::budget::{Budget, Meter};
+use crate::fields::Fields;
 use crate::history::{History, Status};
-use crate::jsonl::Fields;
 use crate::verdict::Verdict;
 
 /// A sequential specification whose histories this crate can record, store and check.
@@ -56,4 +58,53 @@ pub trait Model: Sized + Debug + 'static {
 
     /// Parses a header's `initial` value.
     fn initial_from_json(value: Value) -> Result<Self::Initial, String>;
+}
+
+/// What a model's search decided.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    Linearizable,
+    /// Not linearizable: so is the part at these indices (ascending), which is worth shrinking
+    /// unless `minimal`; `focus` (a subset) may fail on its own with the rest as context.
+    Violation {
+        part: Vec<usize>,
+        focus: Option<Vec<usize>>,
+        minimal: bool,
+        /// A completion time at which the part truncated still fails, if the search knows one.
+        horizon: Option<u64>,
+    },
+    Exhausted,
+}
+
+/// The crate-private half of a model: its search, shrinking moves and explanations.
+pub(crate) trait Engine: Model {
+    /// Whether removed units join a context that the evidence still considers (kv), rather
+    /// than being irrelevant (queue).
+    const CONTEXT: bool;
+    /// Decides `history`, charging states to `meter`.
+    fn decide(history: &History<Self>, meter: &mut Meter) -> Decision;
+    /// The groups of entries that may be removed together from a failing `history`.
+    fn units(history: &History<Self>) -> Vec<Vec<usize>>;
+    /// Whether the entries `kept` of `history`, with the entries `removed` as context, still
+    /// fail (`None`: out of budget).
+    fn fails(
+        history: &History<Self>,
+        kept: &[usize],
+        removed: &[usize],
+        meter: &mut Meter,
+    ) -> Option<bool>;
+    /// Explains why `kept` (with `removed` as context) is not linearizable, in one line.
+    fn explain(history: &History<Self>, kept: &[usize], removed: &[usize]) -> String;
+    /// The key a witness is about, if the model has keys.
+    fn key(history: &History<Self>) -> Option<String>;
+    /// Moves back from the context what makes a shrunk witness easier to read (kv: the writes
+    /// of the values its reads return). Must keep it failing: moving an operation from the
+    /// context back to the witness only constrains it more.
+    fn supplement(
+        _history: &History<Self>,
+        kept: Vec<usize>,
+        removed: Vec<usize>,
+    ) -> (Vec<usize>, Vec<usize>) {
+        (kept, removed)
+    }
 }

@@ -30,8 +30,8 @@
 
 use crate::Model;
 use crate::budget::Meter;
-use crate::engine::{Decision, Engine};
 use crate::history::History;
+use crate::model::{Decision, Engine};
 
 /// How many of `removed` were invoked by the last completion in `kept` (the others cannot
 /// matter to it).

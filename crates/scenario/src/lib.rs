@@ -13,9 +13,11 @@
 
 pub mod classify;
 pub mod clock;
+pub mod config;
 pub mod faults;
 pub mod history;
 pub mod invoke;
+pub mod record;
 pub mod report;
 pub mod run;
 pub mod serve;

@@ -3,10 +3,11 @@
 
 use crate::classify::{Classified, error_line, is_failure};
 use crate::clock::secs;
+use crate::config::{Config, Mode};
 use crate::faults::Planned;
 use crate::history::{Built, FinalScan};
 use crate::invoke::{Ended, Invocation};
-use crate::run::{Config, Epoch, FaultEvent, Files, Mode};
+use crate::record::{Epoch, FaultEvent, Files};
 use anyhow::Result;
 use hdrhistogram::Histogram;
 use lincheck::{Status, Verdict};

@@ -2,9 +2,11 @@
 
 use crate::classify::{self, Classified, classify};
 use crate::clock::{Clock, Stop, secs};
+pub use crate::config::{Config, Mode};
 use crate::faults::{Fault, Planned, plan};
 use crate::history::{self, EpochSpan, FinalScan};
 use crate::invoke::{Ended, Invocation, KvOp, Ran, Slot, Target};
+pub use crate::record::{Epoch, FaultEvent, Files};
 use crate::report::{self, Findings};
 use crate::serve::{Node, free_port};
 use crate::workload::{Loop, Role, Workload};
@@ -20,85 +22,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::ScopedJoinHandle;
-use std::time::Duration;
-
-/// Which run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Faults on the schedule its seed draws; the history must be linearizable.
-    Faults,
-    /// No fault, CPU burners on the same cores; nothing may fail or take longer than the limit.
-    Busy,
-}
-
-/// A run's settings.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Which run.
-    pub mode: Mode,
-    /// The `patronus` binary.
-    pub patronus: PathBuf,
-    /// Where its files go.
-    pub out: PathBuf,
-    /// How long the loops run (faults mode: plus the time the last faults take to end).
-    pub duration: Duration,
-    /// Seeds the workload and the fault schedule.
-    pub seed: u64,
-    /// `kv` loops in all.
-    pub loops: usize,
-    /// Of which insert fresh keys.
-    pub inserters: usize,
-    /// Hot keys.
-    pub keys: usize,
-    /// `kv create` arguments after `create`.
-    pub shape: Vec<String>,
-    /// The node's pool, MiB.
-    pub pool_mib: u32,
-    /// The node's admin endpoint, if any: its status is sampled every 5 s into
-    /// `status.jsonl` (for a stall: who holds what).
-    pub admin: Option<SocketAddr>,
-    /// CPU-burning processes (busy mode).
-    pub burners: usize,
-    /// Busy mode: an invocation longer than this is a failure.
-    pub max_latency: Duration,
-    /// An invocation running this long is killed and reported as hung.
-    pub hang: Duration,
-    /// The checker's budget.
-    pub budget: lincheck::Budget,
-}
-
-/// One life of the node, as recorded.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Epoch {
-    /// Its pid.
-    pub pid: u32,
-    /// When it was spawned.
-    pub spawned: u64,
-    /// When it printed its address.
-    pub ready: u64,
-    /// When its table's `kv create` completed.
-    pub table: Option<u64>,
-    /// When it was signalled to end.
-    pub signalled: Option<u64>,
-    /// When it was reaped.
-    pub reaped: Option<u64>,
-    /// How it ended.
-    pub how: Option<String>,
-}
-
-/// A fault as it happened.
-#[derive(Clone, Debug, Serialize)]
-pub struct FaultEvent {
-    /// When (ns on the run's clock).
-    pub at: u64,
-    /// What was planned.
-    #[serde(flatten)]
-    pub fault: Fault,
-    /// What happened: the process reached, or why nothing was.
-    pub what: String,
-    /// Whether it reached a process.
-    pub hit: bool,
-}
 
 /// A command the scenario itself ran (create, scan), not part of the workload.
 #[derive(Clone, Debug, Serialize)]
@@ -720,19 +643,6 @@ fn final_scan(shared: &Shared<'_>) -> Result<FinalScan> {
         complete: ran.complete,
         pairs,
     })
-}
-
-/// The files a run leaves.
-#[derive(Clone, Debug)]
-pub struct Files {
-    /// The history, JSON lines (`lincheck check FILE`).
-    pub history: PathBuf,
-    /// Every invocation with how it was classified.
-    pub invocations: PathBuf,
-    /// The nodes' lives, the faults, the scenario's own commands.
-    pub events: PathBuf,
-    /// The directory.
-    pub dir: PathBuf,
 }
 
 #[derive(Serialize)]

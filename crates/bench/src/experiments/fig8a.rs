@@ -17,6 +17,7 @@
 
 mod checks;
 mod loader;
+mod measures;
 mod report;
 mod timeline;
 
@@ -182,7 +183,7 @@ fn measure(rig: &Rig, plan: &Plan, lock: LockMode) -> Result<Run> {
             Ok(Box::new(Loader::new(table, mem, i, t, c, plan.per_epoch)))
         })
         .collect::<Result<Vec<_>>>()?;
-    let name = report::name(lock);
+    let name = measures::name(lock);
     let budget = plan.epoch * plan.epochs as u32;
     let what = format!("fig8a {name}");
     let (d, mgr, eng) = p.drive(loaders, u64::MAX, budget, 0x8a, &what)?;

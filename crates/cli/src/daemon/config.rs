@@ -5,6 +5,7 @@
 //! node's own checks — quotas against the pool — run too, and their refusal is an error, not
 //! a panic); every refusal is one line naming the key and why.
 
+use crate::serve::parse_secret;
 use anyhow::{Result, anyhow, bail};
 use patronus_core::manager::{Isolation, NodeConfig, NodeLimits, SlabConfig, TenantSecret};
 use rnic::QpTiming;
@@ -380,15 +381,6 @@ impl DaemonConfig {
         cfg.tenant_quota().map_err(|e| anyhow!("limits: {e}"))?;
         Ok(cfg)
     }
-}
-
-/// Parses a secret: a 64-bit number, decimal or 0x-hex.
-pub fn parse_secret(s: &str) -> std::result::Result<u64, String> {
-    match s.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => s.parse::<u64>(),
-    }
-    .map_err(|e| format!("`{s}` is not a 64-bit number (decimal or 0x-hex): {e}"))
 }
 
 /// A TOML error as one line: where (line, column), the key on that line, and the message.

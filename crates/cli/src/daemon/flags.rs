@@ -2,8 +2,10 @@
 //! name, and each may come from an environment variable instead (flag over variable over
 //! file over default).
 
-use super::config::{DaemonConfig, IsolationSetting, ProviderSetting, TenantSetting};
-use crate::serve::{LimitArgs, TenantArg, parse_tenant};
+use super::config::{
+    DaemonConfig, IsolationSetting, LimitsSetting, ProviderSetting, TenantSetting,
+};
+use crate::serve::{TenantArg, parse_tenant};
 use anyhow::Result;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -153,5 +155,74 @@ impl ServeFlags {
             None => anyhow::anyhow!("configuration (flags and environment): {e}"),
         })?;
         Ok(c)
+    }
+}
+
+/// The memory node's limits and quotas on the command line (`docs/threat-model.md` says what
+/// each protects against). Unset: the node's defaults.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct LimitArgs {
+    /// Disconnect a client silent on the control path this long, ms (default 30000).
+    #[arg(long, env = "PATRONUS_IDLE_TIMEOUT_MS")]
+    pub idle_timeout_ms: Option<u64>,
+    /// Close a connection that has not authenticated this long after it was accepted, ms
+    /// (default 2000).
+    #[arg(long, env = "PATRONUS_HELLO_TIMEOUT_MS")]
+    pub hello_timeout_ms: Option<u64>,
+    /// Control requests a client may have in flight per shard (flow control enforced by the
+    /// NIC; default 16). 0: one shared receive queue for all (the paper's design).
+    #[arg(long, env = "PATRONUS_CONTROL_CREDITS")]
+    pub control_credits: Option<u32>,
+    /// Control connections per shard (default 1024).
+    #[arg(long, env = "PATRONUS_MAX_CONNECTIONS")]
+    pub max_connections: Option<u32>,
+    /// Memory each tenant may own, MiB (default with tenants: ¾ of an equal share).
+    #[arg(long, env = "PATRONUS_QUOTA_MEMORY_MIB")]
+    pub quota_memory_mib: Option<u64>,
+    /// Live permissions each tenant may hold (default with tenants: an equal share).
+    #[arg(long, env = "PATRONUS_QUOTA_PERMISSIONS")]
+    pub quota_permissions: Option<u32>,
+    /// Live exclusive permissions each tenant may hold (default: as permissions).
+    #[arg(long, env = "PATRONUS_QUOTA_EXCLUSIVE")]
+    pub quota_exclusive: Option<u32>,
+    /// Clients each tenant may have connected (default: an equal share of the connections).
+    #[arg(long, env = "PATRONUS_SESSIONS_PER_TENANT")]
+    pub sessions_per_tenant: Option<u32>,
+    /// Clients that may be connected at once from one IP address (default 512).
+    #[arg(long, env = "PATRONUS_SESSIONS_PER_ADDRESS")]
+    pub sessions_per_address: Option<u32>,
+    /// Access faults (data reconnections) a tenant may cause at once (default 1024).
+    #[arg(long, env = "PATRONUS_FAULT_BURST")]
+    pub fault_burst: Option<u32>,
+    /// Access faults a tenant regains per second (default 100).
+    #[arg(long, env = "PATRONUS_FAULTS_PER_S")]
+    pub faults_per_s: Option<u32>,
+}
+
+impl LimitArgs {
+    /// Lays the limits given over `l` (a configuration file's, or the defaults).
+    pub fn lay_over(&self, l: &mut LimitsSetting) {
+        let set = |v: Option<u32>, to: &mut u32| {
+            if let Some(v) = v {
+                *to = v;
+            }
+        };
+        if let Some(ms) = self.idle_timeout_ms {
+            l.idle_timeout_ms = ms;
+        }
+        if let Some(ms) = self.hello_timeout_ms {
+            l.hello_timeout_ms = ms;
+        }
+        if let Some(m) = self.quota_memory_mib {
+            l.quota_memory_mib = m;
+        }
+        set(self.control_credits, &mut l.control_credits);
+        set(self.max_connections, &mut l.max_connections);
+        set(self.quota_permissions, &mut l.quota_permissions);
+        set(self.quota_exclusive, &mut l.quota_exclusive);
+        set(self.sessions_per_tenant, &mut l.sessions_per_tenant);
+        set(self.sessions_per_address, &mut l.sessions_per_address);
+        set(self.fault_burst, &mut l.fault_burst);
+        set(self.faults_per_s, &mut l.faults_per_s);
     }
 }

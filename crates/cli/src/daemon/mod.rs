@@ -67,7 +67,7 @@ pub fn run(flags: &ServeFlags) -> Result<()> {
             if cfg.huge_pages {
                 tracing::warn!("huge_pages applies to the software RNIC's pool only; ignored");
             }
-            let (node, listen) = crate::rdma::start(&cfg)?;
+            let (node, listen) = crate::rdma::start(&cfg.device, cfg.listen, cfg.node_config()?)?;
             serve(node, &cfg, listen, signals)
         }
     }

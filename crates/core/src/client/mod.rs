@@ -49,6 +49,8 @@ pub use renew::LongLease;
 pub use status::{ClientStatus, SessionControl};
 pub use ticket::{Done, Op, Ticket};
 pub use vqp::SwitchKind;
+// The protocol's credit count: control requests a client may have unanswered at once.
+pub use crate::proto::messages::MAX_OUTSTANDING_RPCS;
 
 use self::core::ClientCore;
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
@@ -74,7 +76,7 @@ pub struct ClientConfig {
     pub acquire_wait: Duration,
     /// The tenant this client acts for, and the tenant's secret (a memory node with no
     /// tenants configured serves everyone as tenant 0).
-    pub tenant: crate::manager::TenantId,
+    pub tenant: crate::proto::messages::TenantId,
     /// The tenant's secret.
     pub tenant_secret: u64,
     /// Bytes of registered staging memory for the data path.
@@ -97,7 +99,7 @@ impl Default for ClientConfig {
             lease_margin: Duration::from_micros(5),
             rpc_timeout: Duration::from_secs(5),
             acquire_wait: Duration::from_secs(1),
-            tenant: crate::manager::DEFAULT_TENANT,
+            tenant: crate::proto::messages::DEFAULT_TENANT,
             tenant_secret: 0,
             staging_bytes: 1 << 20,
             qp_timing: QpTiming::default(),
@@ -107,9 +109,7 @@ impl Default for ClientConfig {
     }
 }
 
-const RECV_SLOTS: u32 = 16;
-/// Control requests a client may have unanswered at once.
-pub const MAX_OUTSTANDING_RPCS: u32 = RECV_SLOTS;
+const RECV_SLOTS: u32 = MAX_OUTSTANDING_RPCS;
 
 /// A client of one memory node.
 pub struct Client<P: Provider> {

@@ -5,7 +5,7 @@
 
 use super::lease::{ClientStats, LeasePolicy};
 use super::{Client, ClientError, unexpected};
-use crate::manager::TenantId;
+use crate::proto::messages::TenantId;
 use crate::proto::messages::{Access, Reply, Request, RootName};
 use crate::proto::shards::ShardMap;
 use rnic::{Clock, Provider};

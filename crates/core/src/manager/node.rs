@@ -264,7 +264,7 @@ impl<P: Provider> MemoryNode<P> {
         )?);
         let depth = cfg.srq_depth.max(16);
         let credits = cfg.limits.control_credits;
-        if credits > 0 && credits < crate::client::MAX_OUTSTANDING_RPCS {
+        if credits > 0 && credits < crate::proto::messages::MAX_OUTSTANDING_RPCS {
             return Err(NodeError::Config(
                 "control credits below the requests the client library keeps in flight",
             ));

@@ -63,12 +63,8 @@ pub struct Usage {
     pub exclusive: u32,
 }
 
-/// Identifies a tenant (configured on the memory node with its secret).
-pub type TenantId = u32;
-
-/// The tenant of clients that never authenticated as another (a node with no tenants
-/// configured serves every client as this one tenant).
-pub const DEFAULT_TENANT: TenantId = 0;
+// Tenant ids travel in `Hello`, so the protocol defines them.
+pub use crate::proto::messages::{DEFAULT_TENANT, TenantId};
 
 /// Ownership and sharing of objects.
 #[derive(Debug, Default)]

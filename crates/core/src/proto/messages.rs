@@ -18,7 +18,7 @@
 //! Only durations travel (lease and lifetime in µs); the start time is an opaque part of the
 //! permission id (the ABA filter), never compared with the client's clock.
 //!
-//! The codec (`proto/codec.rs`, field offsets in one place) reads through the control
+//! The codec (`proto/messages/codec.rs`, field offsets in one place) reads through the control
 //! channel's checked slot views; parsing never panics on peer input, it returns a
 //! [`ProtoError`]. Parsing is strict: reserved bytes, and the fields a kind does not use, must
 //! be zero, and a message is exactly one slot (the encoding is canonical).
@@ -27,6 +27,18 @@ use rnic::MemoryKey;
 
 /// Bytes of one message slot.
 pub const SLOT_SIZE: usize = 64;
+
+/// Control requests a client may have unanswered at once on a control connection: the client
+/// posts this many receive slots for the replies, and a memory node that gives each connection
+/// its own request credits gives at least this many (`NodeLimits::control_credits`).
+pub const MAX_OUTSTANDING_RPCS: u32 = 16;
+
+/// Identifies a tenant (configured on the memory node with its secret); it travels in `Hello`.
+pub type TenantId = u32;
+
+/// The tenant of clients that never authenticated as another (a node with no tenants
+/// configured serves every client as this one tenant).
+pub const DEFAULT_TENANT: TenantId = 0;
 
 /// Read-only or read-write permission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -155,7 +167,7 @@ pub enum Request {
     /// present (so nobody can attach a QP to another client's domain).
     Hello {
         /// The tenant the client acts for.
-        tenant: u32,
+        tenant: TenantId,
         /// The tenant's secret, as configured on the memory node.
         secret: u64,
     },
@@ -364,11 +376,11 @@ impl Reply {
     }
 }
 
-pub use super::codec::{
-    ControlProtocol, decode_reply, decode_request, encode_reply, encode_request,
-};
+mod codec;
+
 /// Why a slot could not be parsed.
 pub use crate::rpc::SlotError as ProtoError;
+pub use codec::{ControlProtocol, decode_reply, decode_request, encode_reply, encode_request};
 
 #[cfg(test)]
 mod tests {

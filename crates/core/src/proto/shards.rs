@@ -1,4 +1,6 @@
-//! How a memory node's manager is split into shards, and which shard a request goes to.
+//! How a memory node's manager is split into shards, and where a request may go ([`Route`]; the
+//! rule, [`ShardMap::route`], reads the request, so it lives in `route.rs`, above the messages
+//! that carry the map).
 //!
 //! Each shard is one manager thread owning a contiguous slice of the header pool, a contiguous
 //! slice of the buffer pool, its own windows and its own deadlines; conflicts are per object,
@@ -8,7 +10,6 @@
 //! the `Welcome` reply, so client and node apply the same rule.
 
 use super::header::HEADER_SIZE;
-use super::messages::Request;
 
 /// Where a request must go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,34 +146,11 @@ impl ShardMap {
         };
         shard.min(last) as usize
     }
-
-    /// Where `req` goes.
-    pub fn route(&self, req: &Request) -> Route {
-        match *req {
-            Request::Allocate { .. } => Route::Any,
-            Request::Hello { .. } => Route::Shard(0),
-            Request::UseQp { .. } => Route::All,
-            Request::Acquire { addr, .. } | Request::Share { addr, .. } => {
-                Route::Shard(self.shard_of(addr))
-            }
-            Request::Extend { id, .. }
-            | Request::Renew { id, .. }
-            | Request::Rebind { id }
-            | Request::Revoke { id, .. } => Route::Shard(self.shard_of(id.header_addr)),
-            // A name is kept by one shard, picked by its hash.
-            Request::Publish { name, .. }
-            | Request::Lookup { name }
-            | Request::Unpublish { name } => {
-                Route::Shard((name.hash() % u64::from(self.shards.max(1))) as usize)
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::messages::PermissionId;
 
     #[test]
     fn slices_tile_the_pools_and_addresses_route_to_their_slice() {
@@ -196,11 +174,6 @@ mod tests {
             }
         }
         assert_eq!((headers, bytes), (hc, bl));
-        let id = PermissionId {
-            header_addr: map.slice(2, hc, bl).header_base,
-            start_us: 1,
-        };
-        assert_eq!(map.route(&Request::Rebind { id }), Route::Shard(2));
         assert_eq!(map.shard_of(0), 0);
         assert_eq!(map.shard_of(u64::MAX), 3);
     }

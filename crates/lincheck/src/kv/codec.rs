@@ -2,7 +2,7 @@
 //! (`result`, and `value` for a read), with errors that say what is wrong.
 
 use super::{Op, Outcome};
-use crate::jsonl::Fields;
+use crate::fields::Fields;
 
 /// Takes an operation out of a record.
 pub(super) fn decode_op(fields: &mut Fields) -> Result<Op, String> {

@@ -11,9 +11,9 @@ use super::precheck::precheck;
 use super::register::{JUNK, Kop, Kres, Register};
 use super::{History, Op, Outcome};
 use crate::budget::Meter;
-use crate::engine::Decision;
 use crate::fingerprint::Interner;
 use crate::history::Status;
+use crate::model::Decision;
 use crate::search::{Found, Span, search};
 
 /// The class of an operation: its kind, value and result.

@@ -28,9 +28,10 @@ use serde_json::Value;
 
 use crate::Model;
 use crate::budget::{Budget, Meter};
-use crate::engine::{self, Decision, Engine};
+use crate::engine;
+use crate::fields::Fields;
 use crate::history::Status;
-use crate::jsonl::Fields;
+use crate::model::{Decision, Engine};
 use crate::search::Found;
 
 /// The key-value model (a marker type for [`crate::History`], [`crate::Recorder`], …).

@@ -5,9 +5,9 @@ use std::collections::{HashMap, HashSet};
 use super::machine::{Fifo, Qop};
 use super::{History, Op, Outcome};
 use crate::budget::Meter;
-use crate::engine::Decision;
 use crate::fingerprint::Interner;
 use crate::history::Status;
+use crate::model::Decision;
 use crate::search::{Found, Span, search};
 
 /// Finds an item popped (with a known result) more often than it can have been pushed by the

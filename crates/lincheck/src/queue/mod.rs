@@ -20,9 +20,10 @@ use serde_json::Value;
 
 use crate::Model;
 use crate::budget::{Budget, Meter};
-use crate::engine::{self, Decision, Engine};
+use crate::engine;
+use crate::fields::Fields;
 use crate::history::Status;
-use crate::jsonl::Fields;
+use crate::model::{Decision, Engine};
 
 /// The queue model (a marker type for [`crate::History`], [`crate::Recorder`], …).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -8,10 +8,9 @@
 //! again. Each such action is one step of the operation that needed it.
 
 use super::config::{ClientOptions, RaceConfig};
-use super::directory::DirCache;
 use super::error::RaceError;
-use super::hash::hash64;
-use super::layout::{BLOCK_HEADER, Geometry, MAX_BLOCK_UNITS, UNIT};
+use super::hash::{hash64, mask};
+use super::layout::{BLOCK_HEADER, DirEntry, Geometry, MAX_BLOCK_UNITS, UNIT};
 use super::records::Root;
 use super::stats::{RaceStats, SplitTime};
 use crate::memory::{Acquiring, MemError, Region, RemoteMemory};
@@ -25,6 +24,23 @@ pub const SPLIT_TIMES_KEPT: usize = 4096;
 
 /// Table clients made by this process (their lock-word tags differ).
 static CLIENTS: AtomicU64 = AtomicU64::new(1);
+
+/// The first `2^depth` directory entries, as last read (`directory.rs` reads them).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct DirCache {
+    /// How many entries are cached (`2^depth`); 0 entries before the first read.
+    pub depth: u8,
+    pub entries: Vec<DirEntry>,
+}
+
+impl DirCache {
+    /// The cached entry for a key's primary hash.
+    pub fn entry(&self, primary: u64) -> Option<DirEntry> {
+        self.entries
+            .get((primary & mask(self.depth)) as usize)
+            .copied()
+    }
+}
 
 /// One logical client of a RACE table (see the module docs).
 pub struct TableClient<M: RemoteMemory> {

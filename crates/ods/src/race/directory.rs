@@ -9,29 +9,11 @@
 //! headers reveal (the subtable read no longer claims the key), and the client reads the
 //! directory again, deep enough for the depths it saw.
 
-use super::client::TableClient;
+use super::client::{DirCache, TableClient};
 use super::error::RaceError;
-use super::hash::mask;
 use super::layout::{DirEntry, word};
 use super::stats::{bytes, ended, exec};
 use crate::memory::{MemOp, RemoteMemory};
-
-/// The first `2^depth` directory entries, as last read.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct DirCache {
-    /// How many entries are cached (`2^depth`); 0 entries before the first read.
-    pub depth: u8,
-    pub entries: Vec<DirEntry>,
-}
-
-impl DirCache {
-    /// The cached entry for a key's primary hash.
-    pub fn entry(&self, primary: u64) -> Option<DirEntry> {
-        self.entries
-            .get((primary & mask(self.depth)) as usize)
-            .copied()
-    }
-}
 
 impl<M: RemoteMemory> TableClient<M> {
     /// One step of reading the directory `want` deep (or deeper, if the global depth says

@@ -1,6 +1,6 @@
 //! Figure 8(a)'s verdicts: the checks, the paper's references and the notes.
 
-use super::report::{curves, ms, name, opt_ms, since};
+use super::measures::{curves, ms, name, opt_ms, since};
 use super::{
     CRASH_EPOCH, CRASH_PHASE, CRASH_STEPS, LOADERS, MAX_LIFETIME_US, Plan, Run, STUCK, options,
 };

@@ -87,7 +87,7 @@ pub struct NodeLimits {
     /// Control requests a client may have in flight per shard (flow control, enforced by the
     /// NIC: each control connection gets its own receive queue of this many slots, so a client
     /// that sends more meets receiver-not-ready on its own QP only). At least the client
-    /// library's [`MAX_OUTSTANDING_RPCS`](crate::client::MAX_OUTSTANDING_RPCS). 0: one shared
+    /// library's [`MAX_OUTSTANDING_RPCS`](crate::proto::messages::MAX_OUTSTANDING_RPCS). 0: one shared
     /// receive queue of `srq_depth` slots for all (the paper's design; one client's flood
     /// starves the others).
     pub control_credits: u32,
@@ -119,7 +119,7 @@ impl Default for NodeLimits {
         NodeLimits {
             idle_timeout_us: 30_000_000,
             hello_timeout_us: 2_000_000,
-            control_credits: crate::client::MAX_OUTSTANDING_RPCS,
+            control_credits: crate::proto::messages::MAX_OUTSTANDING_RPCS,
             max_connections: 1024,
             tenant_quota: None,
             sessions_per_tenant: None,

@@ -8,10 +8,10 @@
 //! ignores, and a field added later in those bytes is refused by an older receiver instead of
 //! being silently dropped.
 
-use super::messages::{
+use super::{
     Access, Grant, Mode, PermissionId, ProtoError, Reply, Request, RootName, SLOT_SIZE, Status,
 };
-use super::shards::ShardMap;
+use crate::proto::shards::ShardMap;
 use crate::rpc::{Protocol, SlotReader, SlotWriter};
 use rnic::MemoryKey;
 
