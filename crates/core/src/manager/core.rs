@@ -454,6 +454,24 @@ pub struct ManagerCore {
     /// Revoke replies held back until a failed unbind has been retried successfully (a
     /// revoke completes only once the old rkey is dead).
     deferred_revokes: Vec<Outgoing>,
+    /// A hole fixed before, switched back on by a test ([`ManagerCore::set_mutation`]).
+    #[cfg(feature = "testing")]
+    mutation: Option<Mutation>,
+}
+
+/// Holes fixed before that a test can switch back on, one at a time, to show that a
+/// simulation catches them (`tests/cluster_sim.rs`). Only with the `testing` feature; off
+/// unless [`ManagerCore::set_mutation`] is called.
+#[cfg(feature = "testing")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    /// Freed memory is handed out again without being scrubbed.
+    SkipScrub,
+    /// A retried waiting acquire (same client and request id) is a new request, not a copy
+    /// of the waiting one: it becomes a second waiter, whose grant nobody holds.
+    RetryIsNewRequest,
+    /// `acquire` skips the tenant check: another tenant's object is granted.
+    SkipTenantCheck,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -504,8 +522,22 @@ impl ManagerCore {
             grants: Vec::new(),
             replies: Vec::new(),
             deferred_revokes: Vec::new(),
+            #[cfg(feature = "testing")]
+            mutation: None,
             cfg,
         }
+    }
+
+    /// Switches a fixed hole back on (`None`: the product's behaviour). For tests only.
+    #[cfg(feature = "testing")]
+    pub fn set_mutation(&mut self, mutation: Option<Mutation>) {
+        self.mutation = mutation;
+    }
+
+    /// Whether `m` is switched on.
+    #[cfg(feature = "testing")]
+    pub(super) fn mutated(&self, m: Mutation) -> bool {
+        self.mutation == Some(m)
     }
 
     /// The driver reports how long its last busy turn took (receive, step, replies), µs. A

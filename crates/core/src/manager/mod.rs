@@ -17,6 +17,8 @@ mod pool;
 mod state;
 mod tenants;
 
+#[cfg(feature = "testing")]
+pub use self::core::Mutation;
 pub use self::core::{
     BindTarget, Chain, Checks, Finished, LivePermission, ManagerConfig, ManagerCore, NicExecutor,
     NicOp, NicResult, Occupancy, Outgoing, Scrub,

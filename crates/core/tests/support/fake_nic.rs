@@ -615,6 +615,23 @@ impl Sim {
     }
 
     fn shard_batch(&mut self, k: usize, reqs: &[(ClientId, u64, Request)]) -> Vec<Outgoing> {
+        let (replies, batch_keys) = self.shard_step(k, reqs);
+        for o in &replies {
+            self.check_reply(o, &batch_keys);
+        }
+        replies
+    }
+
+    /// One batch of shard `k` on requests the caller routed and numbered itself (a driver
+    /// with its own request ids, as the cluster simulation's node): the NIC chain, the header
+    /// writes and the scrubs (recorded in [`Sim::scrubbed`], checked: no other window covers a
+    /// scrubbed range), without this driver's request bookkeeping. Returns the replies and the
+    /// rkeys this batch granted (for [`Sim::check_grant`]).
+    pub fn shard_step(
+        &mut self,
+        k: usize,
+        reqs: &[(ClientId, u64, Request)],
+    ) -> (Vec<Outgoing>, Vec<MemoryKey>) {
         self.batches += 1;
         // The same `step` as the memory node's runner, on the simulated NIC; the shard's window
         // ids are translated to the NIC's.
@@ -664,10 +681,7 @@ impl Sim {
                 );
             }
         }
-        for o in &fin.replies {
-            self.check_reply(o, &batch_keys);
-        }
-        fin.replies
+        (fin.replies, batch_keys)
     }
 
     /// Invariants every reply must satisfy when it leaves.
@@ -688,8 +702,24 @@ impl Sim {
         };
         assert!(o.copies >= 1, "a reply for no copy: {o:?}");
         assert_eq!(req.client, o.client, "reply went to the wrong client");
-        let Reply::Granted(g) = o.reply else { return };
-        let (access, allocate) = match req.request {
+        if let Reply::Granted(g) = o.reply {
+            self.check_grant(o.client, req.request, &g, batch_keys);
+        }
+    }
+
+    /// Invariants a grant to `client` for `request` must satisfy when it leaves: start times
+    /// increase per header, the header was written, the rkeys work with exactly the granted
+    /// rights, only this grant's windows reach its lifetime word, and no earlier owner's
+    /// window is bound over freshly allocated memory (`batch_keys`: the batch's grants).
+    pub fn check_grant(
+        &mut self,
+        client: ClientId,
+        request: Request,
+        g: &Grant,
+        batch_keys: &[MemoryKey],
+    ) {
+        let g = *g;
+        let (access, allocate) = match request {
             Request::Allocate { .. } => (Access::ReadWrite, true),
             Request::Acquire { access, .. } => (access, false),
             // A renewal keeps the rights of the permission it replaces.
@@ -766,8 +796,8 @@ impl Sim {
             }
         }
         self.issued.push(Issued {
-            client: o.client,
-            request: req.request,
+            client,
+            request,
             grant: g,
             access,
             at: self.now,

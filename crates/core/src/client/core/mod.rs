@@ -118,6 +118,9 @@ pub struct ClientCore {
     stats: ClientStats,
     counts: ControlCounts,
     rng: StdRng,
+    /// Test mutation: a late grant is not handed back ([`ClientCore::keep_late_grants`]).
+    #[cfg(feature = "testing")]
+    keep_late_grants: bool,
 }
 
 /// Whether `req` names a permission (which belongs to the session that granted it).
@@ -173,7 +176,16 @@ impl ClientCore {
             stats: ClientStats::default(),
             counts: ControlCounts::default(),
             rng: StdRng::seed_from_u64(seed),
+            #[cfg(feature = "testing")]
+            keep_late_grants: false,
         }
+    }
+
+    /// Test mutation (a hole fixed before): a grant that arrives after its call gave up is
+    /// dropped instead of handed back, orphaning it until its lease ends.
+    #[cfg(feature = "testing")]
+    pub fn keep_late_grants(&mut self, on: bool) {
+        self.keep_late_grants = on;
     }
 
     /// Starts session `number` with one channel, to shard 0, for its `Hello`. Everything of
@@ -491,6 +503,10 @@ impl ClientCore {
         let Reply::Granted(g) = reply else {
             return;
         };
+        #[cfg(feature = "testing")]
+        if self.keep_late_grants {
+            return;
+        }
         let free = matches!(request, Request::Allocate { .. });
         let revoke = Request::Revoke { id: g.id, free };
         let channel = self.first_channel(&revoke);

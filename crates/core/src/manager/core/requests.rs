@@ -111,7 +111,10 @@ impl ManagerCore {
         else {
             return;
         };
-        if let Some(&object) = self.waiting.get(&(client, req_id)) {
+        let retry = self.waiting.get(&(client, req_id)).copied();
+        #[cfg(feature = "testing")]
+        let retry = retry.filter(|_| !self.mutated(super::Mutation::RetryIsNewRequest));
+        if let Some(object) = retry {
             let waiter = self.objects.get_mut(&object).and_then(|o| {
                 o.waiters
                     .iter_mut()
@@ -127,7 +130,7 @@ impl ManagerCore {
         let Some(obj) = self
             .buffers
             .object_with_buffer(addr)
-            .filter(|o| self.tenants.may_acquire(client, o.addr, access))
+            .filter(|o| self.may_acquire(client, o.addr, access))
         else {
             return self.fail(client, req_id, Status::NotFound);
         };
@@ -209,6 +212,15 @@ impl ManagerCore {
         }
     }
 
+    /// Whether `client`'s tenant may acquire `object` with `access` (see `tenants.rs`).
+    fn may_acquire(&self, client: ClientId, object: u64, access: Access) -> bool {
+        #[cfg(feature = "testing")]
+        if self.mutated(super::Mutation::SkipTenantCheck) {
+            return true;
+        }
+        self.tenants.may_acquire(client, object, access)
+    }
+
     pub(super) fn lookup(&self, client: ClientId, id: PermissionId) -> Option<PermKey> {
         let key = *self.perms.by_header.get(&id.header_addr)?;
         let p = self.perms.get(key)?;
@@ -270,6 +282,8 @@ impl ManagerCore {
         let asker = Asker::one(client, req_id);
         let granted = self.grant(now, asker, obj, lease_us, (Access::ReadWrite, mode), false);
         let scrub = (dirty && self.cfg.scrub != Scrub::Off).then(|| obj.buffer());
+        #[cfg(feature = "testing")]
+        let scrub = scrub.filter(|_| !self.mutated(super::Mutation::SkipScrub));
         match self.grants.last_mut() {
             Some(g) if granted => {
                 g.allocated = true;
