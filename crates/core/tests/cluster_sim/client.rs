@@ -228,7 +228,7 @@ impl Client {
         };
         let id = self
             .core
-            .start(hello, Owner::Caller, self.now(t))
+            .start(hello, Owner::Reply, self.now(t))
             .expect("a fresh session has a slot");
         self.calls.insert(
             id,
@@ -501,7 +501,7 @@ impl Client {
                     lease_us: lease,
                     mode: m,
                 };
-                self.start(t, Kind::Allocate(m), req, Owner::Caller, out);
+                self.start(t, Kind::Allocate(m), req, Owner::Reply, out);
             }
             15..=32 if in_flight < 6 => {
                 let Some((addr, len)) = world.pick_object(&mut self.rng, self.tenant) else {
@@ -526,7 +526,7 @@ impl Client {
                     mode: m,
                     wait_us,
                 };
-                self.start(t, Kind::Acquire(access, m), req, Owner::Caller, out);
+                self.start(t, Kind::Acquire(access, m), req, Owner::Reply, out);
             }
             33..=38 if in_flight < 6 && !self.held.is_empty() => {
                 let h = &self.held[self.rng.below(self.held.len() as u64) as usize];
@@ -535,7 +535,7 @@ impl Client {
                     id,
                     lease_us: lease,
                 };
-                self.start(t, Kind::Extend(id), req, Owner::Caller, out);
+                self.start(t, Kind::Extend(id), req, Owner::Reply, out);
             }
             39..=46 if in_flight < 6 && !self.held.is_empty() => {
                 let i = self.rng.below(self.held.len() as u64) as usize;
@@ -543,7 +543,7 @@ impl Client {
                 let id = h.perm.id();
                 let free = h.perm.access() == Access::ReadWrite && self.rng.chance(1, 2);
                 let req = Request::Revoke { id, free };
-                self.start(t, Kind::Revoke(id), req, Owner::Caller, out);
+                self.start(t, Kind::Revoke(id), req, Owner::Reply, out);
             }
             // CN-collaborated extension: a CAS on the lifetime word.
             47..=54 if !self.held.is_empty() => {
@@ -575,7 +575,7 @@ impl Client {
                     .collect();
                 if !ids.is_empty() {
                     let id = ids[self.rng.below(ids.len() as u64) as usize];
-                    self.core.abandon(id);
+                    self.core.abandon(id, self.now(t));
                     self.calls.remove(&id);
                 }
             }
