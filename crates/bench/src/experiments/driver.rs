@@ -6,7 +6,7 @@
 //! waits for the memory node's CPU. Permission operations (acquire, revoke, register, flip QP
 //! flags) are submitted and polled, so they are pipelined across the logical clients of a
 //! thread, as the paper's coroutines are (§7 setup); so are fig7's CN extensions, the
-//! one-sided CASes that experiment compares with RPCs (`Client::post_extend`). Any other data
+//! one-sided CASes that experiment compares with RPCs (`Op::Extend` tickets). Any other data
 //! access is synchronous for its own round trip in every mechanism (the RPC mechanism's
 //! accesses included), so no mechanism gets pipelining the others lack. Throughput is a fixed op count over the wall time to reach it.
 

@@ -315,7 +315,7 @@ fn summarize(exp: &mut Experiment, clients: u32) {
     ];
     exp.notes = vec![
         format!("A lease cycle is one acquire plus {EXTENSIONS} extensions of {LEASE_US} µs each; Re-acquire replaces each extension with a new acquire (the old permission ends by expiry). Throughput counts lease operations; `lease_cycles_per_s` divides by {}.", EXTENSIONS + 1),
-        "Acquires, RPC extensions and CN extensions are all pipelined across logical clients (the paper's coroutines overlap each of them): a CN extension is a one-sided CAS on the header's lifetime word, posted with `Client::post_extend` and polled with `Client::poll_extend`, and it never reaches the manager's CPU.".into(),
+        "Acquires, RPC extensions and CN extensions are all pipelined across logical clients (the paper's coroutines overlap each of them): a CN extension is a one-sided CAS on the header's lifetime word, started as an `Op::Extend` ticket and polled with `Client::poll`, and it never reaches the manager's CPU.".into(),
         "In-process, a one-sided CAS executes on the client's thread, so CN extension costs the memory node nothing; over TCP the node's NIC engine thread executes it (the engine column).".into(),
     ];
     let rows: Vec<&Row> = SCHEMES.iter().filter_map(|n| exp.row(n, clients)).collect();

@@ -85,7 +85,7 @@ pub enum ClientError {
     /// connection joining a shard), or the session's control connection was lost. Its
     /// permissions ended with it. The op that reports this was not run (one whose outcome is
     /// unknown reports [`ClientError::OutcomeUnknown`] instead), and nothing is sent again:
-    /// the next control operation opens a new session ([`Client::reconnect`](super::Client::reconnect)
+    /// the next control operation opens a new session ([`SessionControl::reconnect`](super::SessionControl::reconnect)
     /// does it at once), and rights are acquired again there.
     #[error("the memory node ended this client's session ({0}); reconnect")]
     SessionEnded(SessionEnd),

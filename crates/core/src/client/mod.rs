@@ -2,9 +2,11 @@
 //! memory node's shared receive queue), data path as one-sided verbs through windows on a
 //! virtual QP with spares.
 //!
-//! - `allocate`, `acquire`, `extend` (one-sided CAS on the lifetime field), `extend_rpc`,
-//!   `revoke`, `free`;
-//! - `read`, `write`, `cas`, `faa`, and [`Batch`] for many ops behind one doorbell.
+//! - `allocate`, `acquire`, `extend` (one-sided CAS on the lifetime field), `revoke`, `free`;
+//! - `read`, `write`, `cas`, `faa`, and [`Batch`] for many ops behind one doorbell;
+//! - every operation without waiting: [`Client::start`] an [`Op`] for a [`Ticket`];
+//! - [`Client::status`] (what it knows and counted) and [`Client::control`] (a new session,
+//!   arming, sharing, named roots).
 //!
 //! The control QP is separate from the data QPs, so a data-QP fault never disturbs the
 //! control plane. The client's expiry is conservative: (send time of the request + granted
@@ -13,7 +15,7 @@
 //! Everything the client holds at the memory node belongs to a session (`session`): when the
 //! control connection is lost, or the memory node ended the session (a refused reconnection
 //! says so: [`ClientError::SessionEnded`], never a wrong secret), the next control operation
-//! opens a new one (`control`; [`Client::reconnect`] does it at once), and the permissions of
+//! opens a new one (`control`; [`SessionControl::reconnect`] does it at once), and the permissions of
 //! the old one are dead ([`ClientError::SessionLost`]). The memory they cover belongs to the
 //! tenant, not to the session: [`Client::free`] of an old session's permission frees the
 //! object by acquiring it again in the new session.
@@ -131,7 +133,7 @@ pub struct Client<P: Provider> {
     staging: P::Buffer,
     staging_mr: P::Mr,
     epoch: u64,
-    /// Extensions posted without waiting ([`Client::post_extend`]).
+    /// Extensions posted without waiting (`Op::Extend` tickets).
     posted: posted::PostedOps,
     /// Permissions that may be alive, for rebinding after a QP switch (type 2).
     live: Vec<(
@@ -160,7 +162,7 @@ impl<P: Provider> Client<P> {
     }
 
     /// Connects as [`Client::connect`] does, with the control CQs on `channel`: a thread that
-    /// drives several clients can [`arm`](Client::arm) them all and sleep on the one channel
+    /// drives several clients can [`arm`](SessionControl::arm) them all and sleep on the one channel
     /// until any has a reply ([`rnic::CompletionChannel::wait`]).
     pub fn connect_on(
         ctx: &P::Context,

@@ -125,7 +125,7 @@ impl Perm {
         self.lifetime_us.load(Ordering::SeqCst)
     }
     /// Records the lifetime the manager's `Extended` reply reported for a pipelined RPC
-    /// extension (sent with `Client::submit`), as `Client::extend_rpc` does itself. It only
+    /// extension (an `Op::Request` ticket of an `Extend`). It only
     /// moves the local expiry: the manager, not this value, decides when the windows close.
     pub fn note_extended(&self, lifetime_us: u64) {
         self.lifetime_us.fetch_max(lifetime_us, Ordering::SeqCst);

@@ -104,7 +104,12 @@ fn root_name(name: &str) -> Result<RootName, ClientError> {
 }
 
 impl<P: Provider> SessionControl<'_, P> {
-    /// Opens a new session with the memory node now (see [`Client::reconnect`]).
+    /// Opens a new session with the memory node now and retires the current one: its QPs to
+    /// ERR (the node ends the session and its permissions). Permissions of the old session are
+    /// refused from now on ([`ClientError::SessionLost`]); nothing of it is sent again. The
+    /// client does this by itself at the first control operation after its session was lost or
+    /// ended; call this to start the new session at once. On failure the client stays without
+    /// a session, and the next control operation tries again.
     pub fn reconnect(&mut self) -> Result<(), ClientError> {
         self.client.reconnect()
     }

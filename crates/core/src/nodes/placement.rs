@@ -13,7 +13,7 @@
 //! Invariants:
 //! - `allocate_many` is all or nothing: on an error every object it got is freed.
 //! - One request per node per round: the objects placed on a node are asked for with one
-//!   `Client::allocate_many` (one round trip for up to 16 objects); nodes are asked one
+//!   its client's grouped allocation (one round trip for up to 16 objects); nodes are asked one
 //!   after another.
 //! - A node is tried at most once per call: one that refuses (full, gone) gets no more of
 //!   this call's objects; they go round the nodes left.

@@ -72,7 +72,7 @@ impl<P: Provider> NodeSet<P> {
         })
     }
 
-    /// [`Client::try_acquire`](crate::client::Client::try_acquire) on the node of `addr`:
+    /// An acquire that does not wait ([`Op::Acquire`] without `wait`) on the node of `addr`:
     /// fails at once with `ConflictTimeout` if a holder conflicts, leaving the holders alone.
     pub fn try_acquire(
         &mut self,
@@ -158,7 +158,7 @@ impl<P: Provider> NodeSet<P> {
 
     /// Waits up to `max` (sleeping) until an operation started on some node has ended; whether
     /// one has. With operations in flight at several nodes, it looks at each in turn a slice at
-    /// a time ([`WAIT_SLICE`]), so one node's answer is not slept through waiting for another's.
+    /// a time (`WAIT_SLICE`), so one node's answer is not slept through waiting for another's.
     /// A node that fails shows at the next poll of its tickets.
     pub fn wait_any(&mut self, max: Duration) -> bool {
         let busy: Vec<usize> = (0..self.members.len())
@@ -215,11 +215,9 @@ impl<P: Provider> NodeSet<P> {
         self.outcome(p.node, r, true)
     }
 
-    /// `revoke` of every permission of `perms`: one [`Client::revoke_many`] per node (one
-    /// round trip per node and group of 16). Every permission is ended or reported; the first
-    /// failure is returned once all were tried.
-    ///
-    /// [`Client::revoke_many`]: crate::client::Client::revoke_many
+    /// `revoke` of every permission of `perms`: per node, every revoke sent before any answer
+    /// is awaited (one round trip per node and group of 16). Every permission is ended or
+    /// reported; the first failure is returned once all were tried.
     pub fn revoke_many(&mut self, perms: Vec<NodePerm>) -> Result<(), NodeSetError> {
         let mut first = None;
         let mut groups: Vec<(NodeId, Vec<crate::client::Perm>)> = Vec::new();
@@ -253,7 +251,7 @@ impl<P: Provider> NodeSet<P> {
     }
 
     /// Lets clients of `tenant` acquire the object at global address `addr` (see
-    /// [`Client::share`](crate::client::Client::share)).
+    /// [`SessionControl::share`](crate::client::SessionControl::share)).
     pub fn share(
         &mut self,
         addr: u64,
