@@ -25,7 +25,22 @@ fn status_shows_what_lives(t: Link) {
     let p = client
         .allocate(100, Duration::from_secs(20), Mode::Exclusive)
         .unwrap();
-    let (status, stats) = c.node.status();
+    // Every shard takes each data connection from the node's accept thread on its next turn,
+    // which may come after the client saw the connection up: look again (each status call
+    // waits for a turn of every shard) until every shard has taken them, or give up.
+    let data_qps_taken = |s: &patronus_core::manager::NodeStatus| {
+        s.sessions
+            .iter()
+            .all(|s| s.data_qps.iter().any(|(_, st)| *st == QpState::ReadyToSend))
+    };
+    let mut looks = 0;
+    let (status, stats) = loop {
+        let (status, stats) = c.node.status();
+        looks += 1;
+        if data_qps_taken(&status) || looks == 1_000 {
+            break (status, stats);
+        }
+    };
     assert_eq!(status.permissions_total, 1);
     let listed = &status.permissions[0].permission;
     assert_eq!((listed.addr, listed.len), (p.addr(), p.len()));
@@ -87,6 +102,10 @@ fn drain_refuses_new_permissions(t: Link) {
     let p = c.clients[0]
         .allocate(64, Duration::from_secs(20), Mode::Shared)
         .unwrap();
+    // Every shard takes the client's connections from the accept thread on a turn of its own;
+    // a draining node refuses those not taken yet, which ends the session. Wait for a turn of
+    // every shard first: the drain is about new permissions, not new connections.
+    c.node.fresh_stats();
     c.node.drain();
     let client = &mut c.clients[0];
     assert!(matches!(

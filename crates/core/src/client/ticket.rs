@@ -230,6 +230,9 @@ impl<P: Provider> Client<P> {
                 Err(e) => Some((t, Err(e))),
             };
         }
+        if self.posted.in_flight() == 0 {
+            return None; // nothing posted: the data CQ has nothing for a ticket
+        }
         self.poll_data_cq();
         let id = self.posted.any_ended(self.session.number)?;
         let t = Ticket(id);
