@@ -39,7 +39,19 @@ impl LongLease {
         mode: Mode,
         renew_before: std::time::Duration,
     ) -> Result<LongLease, ClientError> {
-        client.acquire_long(addr, size, lease, access, mode, renew_before)
+        let perm = client.acquire(addr, size, lease, access, mode)?;
+        let (lease_us, renew_before_us) = (super::micros(lease), super::micros(renew_before));
+        Ok(LongLease {
+            perm: Some(perm),
+            addr,
+            size,
+            access,
+            mode,
+            lease_us,
+            renew_before_us,
+            reacquired: 0,
+            extended: 0,
+        })
     }
 
     /// Makes sure the permission stays valid for the renewal margin more: nothing, a
@@ -55,32 +67,6 @@ impl LongLease {
 }
 
 impl<P: Provider> Client<P> {
-    /// Acquires a permission that [`renew`](Self::renew) keeps valid past the maximum
-    /// lifetime. `renew_before` is how much validity `renew` guarantees.
-    fn acquire_long(
-        &mut self,
-        addr: u64,
-        size: u64,
-        lease: std::time::Duration,
-        access: Access,
-        mode: Mode,
-        renew_before: std::time::Duration,
-    ) -> Result<LongLease, ClientError> {
-        let perm = self.acquire(addr, size, lease, access, mode)?;
-        let (lease_us, renew_before_us) = (super::micros(lease), super::micros(renew_before));
-        Ok(LongLease {
-            perm: Some(perm),
-            addr,
-            size,
-            access,
-            mode,
-            lease_us,
-            renew_before_us,
-            reacquired: 0,
-            extended: 0,
-        })
-    }
-
     /// Makes sure the lease's permission stays valid for `renew_before_us` more: nothing,
     /// a one-sided extension, or a re-acquisition.
     fn renew<'l>(&mut self, lease: &'l mut LongLease) -> Result<&'l Perm, ClientError> {

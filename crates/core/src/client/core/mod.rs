@@ -376,6 +376,28 @@ impl ClientCore {
         };
         let (channel, raw) = (call.channel, call.request);
         let request = self.with_slack(raw);
+        let timers = Some((
+            now.timer.plus(self.rpc_timeout / 2),
+            now.timer.plus(self.rpc_timeout),
+        ));
+        let measures = measures_round_trip(&raw);
+        let wire = self.put_on_wire(channel, request, Target::Call(id), timers, measures, now);
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.state = CallState::Sent(wire);
+        }
+    }
+
+    /// Sends `request` under the next wire id of `channel` (which has a credit), owing one
+    /// answer, for `target`; `timers` are its (retry, deadline). Returns the wire id.
+    fn put_on_wire(
+        &mut self,
+        channel: usize,
+        request: Request,
+        target: Target,
+        timers: Option<(Timestamp, Timestamp)>,
+        measures: bool,
+        now: Now,
+    ) -> u64 {
         let wire = self.channels[channel].take_id();
         self.channels[channel].owed += 1;
         self.counts.submitted += 1;
@@ -384,23 +406,21 @@ impl ClientCore {
             Send {
                 channel,
                 request,
-                target: Target::Call(id),
+                target,
                 replay: None,
                 owed: 1,
                 sent_lease: now.lease,
-                retry_at: Some(now.timer.plus(self.rpc_timeout / 2)),
-                deadline: Some(now.timer.plus(self.rpc_timeout)),
-                measures: measures_round_trip(&raw),
+                retry_at: timers.map(|t| t.0),
+                deadline: timers.map(|t| t.1),
+                measures,
             },
         );
-        if let Some(call) = self.calls.get_mut(&id) {
-            call.state = CallState::Sent(wire);
-        }
         self.transmits.push_back(Transmit {
             channel,
             id: wire,
             request,
         });
+        wire
     }
 
     /// The next request to put on the wire, if any.
@@ -514,28 +534,7 @@ impl ClientCore {
         if !self.channels[channel].has_credit() {
             return;
         }
-        let wire = self.channels[channel].take_id();
-        self.channels[channel].owed += 1;
-        self.counts.submitted += 1;
-        self.sends.insert(
-            wire,
-            Send {
-                channel,
-                request: revoke,
-                target: Target::Detached,
-                replay: None,
-                owed: 1,
-                sent_lease: now.lease,
-                retry_at: None,
-                deadline: None,
-                measures: false,
-            },
-        );
-        self.transmits.push_back(Transmit {
-            channel,
-            id: wire,
-            request: revoke,
-        });
+        self.put_on_wire(channel, revoke, Target::Detached, None, false, now);
     }
 
     /// Sends call `id` if its channel has a credit (else it stays queued).
