@@ -20,9 +20,10 @@
 //!   unknown); nothing of the old session is sent again.
 
 use super::core::{Owner, names_permission};
+use super::driver::Client;
+use super::error::ClientError;
 use super::pump::Pump;
 use super::session::Session;
-use super::{Client, ClientError};
 use crate::proto::messages::{Reply, Request, Status};
 use rnic::{CompletionQueue, Provider, WcStatus, WorkCompletion};
 

@@ -9,7 +9,9 @@
 //! [`ClientError::OutcomeUnknown`]. READs are idempotent and retried; ops that were never
 //! posted are retried.
 
-use super::{Client, ClientError, Perm};
+use super::driver::Client;
+use super::error::ClientError;
+use super::perm::Perm;
 use crate::proto::messages::Access;
 use crate::proto::refusal::SessionEnd;
 use rnic::{
@@ -125,7 +127,7 @@ impl<P: Provider> Client<P> {
     /// as for every lease the client asks for: the holder's next turn may be a round trip
     /// away). Fails with `ExtensionRefused` once the manager zeroed the field.
     pub fn extend(&mut self, perm: &Perm, lease: std::time::Duration) -> Result<(), ClientError> {
-        let lease_us = self.core.wire_lease_us(super::micros(lease));
+        let lease_us = self.core.wire_lease_us(super::lease::micros(lease));
         self.current(perm)?;
         if self.clocks.lease.now() >= perm.expiry() {
             self.core.stats_mut().local_expiries += 1;

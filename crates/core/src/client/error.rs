@@ -1,6 +1,6 @@
 //! The client library's error type: exactly what happened, grouped by cause.
 
-use crate::proto::messages::Status;
+use crate::proto::messages::{Reply, Status};
 use crate::proto::refusal::{Refusal, SessionEnd};
 use rnic::{VerbsError, WcStatus};
 
@@ -142,6 +142,15 @@ impl ClientError {
             Status::NameTaken => ClientError::NameTaken,
             Status::TooLarge => ClientError::TooLarge,
         }
+    }
+}
+
+/// The error a reply that is not the one expected stands for: a refusal's status, or
+/// [`ClientError::UnexpectedReply`].
+pub(super) fn unexpected(reply: Reply) -> ClientError {
+    match reply {
+        Reply::Failed(s) => ClientError::from_status(s),
+        other => ClientError::UnexpectedReply(other.kind_name()),
     }
 }
 

@@ -24,6 +24,7 @@
 
 use hdrhistogram::Histogram;
 use rnic::Timestamp;
+use std::time::Duration;
 
 /// Round-trip estimator of RFC 6298 (§2), in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -200,6 +201,11 @@ impl LeasePolicy {
     pub fn rtt(&self) -> &RttEstimator {
         &self.rtt
     }
+}
+
+/// A duration in whole microseconds, as leases travel (saturating).
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

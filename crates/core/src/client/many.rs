@@ -2,7 +2,13 @@
 //! blocks four at a time), each object still with its own permission.
 
 use super::core::Owner;
-use super::*;
+use super::driver::Client;
+use super::error::{ClientError, unexpected};
+use super::lease::micros;
+use super::perm::Perm;
+use crate::proto::messages::{Access, MAX_OUTSTANDING_RPCS, Mode, Reply, Request};
+use rnic::Provider;
+use std::time::Duration;
 
 impl<P: Provider> Client<P> {
     /// Allocates one object per entry of `sizes`, each with its own read-write permission for

@@ -69,7 +69,7 @@ impl Perm {
     }
 
     /// Notes that the lease ended before any access; counts the grant as wasted once.
-    pub(crate) fn mark_wasted(&self, stats: &mut super::ClientStats) {
+    pub(crate) fn mark_wasted(&self, stats: &mut super::lease::ClientStats) {
         if self
             .first_use
             .compare_exchange(UNUSED, WASTED, Ordering::Relaxed, Ordering::Relaxed)

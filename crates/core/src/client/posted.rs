@@ -15,14 +15,10 @@
 //!   as it is, one that never will is reported `OutcomeUnknown` (and a forgotten one frees its
 //!   slot), as nothing of the old QP writes the slot any more.
 
-use super::{Client, ClientError, Perm};
-use rnic::{
-    CompletionQueue, MemoryBuffer, MemoryRegion, Provider, QueuePair, SendOp, SendWr, Sge,
-    WcStatus, WorkCompletion,
-};
+use rnic::WorkCompletion;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 /// Tag of posted extensions' work-request ids (batches' ids never set it).
 pub(super) const POSTED: u64 = 1 << 63;
@@ -38,28 +34,28 @@ pub(super) const POSTED_TICKET: u64 = 1 << 46;
 /// An extension posted and not yet polled to its end or forgotten.
 #[derive(Debug)]
 pub(super) struct PostedExtend {
-    wr_id: u64,
-    slot: usize,
-    current: u64,
-    new: u64,
+    pub(super) wr_id: u64,
+    pub(super) slot: usize,
+    pub(super) current: u64,
+    pub(super) new: u64,
     /// The session whose data QP carried it.
-    session: u64,
+    pub(super) session: u64,
     /// The permission's lifetime word as the client knows it (raised when the CAS succeeds).
-    lifetime_us: Arc<AtomicU64>,
+    pub(super) lifetime_us: Arc<AtomicU64>,
 }
 
 /// Posted extensions in flight and their arrived completions.
 #[derive(Debug, Default)]
 pub(super) struct PostedOps {
     /// Bit `i`: result slot `i` is in use.
-    busy: u64,
-    next: u64,
+    pub(super) busy: u64,
+    pub(super) next: u64,
     /// Completions of posted ops that arrived before their poll.
-    done: Vec<WorkCompletion>,
+    pub(super) done: Vec<WorkCompletion>,
     /// Posted ops nobody will poll: their completion frees their slot and is dropped.
-    forgotten: Vec<u64>,
+    pub(super) forgotten: Vec<u64>,
     /// Posted ops by ticket.
-    by_ticket: HashMap<u64, PostedExtend>,
+    pub(super) by_ticket: HashMap<u64, PostedExtend>,
 }
 
 impl PostedOps {
@@ -96,171 +92,5 @@ impl PostedOps {
     /// Result slots held (posted and not polled, or forgotten and not completed).
     pub(super) fn in_flight(&self) -> usize {
         self.busy.count_ones() as usize
-    }
-}
-
-impl<P: Provider> Client<P> {
-    /// Posts a CN-collaborated extension of `perm` by `lease` (with the lease policy's slack,
-    /// as [`Client::extend`]) and returns its ticket without waiting for it.
-    pub(super) fn post_extend(
-        &mut self,
-        perm: &Perm,
-        lease: std::time::Duration,
-    ) -> Result<u64, ClientError> {
-        let lease_us = self.core.wire_lease_us(super::micros(lease));
-        self.current(perm)?;
-        if self.clocks.lease.now() >= perm.expiry() {
-            self.core.stats_mut().local_expiries += 1;
-            perm.mark_wasted(self.core.stats_mut());
-            return Err(ClientError::LeaseExpired);
-        }
-        let current = perm.lifetime_us();
-        if current >= perm.max_lifetime_us() {
-            self.core.stats_mut().extension_refusals += 1;
-            return Err(ClientError::ExtensionRefused);
-        }
-        let slot = (!self.posted.busy).trailing_zeros() as usize;
-        if slot >= MAX_POSTED {
-            return Err(ClientError::TooManyPosted);
-        }
-        if self.session.vqp.active().state() != rnic::QpState::ReadyToSend {
-            self.switch_qp()?;
-        }
-        let new = current.saturating_add(lease_us);
-        let offset = self.staging.len() - POSTED_STAGING + 8 * slot;
-        self.posted.next += 1;
-        let wr_id = POSTED | (self.posted.next << 8) | slot as u64;
-        let wr = SendWr {
-            wr_id,
-            signaled: true,
-            op: SendOp::CompareSwap {
-                local: Sge {
-                    addr: self.staging.addr() + offset as u64,
-                    length: 8,
-                    lkey: self.staging_mr.lkey(),
-                },
-                remote_addr: perm.grant.lifetime_addr(),
-                rkey: perm.lifetime_rkey(),
-                compare: current,
-                swap: new,
-            },
-        };
-        self.session
-            .vqp
-            .active()
-            .post_send(&[wr])
-            .map_err(|(_, e)| ClientError::Verbs(e))?;
-        self.posted.busy |= 1 << slot;
-        perm.mark_used();
-        let ticket = POSTED_TICKET | self.posted.next;
-        self.posted.by_ticket.insert(
-            ticket,
-            PostedExtend {
-                wr_id,
-                slot,
-                current,
-                new,
-                session: self.session.number,
-                lifetime_us: perm.lifetime_us.clone(),
-            },
-        );
-        Ok(ticket)
-    }
-
-    /// Gives up on a posted extension: its outcome is never reported (it may still execute),
-    /// and its result slot is free again once its completion arrives (the NIC may write the
-    /// slot until then).
-    pub(super) fn forget_extend(&mut self, ticket: u64) {
-        let Some(posted) = self.posted.by_ticket.remove(&ticket) else {
-            return;
-        };
-        match self
-            .posted
-            .done
-            .iter()
-            .position(|wc| wc.wr_id == posted.wr_id)
-        {
-            Some(i) => {
-                self.posted.done.swap_remove(i);
-                self.posted.busy &= !(1 << posted.slot);
-            }
-            // Its session was retired: its QP is gone, nothing writes the slot.
-            None if posted.session != self.session.number => {
-                self.posted.busy &= !(1 << posted.slot);
-            }
-            None => self.posted.forgotten.push(posted.wr_id),
-        }
-    }
-
-    /// Files the completions on the data CQ (posted extensions'; a batch's are dropped, as
-    /// none is running).
-    pub(super) fn poll_data_cq(&mut self) -> usize {
-        let mut wcs = [WorkCompletion::default(); 16];
-        let n = self.data_cq.poll(&mut wcs);
-        for wc in &wcs[..n] {
-            // Anything else is from a batch already given up on, as `run` drops it.
-            self.posted.file(wc);
-        }
-        n
-    }
-
-    /// The outcome of the posted extension `ticket`, if it has completed: `Ok(true)` extended,
-    /// `Ok(false)` the lifetime had moved meanwhile (an RPC extension; the permission adopts
-    /// it, post again to extend further), `ExtensionRefused` once the manager ended it. The
-    /// ticket ends with its outcome.
-    pub(super) fn poll_extend(&mut self, ticket: u64) -> Option<Result<bool, ClientError>> {
-        let Some(posted) = self.posted.by_ticket.remove(&ticket) else {
-            return Some(Err(ClientError::InvalidArgument(
-                "no such ticket in flight",
-            )));
-        };
-        let outcome = self.posted_outcome(&posted);
-        if outcome.is_none() {
-            self.posted.by_ticket.insert(ticket, posted);
-        }
-        outcome
-    }
-
-    fn posted_outcome(&mut self, posted: &PostedExtend) -> Option<Result<bool, ClientError>> {
-        if !self.posted.done.iter().any(|wc| wc.wr_id == posted.wr_id) {
-            self.poll_data_cq();
-        }
-        let Some(i) = self
-            .posted
-            .done
-            .iter()
-            .position(|wc| wc.wr_id == posted.wr_id)
-        else {
-            if posted.session != self.session.number {
-                // Its session was retired before it completed: it may have executed.
-                self.posted.busy &= !(1 << posted.slot);
-                return Some(Err(ClientError::OutcomeUnknown(WcStatus::WrFlushError)));
-            }
-            return None;
-        };
-        let wc = self.posted.done.swap_remove(i);
-        self.posted.busy &= !(1 << posted.slot);
-        Some(match wc.status {
-            WcStatus::Success => {
-                let offset = self.staging.len() - POSTED_STAGING + 8 * posted.slot;
-                let old = self.staging.load_u64(offset).unwrap_or(0);
-                if old == posted.current {
-                    posted.lifetime_us.fetch_max(posted.new, Ordering::SeqCst);
-                    self.core.stats_mut().cas_extensions += 1;
-                    Ok(true)
-                } else if old == 0 {
-                    self.core.stats_mut().extension_refusals += 1;
-                    Err(ClientError::ExtensionRefused)
-                } else {
-                    posted.lifetime_us.fetch_max(old, Ordering::SeqCst);
-                    Ok(false)
-                }
-            }
-            s @ (WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError) => {
-                Err(ClientError::Denied(s))
-            }
-            // It may have executed: never posted again.
-            s => Err(ClientError::OutcomeUnknown(s)),
-        })
     }
 }

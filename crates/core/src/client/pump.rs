@@ -8,8 +8,8 @@
 //! - A control QP that fails loses the session in the core (every call waiting ends with
 //!   `ControlLost`); the driver never sends anything again on it.
 
-use super::ClientError;
 use super::core::{ClientCore, Now};
+use super::error::ClientError;
 use crate::proto::messages::ControlProtocol;
 use crate::rpc::{Arrival, IdleWait, Link, RpcError};
 use rnic::{Clock, CompletionChannel, Provider, Timestamp, WcStatus, WorkCompletion};

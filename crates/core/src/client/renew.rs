@@ -7,7 +7,9 @@
 //! extension and renewal (`ExtensionRefused`): the holder keeps its current permission until
 //! that permission's own deadline, and must then acquire again like everyone else.
 
-use super::{Client, ClientError, Perm};
+use super::driver::Client;
+use super::error::ClientError;
+use super::perm::Perm;
 use crate::proto::messages::{Access, Mode, Reply, Request, Status};
 use rnic::Provider;
 
@@ -40,7 +42,10 @@ impl LongLease {
         renew_before: std::time::Duration,
     ) -> Result<LongLease, ClientError> {
         let perm = client.acquire(addr, size, lease, access, mode)?;
-        let (lease_us, renew_before_us) = (super::micros(lease), super::micros(renew_before));
+        let (lease_us, renew_before_us) = (
+            super::lease::micros(lease),
+            super::lease::micros(renew_before),
+        );
         Ok(LongLease {
             perm: Some(perm),
             addr,
@@ -131,7 +136,7 @@ impl<P: Provider> Client<P> {
                             lease.mode,
                         )?
                     }
-                    other => return Err(super::unexpected(other)),
+                    other => return Err(super::error::unexpected(other)),
                 }
             }
             None => self.acquire(

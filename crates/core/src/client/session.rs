@@ -21,10 +21,11 @@
 //! - Sessions are numbered from 0 in the order the client opened them; a permission carries
 //!   the number of the session that granted it, and dies with that session.
 
+use super::config::{ClientConfig, RECV_SLOTS};
 use super::core::{ClientCore, Owner};
+use super::error::{ClientError, unexpected};
 use super::pump::{Clocks, ControlLink, Pump};
 use super::vqp::VirtualQp;
-use super::{ClientConfig, ClientError, RECV_SLOTS, unexpected};
 use crate::proto::connect::{Intent, Role};
 use crate::proto::messages::{Reply, Request};
 use crate::proto::shards::ShardMap;

@@ -3,8 +3,9 @@
 //! permissions and bytes — opening a new one, arming its completion notifications, sharing
 //! objects with other tenants and naming them.
 
+use super::driver::Client;
+use super::error::{ClientError, unexpected};
 use super::lease::{ClientStats, LeasePolicy};
-use super::{Client, ClientError, unexpected};
 use crate::proto::messages::TenantId;
 use crate::proto::messages::{Access, Reply, Request, RootName};
 use crate::proto::shards::ShardMap;
@@ -16,6 +17,20 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct ClientStatus<'a, P: Provider> {
     pub(super) client: &'a Client<P>,
+}
+
+impl<P: Provider> Client<P> {
+    /// What the client knows and counted: its id, session, the node's maximum lease and shard
+    /// map, its clock, statistics and lease policy, its QP switches and spares.
+    pub fn status(&self) -> ClientStatus<'_, P> {
+        ClientStatus { client: self }
+    }
+
+    /// What the session does besides Table 2 and the tickets: open a new session, arm the
+    /// control CQs, share objects with other tenants, name them.
+    pub fn control(&mut self) -> SessionControl<'_, P> {
+        SessionControl { client: self }
+    }
 }
 
 impl<P: Provider> ClientStatus<'_, P> {
@@ -200,7 +215,7 @@ impl<P: Provider> SessionControl<'_, P> {
         access: Access,
         mode: crate::proto::messages::Mode,
         sent: rnic::Timestamp,
-    ) -> super::Perm {
+    ) -> super::perm::Perm {
         self.client.take_grant(grant, access, mode, sent)
     }
 

@@ -17,8 +17,11 @@
 //! - A posted extension ([`Op::Extend`]) is exactly once: never posted again; see `posted`.
 
 use super::core::{Owner, Taken};
+use super::driver::Client;
+use super::error::ClientError;
+use super::lease::micros;
+use super::perm::Perm;
 use super::posted::POSTED_TICKET;
-use super::{Client, ClientError, Perm, micros};
 use crate::proto::messages::{Access, Mode, Reply, Request};
 use rnic::Provider;
 use std::time::Duration;

@@ -34,9 +34,11 @@ mod tests;
 
 pub use table::Owner;
 
+use super::config::ClientConfig;
+use super::error::{ClientError, unexpected};
+use super::lease::micros;
 use super::lease::{ClientStats, LeasePolicy};
 use super::perm::Perm;
-use super::{ClientConfig, ClientError, micros, unexpected};
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
 use crate::proto::shards::{Route, ShardMap};
 use rand::rngs::StdRng;

@@ -4,7 +4,7 @@
 //! send outlives its call while answers are owed (a retry's duplicate, a grant that arrives
 //! after its call timed out), so every answer that comes is recognised and accounted for.
 
-use crate::client::ClientError;
+use crate::client::error::ClientError;
 use crate::proto::messages::{Access, Mode, Reply, Request};
 use rnic::Timestamp;
 use std::time::Duration;
