@@ -470,6 +470,41 @@ fn flushed_ops_behind_a_refused_access_run_exactly_once<R: Rig>(t: R, iso: Isola
     assert_eq!(u64::from_le_bytes(word), 2, "each FAA ran exactly once");
 }
 
+/// Two refused accesses in one batch: the ops flushed behind the first are retried, the
+/// second refusal flushes the rest again, and those are retried once more. Every op that
+/// never ran runs exactly once; only the two forged accesses fail.
+fn ops_flushed_behind_two_refusals_run_exactly_once<R: Rig>(t: R, iso: Isolation) {
+    let mut b = bed(t, iso, 1, node_cfg(), no_wait());
+    let a = &mut b.cluster.clients[0];
+    let p = a
+        .allocate(64, Duration::from_millis(100), Mode::Exclusive)
+        .unwrap();
+    let mut bad = p.forged_copy();
+    bad.corrupt_rkey();
+    let results = {
+        let mut batch = a.batch();
+        batch
+            .write(&bad, 0, b"x")
+            .faa(&p, 8, 1)
+            .write(&bad, 0, b"y")
+            .faa(&p, 8, 1)
+            .read(&p, 8, 8);
+        batch.execute()
+    };
+    for i in [0, 2] {
+        assert!(
+            matches!(results[i], Err(ClientError::Denied(_))),
+            "{results:?}"
+        );
+    }
+    for i in [1, 3, 4] {
+        assert!(results[i].is_ok(), "{results:?}");
+    }
+    let mut word = [0u8; 8];
+    a.read(&p, 8, &mut word).unwrap();
+    assert_eq!(u64::from_le_bytes(word), 2, "each FAA ran exactly once");
+}
+
 /// An object belongs to its tenant. Another tenant gets the answer it would get for
 /// no object at all, may acquire only what the owner shared, never frees it; a disconnect frees
 /// nothing.
@@ -598,6 +633,7 @@ every_rig! {
     conflicting_acquire_waits_by_default => super::conflicting_acquire_waits_by_default;
     a_try_acquire_leaves_the_holder_alone => super::a_try_acquire_leaves_the_holder_alone;
     flushed_ops_behind_a_refused_access_run_exactly_once => super::flushed_ops_behind_a_refused_access_run_exactly_once;
+    ops_flushed_behind_two_refusals_run_exactly_once => super::ops_flushed_behind_two_refusals_run_exactly_once;
     objects_belong_to_their_tenant => super::objects_belong_to_their_tenant;
 }
 

@@ -1,7 +1,8 @@
 //! The data path: one-sided READ/WRITE/CAS/FAA through a permission's window, posted with one
 //! doorbell per batch. An op the NIC rejects reports its own error; the ops flushed behind it
-//! never executed (the responder stops at the violation), so they are retried once on the
-//! promoted spare QP and the application sees only the faulting op fail.
+//! never executed (the responder stops at the violation), so they are retried on the promoted
+//! spare QP and the application sees only the faulting ops fail (a retried list with another
+//! refused op in it is retried again without it).
 //!
 //! Exactly once: when the QP breaks for a reason that does not say what ran (retry exceeded,
 //! a lost link, a local error), a flushed or failed WRITE, CAS or FAA may already have executed
@@ -311,10 +312,11 @@ impl<P: Provider> Batch<'_, P> {
                 }
             }
         }
-        for attempt in 0..2 {
-            if todo.is_empty() {
-                break;
-            }
+        // Rounds that broke the QP without saying what ran: the ops that may be retried get
+        // one more round. A round broken by a refusal costs nothing from that budget: the
+        // refused op leaves the list, so such rounds end (at most one per op).
+        let mut blind_rounds = 0;
+        while !todo.is_empty() {
             if client.session.vqp.active().state() != rnic::QpState::ReadyToSend {
                 // Broke since the last batch (a lost link): switch before posting anything.
                 if let Err(e) = client.switch_qp() {
@@ -327,6 +329,7 @@ impl<P: Provider> Batch<'_, P> {
             }
             let outcome = client.run(&ops_ok, &todo);
             let fault = Fault::of(outcome.iter().map(|&(_, s)| s));
+            let may_retry = fault == Fault::Refused || blind_rounds == 0;
             let mut retry = Vec::new();
             let mut broken = false;
             for (i, status) in outcome {
@@ -337,7 +340,7 @@ impl<P: Provider> Batch<'_, P> {
                     (WcStatus::Success, _) => {
                         results[i] = ops_ok[i].as_ref().map(|op| Ok(client.output(op)));
                     }
-                    (_, Next::Retry) if attempt == 0 => {
+                    (_, Next::Retry) if may_retry => {
                         broken |= status != NOT_POSTED;
                         retry.push(i);
                     }
@@ -354,6 +357,9 @@ impl<P: Provider> Batch<'_, P> {
                         results[i] = Some(Err(ClientError::OutcomeUnknown(s)));
                     }
                 }
+            }
+            if broken && fault == Fault::Unknown {
+                blind_rounds += 1;
             }
             if broken {
                 if let Err(e) = client.switch_qp() {
