@@ -191,7 +191,7 @@ fn another_container_s_rkey_is_refused_by_the_nic(t: Link) {
         .pop()
         .unwrap();
     // B's own identity, A's address and rkey.
-    let stolen = own.forged(table.addr, table.len, ra.rkey());
+    let stolen = own.forged(table.addr, table.len, ra.rkey()).unwrap();
     assert_eq!(b.read(&stolen, 0, 64), Err(MemError::Rejected));
     assert_eq!(b.write(&stolen, 0, &[0xee; 8]), Err(MemError::Rejected));
     let header = a.read(&ra, 0, 8).unwrap();

@@ -1,4 +1,4 @@
-//! The data-analysis chain over several memory nodes (`NodeSetMemory`), on both transports:
+//! The data-analysis chain over several memory nodes (`PatronusMemory::over`), on both transports:
 //! the same chain code, the employee table on one node and the chains' outputs going round
 //! the nodes; every analysis is right, each chain made one acquire, one allocate and two
 //! releases, its output is readable by another compute node, and no chain's permission is
@@ -14,12 +14,12 @@ use patronus_core::nodes::{NodeId, NodeSet, NodeSetConfig};
 use patronus_core::proto::messages::{Access, Mode};
 use patronus_faas::apps::analysis::{self, Analysis, Employee};
 use patronus_faas::{FaasError, Runtime};
-use patronus_ods::{NodeSetMemory, RemoteMemory};
+use patronus_ods::{PatronusMemory, RemoteMemory};
 use rnic::soft::{SoftConfig, SoftProvider};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-type Mem = NodeSetMemory<SoftProvider>;
+type Mem = PatronusMemory<SoftProvider>;
 
 const LEASE: Duration = Duration::from_secs(2);
 const NODES: usize = 3;
@@ -44,7 +44,7 @@ fn analysis_chains_run_over_several_nodes(t: Link) {
     };
     let mut n = EmbeddedNodes::start(t, SoftConfig::default(), node, NODES).unwrap();
     let cfg = ClientConfig::default();
-    let mut setup = NodeSetMemory::new(n.connect(&cfg, NodeSetConfig::default()).unwrap());
+    let mut setup = PatronusMemory::over(n.connect(&cfg, NodeSetConfig::default()).unwrap());
     let loaded = analysis::employees(analysis::DEFAULT_RECORDS, 1, 7);
     let table = analysis::create_table(&mut setup, 1024, &loaded).unwrap();
     let before = permissions(&n);
@@ -57,7 +57,7 @@ fn analysis_chains_run_over_several_nodes(t: Link) {
         NodeSet::connect_with(addresses.len(), NodeSetConfig::default(), |node| {
             Client::connect(ctx, &addresses[node.index()], ClientConfig::default())
         })
-        .map(NodeSetMemory::new)
+        .map(PatronusMemory::over)
         .map_err(|e| FaasError::Stopped(e.to_string()))
     });
     let added = analysis::employees(12, 10_000, 99);

@@ -9,9 +9,10 @@
 //! workload code runs on each.
 //!
 //! - [`memory`]: the interface, its operations and errors.
-//! - [`patronus`]: the interface on a Patronus [`Client`](patronus_core::client::Client).
-//! - [`nodes`]: the interface on a [`NodeSet`](patronus_core::nodes::NodeSet), so every
-//!   structure runs over several memory nodes unchanged (`docs/multi-node.md`).
+//! - [`patronus`]: the interface on the Patronus client library, over one memory node (a
+//!   [`Client`](patronus_core::client::Client)) or several (a
+//!   [`NodeSet`](patronus_core::nodes::NodeSet)), so every structure runs over several memory
+//!   nodes unchanged (`docs/multi-node.md`).
 //! - [`queue`]: a lock-free segmented FIFO queue (segments of N entries, FAA to claim a slot,
 //!   CAS to publish and take it; drained segments freed).
 //! - [`race`]: RACE hashing, an extendible hash table of one-sided operations.
@@ -21,11 +22,9 @@
 #[cfg(feature = "testing")]
 pub mod conformance;
 pub mod memory;
-pub mod nodes;
 pub mod patronus;
 pub mod queue;
 pub mod race;
 
 pub use memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
-pub use nodes::NodeSetMemory;
 pub use patronus::PatronusMemory;

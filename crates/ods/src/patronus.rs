@@ -1,50 +1,88 @@
-//! [`RemoteMemory`] on the Patronus client library: a region is a [`Perm`]; allocations go
-//! several per round trip (one [`Op::Allocate`] ticket each, all started before any is
-//! awaited); a batch is one [`Client::batch`]; extension is the one-sided CAS on the
-//! permission's lifetime word. Acquires can be pipelined: a started acquire's
-//! [`Acquiring::InFlight`] id is the client's own [`Ticket`] id, so nothing is kept here.
+//! [`RemoteMemory`] on the Patronus client library, over one memory node or several: a region
+//! is a [`NodePerm`] (a [`Perm`](patronus_core::client::Perm) and its node), addresses are
+//! global ([`GlobalAddr`](patronus_core::nodes::GlobalAddr): below 2^48 and never 0, so RACE's
+//! 48-bit pointers and the queue's root-relative ones hold them unchanged), allocations go
+//! several per round trip and round the nodes ([`NodeSet::allocate_many`]), a batch is one
+//! doorbell per node it touches, extension is the one-sided CAS on the permission's lifetime
+//! word, and named roots live on node 0 (`docs/multi-node.md`). One memory node is a set of
+//! one ([`PatronusMemory::new`]).
+//!
+//! Acquires can be pipelined: a started acquire's [`Acquiring::InFlight`] id is the node set's
+//! own [`NodeTicket`] id (the client's ticket tagged with its node), so nothing is kept here.
+//!
+//! Errors keep their meaning ([`MemError::Rejected`] for an ended right, ...); a node that is
+//! gone is [`MemError::Failed`] with the node named, never `Rejected` or `NotFound`, so a
+//! structure does not take a lost node's objects for freed ones and retry forever.
 
 use crate::memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
-use patronus_core::client::{Client, ClientError, Done, Op, OpResult, Perm, Ticket};
+use patronus_core::client::{Client, ClientError, OpResult};
+use patronus_core::nodes::{
+    NodeId, NodeOp, NodePerm, NodeSet, NodeSetConfig, NodeSetError, NodeTicket,
+};
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::{Provider, Timestamp};
 use std::time::Duration;
 
-impl Region for Perm {
+impl Region for NodePerm {
     fn addr(&self) -> u64 {
-        Perm::addr(self)
+        NodePerm::addr(self)
     }
 
     fn len(&self) -> u64 {
-        Perm::len(self)
+        NodePerm::len(self)
     }
 }
 
-/// A Patronus client as remote memory for the data structures.
+/// The Patronus client library as remote memory for the data structures: the clients of a
+/// [`NodeSet`], one per memory node.
 #[derive(Debug)]
 pub struct PatronusMemory<P: Provider> {
-    client: Client<P>,
+    set: NodeSet<P>,
 }
 
 impl<P: Provider> PatronusMemory<P> {
-    /// Wraps a connected client.
+    /// Remote memory on the one memory node `client` is connected to. A node found gone is
+    /// tried again at the next call (`retry_after` 0: there is no other node to go to).
     pub fn new(client: Client<P>) -> Self {
-        PatronusMemory { client }
+        let cfg = NodeSetConfig {
+            retry_after: Duration::ZERO,
+        };
+        let set = NodeSet::from_clients(vec![client], cfg)
+            .expect("a set of one node is within the node count");
+        PatronusMemory { set }
     }
 
-    /// The client (its statistics, its own API).
+    /// Remote memory over every node of `set`.
+    pub fn over(set: NodeSet<P>) -> Self {
+        PatronusMemory { set }
+    }
+
+    /// The client of the first node (the only one of [`PatronusMemory::new`]): its
+    /// statistics, its own API.
     pub fn client(&self) -> &Client<P> {
-        &self.client
+        self.set.client(NodeId(0)).expect("a node set has a node 0")
     }
 
-    /// The client, mutably.
+    /// The client of the first node, mutably.
     pub fn client_mut(&mut self) -> &mut Client<P> {
-        &mut self.client
+        self.set
+            .client_mut(NodeId(0))
+            .expect("a node set has a node 0")
     }
 
-    /// Gives the client back.
-    pub fn into_client(self) -> Client<P> {
-        self.client
+    /// The node set.
+    pub fn set(&self) -> &NodeSet<P> {
+        &self.set
+    }
+
+    /// The node set, mutably.
+    pub fn set_mut(&mut self) -> &mut NodeSet<P> {
+        &mut self.set
+    }
+
+    /// Gives the node set back.
+    pub fn into_set(self) -> NodeSet<P> {
+        self.set
     }
 }
 
@@ -72,44 +110,37 @@ impl From<ClientError> for MemError {
     }
 }
 
+impl From<NodeSetError> for MemError {
+    fn from(e: NodeSetError) -> Self {
+        match e {
+            NodeSetError::Node { source, node } => match MemError::from(source) {
+                MemError::Failed(what) => MemError::Failed(format!("{node}: {what}")),
+                other => other,
+            },
+            NodeSetError::NoNodeAvailable { last } => match *last {
+                NodeSetError::Node {
+                    source:
+                        ClientError::NoMemory | ClientError::PoolExhausted | ClientError::QuotaExceeded,
+                    ..
+                } => MemError::Exhausted,
+                other => MemError::Failed(format!("no memory node could allocate: {other}")),
+            },
+            NodeSetError::Address(_) => MemError::Invalid("not a global address of this node set"),
+            other => MemError::Failed(other.to_string()),
+        }
+    }
+}
+
 impl<P: Provider> RemoteMemory for PatronusMemory<P> {
-    type Region = Perm;
+    type Region = NodePerm;
 
     fn allocate(
         &mut self,
         sizes: &[u64],
         lease: Duration,
         mode: Mode,
-    ) -> Result<Vec<Perm>, MemError> {
-        let started: Vec<Result<Ticket, ClientError>> = sizes
-            .iter()
-            .map(|&size| self.client.start(Op::Allocate { size, lease, mode }))
-            .collect();
-        let mut perms = Vec::with_capacity(sizes.len());
-        let mut failed = None;
-        for t in started {
-            match t.and_then(|t| self.client.wait(t)) {
-                Ok(Done::Perm(p)) => perms.push(p),
-                Ok(_) => {
-                    failed.get_or_insert(MemError::Failed(
-                        "an allocation ended without a grant".into(),
-                    ));
-                }
-                Err(e) => {
-                    failed.get_or_insert(e.into());
-                }
-            }
-        }
-        match failed {
-            None => Ok(perms),
-            Some(e) => {
-                // All or nothing: best effort; what cannot be freed now ends with its lease.
-                for p in perms {
-                    let _ = self.client.free(p);
-                }
-                Err(e)
-            }
-        }
+    ) -> Result<Vec<NodePerm>, MemError> {
+        Ok(self.set.allocate_many(sizes, lease, mode)?)
     }
 
     fn acquire(
@@ -119,8 +150,8 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         lease: Duration,
         access: Access,
         mode: Mode,
-    ) -> Result<Perm, MemError> {
-        Ok(self.client.acquire(addr, len, lease, access, mode)?)
+    ) -> Result<NodePerm, MemError> {
+        Ok(self.set.acquire(addr, len, lease, access, mode)?)
     }
 
     fn try_acquire(
@@ -130,19 +161,8 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         lease: Duration,
         access: Access,
         mode: Mode,
-    ) -> Result<Perm, MemError> {
-        let t = self.client.start(Op::Acquire {
-            addr,
-            size: len,
-            lease,
-            access,
-            mode,
-            wait: false,
-        })?;
-        match self.client.wait(t)? {
-            Done::Perm(p) => Ok(p),
-            _ => Err(MemError::Failed("an acquire ended without a grant".into())),
-        }
+    ) -> Result<NodePerm, MemError> {
+        Ok(self.set.try_acquire(addr, len, lease, access, mode)?)
     }
 
     fn start_acquire(
@@ -152,136 +172,104 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         lease: Duration,
         access: Access,
         mode: Mode,
-    ) -> Acquiring<Perm> {
-        let op = Op::Acquire {
-            addr,
-            size: len,
-            lease,
-            access,
-            mode,
-            wait: true,
-        };
-        match self.client.start(op) {
+    ) -> Acquiring<NodePerm> {
+        match self.set.start_acquire(addr, len, lease, access, mode) {
             Ok(t) => Acquiring::InFlight(t.id()),
             Err(e) => Acquiring::Answered(Err(e.into())),
         }
     }
 
-    fn poll_acquire(&mut self, a: Acquiring<Perm>) -> Acquiring<Perm> {
+    fn poll_acquire(&mut self, a: Acquiring<NodePerm>) -> Acquiring<NodePerm> {
         let id = match a {
             Acquiring::InFlight(id) => id,
             answered => return answered,
         };
-        match self.client.poll(Ticket::from_id(id)) {
+        match self.set.poll(NodeTicket::from_id(id)) {
             Ok(None) => Acquiring::InFlight(id),
-            Ok(Some(Done::Perm(p))) => Acquiring::Answered(Ok(p)),
-            Ok(Some(_)) => Acquiring::Answered(Err(MemError::Invalid("not an acquire's ticket"))),
+            Ok(Some(p)) => Acquiring::Answered(Ok(p)),
             Err(e) => Acquiring::Answered(Err(e.into())),
         }
     }
 
-    fn abandon_acquire(&mut self, a: Acquiring<Perm>) {
+    fn abandon_acquire(&mut self, a: Acquiring<NodePerm>) {
         // An answered right is dropped (its lease runs out); one in flight is handed back.
         if let Acquiring::InFlight(id) = a {
-            self.client.cancel(Ticket::from_id(id));
+            self.set.cancel(NodeTicket::from_id(id));
         }
     }
 
     fn wait(&mut self, max: Duration) {
-        if self.client.status().in_flight() > 0 {
-            // A lost session shows at the next poll of each acquire.
-            let _ = self.client.wait_any(max);
-        }
+        self.set.wait_any(max);
     }
 
     fn arm(&mut self) -> bool {
-        self.client.control().arm();
-        self.client.status().in_flight() > 0
+        self.set.arm()
     }
 
-    fn extend(&mut self, region: &Perm, lease: Duration) -> Result<(), MemError> {
-        Ok(self.client.extend(region, lease)?)
+    fn extend(&mut self, region: &NodePerm, lease: Duration) -> Result<(), MemError> {
+        Ok(self.set.extend(region, lease)?)
     }
 
     fn max_lease(&self) -> Option<Duration> {
-        Some(self.client.status().max_lease())
+        // The shortest of the nodes': a structure's rights may land on any of them.
+        self.set
+            .nodes()
+            .filter_map(|n| self.set.client(n).map(|c| c.status().max_lease()))
+            .min()
     }
 
-    fn expires_within(&self, region: &Perm, margin: Duration) -> bool {
-        let left = region.expiry().since(self.client.status().clock().now());
-        left <= margin
+    fn expires_within(&self, region: &NodePerm, margin: Duration) -> bool {
+        let now = self
+            .set
+            .client(region.node())
+            .map_or_else(|| self.set.now(), |c| c.status().clock().now());
+        region.expiry().since(now) <= margin
     }
 
     fn now(&self) -> Timestamp {
-        self.client.status().clock().now()
+        self.set.now()
     }
 
-    fn release(&mut self, region: Perm) -> Result<(), MemError> {
-        Ok(self.client.revoke(region)?)
+    fn release(&mut self, region: NodePerm) -> Result<(), MemError> {
+        Ok(self.set.revoke(region)?)
     }
 
-    fn release_many(&mut self, regions: Vec<Perm>) -> Result<(), MemError> {
-        let started: Vec<Result<Ticket, ClientError>> = regions
-            .iter()
-            .map(|p| {
-                if p.session() != self.client.status().session() {
-                    return Err(ClientError::SessionLost);
-                }
-                self.client.start(Op::Request(
-                    patronus_core::proto::messages::Request::Revoke {
-                        id: p.id(),
-                        free: false,
-                    },
-                ))
-            })
-            .collect();
-        let mut first = None;
-        for t in started {
-            let r = t.and_then(|t| self.client.wait(t));
-            match r {
-                Ok(Done::Reply(patronus_core::proto::messages::Reply::Revoked)) => {}
-                Ok(Done::Reply(patronus_core::proto::messages::Reply::Failed(s))) => {
-                    first.get_or_insert(ClientError::from_status(s).into());
-                }
-                Ok(_) => {
-                    first
-                        .get_or_insert(MemError::Failed("a revoke ended without its reply".into()));
-                }
-                Err(e) => {
-                    first.get_or_insert(e.into());
-                }
-            }
-        }
-        first.map_or(Ok(()), Err)
+    fn release_many(&mut self, regions: Vec<NodePerm>) -> Result<(), MemError> {
+        Ok(self.set.revoke_many(regions)?)
     }
 
-    fn relinquish(&mut self, region: Perm) -> Result<(), MemError> {
-        // The lease runs out at the memory node: no revoke RPC (§5.4).
+    fn relinquish(&mut self, region: NodePerm) -> Result<(), MemError> {
+        // The lease runs out at its memory node: no revoke RPC (§5.4).
         drop(region);
         Ok(())
     }
 
-    fn free(&mut self, region: Perm) -> Result<(), MemError> {
-        Ok(self.client.free(region)?)
+    fn free(&mut self, region: NodePerm) -> Result<(), MemError> {
+        Ok(self.set.free(region)?)
     }
 
-    fn execute(&mut self, ops: &[MemOp<'_, Perm>]) -> Vec<Result<MemOut, MemError>> {
-        let mut batch = self.client.batch();
-        for op in ops {
-            match *op {
-                MemOp::Read { on, offset, len } => batch.read(on, offset, len),
-                MemOp::Write { on, offset, data } => batch.write(on, offset, data),
+    fn execute(&mut self, ops: &[MemOp<'_, NodePerm>]) -> Vec<Result<MemOut, MemError>> {
+        let ops: Vec<NodeOp<'_>> = ops
+            .iter()
+            .map(|op| match *op {
+                MemOp::Read { on, offset, len } => NodeOp::Read { on, offset, len },
+                MemOp::Write { on, offset, data } => NodeOp::Write { on, offset, data },
                 MemOp::Cas {
                     on,
                     offset,
                     compare,
                     swap,
-                } => batch.cas(on, offset, compare, swap),
-                MemOp::Faa { on, offset, add } => batch.faa(on, offset, add),
-            };
-        }
-        batch
-            .execute()
+                } => NodeOp::Cas {
+                    on,
+                    offset,
+                    compare,
+                    swap,
+                },
+                MemOp::Faa { on, offset, add } => NodeOp::Faa { on, offset, add },
+            })
+            .collect();
+        self.set
+            .execute(&ops)
             .into_iter()
             .map(|r| {
                 r.map(|out| match out {
@@ -297,14 +285,14 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
 
 impl<P: Provider> NamedRoots for PatronusMemory<P> {
     fn publish(&mut self, name: &str, addr: u64, len: u64) -> Result<(), MemError> {
-        Ok(self.client.control().publish(name, addr, len)?)
+        Ok(self.set.publish(name, addr, len)?)
     }
 
     fn lookup(&mut self, name: &str) -> Result<(u64, u64), MemError> {
-        Ok(self.client.control().lookup(name)?)
+        Ok(self.set.lookup(name)?)
     }
 
     fn unpublish(&mut self, name: &str) -> Result<(), MemError> {
-        Ok(self.client.control().unpublish(name)?)
+        Ok(self.set.unpublish(name)?)
     }
 }

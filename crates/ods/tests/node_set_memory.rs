@@ -1,4 +1,4 @@
-//! The data structures over several memory nodes (`NodeSetMemory`), on both transports: the
+//! The data structures over several memory nodes (`PatronusMemory::over`), on both transports: the
 //! remote-memory contract holds, a RACE hash table (its blocks and subtables spread over
 //! three nodes, 48-bit pointers holding global addresses) and a queue whose segments go round
 //! the nodes work unchanged, and a second compute node finds the table's root by name.
@@ -14,13 +14,13 @@ use patronus_core::nodes::{NodeId, NodeSetConfig};
 use patronus_core::proto::messages::Mode;
 use patronus_ods::queue::{Queue, QueueConfig, QueueOptions};
 use patronus_ods::race::{self, LockMode};
-use patronus_ods::{MemError, NamedRoots, NodeSetMemory, RemoteMemory, conformance};
+use patronus_ods::{MemError, NamedRoots, PatronusMemory, RemoteMemory, conformance};
 use race_support::{key, opts, small, value};
 use rnic::VirtualClock;
 use rnic::soft::{SoftConfig, SoftProvider};
 use std::time::Duration;
 
-type Mem = NodeSetMemory<SoftProvider>;
+type Mem = PatronusMemory<SoftProvider>;
 
 const LEASE: Duration = Duration::from_millis(500);
 
@@ -44,7 +44,7 @@ fn memory(n: &mut EmbeddedNodes) -> Mem {
         acquire_wait: Duration::ZERO,
         ..ClientConfig::default()
     };
-    NodeSetMemory::new(n.connect(&cfg, NodeSetConfig::default()).unwrap())
+    PatronusMemory::over(n.connect(&cfg, NodeSetConfig::default()).unwrap())
 }
 
 fn live_objects(n: &EmbeddedNodes, i: u16) -> usize {

@@ -82,4 +82,26 @@ impl NodePerm {
             perm: self.perm.forged(local, self.perm.len(), self.perm.rkey()),
         }
     }
+
+    /// Tamper helper: a permission for `[addr, addr + len)` (a global address on this
+    /// permission's node) through `rkey` that nobody granted, built on this one's identity
+    /// (an adversary's guess at another tenant's memory; see [`Perm::forged`]). `None` if
+    /// `addr` is not on this node.
+    #[cfg(feature = "testing")]
+    pub fn forged(&self, addr: u64, len: u64, rkey: MemoryKey) -> Option<NodePerm> {
+        let target = GlobalAddr::try_from(addr).ok()?;
+        if target.node() != self.node {
+            return None;
+        }
+        let local = self
+            .perm
+            .addr()
+            .wrapping_add(target.offset())
+            .wrapping_sub(self.addr.offset());
+        Some(NodePerm {
+            node: self.node,
+            addr: target,
+            perm: self.perm.forged(local, len, rkey),
+        })
+    }
 }
