@@ -1,19 +1,23 @@
 //! A seeded simulation of a whole cluster: the manager's shards (`ManagerCore` over the fake
 //! NIC), several clients (each the real `ClientCore` with a random workload), FIFO channels
-//! with random delays, one virtual clock, and faults (lost messages, freezes, crashes, node
-//! restarts, clock skew) — all from one seed, with the invariants checked after every step
-//! (see `cluster_sim/oracle.rs` and `cluster_sim/client.rs` for what is checked, and
-//! `cluster_sim/world.rs` for what is modelled).
+//! with random delays, a data link per client for one-sided ops (decided by the core's
+//! exactly-once rule), one virtual clock, and faults (lost messages, freezes, crashes, node
+//! restarts, clock skew, data links dying before or after an op executed) — all from one
+//! seed, with the invariants checked after every step (see `cluster_sim/oracle.rs` and
+//! `cluster_sim/client.rs` for what is checked, and `cluster_sim/world.rs` and
+//! `cluster_sim/data.rs` for what is modelled).
 //!
 //! A failure names its seed and step; `PATRONUS_SIM_SEED=<seed>` replays that seed alone
 //! (`PATRONUS_SIM_OPS` sets its length). The mutation tests switch holes fixed before back on
-//! (`ManagerCore::set_mutation`, `ClientCore::keep_late_grants`, `testing` feature only) and
-//! assert that the simulation catches each within 100 seeds.
+//! (`ManagerCore::set_mutation`, `ClientCore::keep_late_grants`, `ClientCore::set_mutation`,
+//! `testing` feature only) and assert that the simulation catches each within 100 seeds.
 
 mod support;
 
 #[path = "cluster_sim/client.rs"]
 mod client;
+#[path = "cluster_sim/data.rs"]
+mod data;
 #[path = "cluster_sim/net.rs"]
 mod net;
 #[path = "cluster_sim/node.rs"]
@@ -23,6 +27,7 @@ mod oracle;
 #[path = "cluster_sim/world.rs"]
 mod world;
 
+use patronus_core::client::core::ClientMutation;
 use patronus_core::manager::Mutation;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -106,6 +111,13 @@ fn seeds_keep_every_invariant() {
         total.counts.accesses_allowed += r.counts.accesses_allowed;
         total.counts.stale_into_freed += r.counts.stale_into_freed;
         total.counts.scrubbed += r.counts.scrubbed;
+        total.counts.ops_done += r.counts.ops_done;
+        total.counts.ops_denied += r.counts.ops_denied;
+        total.counts.ops_unknown += r.counts.ops_unknown;
+        total.counts.ops_failed += r.counts.ops_failed;
+        total.counts.link_lost_before += r.counts.link_lost_before;
+        total.counts.link_lost_after += r.counts.link_lost_after;
+        total.counts.renewals += r.counts.renewals;
         total.handed_back += r.handed_back;
         total.left_to_lease += r.left_to_lease;
         total.unknown += r.unknown;
@@ -113,7 +125,8 @@ fn seeds_keep_every_invariant() {
     println!(
         "{} seeds, {} ops, {} steps in {:?}: grants {}, accesses {}, stale into freed {}, \
          scrubs {}, handed back {}, left to lease {}, unknown outcomes {}, faults (lost, \
-         freeze, crash, restart) {:?}",
+         freeze, crash, restart) {:?}; data ops done {}, refused {}, unknown {}, failed {}, \
+         links lost before {} and after {} an op; exclusive renewals {}",
         seeds.len(),
         total.ops,
         total.steps,
@@ -125,7 +138,14 @@ fn seeds_keep_every_invariant() {
         total.handed_back,
         total.left_to_lease,
         total.unknown,
-        total.faults
+        total.faults,
+        total.counts.ops_done,
+        total.counts.ops_denied,
+        total.counts.ops_unknown,
+        total.counts.ops_failed,
+        total.counts.link_lost_before,
+        total.counts.link_lost_after,
+        total.counts.renewals
     );
 }
 
@@ -193,4 +213,16 @@ fn catches_a_grant_of_another_tenants_object() {
 fn catches_a_late_grant_not_handed_back() {
     let f = caught(Mut::KeepLateGrants);
     assert!(f.what.contains("neither held nor handed back"), "{f:?}");
+}
+
+#[test]
+fn catches_an_unknown_outcome_retried() {
+    let f = caught(Mut::Client(ClientMutation::RetryFlushed));
+    assert!(f.what.contains("not exactly once"), "{f:?}");
+}
+
+#[test]
+fn catches_a_renewal_with_a_gap() {
+    let f = caught(Mut::Client(ClientMutation::RenewWithGap));
+    assert!(f.what.contains("renewal with a gap"), "{f:?}");
 }

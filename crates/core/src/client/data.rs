@@ -8,8 +8,9 @@
 //! a lost link, a local error), a flushed or failed WRITE, CAS or FAA may already have executed
 //! at the memory node. Those are never run again: they report
 //! [`ClientError::OutcomeUnknown`]. READs are idempotent and retried; ops that were never
-//! posted are retried.
+//! posted are retried. The decision is the client core's (`core/data_path.rs`).
 
+use super::core::{Fault, NOT_POSTED, Next, RetryRounds};
 use super::driver::Client;
 use super::error::ClientError;
 use super::perm::Perm;
@@ -312,10 +313,7 @@ impl<P: Provider> Batch<'_, P> {
                 }
             }
         }
-        // Rounds that broke the QP without saying what ran: the ops that may be retried get
-        // one more round. A round broken by a refusal costs nothing from that budget: the
-        // refused op leaves the list, so such rounds end (at most one per op).
-        let mut blind_rounds = 0;
+        let mut rounds = RetryRounds::default();
         while !todo.is_empty() {
             if client.session.vqp.active().state() != rnic::QpState::ReadyToSend {
                 // Broke since the last batch (a lost link): switch before posting anything.
@@ -329,14 +327,14 @@ impl<P: Provider> Batch<'_, P> {
             }
             let outcome = client.run(&ops_ok, &todo);
             let fault = Fault::of(outcome.iter().map(|&(_, s)| s));
-            let may_retry = fault == Fault::Refused || blind_rounds == 0;
+            let may_retry = rounds.may_retry(fault);
             let mut retry = Vec::new();
             let mut broken = false;
             for (i, status) in outcome {
                 let is_read = ops_ok[i]
                     .as_ref()
                     .is_some_and(|op| matches!(op.kind, Kind::Read));
-                match (status, next_step(status, fault, is_read)) {
+                match (status, client.core.data_next_step(status, fault, is_read)) {
                     (WcStatus::Success, _) => {
                         results[i] = ops_ok[i].as_ref().map(|op| Ok(client.output(op)));
                     }
@@ -358,8 +356,8 @@ impl<P: Provider> Batch<'_, P> {
                     }
                 }
             }
-            if broken && fault == Fault::Unknown {
-                blind_rounds += 1;
+            if broken {
+                rounds.broke(fault);
             }
             if broken {
                 if let Err(e) = client.switch_qp() {
@@ -393,60 +391,8 @@ fn unrun(switch: &std::sync::Arc<ClientError>) -> ClientError {
     }
 }
 
-/// Stands for "never handed to the QP" in `run`'s outcome (post refused part of the list).
-const NOT_POSTED: WcStatus = WcStatus::LocalQpOperationError;
 /// How long a batch waits for completions that do not come before it calls the transport dead.
 pub(super) const DEAD_TRANSPORT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// What broke the QP in one batch, as far as the completions tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
-    /// The NIC refused an access (remote access or invalid request): the responder stopped
-    /// there, so everything flushed behind it never executed.
-    Refused,
-    /// Anything else (retry exceeded, lost link, a local error), or no error seen at all:
-    /// flushed ops may or may not have executed.
-    Unknown,
-}
-
-impl Fault {
-    fn of(statuses: impl Iterator<Item = WcStatus>) -> Fault {
-        let mut fault = Fault::Unknown;
-        for s in statuses {
-            match s {
-                WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError => {
-                    fault = Fault::Refused;
-                }
-                WcStatus::Success | WcStatus::WrFlushError => {}
-                s if s == NOT_POSTED => {}
-                _ => return Fault::Unknown,
-            }
-        }
-        fault
-    }
-}
-
-/// What happens to an op after its completion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Next {
-    /// Run it again on the next QP: it did not execute, or it is a READ.
-    Retry,
-    /// The NIC refused it.
-    Denied,
-    /// It may have executed: report, never repeat.
-    Unknown,
-}
-
-/// The exactly-once rule for one op (`status` is not `Success`).
-fn next_step(status: WcStatus, fault: Fault, is_read: bool) -> Next {
-    match status {
-        WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError => Next::Denied,
-        s if s == NOT_POSTED => Next::Retry,
-        WcStatus::WrFlushError if fault == Fault::Refused => Next::Retry,
-        _ if is_read => Next::Retry,
-        _ => Next::Unknown,
-    }
-}
 
 impl<P: Provider> Client<P> {
     /// Replaces the broken active QP (promoting a spare) and, under type-2 isolation, has the
@@ -588,41 +534,5 @@ impl<P: Provider> Client<P> {
             }
         }
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flushed_behind_a_refusal_is_retried() {
-        let f = Fault::of(
-            [
-                WcStatus::Success,
-                WcStatus::RemoteAccessError,
-                WcStatus::WrFlushError,
-            ]
-            .into_iter(),
-        );
-        assert_eq!(f, Fault::Refused);
-        assert_eq!(next_step(WcStatus::WrFlushError, f, false), Next::Retry);
-        assert_eq!(
-            next_step(WcStatus::RemoteAccessError, f, false),
-            Next::Denied
-        );
-    }
-
-    #[test]
-    fn unknown_fault_retries_only_reads_and_unposted_ops() {
-        for cause in [WcStatus::RetryExceeded, WcStatus::WrFlushError] {
-            let f = Fault::of([cause, WcStatus::WrFlushError].into_iter());
-            assert_eq!(f, Fault::Unknown, "{cause}");
-            for s in [cause, WcStatus::WrFlushError] {
-                assert_eq!(next_step(s, f, false), Next::Unknown, "{s} write/atomic");
-                assert_eq!(next_step(s, f, true), Next::Retry, "{s} read");
-            }
-            assert_eq!(next_step(NOT_POSTED, f, false), Next::Retry);
-        }
     }
 }

@@ -7,6 +7,7 @@
 //! extension and renewal (`ExtensionRefused`): the holder keeps its current permission until
 //! that permission's own deadline, and must then acquire again like everyone else.
 
+use super::core::Renewal;
 use super::driver::Client;
 use super::error::ClientError;
 use super::perm::Perm;
@@ -73,40 +74,53 @@ impl LongLease {
 
 impl<P: Provider> Client<P> {
     /// Makes sure the lease's permission stays valid for `renew_before_us` more: nothing,
-    /// a one-sided extension, or a re-acquisition.
+    /// a one-sided extension, or a renewal, as the core decides (`ClientCore::renewal`).
     fn renew<'l>(&mut self, lease: &'l mut LongLease) -> Result<&'l Perm, ClientError> {
         let now = self.clocks.lease.now();
-        let needs = match &lease.perm {
-            Some(p) => p.expiry().0 < now.0.saturating_add(lease.renew_before_us),
-            None => true,
-        };
-        if needs {
-            let extended = match &lease.perm {
-                Some(p) if p.expiry() > now => {
-                    match self.extend(p, std::time::Duration::from_micros(lease.lease_us)) {
-                        Ok(()) => {
-                            lease.extended += 1;
-                            p.expiry().0 >= now.0.saturating_add(lease.renew_before_us)
-                        }
-                        Err(
-                            ClientError::ExtensionRefused
-                            | ClientError::Denied(_)
-                            | ClientError::SessionLost,
-                        ) => false,
-                        Err(e) => return Err(e),
-                    }
+        let margin = lease.renew_before_us;
+        let mut step = self
+            .core
+            .renewal(lease.perm.as_ref().map(Perm::expiry), now, margin, false);
+        if let (Renewal::Extend, Some(p)) = (step, &lease.perm) {
+            let enough = match self.extend(p, std::time::Duration::from_micros(lease.lease_us)) {
+                Ok(()) => {
+                    lease.extended += 1;
+                    p.expiry().0 >= now.0.saturating_add(margin)
                 }
-                _ => false,
+                Err(
+                    ClientError::ExtensionRefused
+                    | ClientError::Denied(_)
+                    | ClientError::SessionLost,
+                ) => false,
+                Err(e) => return Err(e),
             };
-            if !extended {
-                self.renew_now(lease)?;
-            }
+            step = if enough {
+                Renewal::Keep
+            } else {
+                self.core.renewal(Some(p.expiry()), now, margin, true)
+            };
+        }
+        if step != Renewal::Keep {
+            self.renew_now(lease, step)?;
         }
         lease.perm()
     }
 
-    fn renew_now(&mut self, lease: &mut LongLease) -> Result<(), ClientError> {
+    fn renew_now(&mut self, lease: &mut LongLease, step: Renewal) -> Result<(), ClientError> {
         let fresh = match &lease.perm {
+            // The hole fixed before (a `testing` mutation only): give it back, acquire again.
+            Some(_) if step == Renewal::RevokeThenAcquire => {
+                if let Some(old) = lease.perm.take() {
+                    let _ = self.revoke(old);
+                }
+                self.acquire(
+                    lease.addr,
+                    lease.size,
+                    std::time::Duration::from_micros(lease.lease_us),
+                    lease.access,
+                    lease.mode,
+                )?
+            }
             // Ended with an earlier session: acquire like anyone.
             Some(old) if self.current(old).is_err() => {
                 lease.perm = None;

@@ -842,7 +842,10 @@ impl ManagerCore {
         obj.waiters = kept;
         for w in late {
             self.waiting.remove(&(w.client, w.req_id));
-            self.refuse(Asker::of(&w), Status::ConflictTimeout);
+            // A departing client's waiters are dropped unanswered (see `depart`).
+            if !self.departing.contains(&w.client) {
+                self.refuse(Asker::of(&w), Status::ConflictTimeout);
+            }
         }
         // The head may have changed: grant whoever is now compatible.
         self.wake_waiters(object, now);

@@ -1,13 +1,20 @@
 //! A client: the real `ClientCore` (control path) plus what its driver and the application
 //! do around it, from the seed: the session opening (`Hello` through the core, then
 //! `session_opened`), a random workload (allocate, acquire in every mode with and without
-//! waiting, RPC and CAS extension, revoke and free, one-sided reads and writes, giving up on a
-//! call), and its own lease clock (node clock × (1 + skew) + offset).
+//! waiting, RPC and CAS extension, revoke and free, batches of one-sided READ/WRITE/CAS/FAA,
+//! renewal of exclusive permissions, giving up on a call), and its own lease clock (node
+//! clock × (1 + skew) + offset).
 //!
-//! A data access or a CAS goes out only while the permission's local expiry (`Perm::expiry`
-//! on the lease clock) is ahead; it is checked against the fake NIC (`can_access`,
-//! `client_cas`) at once, or — when the client freezes right after the check — when it
-//! resumes, as a paused thread would.
+//! A data batch or a CAS goes out only while the permission's local expiry (`Perm::expiry`
+//! on the lease clock) is ahead; the batch runs over the data link (`cluster_sim/data.rs`,
+//! through the core's exactly-once decision) at once, or — when the client freezes right
+//! after the check — when it resumes, as a paused thread would.
+//!
+//! Renewal, as a `LongLease` does it: the core decides (`ClientCore::renewal`) between
+//! keeping an exclusive permission, extending it one-sidedly, and renewing it in one step
+//! (`Request::Renew`); under the `RenewWithGap` mutation it decides to give the permission
+//! back and acquire again, which the client then does. Every renewal it takes is reported to
+//! the oracle (no other client may be granted the object in between).
 //!
 //! Checked here, per answer the core takes: every `Granted` the node sent is either held (a
 //! call took it), handed back (a `Revoke` of it went out), a duplicate of one seen before
@@ -15,11 +22,12 @@
 //! for the hand-back. And every call the application started ends exactly once, by its
 //! deadline unless the client was frozen.
 
+use super::data::{DataLink, DataOp, OpKind, run_batch};
 use super::support::Rng;
-use patronus_core::client::core::{ClientCore, Now, Owner};
+use patronus_core::client::core::{ClientCore, Now, Owner, Renewal};
 use patronus_core::client::{ClientConfig, ClientError, Perm};
 use patronus_core::manager::{ClientId, TenantId};
-use patronus_core::proto::messages::{Access, Mode, PermissionId, Reply, Request};
+use patronus_core::proto::messages::{Access, Mode, PermissionId, Reply, Request, Status};
 use patronus_core::proto::shards::Route;
 use rnic::{MemoryKey, Timestamp, WcStatus};
 use std::collections::{BTreeMap, VecDeque};
@@ -36,6 +44,17 @@ pub enum Kind {
     Acquire(Access, Mode),
     Extend(PermissionId),
     Revoke(PermissionId),
+    /// A renewal in one step of the exclusive permission.
+    Renew(PermissionId, Access),
+    /// The mutated renewal's first half: give the permission back (then acquire again).
+    RenewRevoke {
+        old: PermissionId,
+        addr: u64,
+        size: u64,
+        access: Access,
+    },
+    /// The mutated renewal's second half.
+    RenewAcquire(PermissionId, Access),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -51,16 +70,6 @@ struct Call {
 pub struct Held {
     pub perm: Perm,
     /// The buffer window's bind count at the grant (to tell a wrapped key byte).
-    pub epoch: u64,
-}
-
-/// A data access decided under a live lease, executed later (the client froze in between).
-#[derive(Clone, Copy, Debug)]
-pub struct Pending {
-    pub rkey: MemoryKey,
-    pub addr: u64,
-    pub len: u64,
-    pub write: bool,
     pub epoch: u64,
 }
 
@@ -100,8 +109,15 @@ pub struct Client {
     pub frozen_until: Option<u64>,
     /// When it last resumed from a freeze.
     resumed: u64,
-    pub pending: Option<Pending>,
+    /// A data batch decided under a live lease, executed later (the client froze in between).
+    pub pending: Option<Vec<DataOp>>,
     pub rpc_timeout: u64,
+    /// The next data op's tag (unique over the run: the world gives each client its base).
+    next_tag: u64,
+    /// Calls to start at the next turn (the mutated renewal's acquire).
+    follow_ups: Vec<(Kind, Request)>,
+    /// Renewals taken, for the oracle: (session, old permission, new permission).
+    pub renewals: Vec<(ClientId, PermissionId, PermissionId)>,
     /// Counts.
     pub ops: u64,
     pub handed_back: u64,
@@ -127,6 +143,7 @@ impl Client {
         seed: u64,
         skew_ppm: i64,
         now: u64,
+        tag_base: u64,
     ) -> Self {
         let mut rng = Rng::new(seed);
         Client {
@@ -148,6 +165,9 @@ impl Client {
             resumed: 0,
             pending: None,
             rpc_timeout: cfg.rpc_timeout.as_micros() as u64,
+            next_tag: tag_base,
+            follow_ups: Vec::new(),
+            renewals: Vec::new(),
             ops: 0,
             handed_back: 0,
             left_to_lease: 0,
@@ -209,6 +229,7 @@ impl Client {
         // Permissions end with their session (the client library refuses them).
         self.held.clear();
         self.pending = None;
+        self.follow_ups.clear();
         if self.reconnect_at.is_none() {
             self.reconnect_at = Some(t + 100 + self.rng.below(900));
         }
@@ -378,6 +399,44 @@ impl Client {
                     self.held.push(Held { perm, epoch });
                     taken.push(g.id);
                 }
+                (Kind::Renew(old, access), Ok(Reply::Granted(g)))
+                | (Kind::RenewAcquire(old, access), Ok(Reply::Granted(g))) => {
+                    let perm =
+                        self.core
+                            .grant(g, access, Mode::Exclusive, call.sent, self.clock(t));
+                    let epoch = nic_epoch.map_or(0, |f| f(g.buffer_rkey));
+                    self.held.retain(|h| h.perm.id() != old);
+                    self.held.push(Held { perm, epoch });
+                    taken.push(g.id);
+                    if let Some(id) = self.id {
+                        self.renewals.push((id, old, g.id));
+                    }
+                }
+                (Kind::Renew(old, _), Ok(Reply::Failed(Status::NotFound))) => {
+                    self.held.retain(|h| h.perm.id() != old); // it ended meanwhile
+                }
+                (
+                    Kind::RenewRevoke {
+                        old,
+                        addr,
+                        size,
+                        access,
+                    },
+                    outcome,
+                ) => {
+                    self.held.retain(|h| h.perm.id() != old);
+                    if !matches!(outcome, Err(ClientError::ControlLost(_))) {
+                        let req = Request::Acquire {
+                            addr,
+                            size,
+                            lease_us: 200 + self.rng.below(6_000),
+                            access,
+                            mode: Mode::Exclusive,
+                            wait_us: self.rng.below(self.rpc_timeout * 3 / 4),
+                        };
+                        self.follow_ups.push((Kind::RenewAcquire(old, access), req));
+                    }
+                }
                 (Kind::Extend(id), Ok(Reply::Extended { lifetime_us })) => {
                     if let Some(h) = self.held.iter().find(|h| h.perm.id() == id) {
                         h.perm.note_extended(lifetime_us);
@@ -409,10 +468,10 @@ impl Client {
             }
             self.frozen_until = None;
             self.resumed = t;
-            if let Some(p) = self.pending.take()
+            if let Some(ops) = self.pending.take()
                 && let Some(id) = self.id
             {
-                world.access(id, self.tenant, p)?;
+                run_batch(&self.core, world, id, self.tenant, &ops)?;
             }
         }
         let now = self.now(t);
@@ -449,6 +508,9 @@ impl Client {
         }
         let clock = self.clock(t);
         self.held.retain(|h| clock < h.perm.expiry());
+        for (kind, req) in std::mem::take(&mut self.follow_ups) {
+            self.start(t, kind, req, Owner::Reply, out);
+        }
         if t >= self.next_op {
             self.next_op = t + 10 + self.rng.below(300);
             if self.id.is_some() {
@@ -546,24 +608,15 @@ impl Client {
                 self.start(t, Kind::Revoke(id), req, Owner::Reply, out);
             }
             // CN-collaborated extension: a CAS on the lifetime word.
-            47..=54 if !self.held.is_empty() => {
+            47..=52 if !self.held.is_empty() => {
                 self.ops += 1;
                 let i = self.rng.below(self.held.len() as u64) as usize;
-                let add = self.core.wire_lease_us(lease);
-                let h = &self.held[i];
-                let current = h.perm.lifetime_us();
-                if current >= h.perm.max_lifetime_us() {
-                    return Ok(());
-                }
-                let g = h.perm.grant();
-                match world.cas(g.lifetime_rkey, g.lifetime_addr(), current, current + add) {
-                    None => {
-                        self.held.swap_remove(i); // the NIC refused: it ended
-                    }
-                    Some(old) if old == current => h.perm.note_extended(current + add),
-                    Some(0) => {}
-                    Some(old) => h.perm.note_extended(old),
-                }
+                self.cas_extend(i, lease, world);
+            }
+            // Renewal of an exclusive permission (as a `LongLease` keeps one).
+            53..=54 if in_flight < 6 => {
+                self.ops += 1;
+                self.renew(t, lease, world, out);
             }
             // Give up on a call (a late grant is then handed back).
             55..=56 if in_flight > 0 => {
@@ -579,12 +632,12 @@ impl Client {
                     self.calls.remove(&id);
                 }
             }
-            // One-sided reads and writes.
+            // A batch of one-sided ops.
             _ if !self.held.is_empty() => {
-                if let Some(p) = self.decide_access() {
+                if let Some(ops) = self.decide_access() {
                     self.ops += 1;
                     let id = self.id.expect("session");
-                    world.access(id, self.tenant, p)?;
+                    run_batch(&self.core, world, id, self.tenant, &ops)?;
                 }
             }
             _ => {}
@@ -592,23 +645,122 @@ impl Client {
         Ok(())
     }
 
-    /// A data access on a random held permission (live locally: expired ones were dropped).
-    pub fn decide_access(&mut self) -> Option<Pending> {
+    /// A CN-collaborated extension of held permission `i` by `lease` µs: a CAS on its
+    /// lifetime word. Returns whether it extended it (a refused CAS drops it: it ended).
+    fn cas_extend(&mut self, i: usize, lease: u64, world: &mut dyn Data) -> bool {
+        let add = self.core.wire_lease_us(lease);
+        let h = &self.held[i];
+        let current = h.perm.lifetime_us();
+        if current >= h.perm.max_lifetime_us() {
+            return false;
+        }
+        let g = h.perm.grant();
+        match world.cas(g.lifetime_rkey, g.lifetime_addr(), current, current + add) {
+            None => {
+                self.held.swap_remove(i); // the NIC refused: it ended
+                false
+            }
+            Some(old) if old == current => {
+                h.perm.note_extended(current + add);
+                true
+            }
+            Some(0) => false,
+            Some(old) => {
+                h.perm.note_extended(old);
+                false
+            }
+        }
+    }
+
+    /// Keeps a random exclusive permission valid for a random margin more, as the core
+    /// decides: nothing, a one-sided extension, a renewal in one step (or, mutated, a
+    /// hand-back and a fresh acquire).
+    fn renew(&mut self, t: u64, lease: u64, world: &mut dyn Data, out: &mut Vec<Effect>) {
+        let exclusive: Vec<usize> = (0..self.held.len())
+            .filter(|&i| self.held[i].perm.mode() == Mode::Exclusive)
+            .collect();
+        if exclusive.is_empty() {
+            return;
+        }
+        let i = exclusive[self.rng.below(exclusive.len() as u64) as usize];
+        let margin = 500 + self.rng.below(4_000);
+        let clock = self.clock(t);
+        let (id, expiry) = (self.held[i].perm.id(), self.held[i].perm.expiry());
+        let mut step = self.core.renewal(Some(expiry), clock, margin, false);
+        if step == Renewal::Extend {
+            let extended = self.cas_extend(i, lease, world);
+            let Some(h) = self.held.iter().find(|h| h.perm.id() == id) else {
+                return; // it ended
+            };
+            let expiry = h.perm.expiry();
+            step = if extended && expiry.0 >= clock.0 + margin {
+                Renewal::Keep
+            } else {
+                self.core.renewal(Some(expiry), clock, margin, true)
+            };
+        }
+        let Some(h) = self.held.iter().find(|h| h.perm.id() == id) else {
+            return;
+        };
+        let access = h.perm.access();
+        match step {
+            Renewal::Keep | Renewal::Extend | Renewal::Acquire => {}
+            Renewal::Renew => {
+                let req = Request::Renew {
+                    id,
+                    lease_us: lease,
+                };
+                self.start(t, Kind::Renew(id, access), req, Owner::Reply, out);
+            }
+            Renewal::RevokeThenAcquire => {
+                let kind = Kind::RenewRevoke {
+                    old: id,
+                    addr: h.perm.addr(),
+                    size: h.perm.len(),
+                    access,
+                };
+                let req = Request::Revoke { id, free: false };
+                self.start(t, kind, req, Owner::Reply, out);
+            }
+        }
+    }
+
+    /// A batch of one to three one-sided ops on random held permissions (live locally:
+    /// expired ones were dropped). WRITEs, CASes and FAAs on read-write permissions, now and
+    /// then one on a read-only permission (the NIC refuses it).
+    pub fn decide_access(&mut self) -> Option<Vec<DataOp>> {
         if self.held.is_empty() {
             return None;
         }
-        let h = &self.held[self.rng.below(self.held.len() as u64) as usize];
-        let (addr, len) = (h.perm.addr(), h.perm.len());
-        let write = h.perm.access() == Access::ReadWrite && self.rng.chance(1, 2);
-        let off = self.rng.below(len.max(8) / 8) * 8;
-        let n = (8 * (1 + self.rng.below(8))).min(len - off.min(len)).max(1);
-        Some(Pending {
-            rkey: h.perm.rkey(),
-            addr: addr + off.min(len.saturating_sub(1)),
-            len: n,
-            write,
-            epoch: h.epoch,
-        })
+        let n = 1 + self.rng.below(3) as usize;
+        let mut ops = Vec::with_capacity(n);
+        for _ in 0..n {
+            let h = &self.held[self.rng.below(self.held.len() as u64) as usize];
+            let (addr, len) = (h.perm.addr(), h.perm.len());
+            let rw = h.perm.access() == Access::ReadWrite || self.rng.chance(1, 16);
+            let kind = match self.rng.below(8) {
+                _ if !rw => OpKind::Read,
+                0..=3 => OpKind::Read,
+                4..=5 => OpKind::Write,
+                6 => OpKind::Cas,
+                _ => OpKind::Faa,
+            };
+            let off = self.rng.below(len.max(8) / 8) * 8;
+            let n = match kind {
+                OpKind::Cas | OpKind::Faa => 8,
+                _ => (8 * (1 + self.rng.below(8))).min(len - off.min(len)).max(1),
+            };
+            self.next_tag += 1;
+            ops.push(DataOp {
+                kind,
+                rkey: h.perm.rkey(),
+                addr: addr + off.min(len.saturating_sub(1)),
+                len: n,
+                epoch: h.epoch,
+                tag: self.next_tag,
+            });
+        }
+        Some(ops)
     }
 
     /// Calls in flight.
@@ -617,10 +769,8 @@ impl Client {
     }
 }
 
-/// What a client reaches of the world during its turn.
-pub trait Data {
-    /// A one-sided access through the fake NIC, checked.
-    fn access(&mut self, client: ClientId, tenant: TenantId, p: Pending) -> Result<(), String>;
+/// What a client reaches of the world during its turn (the data link, and more).
+pub trait Data: DataLink {
     /// A CAS through the fake NIC (`None`: refused).
     fn cas(&mut self, rkey: MemoryKey, addr: u64, compare: u64, swap: u64) -> Option<u64>;
     /// The bind count of the window behind `rkey`.

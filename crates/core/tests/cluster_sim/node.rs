@@ -12,8 +12,12 @@
 //!   and the next batch gives back what it held;
 //! - idle work when `Scrub::Idle`: unbind the windows left over freed memory, then scrub.
 //!
+//! The data QPs' responder side is in `cluster_sim/data.rs` and `world.rs` (`DataCtx`): each
+//! one-sided op is checked against the fake NIC's windows as the NIC would, and executed.
+//!
 //! Not modelled: the hello and idle timeouts, quotas and the fault budget, several PDs
-//! (the shared-PD mode: type-1 windows usable from any QP), the data QPs.
+//! (the shared-PD mode: type-1 windows usable from any QP), memory contents beyond which
+//! granules are dirty (a READ returns nothing, a CAS or FAA is an 8-byte write).
 
 use super::support::Sim;
 use patronus_core::manager::{ClientId, ManagerConfig, Outgoing, Scrub, TenantId};

@@ -13,12 +13,20 @@
 //!   keeps a freed object's window bound: paper §5.4; such a write dirties freed memory, which
 //!   must be scrubbed before it is handed out again). A key byte that wrapped (256 rebinds of
 //!   one type-1 window, the limitation the design accepts) is counted, not failed.
+//! - **exactly once** (`cluster_sim/data.rs`): every WRITE, CAS and FAA carries a unique tag,
+//!   and the node's executions of it are counted: it executes at most once; one reported
+//!   done executed exactly once, one reported unknown (`OutcomeUnknown`) once or not at all,
+//!   one reported refused or failed not at all (a READ reported done executed at least once).
+//! - **renewal without a gap**: when a client renews an exclusive permission, no other
+//!   client was granted any of its memory between the old permission's grant and the
+//!   renewal's (grants are numbered as they leave the node).
 
 use patronus_core::manager::{ClientId, LivePermission, TenantId};
 use patronus_core::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request};
 use rnic::Timestamp;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
+use super::data::{DataOp, Outcome};
 use super::node::{Node, Sent};
 
 /// Granule of the contents model, bytes.
@@ -37,7 +45,20 @@ pub struct Counts {
     pub key_wraps: u64,
     pub scrubbed: u64,
     pub acquire_refusals: u64,
+    /// Data ops by outcome: done, refused, unknown, failed after the retry.
+    pub ops_done: u64,
+    pub ops_denied: u64,
+    pub ops_unknown: u64,
+    pub ops_failed: u64,
+    /// Data links that died before an op executed, and after (its completion lost).
+    pub link_lost_before: u64,
+    pub link_lost_after: u64,
+    /// Exclusive permissions renewed (checked for a gap).
+    pub renewals: u64,
 }
+
+/// Grants remembered for the renewal check.
+const GRANT_LOG: usize = 1 << 14;
 
 #[derive(Default)]
 pub struct Oracle {
@@ -49,6 +70,13 @@ pub struct Oracle {
     buffer_of: HashMap<PermissionId, u64>,
     /// The manager's live permissions, by client (refreshed after every batch).
     live: HashMap<ClientId, Vec<LivePermission>>,
+    /// Executions of the data ops in flight, by tag.
+    executions: HashMap<u64, u32>,
+    /// Grants as they left the node: (number, client, buffer start, length), the latest last.
+    grant_log: VecDeque<(u64, ClientId, u64, u64)>,
+    /// The number of every permission's grant.
+    grant_seq: HashMap<PermissionId, u64>,
+    next_grant: u64,
     pub counts: Counts,
 }
 
@@ -63,6 +91,8 @@ impl Oracle {
         self.objects.clear();
         self.buffer_of.clear();
         self.live.clear();
+        self.grant_log.clear();
+        self.grant_seq.clear();
     }
 
     /// Live objects (buffer start, length, tenant), for the workload to pick from.
@@ -98,6 +128,19 @@ impl Oracle {
             (req, Reply::Granted(g)) => {
                 self.counts.grants += 1;
                 self.buffer_of.insert(g.id, g.buffer_addr);
+                if s.fresh {
+                    self.next_grant += 1;
+                    if self.grant_log.len() == GRANT_LOG {
+                        self.grant_log.pop_front();
+                    }
+                    self.grant_log.push_back((
+                        self.next_grant,
+                        s.client,
+                        g.buffer_addr,
+                        g.buffer_len,
+                    ));
+                    self.grant_seq.insert(g.id, self.next_grant);
+                }
                 let tenant = tenant.ok_or("a grant to a client with no tenant")?;
                 match req {
                     Request::Allocate { .. } if s.fresh => self.allocated(&g, tenant)?,
@@ -229,6 +272,82 @@ impl Oracle {
         }
         if write {
             self.dirty.extend(granules(addr, len));
+        }
+        Ok(())
+    }
+}
+
+impl Oracle {
+    /// The node executed data op `op`.
+    pub fn executed(&mut self, op: &DataOp) -> Result<(), String> {
+        let n = self.executions.entry(op.tag).or_insert(0);
+        *n += 1;
+        if *n > 1 && !op.is_read() {
+            return Err(format!(
+                "not exactly once: {:?} {:#x} at {:#x} executed {} times",
+                op.kind, op.tag, op.addr, n
+            ));
+        }
+        Ok(())
+    }
+
+    /// Data op `op` ended with `outcome`, as its client reports it.
+    pub fn op_ended(&mut self, op: &DataOp, outcome: Outcome) -> Result<(), String> {
+        let n = self.executions.remove(&op.tag).unwrap_or(0);
+        let c = &mut self.counts;
+        let ok = match outcome {
+            Outcome::Done => {
+                c.ops_done += 1;
+                if op.is_read() { n >= 1 } else { n == 1 }
+            }
+            Outcome::Unknown => {
+                c.ops_unknown += 1;
+                n <= 1
+            }
+            Outcome::Denied | Outcome::Failed => {
+                if outcome == Outcome::Denied {
+                    c.ops_denied += 1;
+                } else {
+                    c.ops_failed += 1;
+                }
+                op.is_read() || n == 0
+            }
+        };
+        if !ok {
+            return Err(format!(
+                "not exactly once: {:?} {:#x} at {:#x} reported {outcome:?} but executed {n} \
+                 times",
+                op.kind, op.tag, op.addr
+            ));
+        }
+        Ok(())
+    }
+
+    /// `client` renewed its exclusive permission `old` as `new`: nobody else was granted any
+    /// of its memory in between.
+    pub fn renewed(
+        &mut self,
+        client: ClientId,
+        old: PermissionId,
+        new: PermissionId,
+    ) -> Result<(), String> {
+        let (Some(&from), Some(&to)) = (self.grant_seq.get(&old), self.grant_seq.get(&new)) else {
+            return Ok(()); // granted before a node restart: that session is gone
+        };
+        self.counts.renewals += 1;
+        let Some(&(_, _, addr, len)) = self.grant_log.iter().rev().find(|g| g.0 == to) else {
+            return Ok(());
+        };
+        for &(seq, other, a, l) in self.grant_log.iter().rev() {
+            if seq <= from {
+                break;
+            }
+            if seq < to && other != client && a < addr + len && addr < a + l {
+                return Err(format!(
+                    "renewal with a gap: client {client} renewed exclusive permission {old:?} \
+                     as {new:?}, but client {other} was granted {a:#x}+{l} in between"
+                ));
+            }
         }
         Ok(())
     }

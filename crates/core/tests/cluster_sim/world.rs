@@ -8,24 +8,29 @@
 //! departure path, the client loses it and opens a new one); a client freeze past its
 //! leases (possibly between checking a lease and using it); a client crash (it disappears,
 //! the node sees its QPs fail; a fresh client takes its place later); a node restart (all
-//! state gone, every client sees its channels fail); and per-client clock skew within the
-//! lease margin (rate ±1% and an offset).
+//! state gone, every client sees its channels fail); per-client clock skew within the lease
+//! margin (rate ±1% and an offset); and on the data link (`cluster_sim/data.rs`), a link that
+//! dies before an op executes or after it executed but before its completion came back.
 
-use super::client::{Client, Effect, Pending, client_config};
+use super::client::{Client, Effect, client_config};
+use super::data::{DataLink, DataOp, OpKind, Outcome};
 use super::net::{Body, Msg, Net};
 use super::node::Node;
 use super::oracle::{Counts, Oracle};
 use super::support::{Rng, test_config};
 use patronus_core::client::ClientConfig;
+use patronus_core::client::core::ClientMutation;
 use patronus_core::manager::{ClientId, ManagerConfig, Mutation, Scrub, Techniques, TenantId};
-use rnic::MemoryKey;
+use rnic::{MemoryKey, WcStatus};
 use std::collections::VecDeque;
 
-/// A hole to switch back on (see `ManagerCore::set_mutation`, `ClientCore::keep_late_grants`).
+/// A hole to switch back on (see `ManagerCore::set_mutation`, `ClientCore::keep_late_grants`,
+/// `ClientCore::set_mutation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mut {
     Manager(Mutation),
     KeepLateGrants,
+    Client(ClientMutation),
 }
 
 /// One run's parameters.
@@ -60,6 +65,9 @@ thread_local! {
 }
 
 const RPC_TIMEOUT: u64 = 20_000;
+/// One op in this many meets a data link that dies before it executes, and as many one that
+/// dies after (its completion lost).
+const LINK_FAULT: u64 = 64;
 const MARGIN: u64 = 400;
 
 pub struct World {
@@ -82,6 +90,8 @@ pub struct World {
     faults: [u64; 4],
     draining: bool,
     retired: Report,
+    /// Clients started so far (each one's data-op tags start at its number << 40).
+    started: u64,
 }
 
 fn delay(rng: &mut Rng) -> u64 {
@@ -115,7 +125,16 @@ impl World {
         let clients = (0..n)
             .map(|slot| {
                 let skew = rng.below(20_001) as i64 - 10_000;
-                Client::new(slot, (slot % 2) as TenantId, &ccfg, rng.next_u64(), skew, 0)
+                let tags = (slot as u64 + 1) << 40;
+                Client::new(
+                    slot,
+                    (slot % 2) as TenantId,
+                    &ccfg,
+                    rng.next_u64(),
+                    skew,
+                    0,
+                    tags,
+                )
             })
             .collect();
         let mut w = World {
@@ -132,6 +151,7 @@ impl World {
             faults: [0; 4],
             draining: false,
             retired: Report::default(),
+            started: n as u64,
             p,
             rng,
             cfg,
@@ -292,8 +312,12 @@ impl World {
             let mut data = DataCtx {
                 node: &mut self.node,
                 oracle: &mut self.oracle,
+                rng: &mut self.rng,
             };
             c.turn(t, &mut data, &mut effects)?;
+        }
+        for (id, old, new) in c.renewals.drain(..) {
+            self.oracle.renewed(id, old, new)?;
         }
         for e in effects {
             self.apply(slot, t, e);
@@ -386,6 +410,7 @@ impl World {
                 self.retired.unknown += old.unknown;
                 let restart = t + 1_000 + self.rng.below(2 * max);
                 let skew = self.rng.below(20_001) as i64 - 10_000;
+                self.started += 1;
                 let mut fresh = Client::new(
                     slot,
                     old.tenant,
@@ -393,6 +418,7 @@ impl World {
                     self.rng.next_u64(),
                     skew,
                     restart,
+                    self.started << 40,
                 );
                 fresh.conn = old.conn + 1;
                 mutate_client(&mut fresh, self.p.mutation);
@@ -420,8 +446,10 @@ impl World {
 }
 
 fn mutate_client(c: &mut Client, m: Option<Mut>) {
-    if m == Some(Mut::KeepLateGrants) {
-        c.core.keep_late_grants(true);
+    match m {
+        Some(Mut::KeepLateGrants) => c.core.keep_late_grants(true),
+        Some(Mut::Client(m)) => c.core.set_mutation(Some(m)),
+        _ => {}
     }
 }
 
@@ -429,17 +457,108 @@ fn mutate_client(c: &mut Client, m: Option<Mut>) {
 struct DataCtx<'a> {
     node: &'a mut Node,
     oracle: &'a mut Oracle,
+    rng: &'a mut Rng,
+}
+
+/// A data link's state within one batch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Up,
+    /// It died after an op executed: the responder may have run on behind it.
+    Running,
+    /// Broken: nothing more executes.
+    Dead,
+}
+
+impl DataCtx<'_> {
+    /// Whether the responder NIC lets `op` through.
+    fn allowed(&self, op: &DataOp) -> bool {
+        let nic = &self.node.sim.nic;
+        match op.kind {
+            OpKind::Read => nic.can_access(op.rkey, op.addr, op.len, false),
+            OpKind::Write => nic.can_access(op.rkey, op.addr, op.len, true),
+            OpKind::Cas | OpKind::Faa => nic.can_atomic(op.rkey, op.addr),
+        }
+    }
+
+    /// The responder's check of `op` (`allowed`), and its execution if it passes.
+    fn execute(
+        &mut self,
+        client: ClientId,
+        tenant: TenantId,
+        op: &DataOp,
+        allowed: bool,
+    ) -> Result<(), String> {
+        let nic = &self.node.sim.nic;
+        let wrapped = op.rkey.index() < nic.window_count()
+            && nic.window(op.rkey.index()).epoch >= op.epoch + 256;
+        let write = !op.is_read();
+        self.oracle
+            .access(client, tenant, op.addr, op.len, write, allowed, wrapped)?;
+        if allowed {
+            self.oracle.executed(op)?;
+        }
+        Ok(())
+    }
+}
+
+impl DataLink for DataCtx<'_> {
+    fn post(
+        &mut self,
+        client: ClientId,
+        tenant: TenantId,
+        ops: &[DataOp],
+    ) -> Result<Vec<WcStatus>, String> {
+        let mut out = Vec::with_capacity(ops.len());
+        let mut link = Link::Up;
+        for op in ops {
+            let status = match link {
+                Link::Up => {
+                    let allowed = self.allowed(op);
+                    match self.rng.below(LINK_FAULT) {
+                        0 => {
+                            self.oracle.counts.link_lost_before += 1;
+                            link = Link::Dead;
+                            WcStatus::RetryExceeded
+                        }
+                        1 => {
+                            self.oracle.counts.link_lost_after += 1;
+                            self.execute(client, tenant, op, allowed)?;
+                            link = if allowed { Link::Running } else { Link::Dead };
+                            WcStatus::RetryExceeded
+                        }
+                        _ if allowed => {
+                            self.execute(client, tenant, op, true)?;
+                            WcStatus::Success
+                        }
+                        _ => {
+                            self.execute(client, tenant, op, false)?;
+                            link = Link::Dead;
+                            WcStatus::RemoteAccessError
+                        }
+                    }
+                }
+                Link::Running => {
+                    if self.rng.chance(1, 2) && self.allowed(op) {
+                        self.execute(client, tenant, op, true)?;
+                    } else {
+                        link = Link::Dead;
+                    }
+                    WcStatus::WrFlushError
+                }
+                Link::Dead => WcStatus::WrFlushError,
+            };
+            out.push(status);
+        }
+        Ok(out)
+    }
+
+    fn ended(&mut self, op: &DataOp, outcome: Outcome) -> Result<(), String> {
+        self.oracle.op_ended(op, outcome)
+    }
 }
 
 impl super::client::Data for DataCtx<'_> {
-    fn access(&mut self, client: ClientId, tenant: TenantId, p: Pending) -> Result<(), String> {
-        let nic = &self.node.sim.nic;
-        let allowed = nic.can_access(p.rkey, p.addr, p.len, p.write);
-        let wrapped = nic.window(p.rkey.index()).epoch >= p.epoch + 256;
-        self.oracle
-            .access(client, tenant, p.addr, p.len, p.write, allowed, wrapped)
-    }
-
     fn cas(&mut self, rkey: MemoryKey, addr: u64, compare: u64, swap: u64) -> Option<u64> {
         self.node.sim.nic.client_cas(rkey, addr, compare, swap)
     }

@@ -12,6 +12,10 @@
 //! nobody waits for becomes (handed back: revoked, and freed if it allocated), the lease slack
 //! added to each lease asked for, and the round trips the lease policy learns from.
 //!
+//! The data path's decisions are here too (`data_path`): what happens to a one-sided op caught
+//! in a data-QP failure (the exactly-once rule: retried, or reported with an unknown outcome,
+//! never run twice) and how a long-lived permission is kept (extended, or renewed in one step).
+//!
 //! Two clocks come in with every event ([`Now`]): the lease clock (leases count on it, as on
 //! the memory node's) and the timer clock (RPC deadlines, retries, back-off). A driver on real
 //! hardware passes the same time twice; a test may freeze lease time while deadlines run.
@@ -28,10 +32,12 @@
 //! - When the session is lost, every call still waiting ends with
 //!   [`ClientError::ControlLost`]: its outcome is unknown, and it is never sent again.
 
+mod data_path;
 mod table;
 #[cfg(test)]
 mod tests;
 
+pub use data_path::{Fault, NOT_POSTED, Next, Renewal, RetryRounds, next_step, renewal};
 pub use table::Owner;
 
 use super::config::ClientConfig;
@@ -123,6 +129,22 @@ pub struct ClientCore {
     /// Test mutation: a late grant is not handed back ([`ClientCore::keep_late_grants`]).
     #[cfg(feature = "testing")]
     keep_late_grants: bool,
+    /// Test mutation ([`ClientCore::set_mutation`]).
+    #[cfg(feature = "testing")]
+    mutation: Option<ClientMutation>,
+}
+
+/// Holes of the client's decisions fixed before that a test can switch back on, one at a
+/// time, to show that a check catches them ([`ClientCore::set_mutation`]).
+#[cfg(feature = "testing")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientMutation {
+    /// A WRITE, CAS or FAA whose outcome is unknown (flushed or failed after a retry-exceeded
+    /// or lost link) is retried as if it had not executed.
+    RetryFlushed,
+    /// An exclusive permission is renewed by giving it back and acquiring again, which leaves
+    /// a gap another client can take the object in.
+    RenewWithGap,
 }
 
 /// Whether `req` names a permission (which belongs to the session that granted it).
@@ -180,7 +202,20 @@ impl ClientCore {
             rng: StdRng::seed_from_u64(seed),
             #[cfg(feature = "testing")]
             keep_late_grants: false,
+            #[cfg(feature = "testing")]
+            mutation: None,
         }
+    }
+
+    /// Test mutation: switches a hole fixed before back on (`None`: off).
+    #[cfg(feature = "testing")]
+    pub fn set_mutation(&mut self, mutation: Option<ClientMutation>) {
+        self.mutation = mutation;
+    }
+
+    #[cfg(feature = "testing")]
+    fn mutated(&self, m: ClientMutation) -> bool {
+        self.mutation == Some(m)
     }
 
     /// Test mutation (a hole fixed before): a grant that arrives after its call gave up is

@@ -13,7 +13,10 @@ use super::*;
 impl ManagerCore {
     /// Stage 2, before the batch's requests: clears out the clients that left.
     pub(super) fn clear_departed(&mut self, now: Timestamp) {
-        for client in std::mem::take(&mut self.departing) {
+        // Still listed while they are cleared out: a permission one of them ends wakes
+        // waiters, and a waiter of another departing client must not be granted.
+        let departing = self.departing.clone();
+        for client in departing {
             self.drop_waiting_requests(client, now);
             for key in self.perms.of_client(client).to_vec() {
                 self.end_permission(key, false, now);
@@ -28,6 +31,7 @@ impl ManagerCore {
             }
             self.tenants.forget_client(client);
         }
+        self.departing.clear();
     }
 
     /// Drops `client`'s queued acquires; whoever waited behind them may enter now.

@@ -130,6 +130,11 @@ impl ManagerCore {
                 break;
             };
             self.waiting.remove(&(w.client, w.req_id));
+            if self.departing.contains(&w.client) {
+                // Gone: dropped unanswered (a grant would bind windows for nobody, over a
+                // header its departure gives back).
+                continue;
+            }
             let asker = Asker::of(&w);
             let Some(o) = self.buffers.object_at(object) else {
                 self.refuse(asker, Status::NotFound);
