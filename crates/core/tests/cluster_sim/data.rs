@@ -76,7 +76,8 @@ pub trait DataLink {
 }
 
 /// Runs a batch as the client's driver does: post, feed the completions to the core's
-/// decision, retry once on a fresh link what it says to retry, report every op's outcome.
+/// decision, retry on a fresh link what it says to retry (within the batch's `RetryRounds`),
+/// report every op's outcome.
 pub fn run_batch<L: DataLink + ?Sized>(
     core: &ClientCore,
     link: &mut L,
