@@ -13,8 +13,8 @@
 //! The client side is the driver's batch loop (`client/data.rs`): the completions go through
 //! the client core's exactly-once decision (`ClientCore::data_next_step`, with
 //! `Fault::of` over the batch), ops it says to retry run again on a fresh link (the
-//! promoted spare QP) within the batch's `RetryRounds` budget, and every op ends with one outcome the oracle checks against how many
-//! times the node executed it.
+//! promoted spare QP) within the batch's `RetryRounds` budget, and every op ends with one
+//! outcome the oracle checks against how many times the node executed it.
 
 use patronus_core::client::core::{ClientCore, Fault, Next, RetryRounds};
 use patronus_core::manager::{ClientId, TenantId};
