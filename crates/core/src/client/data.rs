@@ -124,11 +124,14 @@ impl<P: Provider> Client<P> {
         atomic(single(b.execute()))
     }
 
-    /// CN-collaborated extension (§5.3): CAS the header's lifetime field from its current
-    /// value to `current + lease` through the lifetime window (plus the lease policy's slack,
-    /// as for every lease the client asks for: the holder's next turn may be a round trip
-    /// away). Fails with `ExtensionRefused` once the manager zeroed the field.
-    pub fn extend(&mut self, perm: &Perm, lease: std::time::Duration) -> Result<(), ClientError> {
+    /// The lease an extension of `perm` by `lease` asks for (with the policy's slack), once
+    /// `perm` is of the current session and has not expired locally (an expired one is
+    /// counted as wasted and refused: `LeaseExpired`).
+    pub(super) fn extension_lease(
+        &mut self,
+        perm: &Perm,
+        lease: std::time::Duration,
+    ) -> Result<u64, ClientError> {
         let lease_us = self.core.wire_lease_us(super::lease::micros(lease));
         self.current(perm)?;
         if self.clocks.lease.now() >= perm.expiry() {
@@ -136,6 +139,15 @@ impl<P: Provider> Client<P> {
             perm.mark_wasted(self.core.stats_mut());
             return Err(ClientError::LeaseExpired);
         }
+        Ok(lease_us)
+    }
+
+    /// CN-collaborated extension (§5.3): CAS the header's lifetime field from its current
+    /// value to `current + lease` through the lifetime window (plus the lease policy's slack,
+    /// as for every lease the client asks for: the holder's next turn may be a round trip
+    /// away). Fails with `ExtensionRefused` once the manager zeroed the field.
+    pub fn extend(&mut self, perm: &Perm, lease: std::time::Duration) -> Result<(), ClientError> {
+        let lease_us = self.extension_lease(perm, lease)?;
         let r = self.extend_cas(perm, lease_us);
         match r {
             Ok(()) => {

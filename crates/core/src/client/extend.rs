@@ -21,13 +21,7 @@ impl<P: Provider> Client<P> {
         perm: &Perm,
         lease: std::time::Duration,
     ) -> Result<u64, ClientError> {
-        let lease_us = self.core.wire_lease_us(super::lease::micros(lease));
-        self.current(perm)?;
-        if self.clocks.lease.now() >= perm.expiry() {
-            self.core.stats_mut().local_expiries += 1;
-            perm.mark_wasted(self.core.stats_mut());
-            return Err(ClientError::LeaseExpired);
-        }
+        let lease_us = self.extension_lease(perm, lease)?;
         let current = perm.lifetime_us();
         if current >= perm.max_lifetime_us() {
             self.core.stats_mut().extension_refusals += 1;

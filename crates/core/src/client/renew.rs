@@ -106,6 +106,17 @@ impl<P: Provider> Client<P> {
         lease.perm()
     }
 
+    /// A new permission over `lease`'s object, acquired as anyone would.
+    fn acquire_again(&mut self, lease: &LongLease) -> Result<Perm, ClientError> {
+        self.acquire(
+            lease.addr,
+            lease.size,
+            std::time::Duration::from_micros(lease.lease_us),
+            lease.access,
+            lease.mode,
+        )
+    }
+
     fn renew_now(&mut self, lease: &mut LongLease, step: Renewal) -> Result<(), ClientError> {
         let fresh = match &lease.perm {
             // The hole fixed before (a `testing` mutation only): give it back, acquire again.
@@ -113,24 +124,12 @@ impl<P: Provider> Client<P> {
                 if let Some(old) = lease.perm.take() {
                     let _ = self.revoke(old);
                 }
-                self.acquire(
-                    lease.addr,
-                    lease.size,
-                    std::time::Duration::from_micros(lease.lease_us),
-                    lease.access,
-                    lease.mode,
-                )?
+                self.acquire_again(lease)?
             }
             // Ended with an earlier session: acquire like anyone.
             Some(old) if self.current(old).is_err() => {
                 lease.perm = None;
-                self.acquire(
-                    lease.addr,
-                    lease.size,
-                    std::time::Duration::from_micros(lease.lease_us),
-                    lease.access,
-                    lease.mode,
-                )?
+                self.acquire_again(lease)?
             }
             Some(old) => {
                 let sent = self.clocks.lease.now();
@@ -142,24 +141,12 @@ impl<P: Provider> Client<P> {
                     Reply::Failed(Status::NotFound) => {
                         // The permission ended meanwhile (expired): acquire like anyone.
                         lease.perm = None;
-                        self.acquire(
-                            lease.addr,
-                            lease.size,
-                            std::time::Duration::from_micros(lease.lease_us),
-                            lease.access,
-                            lease.mode,
-                        )?
+                        self.acquire_again(lease)?
                     }
                     other => return Err(super::error::unexpected(other)),
                 }
             }
-            None => self.acquire(
-                lease.addr,
-                lease.size,
-                std::time::Duration::from_micros(lease.lease_us),
-                lease.access,
-                lease.mode,
-            )?,
+            None => self.acquire_again(lease)?,
         };
         lease.perm = Some(fresh);
         lease.reacquired += 1;
