@@ -16,9 +16,10 @@
 //! A transport wraps every link it makes in its [`LinkStack`], so the tracing and fault
 //! wrappers stack on in-process and TCP links alike.
 //!
-//! Contract: a link delivers packets reliably and in order, or reports [`LinkDown`]; it never
-//! reorders on its own (the fault injector does so on purpose, and the QP treats the gap as a
-//! broken connection). A packet that arrives on a QP's link is for that QP
+//! Contract: a link delivers packets reliably and in order, or reports [`LinkDown`] (from
+//! `transmit`, or through [`PacketSink::link_down`] once the packets the peer sent before the
+//! failure are delivered); it never reorders on its own (the fault injector does so on
+//! purpose, and the QP treats the gap as a broken connection). A packet that arrives on a QP's link is for that QP
 //! ([`check_destination`]).
 
 pub mod faulty;

@@ -194,6 +194,11 @@ pub(crate) struct Conn {
     closed: AtomicBool,
     /// Broken (protocol error, overflow, I/O error, EOF): the QP is told once.
     failed: AtomicBool,
+    /// The write side failed (a reset peer, a backlog past its bound). The connection is
+    /// not dead yet: what the peer sent before it went is read and delivered first (a NAK
+    /// that explains why the peer closed must reach the QP), then the reader stops the
+    /// connection at the first read that would block.
+    write_failed: AtomicBool,
 }
 
 impl fmt::Debug for Conn {
@@ -203,6 +208,7 @@ impl fmt::Debug for Conn {
             .field("peer", &self.with_stream(|s| s.peer_addr().ok()).flatten())
             .field("closed", &self.closed.load(Ordering::Relaxed))
             .field("failed", &self.failed.load(Ordering::Relaxed))
+            .field("write_failed", &self.write_failed.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -237,6 +243,7 @@ impl Conn {
             accepting: AtomicBool::new(accepting),
             closed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
+            write_failed: AtomicBool::new(false),
         })
     }
 
@@ -402,7 +409,14 @@ impl Conn {
                     }
                 }
                 Err(e) => match e.kind() {
-                    io::ErrorKind::WouldBlock => return report,
+                    io::ErrorKind::WouldBlock => {
+                        if self.write_failed.load(Ordering::SeqCst) {
+                            // Everything the peer sent before the write side failed is
+                            // delivered: now the QP learns that the link is gone.
+                            self.stop(r, Stop::Lost);
+                        }
+                        return report;
+                    }
                     io::ErrorKind::Interrupted => {}
                     _ => {
                         self.stop(r, Stop::Lost);
@@ -543,8 +557,8 @@ impl Conn {
 
     /// Encodes `frame` after any backlog and writes as much as the socket takes (one `write`
     /// call when there is no backlog). Fails if the connection is shut, on a socket error, and
-    /// when the backlog already exceeds the bound (the peer is not reading): the connection
-    /// is then closed and the engine tells the QP.
+    /// when the backlog already exceeds the bound (the peer is not reading); the last two
+    /// fail the write side (see [`fail_writes`](Self::fail_writes)).
     pub(super) fn send<D: AsRef<[u8]>>(&self, frame: &Frame<D>) -> Result<(), LinkDown> {
         let mut w = self.writer.lock();
         if w.shut {
@@ -553,24 +567,33 @@ impl Conn {
         let backlog = w.out.len() - w.sent;
         if backlog > self.shared.limits.out_limit {
             Counters::bump(&self.shared.counters.overflow_closes);
-            return Err(self.fail_locked(w));
+            return Err(self.fail_writes(w));
         }
         encode_frame(frame, &mut w.out);
         if self.flush_locked(&mut w).is_err() {
-            return Err(self.fail_locked(w));
+            return Err(self.fail_writes(w));
         }
         Ok(())
     }
 
-    /// Marks the connection broken from the write side and lets the engine finish the job
-    /// (it tells the QP; we may be inside the QP's locks here).
-    fn fail_locked(&self, mut w: parking_lot::MutexGuard<'_, Writer>) -> LinkDown {
+    /// Whether the write side failed while the read side still delivers what the peer sent
+    /// before: the QP is told that the link is gone once that is done.
+    pub(super) fn is_draining(&self) -> bool {
+        self.write_failed.load(Ordering::SeqCst) && !self.is_dead()
+    }
+
+    /// Fails the write side and lets the engine finish the job: it reads and delivers what
+    /// the peer sent before the failure, then tells the QP (we may be inside the QP's locks
+    /// here, and a reset peer's last frames, such as the NAK that explains the reset, are
+    /// still in our socket). Shutting our write side ends a peer that is alive but not
+    /// reading.
+    fn fail_writes(&self, mut w: parking_lot::MutexGuard<'_, Writer>) -> LinkDown {
         w.shut = true;
         w.out = Vec::new();
         w.sent = 0;
         drop(w);
-        self.failed.store(true, Ordering::SeqCst);
-        self.shutdown_stream();
+        self.write_failed.store(true, Ordering::SeqCst);
+        let _ = self.with_stream(|s| s.shutdown(Shutdown::Write));
         self.kick();
         LinkDown
     }
@@ -611,7 +634,7 @@ impl Conn {
             return;
         }
         if self.flush_locked(&mut w).is_err() {
-            let _ = self.fail_locked(w);
+            let _ = self.fail_writes(w);
         }
     }
 
@@ -648,8 +671,14 @@ pub(crate) struct TcpLink {
 }
 
 impl Link for TcpLink {
+    /// A packet the socket refuses while the connection drains is lost, not a link failure
+    /// of its own: the link's end reaches the QP through [`PacketSink::link_down`] once the
+    /// frames the peer sent before are delivered, in order, as on a wire.
     fn transmit(&self, packet: &Packet<&[u8]>) -> Result<(), LinkDown> {
-        self.conn.send(&Frame::Packet(packet.clone()))
+        match self.conn.send(&Frame::Packet(packet.clone())) {
+            Err(LinkDown) if self.conn.is_draining() => Ok(()),
+            sent => sent,
+        }
     }
 
     fn close(&self) {
@@ -687,39 +716,42 @@ mod tests {
         }
     }
 
-    /// A QP stand-in: counts deliveries and whether the link went down.
+    /// A QP stand-in: counts deliveries and whether (and after how many) the link went down.
     #[derive(Debug, Default)]
     struct Sink {
         delivered: AtomicUsize,
         down: AtomicBool,
+        delivered_before_down: AtomicUsize,
     }
     impl PacketSink for Sink {
         fn deliver(&self, _packet: &Packet<&[u8]>) {
             self.delivered.fetch_add(1, Ordering::SeqCst);
         }
         fn link_down(&self, _end: LinkEnd) {
+            self.delivered_before_down
+                .store(self.delivered.load(Ordering::SeqCst), Ordering::SeqCst);
             self.down.store(true, Ordering::SeqCst);
         }
     }
 
-    /// The lost wake-up behind a memory node session that never ended (the soak): the peer
-    /// sends its last frame and closes; the engine's readiness event for both asks for a
-    /// full read but finds the reader taken by an application thread's poll, which reads
-    /// only up to the frame. The EOF must still be read: no further event comes for it.
-    #[test]
-    fn a_full_read_left_to_the_reader_reaches_the_eof_behind_the_last_frame() {
-        const QPN: QpNumber = QpNumber(7);
+    const QPN: QpNumber = QpNumber(7);
+
+    /// Our end of a loopback connection (non-blocking, registered with `poll` for reads) and
+    /// the peer's.
+    fn connected(poll: &mio::Poll) -> (TcpStream, std::net::TcpStream) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (ours, _) = listener.accept().unwrap();
         ours.set_nonblocking(true).unwrap();
         let mut stream = TcpStream::from_std(ours);
-        let mut poll = mio::Poll::new().unwrap();
         poll.registry()
             .register(&mut stream, Token(1), mio::Interest::READABLE)
             .unwrap();
+        (stream, peer)
+    }
 
-        // The peer's last frame (an acknowledgement), then its close.
+    /// An acknowledgement frame for [`QPN`], encoded.
+    fn ack_bytes() -> Vec<u8> {
         let mut bytes = Vec::new();
         let ack = Frame::<&[u8]>::Packet(Packet::Response(Response {
             dst_qp: QPN,
@@ -727,23 +759,25 @@ mod tests {
             kind: ResponseKind::Ack,
         }));
         encode_frame(&ack, &mut bytes);
-        peer.write_all(&bytes).unwrap();
-        peer.shutdown(Shutdown::Write).unwrap();
-        // Both are in our socket once it reports the read side closed (what the engine sees).
-        // Bounded: 100 waits of at most 100 ms each.
+        bytes
+    }
+
+    /// Waits (at most 100 polls of 100 ms) until the socket reports its read side closed,
+    /// which is what the engine sees when the peer's close or reset arrives.
+    fn wait_read_closed(poll: &mut mio::Poll) {
         let mut events = mio::Events::with_capacity(8);
-        let mut closed = false;
         for _ in 0..100 {
             poll.poll(&mut events, Some(Duration::from_millis(100)))
                 .unwrap();
-            closed |= events.iter().any(|e| e.is_read_closed());
-            if closed {
-                break;
+            if events.iter().any(|e| e.is_read_closed() || e.is_error()) {
+                return;
             }
         }
-        assert!(closed, "the peer's close never arrived");
+        panic!("the peer's close never arrived");
+    }
 
-        let sink = Arc::new(Sink::default());
+    /// An established connection over `stream` that delivers to `sink`.
+    fn established(stream: TcpStream, sink: &Arc<Sink>) -> Arc<Conn> {
         let sink_dyn: Arc<dyn PacketSink> = sink.clone();
         let limits = Limits {
             max_frame: 1 << 16,
@@ -753,7 +787,7 @@ mod tests {
             timeouts: crate::soft::link::AdaptiveTimeouts::default(),
             keepalive: false,
         };
-        let conn = Conn::new(
+        Conn::new(
             stream,
             Token(1),
             Arc::new(NoEngine),
@@ -763,7 +797,24 @@ mod tests {
                 qpn: QPN,
             },
             Vec::new(),
-        );
+        )
+    }
+
+    /// The lost wake-up behind a memory node session that never ended (the soak): the peer
+    /// sends its last frame and closes; the engine's readiness event for both asks for a
+    /// full read but finds the reader taken by an application thread's poll, which reads
+    /// only up to the frame. The EOF must still be read: no further event comes for it.
+    #[test]
+    fn a_full_read_left_to_the_reader_reaches_the_eof_behind_the_last_frame() {
+        let mut poll = mio::Poll::new().unwrap();
+        let (stream, mut peer) = connected(&poll);
+        // The peer's last frame (an acknowledgement), then its close.
+        peer.write_all(&ack_bytes()).unwrap();
+        peer.shutdown(Shutdown::Write).unwrap();
+        // Both are in our socket once it reports the read side closed.
+        wait_read_closed(&mut poll);
+        let sink = Arc::new(Sink::default());
+        let conn = established(stream, &sink);
         // The engine asks for its full read; its `try_lock` then loses to the poll below
         // (the poll takes the reader first, so the engine returns at once, leaving the read
         // to it).
@@ -775,5 +826,46 @@ mod tests {
             sink.down.load(Ordering::SeqCst) && conn.is_dead(),
             "the peer closed, and the QP was not told"
         );
+    }
+
+    /// A responder that refuses an access sends its NAK and closes; our next transmit then
+    /// meets the reset. The NAK must still reach the QP before the link's end does (the QP
+    /// reports the refused access, not a transport failure), and the refused transmit is a
+    /// lost packet, not a second report.
+    #[test]
+    fn frames_a_reset_peer_sent_reach_the_qp_before_its_link_goes_down() {
+        let mut poll = mio::Poll::new().unwrap();
+        let (stream, mut peer) = connected(&poll);
+        // The peer's last frame, then a reset (a close with unread data does the same).
+        peer.write_all(&ack_bytes()).unwrap();
+        socket2::SockRef::from(&peer)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(peer);
+        wait_read_closed(&mut poll);
+        let sink = Arc::new(Sink::default());
+        let conn = established(stream, &sink);
+        let link = TcpLink { conn: conn.clone() };
+        let request = Packet::Response(Response {
+            dst_qp: QpNumber(9),
+            psn: Psn::default(),
+            kind: ResponseKind::Ack,
+        });
+        assert_eq!(
+            link.transmit(&request),
+            Ok(()),
+            "a lost packet, not LinkDown"
+        );
+        assert!(conn.is_draining() && !sink.down.load(Ordering::SeqCst));
+        // The engine's look at the connection it was kicked for.
+        conn.try_read(APP_READ_BUDGET, true);
+        assert_eq!(sink.delivered.load(Ordering::SeqCst), 1);
+        assert!(sink.down.load(Ordering::SeqCst) && conn.is_dead());
+        assert_eq!(
+            sink.delivered_before_down.load(Ordering::SeqCst),
+            1,
+            "the link went down before the peer's last frame was delivered"
+        );
+        assert_eq!(link.transmit(&request), Err(LinkDown), "down once reported");
     }
 }
