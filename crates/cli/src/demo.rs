@@ -141,10 +141,11 @@ pub fn run(transport: Link) -> Result<()> {
         Err(e) => println!("    bob's write: {e}"),
         Ok(()) => bail!("a write through a read-only window succeeded"),
     }
-    let (switches, took) = bob.status().qp_switches();
+    let qps = bob.status().qps();
     println!(
-        "    the fault broke bob's QP; a spare took over ({switches} switch, {:.1} us on bob's path)",
-        took.as_secs_f64() * 1e6
+        "    the fault broke bob's QP; a spare took over ({} promotion, {} us on bob's path)",
+        qps.promotions,
+        qps.last_switch.as_micros()
     );
     bob.read(&q, 0, &mut buf)?;
     println!(

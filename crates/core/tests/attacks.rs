@@ -462,7 +462,7 @@ fn brute_force_key_byte<R: Rig>(t: R, iso: Isolation) {
             Err(e) => panic!("guess {byte:#04x}: not a NIC refusal: {e:?}"),
         }
     }
-    let faults = m.status().qp_switches().0;
+    let faults = m.status().qps().switches();
     loot.changed += changed(&s, &contents(v, &victim));
     println!(
         "brute force [{t:?}, {iso:?}]: {}/256 key-byte guesses succeeded, {} bytes read, \

@@ -59,7 +59,7 @@ fn lifecycle(t: Link) {
     assert!(matches!(e, ClientError::Denied(_)), "{e:?}");
     b.read(&q, 0, &mut buf2).unwrap();
     assert_eq!(&buf2, b"hello patronus");
-    assert_eq!(b.status().qp_switches().0, 1);
+    assert_eq!(b.status().qps().switches(), 1);
     b.revoke(q).unwrap();
 }
 

@@ -196,7 +196,7 @@ fn a_stopped_node_fails_its_permissions_and_the_others_go_on(t: Link) {
     );
     assert_eq!(set.down_nodes(), [NodeId(1)]);
     // Later ones fail at once, sending nothing (the client counts no new QP switch).
-    let switches = set.client(NodeId(1)).unwrap().status().qp_switches().0;
+    let switches = set.client(NodeId(1)).unwrap().status().qps().switches();
     for r in [
         set.write(&p1, 0, b"x"),
         set.extend(&p1, LEASE),
@@ -214,7 +214,7 @@ fn a_stopped_node_fails_its_permissions_and_the_others_go_on(t: Link) {
         );
     }
     assert_eq!(
-        set.client(NodeId(1)).unwrap().status().qp_switches().0,
+        set.client(NodeId(1)).unwrap().status().qps().switches(),
         switches
     );
     let e = set

@@ -93,16 +93,17 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
     for i in 0..WARMUP_FAULTS + faults {
         // Faults are rarer than recoveries (the paper's assumption): let the background
         // worker return the previous QP to the pool first. Not part of any interruption.
-        let wait = Instant::now();
-        while spares > 0 && c.status().spares_ready() < spares && wait.elapsed() < SPARE_WAIT {
-            std::thread::yield_now();
+        let before = c.status().qps();
+        if spares > 0 && before.spares_ready < spares {
+            let owed = before.promotions;
+            c.status().wait_recoveries(owed, SPARE_WAIT);
         }
         if c.status().spares_ready() < spares {
             short_of_spares += 1;
         }
         let mut bad = p.forged_copy();
         bad.corrupt_rkey();
-        let (switches_before, _) = c.status().qp_switches();
+        let switches_before = c.status().qps().switches();
         let t0 = Instant::now();
         match c.write(&bad, 0, b"x") {
             Err(ClientError::Denied(_)) => {}
@@ -110,7 +111,8 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
         }
         c.read(&p, 0, &mut buf)?;
         let total = t0.elapsed();
-        let (switches_after, last_switch) = c.status().qp_switches();
+        let after = c.status().qps();
+        let (switches_after, last_switch) = (after.switches(), after.last_switch);
         if switches_after != switches_before + 1 {
             bail!(
                 "a fault should switch the QP once; it switched {} times",

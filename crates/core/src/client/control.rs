@@ -25,7 +25,7 @@ use super::error::ClientError;
 use super::pump::Pump;
 use super::session::Session;
 use crate::proto::messages::{Reply, Request, Status};
-use rnic::{CompletionQueue, Provider, WcStatus, WorkCompletion};
+use rnic::{Provider, WcStatus};
 
 impl<P: Provider> Client<P> {
     /// The driver over the current session's channels.
@@ -84,7 +84,7 @@ impl<P: Provider> Client<P> {
             }
         };
         let old = std::mem::replace(&mut self.session, fresh);
-        old.retire();
+        old.retire(&self.data_cq);
         self.drain_data_cq();
         drop(old);
         // Nothing of the old session will complete now: forgotten extensions' slots are free.
@@ -98,15 +98,16 @@ impl<P: Provider> Client<P> {
     /// Files the completions on the data CQ (posted extensions' flushes; a batch's are
     /// dropped, as none is running).
     fn drain_data_cq(&mut self) {
-        let mut wcs = [WorkCompletion::default(); 32];
+        let mut routed = Vec::new();
         // Bounded: a retired session's QPs complete each work request once.
         for _ in 0..1024 {
-            let n = self.data_cq.poll(&mut wcs);
+            routed.clear();
+            let n = self.data_cq.poll(self.user, &mut routed);
+            for r in &routed {
+                self.posted.file(&r.wc);
+            }
             if n == 0 {
                 return;
-            }
-            for wc in &wcs[..n] {
-                self.posted.file(wc);
             }
         }
     }

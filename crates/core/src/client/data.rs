@@ -14,11 +14,11 @@ use super::core::{Fault, NOT_POSTED, Next, RetryRounds};
 use super::driver::Client;
 use super::error::ClientError;
 use super::perm::Perm;
+use super::qps::{SwitchKind, tagged};
 use crate::proto::messages::Access;
 use crate::proto::refusal::SessionEnd;
 use rnic::{
-    CompletionQueue, MemoryBuffer, MemoryKey, MemoryRegion, Provider, QueuePair, SendOp, SendWr,
-    Sge, WcStatus, WorkCompletion,
+    MemoryBuffer, MemoryKey, MemoryRegion, Provider, QueuePair, SendOp, SendWr, Sge, WcStatus,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -327,9 +327,10 @@ impl<P: Provider> Batch<'_, P> {
         }
         let mut rounds = RetryRounds::default();
         while !todo.is_empty() {
-            if client.session.vqp.active().state() != rnic::QpState::ReadyToSend {
-                // Broke since the last batch (a lost link): switch before posting anything.
-                if let Err(e) = client.switch_qp() {
+            if let Some(broken) = client.broken_lane() {
+                // Broke since the last batch (a lost link, another user's fault): switch
+                // before posting anything.
+                if let Err(e) = client.switch_qp(broken) {
                     let e = std::sync::Arc::new(e);
                     for &i in &todo {
                         results[i] = Some(Err(unrun(&e)));
@@ -337,8 +338,11 @@ impl<P: Provider> Batch<'_, P> {
                     break;
                 }
             }
-            let outcome = client.run(&ops_ok, &todo);
-            let fault = Fault::of(outcome.iter().map(|&(_, s)| s));
+            let Ran {
+                outcome,
+                fault,
+                incarnation,
+            } = client.run(&ops_ok, &todo);
             let may_retry = rounds.may_retry(fault);
             let mut retry = Vec::new();
             let mut broken = false;
@@ -372,7 +376,7 @@ impl<P: Provider> Batch<'_, P> {
                 rounds.broke(fault);
             }
             if broken {
-                if let Err(e) = client.switch_qp() {
+                if let Err(e) = client.switch_qp(incarnation) {
                     let e = std::sync::Arc::new(e);
                     for &i in &retry {
                         results[i] = Some(Err(unrun(&e)));
@@ -407,15 +411,23 @@ fn unrun(switch: &std::sync::Arc<ClientError>) -> ClientError {
 pub(super) const DEAD_TRANSPORT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<P: Provider> Client<P> {
-    /// Replaces the broken active QP (promoting a spare) and, under type-2 isolation, has the
-    /// permissions' windows bound to the new one.
+    /// The incarnation of this client's lane if its QP is broken (it must be replaced
+    /// before anything is posted).
+    pub(super) fn broken_lane(&self) -> Option<u64> {
+        let lane = self.session.qps.current(self.lane)?;
+        (lane.qp.state() != rnic::QpState::ReadyToSend).then_some(lane.incarnation)
+    }
+
+    /// Replaces this client's lane's QP, which failed as incarnation `seen` (promoting a
+    /// spare, unless another user of the lane did already) and, under type-2 isolation, has
+    /// the permissions' windows bound to the lane's QP now.
     /// A session that ended is not repaired here: its data QPs are closed by the memory node,
     /// and its permissions are dead; the next control operation opens a new session. Ended
     /// means: the node refused a reconnection because it ended the session (`SessionEnded`
     /// with its reason, remembered for the next ops of this session), or a control QP failed
     /// (`SessionEnded`: the node ends a session whose control connection fails), or the client
     /// gave up on its control channel (`SessionLost`).
-    pub(super) fn switch_qp(&mut self) -> Result<(), ClientError> {
+    pub(super) fn switch_qp(&mut self, seen: u64) -> Result<SwitchKind, ClientError> {
         if self.session_lost() {
             return Err(match self.ended {
                 Some(why) => ClientError::SessionEnded(why),
@@ -425,15 +437,24 @@ impl<P: Provider> Client<P> {
                 None => ClientError::SessionLost,
             });
         }
-        if let Err(e) = self.session.vqp.fail_over() {
-            let e = ClientError::from_connect(e);
-            if let ClientError::SessionEnded(why) = e {
-                self.core.lose_session(rnic::WcStatus::WrFlushError);
-                self.ended = Some(why);
+        let started = self.clocks.timer.now();
+        let kind = match self.session.qps.fail_over(self.lane, seen) {
+            Ok(kind) => {
+                let took = self.clocks.timer.now().0.saturating_sub(started.0);
+                self.last_switch = std::time::Duration::from_micros(took);
+                kind
             }
-            return Err(e);
-        }
-        self.rebind_after_switch()
+            Err(e) => {
+                let e = ClientError::from_connect(e);
+                if let ClientError::SessionEnded(why) = e {
+                    self.core.lose_session(rnic::WcStatus::WrFlushError);
+                    self.ended = Some(why);
+                }
+                return Err(e);
+            }
+        };
+        self.rebind_after_switch()?;
+        Ok(kind)
     }
 
     fn output(&self, op: &Op) -> OpResult {
@@ -450,12 +471,15 @@ impl<P: Provider> Client<P> {
         }
     }
 
-    /// Posts the ops at `indexes` on the active QP; returns (index, status) for each. A
-    /// transport that completes nothing for 10 s of the timer clock is dead: what it did not
-    /// complete reports `RetryExceeded`.
-    fn run(&mut self, ops: &[Option<Op>], indexes: &[usize]) -> Vec<(usize, WcStatus)> {
-        // 31 bits: a batch's ids never carry the posted-extension tag.
-        self.epoch = (self.epoch + 1) & 0x7fff_ffff;
+    /// Posts the ops at `indexes` on this client's lane; returns (index, status) for each,
+    /// the fault the completions show (a flush filed with a refusal as its cause counts as
+    /// that refusal: someone's access was refused ahead of it on the shared QP), and the
+    /// incarnation of the lane's QP they ran on. A transport that completes nothing for 10 s
+    /// of the timer clock is dead: what it did not complete reports `RetryExceeded`.
+    fn run(&mut self, ops: &[Option<Op>], indexes: &[usize]) -> Ran {
+        // 27 bits of epoch above 20 bits of index: a batch's ids never carry the posted
+        // extensions' tag nor the user's.
+        self.epoch = (self.epoch + 1) & EPOCH_MASK;
         let epoch = self.epoch;
         let lkey = self.staging_mr.lkey();
         let base = self.staging.addr();
@@ -496,14 +520,20 @@ impl<P: Provider> Client<P> {
                 },
             };
             wrs.push(SendWr {
-                wr_id: (epoch << 32) | i as u64,
+                wr_id: tagged(self.user, (epoch << INDEX_BITS) | i as u64),
                 signaled: true,
                 op: wr_op,
             });
         }
-        let qp = self.session.vqp.active().clone();
-        let qpn = qp.qp_num();
-        let posted = match qp.post_send(&wrs) {
+        let Some(lane) = self.session.qps.current(self.lane) else {
+            return Ran {
+                outcome: indexes.iter().map(|&i| (i, NOT_POSTED)).collect(),
+                fault: Fault::Unknown,
+                incarnation: 0,
+            };
+        };
+        let qpn = lane.qp.qp_num();
+        let posted = match lane.qp.post_send(&wrs) {
             Ok(()) => wrs.len(),
             Err((k, _)) => k,
         };
@@ -512,21 +542,25 @@ impl<P: Provider> Client<P> {
             .skip(posted)
             .map(|&i| (i, NOT_POSTED))
             .collect();
-        let mut wcs = [WorkCompletion::default(); 32];
+        let mut refused_ahead = false;
+        let mut routed = Vec::new();
         let mut got = 0;
         let deadline = self.clocks.timer.now().plus(DEAD_TRANSPORT);
         let mut idle = crate::rpc::IdleWait::default();
         while got < posted {
-            let n = self.data_cq.poll(&mut wcs);
-            for wc in &wcs[..n] {
-                if self.posted.file(wc) {
+            routed.clear();
+            let n = self.data_cq.poll(self.user, &mut routed);
+            for r in &routed {
+                if self.posted.file(&r.wc) {
                     continue; // a posted extension's: its poll takes it
                 }
-                if wc.qp_num != qpn || wc.wr_id >> 32 != epoch {
+                let id = r.wc.wr_id;
+                if r.wc.qp_num != qpn || id >> INDEX_BITS != epoch {
                     continue; // from a QP or batch already given up on
                 }
                 got += 1;
-                out.push(((wc.wr_id & 0xffff_ffff) as usize, wc.status));
+                refused_ahead |= r.cause.is_some_and(is_refusal);
+                out.push(((id & INDEX_MASK) as usize, r.wc.status));
             }
             if n == 0 {
                 if self.clocks.timer.now() >= deadline {
@@ -540,11 +574,48 @@ impl<P: Provider> Client<P> {
                 // Sleep on the CQ after a short spin: the NIC may need this core (a TCP
                 // engine thread on a small machine). At most 1 ms at a time, as polling
                 // drives the provider's timers.
-                idle.idle(&self.data_cq, std::time::Duration::from_millis(1));
+                idle.idle(self.data_cq.cq(), std::time::Duration::from_millis(1));
             } else {
                 idle.busy();
             }
         }
-        out
+        let fault = match Fault::of(out.iter().map(|&(_, s)| s)) {
+            Fault::Unknown if refused_ahead && only_flushes_failed(&out) => Fault::Refused,
+            f => f,
+        };
+        Ran {
+            outcome: out,
+            fault,
+            incarnation: lane.incarnation,
+        }
     }
+}
+
+/// One round of a batch on the lane's QP.
+struct Ran {
+    outcome: Vec<(usize, WcStatus)>,
+    fault: Fault,
+    incarnation: u64,
+}
+
+/// Bits of a batch's work-request id that hold the op's index.
+const INDEX_BITS: u32 = 20;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+/// A batch's epoch: the id bits above the index, below the user's tag.
+/// A batch's epoch: the 27 id bits above the index (the user's tag starts at bit 47, and
+/// bit 63 marks posted extensions).
+const EPOCH_MASK: u64 = (1 << 27) - 1;
+
+fn is_refusal(s: WcStatus) -> bool {
+    matches!(
+        s,
+        WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError
+    )
+}
+
+/// Whether every op that did not succeed was flushed (or never posted): the round's own
+/// completions say nothing about what broke the QP, so the cause filed with the flushes does.
+fn only_flushes_failed(out: &[(usize, WcStatus)]) -> bool {
+    out.iter()
+        .all(|&(_, s)| matches!(s, WcStatus::Success | WcStatus::WrFlushError) || s == NOT_POSTED)
 }

@@ -8,6 +8,7 @@ use super::core::ClientCore;
 use super::error::{ClientError, unexpected};
 use super::lease::micros;
 use super::perm::{self, Perm};
+use super::qps::{DataCq, UserTag};
 use super::session::{Endpoint, Session};
 use super::{posted, pump};
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
@@ -29,8 +30,13 @@ pub struct Client<P: Provider> {
     /// Why the memory node ended the current session, once it said so (it refused a
     /// reconnection of the session): what its data ops report until a new session opens.
     pub(super) ended: Option<crate::proto::refusal::SessionEnd>,
-    /// Completions of every data QP, of every session.
-    pub(super) data_cq: P::Cq,
+    /// Completions of every data QP, of every session, filed per user.
+    pub(super) data_cq: std::sync::Arc<DataCq<P>>,
+    /// This client's tag on the data CQ, and the lane of the session's data QPs it posts on.
+    pub(super) user: UserTag,
+    pub(super) lane: usize,
+    /// How long the last QP switch took on this client's path (timer clock).
+    pub(super) last_switch: Duration,
     pub(super) staging: P::Buffer,
     pub(super) staging_mr: P::Mr,
     pub(super) epoch: u64,
@@ -72,7 +78,9 @@ impl<P: Provider> Client<P> {
         channel: Option<&P::Channel>,
     ) -> Result<Self, ClientError> {
         let pd = ctx.alloc_pd()?;
-        let data_cq = ctx.create_cq(4096)?;
+        let data_cq = std::sync::Arc::new(DataCq::<P>::new(ctx.create_cq(4096)?));
+        let user: UserTag = 0;
+        data_cq.join(user);
         // `staging_bytes` for batches, and the posted extensions' result slots after them.
         let staging = ctx.alloc_buffer(cfg.staging_bytes.max(4096) + posted::POSTED_STAGING)?;
         let staging_mr = pd.reg_mr(&staging, 0, staging.len(), AccessFlags::LOCAL_WRITE)?;
@@ -86,7 +94,7 @@ impl<P: Provider> Client<P> {
                 Some(ch) => ch.clone(),
                 None => ctx.create_channel()?,
             },
-            data_cq: data_cq.clone(),
+            data_cq: data_cq.cq().clone(),
         };
         let clocks = pump::Clocks {
             lease: ctx.clock(),
@@ -94,6 +102,7 @@ impl<P: Provider> Client<P> {
         };
         let mut core = ClientCore::new(&cfg, RECV_SLOTS, rand::random());
         let session = Session::open(&endpoint, &cfg, 0, &mut core, &clocks)?;
+        let lane = session.qps.lane_of(user);
         Ok(Client {
             clocks,
             endpoint,
@@ -101,6 +110,9 @@ impl<P: Provider> Client<P> {
             core,
             ended: None,
             data_cq,
+            user,
+            lane,
+            last_switch: Duration::ZERO,
             staging,
             staging_mr,
             live: Vec::new(),
@@ -139,7 +151,12 @@ impl<P: Provider> Client<P> {
         if !self.session.type2 {
             return Ok(());
         }
-        let slot = self.session.vqp.active_slot();
+        let slot = self
+            .session
+            .qps
+            .current(self.lane)
+            .ok_or(ClientError::Internal("a session without a data QP"))?
+            .slot;
         let session = self.session.number;
         match self.rpc(Request::UseQp { slot })? {
             // The slot is the ended session's: the new one's windows are bound as granted.

@@ -7,10 +7,8 @@ use super::driver::Client;
 use super::error::ClientError;
 use super::perm::Perm;
 use super::posted::{MAX_POSTED, POSTED, POSTED_STAGING, POSTED_TICKET, PostedExtend};
-use rnic::{
-    CompletionQueue, MemoryBuffer, MemoryRegion, Provider, QueuePair, SendOp, SendWr, Sge,
-    WcStatus, WorkCompletion,
-};
+use super::qps::tagged;
+use rnic::{MemoryBuffer, MemoryRegion, Provider, QueuePair, SendOp, SendWr, Sge, WcStatus};
 use std::sync::atomic::Ordering;
 
 impl<P: Provider> Client<P> {
@@ -31,15 +29,21 @@ impl<P: Provider> Client<P> {
         if slot >= MAX_POSTED {
             return Err(ClientError::TooManyPosted);
         }
-        if self.session.vqp.active().state() != rnic::QpState::ReadyToSend {
-            self.switch_qp()?;
+        if let Some(broken) = self.broken_lane() {
+            self.switch_qp(broken)?;
         }
+        let lane = self
+            .session
+            .qps
+            .current(self.lane)
+            .ok_or(ClientError::Internal("a session without a data QP"))?;
         let new = current.saturating_add(lease_us);
         let offset = self.staging.len() - POSTED_STAGING + 8 * slot;
         self.posted.next += 1;
-        let wr_id = POSTED | (self.posted.next << 8) | slot as u64;
+        // The counter's 39 bits sit between the slot and the user's tag.
+        let wr_id = POSTED | ((self.posted.next & ((1 << 39) - 1)) << 8) | slot as u64;
         let wr = SendWr {
-            wr_id,
+            wr_id: tagged(self.user, wr_id),
             signaled: true,
             op: SendOp::CompareSwap {
                 local: Sge {
@@ -53,9 +57,7 @@ impl<P: Provider> Client<P> {
                 swap: new,
             },
         };
-        self.session
-            .vqp
-            .active()
+        lane.qp
             .post_send(&[wr])
             .map_err(|(_, e)| ClientError::Verbs(e))?;
         self.posted.busy |= 1 << slot;
@@ -101,13 +103,13 @@ impl<P: Provider> Client<P> {
     }
 
     /// Files the completions on the data CQ (posted extensions'; a batch's are dropped, as
-    /// none is running).
+    /// none is running). Returns how many the CQ returned.
     pub(super) fn poll_data_cq(&mut self) -> usize {
-        let mut wcs = [WorkCompletion::default(); 16];
-        let n = self.data_cq.poll(&mut wcs);
-        for wc in &wcs[..n] {
+        let mut routed = Vec::new();
+        let n = self.data_cq.poll(self.user, &mut routed);
+        for r in &routed {
             // Anything else is from a batch already given up on, as `run` drops it.
-            self.posted.file(wc);
+            self.posted.file(&r.wc);
         }
         n
     }

@@ -28,7 +28,8 @@
 //!   (`posted` holds their table);
 //! - `perm`, `lease`, `renew`: permissions, the lease policy and the client's counts, and
 //!   renewal past the maximum lifetime;
-//! - `vqp`: the virtual data QP with spares; `error`: [`ClientError`].
+//! - `qps`: the session's data QPs (lanes, spares, the recovery worker) and the data CQ that
+//!   files completions per user; `error`: [`ClientError`].
 
 mod config;
 mod control;
@@ -42,11 +43,11 @@ mod many;
 mod perm;
 mod posted;
 mod pump;
+mod qps;
 mod renew;
 mod session;
 mod status;
 mod ticket;
-mod vqp;
 
 pub use config::ClientConfig;
 pub use data::{Batch, OpResult};
@@ -55,9 +56,9 @@ pub use error::ClientError;
 pub use lease::{ClientStats, LeasePolicy, RttEstimator};
 pub use perm::Perm;
 pub use posted::MAX_POSTED;
+pub use qps::{QpStats, SwitchKind};
 pub use renew::LongLease;
 pub use status::{ClientStatus, SessionControl};
 pub use ticket::{Done, Op, Ticket};
-pub use vqp::SwitchKind;
 // The protocol's credit count: control requests a client may have unanswered at once.
 pub use crate::proto::messages::MAX_OUTSTANDING_RPCS;

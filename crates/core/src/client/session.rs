@@ -25,7 +25,7 @@ use super::config::{ClientConfig, RECV_SLOTS};
 use super::core::{ClientCore, Owner};
 use super::error::{ClientError, unexpected};
 use super::pump::{Clocks, ControlLink, Pump};
-use super::vqp::VirtualQp;
+use super::qps::{DataCq, DataQps};
 use crate::proto::connect::{Intent, Role};
 use crate::proto::messages::{Reply, Request};
 use crate::proto::shards::ShardMap;
@@ -53,7 +53,7 @@ pub(super) struct Session<P: Provider> {
     /// Which shard owns which address.
     pub(super) shards: ShardMap,
     /// The data QPs.
-    pub(super) vqp: VirtualQp<P>,
+    pub(super) qps: DataQps<P>,
     /// The id the `Welcome` gave.
     pub(super) client_id: u32,
     /// Windows are type 2, bound to the active QP: a QP switch needs `UseQp` + `Rebind`.
@@ -169,19 +169,12 @@ impl<P: Provider> Session<P> {
                 .map_err(ClientError::from_connect)?;
             qps.push((slot, qp));
         }
-        let active = qps.remove(0);
-        let vqp = VirtualQp::new(
-            active,
-            qps,
-            at.address.clone(),
-            intent,
-            cfg.background_recovery && cfg.spare_qps > 0,
-        );
+        let qps = DataQps::new(qps, 1, at.address.clone(), intent, cfg.background_recovery);
         Ok(Session {
             number,
             ctrl: ctrls,
             shards,
-            vqp,
+            qps,
             client_id,
             type2,
             max_lifetime_us,
@@ -196,10 +189,10 @@ impl<P: Provider> Session<P> {
 
     /// Ends the session on this side: every QP to ERR (outstanding work flushes; nothing more
     /// executes). Dropping the session then closes the connections.
-    pub(super) fn retire(&self) {
+    pub(super) fn retire(&self, data_cq: &DataCq<P>) {
         for c in &self.ctrl {
             c.qp().set_error();
         }
-        self.vqp.set_error();
+        self.qps.set_error(|qpn| data_cq.forget_cause(qpn));
     }
 }

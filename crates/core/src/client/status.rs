@@ -6,6 +6,7 @@
 use super::driver::Client;
 use super::error::{ClientError, unexpected};
 use super::lease::{ClientStats, LeasePolicy};
+use super::qps::QpStats;
 use crate::proto::messages::TenantId;
 use crate::proto::messages::{Access, Reply, Request, RootName};
 use crate::proto::shards::ShardMap;
@@ -80,17 +81,29 @@ impl<P: Provider> ClientStatus<'_, P> {
         self.client.core.counts().submitted
     }
 
-    /// QP switches so far, and the duration of the last one on the application's path.
-    pub fn qp_switches(&self) -> (u64, Duration) {
-        (
-            self.client.session.vqp.switches,
-            self.client.session.vqp.last_switch,
-        )
+    /// What the session's data QPs did so far: lanes, spares (configured and ready), and
+    /// how faults were answered (promotions, reconnections on the path, background
+    /// recoveries).
+    pub fn qps(&self) -> QpStats {
+        QpStats {
+            last_switch: self.client.last_switch,
+            ..self.client.session.qps.stats()
+        }
+    }
+
+    /// Blocks until the recovery worker has finished `n` recoveries of this session's QPs, or
+    /// `max` passes; returns the stats then. Tests and benchmarks wait for spares to come back
+    /// this way.
+    pub fn wait_recoveries(&self, n: u64, max: Duration) -> QpStats {
+        QpStats {
+            last_switch: self.client.last_switch,
+            ..self.client.session.qps.wait_recoveries(n, max)
+        }
     }
 
     /// Spare QPs ready now.
     pub fn spares_ready(&self) -> usize {
-        self.client.session.vqp.spares_ready()
+        self.client.session.qps.spares_ready()
     }
 
     /// Operations started with tickets (or blocking calls under way) whose outcome was not
@@ -193,7 +206,11 @@ impl<P: Provider> SessionControl<'_, P> {
     /// op replaces it (a spare, or a reconnection at the memory node).
     #[cfg(feature = "testing")]
     pub fn break_data_qp(&self) {
-        rnic::QueuePair::set_error(self.client.session.vqp.active());
+        let c = &self.client;
+        if let Some(lane) = c.session.qps.current(c.lane) {
+            c.data_cq.forget_cause(rnic::QueuePair::qp_num(&lane.qp));
+            rnic::QueuePair::set_error(&lane.qp);
+        }
     }
 
     /// Tamper helper: the client id and secret the current session's connections present
@@ -202,7 +219,7 @@ impl<P: Provider> SessionControl<'_, P> {
     pub fn credentials(&self) -> (u32, u64) {
         (
             self.client.session.client_id,
-            self.client.session.vqp.intent().secret,
+            self.client.session.qps.intent().secret,
         )
     }
 

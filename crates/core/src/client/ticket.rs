@@ -295,6 +295,6 @@ impl<P: Provider> Client<P> {
 
     /// Sleeps briefly on the data CQ (a posted extension's completion).
     fn wait_data_cq(&self) {
-        rnic::CompletionQueue::wait(&self.data_cq, Duration::from_micros(200));
+        self.data_cq.wait(Duration::from_micros(200));
     }
 }

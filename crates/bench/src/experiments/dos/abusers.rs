@@ -222,6 +222,9 @@ pub(super) fn faults(
             Err(e) => t.fail(error_kind(&e)),
         }
     }
-    t.extra = vec![("switches", c.status().qp_switches().0), ("rpcs", rpcs(&c))];
+    t.extra = vec![
+        ("switches", c.status().qps().switches()),
+        ("rpcs", rpcs(&c)),
+    ];
     Ok(t)
 }

@@ -1,0 +1,121 @@
+//! The data CQ, shared by every user of a compute node's data QPs: whoever polls it files
+//! each completion for the user whose work request it answers (the user is tagged in the
+//! work-request id), so users of one QP never take each other's completions.
+//!
+//! A flushed completion is filed with its QP's **cause**: the last error completion (not a
+//! flush) seen on that QP since its last success. On one RC QP completions arrive in the
+//! order the work requests were posted, and the error that breaks a QP is reported before
+//! the flushes behind it; so when a user's op is flushed, the cause says whether someone
+//! else's access was refused ahead of it (then the responder stopped there and the flushed
+//! op never executed) or the QP broke for a reason that does not say what ran.
+//!
+//! Invariants:
+//! - Every completion polled is filed for exactly one user, in CQ order, or dropped when its
+//!   user is gone (its work requests' outcomes were given up on).
+//! - A cause is forgotten when the QP completes a success, and before it is moved to ERR
+//!   locally ([`DataCq::forget_cause`]): a QP broken locally flushes with no cause.
+
+use parking_lot::Mutex;
+use rnic::{CompletionQueue, Provider, QpNumber, WcStatus, WorkCompletion};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+/// Bit of a work-request id where its user's tag starts.
+const USER_SHIFT: u32 = 47;
+/// The user-tag bits of a work-request id (16 bits: 47..=62).
+const USER_MASK: u64 = 0xffff << USER_SHIFT;
+
+/// A user's own part of a work-request id: bit 63 and bits 0..=46.
+const LOCAL_ID_MASK: u64 = !USER_MASK;
+
+/// Who a completion belongs to: one logical client of the compute node.
+pub(crate) type UserTag = u16;
+
+/// `id` (the user's own bits) tagged with `user`.
+pub(crate) fn tagged(user: UserTag, id: u64) -> u64 {
+    (id & LOCAL_ID_MASK) | (u64::from(user) << USER_SHIFT)
+}
+
+fn user_of(wr_id: u64) -> UserTag {
+    ((wr_id & USER_MASK) >> USER_SHIFT) as UserTag
+}
+
+/// A completion as its user receives it: its work-request id without the user's tag, and
+/// for a flush, the error that broke the QP ahead of it (if any was seen).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Routed {
+    pub(crate) wc: WorkCompletion,
+    pub(crate) cause: Option<WcStatus>,
+}
+
+#[derive(Default)]
+struct Filed {
+    by_user: HashMap<UserTag, VecDeque<Routed>>,
+    /// The last error of each QP since its last success.
+    cause: HashMap<QpNumber, WcStatus>,
+}
+
+/// The data CQ and the completions polled from it for each user.
+pub(crate) struct DataCq<P: Provider> {
+    cq: P::Cq,
+    filed: Mutex<Filed>,
+}
+
+impl<P: Provider> DataCq<P> {
+    pub(crate) fn new(cq: P::Cq) -> Self {
+        DataCq {
+            cq,
+            filed: Mutex::new(Filed::default()),
+        }
+    }
+
+    /// The CQ every data QP is created on.
+    pub(crate) fn cq(&self) -> &P::Cq {
+        &self.cq
+    }
+
+    /// Starts filing completions for `user` (they are dropped until then).
+    pub(crate) fn join(&self, user: UserTag) {
+        self.filed.lock().by_user.entry(user).or_default();
+    }
+
+    /// Polls the CQ once, files what it returns, and moves `user`'s filed completions to
+    /// `out`. Returns how many completions the CQ returned (anyone's).
+    pub(crate) fn poll(&self, user: UserTag, out: &mut Vec<Routed>) -> usize {
+        let mut wcs = [WorkCompletion::default(); 32];
+        let mut filed = self.filed.lock();
+        let n = self.cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            let cause = match wc.status {
+                WcStatus::Success => {
+                    filed.cause.remove(&wc.qp_num);
+                    None
+                }
+                WcStatus::WrFlushError => filed.cause.get(&wc.qp_num).copied(),
+                s => {
+                    filed.cause.insert(wc.qp_num, s);
+                    None
+                }
+            };
+            if let Some(q) = filed.by_user.get_mut(&user_of(wc.wr_id)) {
+                let mut wc = *wc;
+                wc.wr_id &= LOCAL_ID_MASK;
+                q.push_back(Routed { wc, cause });
+            }
+        }
+        if let Some(q) = filed.by_user.get_mut(&user) {
+            out.extend(q.drain(..));
+        }
+        n
+    }
+
+    /// A QP is about to be moved to ERR locally: its flushes say nothing about what ran.
+    pub(crate) fn forget_cause(&self, qpn: QpNumber) {
+        self.filed.lock().cause.remove(&qpn);
+    }
+
+    /// Sleeps until the CQ has a completion or `max` passes.
+    pub(crate) fn wait(&self, max: Duration) {
+        self.cq.wait(max);
+    }
+}
