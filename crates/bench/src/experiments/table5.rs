@@ -34,6 +34,9 @@ struct Outcome {
     interruption: Latency,
     /// Faults that found fewer spares ready than configured (the worker was still recovering).
     short_of_spares: u64,
+    /// The client's data-QP counters at the end: promotions, reconnections on the path and
+    /// background recoveries.
+    qps: patronus_core::client::QpStats,
 }
 
 /// Runs Table 5 on `opts.transport`: ~20 faults per configuration with `--quick`, ~200 otherwise.
@@ -126,12 +129,20 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
         progress.inc(1);
     }
     progress.finish_and_clear();
+    // Untimed: the last broken QP's recovery, so the counters are complete.
+    let qps = if spares > 0 {
+        let promoted = c.status().qps().promotions;
+        c.status().wait_recoveries(promoted, SPARE_WAIT)
+    } else {
+        c.status().qps()
+    };
     Ok(Outcome {
         name,
         spares,
         switch,
         interruption,
         short_of_spares,
+        qps,
     })
 }
 
@@ -148,6 +159,11 @@ fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
                 .with("faults", o.interruption.count())
                 .with("spare_qps", o.spares as u64)
                 .with("short_of_spares", o.short_of_spares)
+                .with("promotions", o.qps.promotions)
+                .with("reconnects_on_path", o.qps.reconnects)
+                .with("recovered_in_background", o.qps.recovered)
+                .with("recovery_failures", o.qps.recovery_failures)
+                .with("data_qps", (o.qps.lanes + o.qps.spares) as u64)
                 .with("interruption_mean_us", mean),
         );
     }
@@ -189,6 +205,23 @@ fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
         [a, b, ..] => (a, b),
         _ => return,
     };
+    let faults = |o: &Outcome| o.interruption.count() + WARMUP_FAULTS as u64;
+    exp.checks.push(Check {
+        claim: "with spares every fault is a promotion, recovered in the background".into(),
+        holds: with.qps.promotions == faults(with)
+            && with.qps.reconnects == 0
+            && with.qps.recovered == with.qps.promotions,
+        detail: format!(
+            "w/: {} promotions, {} reconnections on the path, {} background recoveries ({} \
+             failed) for {} faults; w/o: {} reconnections on the path",
+            with.qps.promotions,
+            with.qps.reconnects,
+            with.qps.recovered,
+            with.qps.recovery_failures,
+            faults(with),
+            without.qps.reconnects
+        ),
+    });
     let (wo, w) = (without.interruption.p50_us(), with.interruption.p50_us());
     let fraction = if wo > 0.0 { w / wo } else { f64::NAN };
     let holds = fraction <= 0.25;

@@ -543,7 +543,7 @@ impl<P: Provider> Client<P> {
             .map(|&i| (i, NOT_POSTED))
             .collect();
         let mut refused_ahead = false;
-        let mut routed = Vec::new();
+        let mut routed = std::mem::take(&mut self.routed);
         let mut got = 0;
         let deadline = self.clocks.timer.now().plus(DEAD_TRANSPORT);
         let mut idle = crate::rpc::IdleWait::default();
@@ -579,6 +579,8 @@ impl<P: Provider> Client<P> {
                 idle.busy();
             }
         }
+        routed.clear();
+        self.routed = routed;
         let fault = match Fault::of(out.iter().map(|&(_, s)| s)) {
             Fault::Unknown if refused_ahead && only_flushes_failed(&out) => Fault::Refused,
             f => f,

@@ -8,7 +8,7 @@ use super::core::ClientCore;
 use super::error::{ClientError, unexpected};
 use super::lease::micros;
 use super::perm::{self, Perm};
-use super::qps::{DataCq, UserTag};
+use super::qps::{DataCq, Routed, UserTag};
 use super::session::{Endpoint, Session};
 use super::{posted, pump};
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
@@ -37,6 +37,8 @@ pub struct Client<P: Provider> {
     pub(super) lane: usize,
     /// How long the last QP switch took on this client's path (timer clock).
     pub(super) last_switch: Duration,
+    /// The batch's completions as the data CQ hands them over (kept to reuse its memory).
+    pub(super) routed: Vec<Routed>,
     pub(super) staging: P::Buffer,
     pub(super) staging_mr: P::Mr,
     pub(super) epoch: u64,
@@ -113,6 +115,7 @@ impl<P: Provider> Client<P> {
             user,
             lane,
             last_switch: Duration::ZERO,
+            routed: Vec::new(),
             staging,
             staging_mr,
             live: Vec::new(),

@@ -21,7 +21,7 @@ mod router;
 mod tests;
 
 pub(crate) use recovery::Slotted;
-pub(crate) use router::{DataCq, UserTag, tagged};
+pub(crate) use router::{DataCq, Routed, UserTag, tagged};
 
 use crate::proto::connect::Intent;
 use parking_lot::Mutex;

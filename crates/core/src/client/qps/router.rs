@@ -17,7 +17,7 @@
 
 use parking_lot::Mutex;
 use rnic::{CompletionQueue, Provider, QpNumber, WcStatus, WorkCompletion};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Bit of a work-request id where its user's tag starts.
@@ -48,11 +48,32 @@ pub(crate) struct Routed {
     pub(crate) cause: Option<WcStatus>,
 }
 
+/// Small tables searched linearly: a compute node has few users per CQ and few QPs with an
+/// error on record, and the common case (one user, no error) touches neither.
 #[derive(Default)]
 struct Filed {
-    by_user: HashMap<UserTag, VecDeque<Routed>>,
+    by_user: Vec<(UserTag, VecDeque<Routed>)>,
     /// The last error of each QP since its last success.
-    cause: HashMap<QpNumber, WcStatus>,
+    cause: Vec<(QpNumber, WcStatus)>,
+}
+
+impl Filed {
+    fn cause_of(&self, qpn: QpNumber) -> Option<WcStatus> {
+        self.cause.iter().find(|(q, _)| *q == qpn).map(|&(_, s)| s)
+    }
+
+    fn forget(&mut self, qpn: QpNumber) {
+        if !self.cause.is_empty() {
+            self.cause.retain(|(q, _)| *q != qpn);
+        }
+    }
+
+    fn queue(&mut self, user: UserTag) -> Option<&mut VecDeque<Routed>> {
+        self.by_user
+            .iter_mut()
+            .find(|(u, _)| *u == user)
+            .map(|(_, q)| q)
+    }
 }
 
 /// The data CQ and the completions polled from it for each user.
@@ -76,42 +97,51 @@ impl<P: Provider> DataCq<P> {
 
     /// Starts filing completions for `user` (they are dropped until then).
     pub(crate) fn join(&self, user: UserTag) {
-        self.filed.lock().by_user.entry(user).or_default();
+        let mut filed = self.filed.lock();
+        if filed.queue(user).is_none() {
+            filed.by_user.push((user, VecDeque::new()));
+        }
     }
 
-    /// Polls the CQ once, files what it returns, and moves `user`'s filed completions to
-    /// `out`. Returns how many completions the CQ returned (anyone's).
+    /// Moves `user`'s filed completions to `out`, polls the CQ once and files what it
+    /// returns (`user`'s own straight into `out`, after those filed before). Returns how many
+    /// completions the CQ returned (anyone's).
     pub(crate) fn poll(&self, user: UserTag, out: &mut Vec<Routed>) -> usize {
         let mut wcs = [WorkCompletion::default(); 32];
         let mut filed = self.filed.lock();
+        if let Some(q) = filed.queue(user) {
+            out.extend(q.drain(..));
+        }
         let n = self.cq.poll(&mut wcs);
         for wc in &wcs[..n] {
             let cause = match wc.status {
                 WcStatus::Success => {
-                    filed.cause.remove(&wc.qp_num);
+                    filed.forget(wc.qp_num);
                     None
                 }
-                WcStatus::WrFlushError => filed.cause.get(&wc.qp_num).copied(),
+                WcStatus::WrFlushError => filed.cause_of(wc.qp_num),
                 s => {
-                    filed.cause.insert(wc.qp_num, s);
+                    filed.forget(wc.qp_num);
+                    filed.cause.push((wc.qp_num, s));
                     None
                 }
             };
-            if let Some(q) = filed.by_user.get_mut(&user_of(wc.wr_id)) {
-                let mut wc = *wc;
-                wc.wr_id &= LOCAL_ID_MASK;
-                q.push_back(Routed { wc, cause });
+            let owner = user_of(wc.wr_id);
+            let mut wc = *wc;
+            wc.wr_id &= LOCAL_ID_MASK;
+            let routed = Routed { wc, cause };
+            if owner == user {
+                out.push(routed);
+            } else if let Some(q) = filed.queue(owner) {
+                q.push_back(routed);
             }
-        }
-        if let Some(q) = filed.by_user.get_mut(&user) {
-            out.extend(q.drain(..));
         }
         n
     }
 
     /// A QP is about to be moved to ERR locally: its flushes say nothing about what ran.
     pub(crate) fn forget_cause(&self, qpn: QpNumber) {
-        self.filed.lock().cause.remove(&qpn);
+        self.filed.lock().forget(qpn);
     }
 
     /// Sleeps until the CQ has a completion or `max` passes.

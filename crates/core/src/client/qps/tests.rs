@@ -16,7 +16,7 @@ use std::time::Duration;
 const OTHER_USER: u16 = 1;
 
 /// Polls `user`'s completions until one arrives (bounded: 10 s of waits on the CQ).
-fn next_completion(c: &Client<SoftProvider>, user: u16) -> super::router::Routed {
+fn next_completion(c: &Client<SoftProvider>, user: u16) -> super::Routed {
     let mut out = Vec::new();
     for _ in 0..10_000 {
         c.data_cq.poll(user, &mut out);
