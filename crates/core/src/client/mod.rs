@@ -46,6 +46,8 @@ mod pump;
 mod qps;
 mod renew;
 mod session;
+#[cfg(all(test, feature = "testing"))]
+mod shared_qp_tests;
 mod status;
 mod ticket;
 

@@ -17,8 +17,6 @@
 
 mod recovery;
 mod router;
-#[cfg(all(test, feature = "cluster", feature = "testing"))]
-mod tests;
 
 pub(crate) use recovery::Slotted;
 pub(crate) use router::{DataCq, Routed, UserTag, tagged};

@@ -1,22 +1,22 @@
-//! Two users on one physical data QP, played by hand on an in-process cluster: one user's
-//! forged access breaks the QP; the other user's op, flushed behind it, is filed with the
-//! refusal as its cause (so it never ran and is safe to run again); the first report
+//! Two users on one physical data QP, played by hand against an in-process memory node: one
+//! user's forged access breaks the QP; the other user's op, flushed behind it, is filed with
+//! the refusal as its cause (so it never ran and is safe to run again); the first report
 //! promotes a spare, the second finds the lane replaced; the worker recovers the broken QP
 //! and the spare comes back.
 
-use super::{SwitchKind, tagged};
-use crate::client::{Client, ClientConfig};
-use crate::cluster::{EmbeddedCluster, Link};
-use crate::manager::{Isolation, NodeConfig};
+use super::config::ClientConfig;
+use super::driver::Client;
+use super::qps::{Routed, SwitchKind, tagged};
+use crate::manager::{Isolation, MemoryNode, NodeConfig};
 use crate::proto::messages::Mode;
-use rnic::soft::{SoftConfig, SoftProvider};
+use rnic::soft::{SoftConfig, SoftFabric, SoftProvider};
 use rnic::{MemoryRegion, QueuePair, SendOp, SendWr, Sge, WcStatus};
 use std::time::Duration;
 
 const OTHER_USER: u16 = 1;
 
 /// Polls `user`'s completions until one arrives (bounded: 10 s of waits on the CQ).
-fn next_completion(c: &Client<SoftProvider>, user: u16) -> super::Routed {
+fn next_completion(c: &Client<SoftProvider>, user: u16) -> Routed {
     let mut out = Vec::new();
     for _ in 0..10_000 {
         c.data_cq.poll(user, &mut out);
@@ -76,9 +76,12 @@ fn a_fault_on_a_shared_qp_is_promoted_once_and_spares_the_other_user() {
             spare_qps: 2,
             ..ClientConfig::default()
         };
-        let mut cluster =
-            EmbeddedCluster::start(Link::InProc, SoftConfig::default(), node, cfg, 1).unwrap();
-        let c = &mut cluster.clients[0];
+        let fabric = SoftFabric::new();
+        let node_ctx = fabric.open_device(SoftConfig::default());
+        let node = MemoryNode::<SoftProvider>::start(node_ctx, node).unwrap();
+        let ctx = fabric.open_device(SoftConfig::default());
+        let mut client = Client::connect(&ctx, node.address(), cfg).unwrap();
+        let c = &mut client;
         let p = c
             .allocate(64, Duration::from_secs(60), Mode::Exclusive)
             .unwrap();
