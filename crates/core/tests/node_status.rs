@@ -108,10 +108,11 @@ fn drain_refuses_new_permissions(t: Link) {
     c.node.fresh_stats();
     c.node.drain();
     let client = &mut c.clients[0];
-    assert!(matches!(
-        client.allocate(64, Duration::from_secs(1), Mode::Shared),
-        Err(patronus_core::client::ClientError::Overloaded)
-    ));
+    let refused = client.allocate(64, Duration::from_secs(1), Mode::Shared);
+    assert!(
+        matches!(refused, Err(patronus_core::client::ClientError::Overloaded)),
+        "{refused:?}"
+    );
     client.write(&p, 0, b"still mine").unwrap();
     client.revoke(p).unwrap();
     assert_eq!(c.node.status().0.permissions_total, 0);

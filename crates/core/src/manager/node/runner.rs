@@ -48,11 +48,15 @@ impl<P: Provider> Runner<P> {
                 .repost_deferred(control_qps(&self.sessions, &self.by_qpn));
             // After adopting: a snapshot asked for after a connection was established counts
             // it.
+            // Every turn, before the requests it received are handled: a request sent after
+            // `MemoryNode::drain` returned is refused. (Looked at only with a publication
+            // request, the drain's own request could be consumed by a publication already
+            // under way, and the shard would go on granting.)
+            if self.shared.draining.load(Ordering::SeqCst) && !self.core.is_draining() {
+                tracing::info!(shard = self.shard, "draining: new permissions refused");
+                self.core.stop_granting();
+            }
             if self.shared.publish[self.shard].load(Ordering::SeqCst) {
-                if self.shared.draining.load(Ordering::SeqCst) && !self.core.is_draining() {
-                    tracing::info!(shard = self.shard, "draining: new permissions refused");
-                    self.core.stop_granting();
-                }
                 self.publish_stats();
             }
             for message in incoming.drain(..) {
