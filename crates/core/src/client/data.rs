@@ -542,7 +542,7 @@ impl<P: Provider> Client<P> {
             .skip(posted)
             .map(|&i| (i, NOT_POSTED))
             .collect();
-        let mut refused_ahead = false;
+        let mut causes = Vec::new();
         let mut routed = std::mem::take(&mut self.routed);
         let mut got = 0;
         let deadline = self.clocks.timer.now().plus(DEAD_TRANSPORT);
@@ -559,7 +559,7 @@ impl<P: Provider> Client<P> {
                     continue; // from a QP or batch already given up on
                 }
                 got += 1;
-                refused_ahead |= r.cause.is_some_and(is_refusal);
+                causes.push(r.cause);
                 out.push(((id & INDEX_MASK) as usize, r.wc.status));
             }
             if n == 0 {
@@ -581,10 +581,7 @@ impl<P: Provider> Client<P> {
         }
         routed.clear();
         self.routed = routed;
-        let fault = match Fault::of(out.iter().map(|&(_, s)| s)) {
-            Fault::Unknown if refused_ahead && only_flushes_failed(&out) => Fault::Refused,
-            f => f,
-        };
+        let fault = Fault::of_shared(out.iter().map(|&(_, s)| s), causes.into_iter());
         Ran {
             outcome: out,
             fault,
@@ -607,17 +604,3 @@ const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 /// A batch's epoch: the 27 id bits above the index (the user's tag starts at bit 47, and
 /// bit 63 marks posted extensions).
 const EPOCH_MASK: u64 = (1 << 27) - 1;
-
-fn is_refusal(s: WcStatus) -> bool {
-    matches!(
-        s,
-        WcStatus::RemoteAccessError | WcStatus::RemoteInvalidRequestError
-    )
-}
-
-/// Whether every op that did not succeed was flushed (or never posted): the round's own
-/// completions say nothing about what broke the QP, so the cause filed with the flushes does.
-fn only_flushes_failed(out: &[(usize, WcStatus)]) -> bool {
-    out.iter()
-        .all(|&(_, s)| matches!(s, WcStatus::Success | WcStatus::WrFlushError) || s == NOT_POSTED)
-}

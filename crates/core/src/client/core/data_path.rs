@@ -58,6 +58,27 @@ impl Fault {
         }
         fault
     }
+
+    /// The fault behind one round's completions on a QP that others may share: its
+    /// statuses, and the causes its flushes were filed with (the QP's last error). A round
+    /// whose own failures are all flushes is `Refused` when a cause was a refusal: someone's
+    /// access was refused ahead of it, so the responder stopped before it.
+    pub fn of_shared(
+        statuses: impl Iterator<Item = WcStatus>,
+        causes: impl Iterator<Item = Option<WcStatus>>,
+    ) -> Fault {
+        let refused_ahead = causes
+            .flatten()
+            .any(|c| Fault::of(std::iter::once(c)) == Fault::Refused);
+        let own: Vec<WcStatus> = statuses.collect();
+        let only_flushes = own
+            .iter()
+            .all(|&s| matches!(s, WcStatus::Success | WcStatus::WrFlushError) || s == NOT_POSTED);
+        match Fault::of(own.into_iter()) {
+            Fault::Unknown if refused_ahead && only_flushes => Fault::Refused,
+            f => f,
+        }
+    }
 }
 
 /// What happens to an op after its completion.
