@@ -65,12 +65,16 @@ impl<P: Provider> Pump<'_, P> {
 
     /// Polls every channel once and files what arrived; how many completions it took. A
     /// failed QP loses the session.
+    ///
+    /// The clocks are read after each poll, never before: a reply that arrived while the
+    /// caller was descheduled between the two would otherwise be stamped earlier than it
+    /// came, and a round trip measured short (the lease slack is built from those samples).
     pub(super) fn poll(&mut self) -> usize {
-        let now = self.clocks.now();
         let mut wcs = [WorkCompletion::default(); 16];
         let mut taken = 0;
         for (k, link) in self.links.iter_mut().enumerate() {
             let n = link.poll_completions(&mut wcs);
+            let now = self.clocks.now();
             taken += n;
             for wc in &wcs[..n] {
                 match link.arrival(wc) {
@@ -88,7 +92,7 @@ impl<P: Provider> Pump<'_, P> {
                 }
             }
         }
-        self.core.handle_timeout(now);
+        self.core.handle_timeout(self.clocks.now());
         taken
     }
 
