@@ -22,35 +22,24 @@
 use super::core::{Owner, names_permission};
 use super::driver::Client;
 use super::error::ClientError;
-use super::pump::Pump;
-use super::session::Session;
+use super::node::{Control, Shared};
 use crate::proto::messages::{Reply, Request, Status};
+use parking_lot::MutexGuard;
 use rnic::{Provider, WcStatus};
 
 impl<P: Provider> Client<P> {
-    /// The driver over the current session's channels.
-    pub(super) fn pump(&mut self) -> Pump<'_, P> {
-        Pump {
-            core: &mut self.core,
-            links: &mut self.session.ctrl,
-            clocks: &self.clocks,
-            channel: &self.endpoint.channel,
-        }
-    }
-
-    /// Whether the session is lost: a control QP failed, or the memory node told the client it
-    /// no longer knows it.
-    pub(super) fn session_lost(&self) -> bool {
-        self.core.is_lost() || self.session.is_broken()
-    }
-
-    /// Opens a new session if this one is lost; returns whether it did.
+    /// Opens a new session if the compute node's is lost; returns whether it did (this
+    /// client, or another meanwhile: either way the session this client saw is gone).
     pub(super) fn ensure_session(&mut self) -> Result<bool, ClientError> {
-        if !self.session_lost() {
-            return Ok(false);
+        let seen = self.data.number;
+        {
+            let mut g = self.node.lock();
+            if g.session_lost() {
+                self.node.reconnect(&mut g)?;
+            }
         }
-        self.reconnect()?;
-        Ok(true)
+        self.sync_session();
+        Ok(self.data.number != seen)
     }
 
     /// Opens a new session with the memory node now ([`SessionControl::reconnect`](super::SessionControl::reconnect)) and
@@ -65,51 +54,24 @@ impl<P: Provider> Client<P> {
     /// at the first control operation after its session was lost or ended
     /// ([`ClientError::ControlLost`], [`ClientError::SessionEnded`]); call it to start the
     /// new session at once. On failure the client stays without a session, and the next
-    /// control operation tries again.
+    /// control operation tries again. The compute node's other clients adopt the new session
+    /// at their next operation.
     pub(super) fn reconnect(&mut self) -> Result<(), ClientError> {
-        self.core.lose_session(WcStatus::WrFlushError); // until a new session is open
-        let number = self.session.number + 1;
-        let fresh = Session::open(
-            &self.endpoint,
-            &self.cfg,
-            number,
-            &mut self.core,
-            &self.clocks,
-        );
-        let fresh = match fresh {
-            Ok(s) => s,
-            Err(e) => {
-                self.core.lose_session(WcStatus::WrFlushError);
-                return Err(e);
-            }
-        };
-        let old = std::mem::replace(&mut self.session, fresh);
-        old.retire(&self.data_cq);
-        self.drain_data_cq();
-        drop(old);
-        // Nothing of the old session will complete now: forgotten extensions' slots are free.
-        self.posted.release_forgotten();
-        self.ended = None;
-        self.core.stats_mut().reconnects += 1;
-        self.live.clear();
-        Ok(())
+        let number = self.data.number;
+        self.reconnect_unless_replaced(number)
     }
 
-    /// Files the completions on the data CQ (posted extensions' flushes; a batch's are
-    /// dropped, as none is running).
-    fn drain_data_cq(&mut self) {
-        let mut routed = Vec::new();
-        // Bounded: a retired session's QPs complete each work request once.
-        for _ in 0..1024 {
-            routed.clear();
-            let n = self.data_cq.poll(self.user, &mut routed);
-            for r in &routed {
-                self.posted.file(&r.wc);
-            }
-            if n == 0 {
-                return;
+    /// [`Client::reconnect`], unless session `number` was replaced already (by another
+    /// client of the compute node, which saw the same loss).
+    fn reconnect_unless_replaced(&mut self, number: u64) -> Result<(), ClientError> {
+        {
+            let mut g = self.node.lock();
+            if g.session.number == number {
+                self.node.reconnect(&mut g)?;
             }
         }
+        self.sync_session();
+        Ok(())
     }
 
     /// Sends a request to the shard it goes to and waits for its reply, in a new session if
@@ -123,13 +85,14 @@ impl<P: Provider> Client<P> {
     /// back-off (from the smoothed round trip, at least 50 µs), while the RPC timeout lasts.
     pub(crate) fn rpc(&mut self, req: Request) -> Result<Reply, ClientError> {
         let reconnected = self.ensure_session()?;
+        let number = self.data.number;
         match self.rpc_in_session(req)? {
             Reply::Failed(Status::Unauthorized)
                 if !reconnected && !matches!(req, Request::Hello { .. }) =>
             {
-                // The memory node no longer knows this client (it ended the session while
-                // its QPs stayed up); the request did not run.
-                self.reconnect()?;
+                // The memory node no longer knows this session (it ended it while its QPs
+                // stayed up); the request did not run.
+                self.reconnect_unless_replaced(number)?;
                 if names_permission(&req) {
                     return Err(ClientError::SessionLost);
                 }
@@ -141,14 +104,24 @@ impl<P: Provider> Client<P> {
 
     fn rpc_in_session(&mut self, req: Request) -> Result<Reply, ClientError> {
         let now = self.clocks.now();
-        let id = self.core.start(req, Owner::Reply, now)?;
-        self.wait_for(id)
+        let mut g = self.node.lock();
+        let id = g.core.start_for(self.user, req, Owner::Reply, now)?;
+        Self::wait_locked(&self.node, &mut g, id)
     }
 
     /// Drives the session until call `id` has ended; its outcome.
     pub(super) fn wait_for(&mut self, id: u64) -> Result<Reply, ClientError> {
-        self.pump().run(|core| core.is_done(id), None)?;
-        self.core
+        let mut g = self.node.lock();
+        Self::wait_locked(&self.node, &mut g, id)
+    }
+
+    fn wait_locked(
+        node: &Shared<P>,
+        g: &mut MutexGuard<'_, Control<P>>,
+        id: u64,
+    ) -> Result<Reply, ClientError> {
+        node.drive(g, |core| core.is_done(id), None)?;
+        g.core
             .take_outcome(id)
             .unwrap_or(Err(ClientError::ControlLost(WcStatus::WrFlushError)))
     }

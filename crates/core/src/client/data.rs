@@ -14,7 +14,7 @@ use super::core::{Fault, NOT_POSTED, Next, RetryRounds};
 use super::driver::Client;
 use super::error::ClientError;
 use super::perm::Perm;
-use super::qps::{SwitchKind, tagged};
+use super::qps::{LaneView, SwitchKind, tagged};
 use crate::proto::messages::Access;
 use crate::proto::refusal::SessionEnd;
 use rnic::{
@@ -132,11 +132,12 @@ impl<P: Provider> Client<P> {
         perm: &Perm,
         lease: std::time::Duration,
     ) -> Result<u64, ClientError> {
-        let lease_us = self.core.wire_lease_us(super::lease::micros(lease));
         self.current(perm)?;
+        let mut g = self.node.lock();
+        let lease_us = g.core.wire_lease_us(super::lease::micros(lease));
         if self.clocks.lease.now() >= perm.expiry() {
-            self.core.stats_mut().local_expiries += 1;
-            perm.mark_wasted(self.core.stats_mut());
+            g.core.stats_mut().local_expiries += 1;
+            perm.mark_wasted(g.core.stats_mut());
             return Err(ClientError::LeaseExpired);
         }
         Ok(lease_us)
@@ -153,9 +154,11 @@ impl<P: Provider> Client<P> {
             Ok(()) => {
                 // Kept alive: the grant served its holder even without a data access.
                 perm.mark_used();
-                self.core.stats_mut().cas_extensions += 1;
+                self.node.lock().core.stats_mut().cas_extensions += 1;
             }
-            Err(ClientError::ExtensionRefused) => self.core.stats_mut().extension_refusals += 1,
+            Err(ClientError::ExtensionRefused) => {
+                self.node.lock().core.stats_mut().extension_refusals += 1;
+            }
             Err(_) => {}
         }
         r
@@ -216,8 +219,9 @@ impl<P: Provider> Batch<'_, P> {
         // a fresh data QP.
         self.client.current(perm)?;
         if self.client.cfg.check_local_expiry && self.client.clocks.lease.now() >= perm.expiry() {
-            self.client.core.stats_mut().local_expiries += 1;
-            perm.mark_wasted(self.client.core.stats_mut());
+            let mut g = self.client.node.lock();
+            g.core.stats_mut().local_expiries += 1;
+            perm.mark_wasted(g.core.stats_mut());
             return Err(ClientError::LeaseExpired);
         }
         match offset.checked_add(len) {
@@ -338,11 +342,22 @@ impl<P: Provider> Batch<'_, P> {
                     break;
                 }
             }
+            // Type 2: another user's switch may not have bound the windows to the new QP yet.
+            let lane = match client.bound_lane() {
+                Ok(lane) => lane,
+                Err(e) => {
+                    let e = std::sync::Arc::new(e);
+                    for &i in &todo {
+                        results[i] = Some(Err(unrun(&e)));
+                    }
+                    break;
+                }
+            };
             let Ran {
                 outcome,
                 fault,
                 incarnation,
-            } = client.run(&ops_ok, &todo);
+            } = client.run(&lane, &ops_ok, &todo);
             let may_retry = rounds.may_retry(fault);
             let mut retry = Vec::new();
             let mut broken = false;
@@ -350,7 +365,17 @@ impl<P: Provider> Batch<'_, P> {
                 let is_read = ops_ok[i]
                     .as_ref()
                     .is_some_and(|op| matches!(op.kind, Kind::Read));
-                match (status, client.core.data_next_step(status, fault, is_read)) {
+                // The core is asked only about failures (its lock stays off the fast path).
+                let next = if status == WcStatus::Success {
+                    Next::Retry
+                } else {
+                    client
+                        .node
+                        .lock()
+                        .core
+                        .data_next_step(status, fault, is_read)
+                };
+                match (status, next) {
                     (WcStatus::Success, _) => {
                         results[i] = ops_ok[i].as_ref().map(|op| Ok(client.output(op)));
                     }
@@ -414,7 +439,7 @@ impl<P: Provider> Client<P> {
     /// The incarnation of this client's lane if its QP is broken (it must be replaced
     /// before anything is posted).
     pub(super) fn broken_lane(&self) -> Option<u64> {
-        let lane = self.session.qps.current(self.lane)?;
+        let lane = self.data.qps.current(self.lane)?;
         (lane.qp.state() != rnic::QpState::ReadyToSend).then_some(lane.incarnation)
     }
 
@@ -428,17 +453,26 @@ impl<P: Provider> Client<P> {
     /// (`SessionEnded`: the node ends a session whose control connection fails), or the client
     /// gave up on its control channel (`SessionLost`).
     pub(super) fn switch_qp(&mut self, seen: u64) -> Result<SwitchKind, ClientError> {
-        if self.session_lost() {
-            return Err(match self.ended {
-                Some(why) => ClientError::SessionEnded(why),
-                None if self.session.is_broken() => {
-                    ClientError::SessionEnded(SessionEnd::ControlLost)
-                }
-                None => ClientError::SessionLost,
-            });
+        self.sync_session();
+        let number = self.data.number;
+        {
+            let g = self.node.lock();
+            if g.session.number != number {
+                // The batch ran in a session another client replaced: its permissions ended.
+                return Err(ClientError::SessionLost);
+            }
+            if g.session_lost() {
+                return Err(match g.ended {
+                    Some(why) => ClientError::SessionEnded(why),
+                    None if g.session.is_broken() => {
+                        ClientError::SessionEnded(SessionEnd::ControlLost)
+                    }
+                    None => ClientError::SessionLost,
+                });
+            }
         }
         let started = self.clocks.timer.now();
-        let kind = match self.session.qps.fail_over(self.lane, seen) {
+        let kind = match self.data.qps.fail_over(self.lane, seen) {
             Ok(kind) => {
                 let took = self.clocks.timer.now().0.saturating_sub(started.0);
                 self.last_switch = std::time::Duration::from_micros(took);
@@ -447,13 +481,16 @@ impl<P: Provider> Client<P> {
             Err(e) => {
                 let e = ClientError::from_connect(e);
                 if let ClientError::SessionEnded(why) = e {
-                    self.core.lose_session(rnic::WcStatus::WrFlushError);
-                    self.ended = Some(why);
+                    let mut g = self.node.lock();
+                    if g.session.number == number {
+                        g.core.lose_session(rnic::WcStatus::WrFlushError);
+                        g.ended = Some(why);
+                    }
                 }
                 return Err(e);
             }
         };
-        self.rebind_after_switch()?;
+        self.bound_lane()?;
         Ok(kind)
     }
 
@@ -476,7 +513,7 @@ impl<P: Provider> Client<P> {
     /// that refusal: someone's access was refused ahead of it on the shared QP), and the
     /// incarnation of the lane's QP they ran on. A transport that completes nothing for 10 s
     /// of the timer clock is dead: what it did not complete reports `RetryExceeded`.
-    fn run(&mut self, ops: &[Option<Op>], indexes: &[usize]) -> Ran {
+    fn run(&mut self, lane: &LaneView<P>, ops: &[Option<Op>], indexes: &[usize]) -> Ran {
         // 27 bits of epoch above 20 bits of index: a batch's ids never carry the posted
         // extensions' tag nor the user's.
         self.epoch = (self.epoch + 1) & EPOCH_MASK;
@@ -525,13 +562,6 @@ impl<P: Provider> Client<P> {
                 op: wr_op,
             });
         }
-        let Some(lane) = self.session.qps.current(self.lane) else {
-            return Ran {
-                outcome: indexes.iter().map(|&i| (i, NOT_POSTED)).collect(),
-                fault: Fault::Unknown,
-                incarnation: 0,
-            };
-        };
         let qpn = lane.qp.qp_num();
         let posted = match lane.qp.post_send(&wrs) {
             Ok(()) => wrs.len(),
@@ -549,7 +579,7 @@ impl<P: Provider> Client<P> {
         let mut idle = crate::rpc::IdleWait::default();
         while got < posted {
             routed.clear();
-            let n = self.data_cq.poll(self.user, &mut routed);
+            let n = self.node.data_cq.poll(self.user, &mut routed);
             for r in &routed {
                 if self.posted.file(&r.wc) {
                     continue; // a posted extension's: its poll takes it
@@ -574,7 +604,8 @@ impl<P: Provider> Client<P> {
                 // Sleep on the CQ after a short spin: the NIC may need this core (a TCP
                 // engine thread on a small machine). At most 1 ms at a time, as polling
                 // drives the provider's timers.
-                idle.idle(self.data_cq.cq(), std::time::Duration::from_millis(1));
+                let (cq, user) = (&self.node.data_cq, self.user);
+                idle.idle_with(|| cq.wait(user, std::time::Duration::from_millis(1)));
             } else {
                 idle.busy();
             }

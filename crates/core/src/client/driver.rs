@@ -3,35 +3,32 @@
 //! [`ClientCore`] that makes the control path's decisions; the calls of Table 2 that go
 //! through the control path live here, the data path in `data`, the tickets in `ticket`.
 
-use super::config::{ClientConfig, RECV_SLOTS};
-use super::core::ClientCore;
+use super::config::ClientConfig;
 use super::error::{ClientError, unexpected};
 use super::lease::micros;
+use super::node::{ComputeNode, Shared};
 use super::perm::{self, Perm};
-use super::qps::{DataCq, Routed, UserTag};
-use super::session::{Endpoint, Session};
+use super::qps::{LaneView, Routed, UserTag};
+use super::session::DataSession;
 use super::{posted, pump};
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
 use rnic::{AccessFlags, Context, MemoryBuffer, ProtectionDomain, Provider, Timestamp};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// A client of one memory node.
+/// A client of one memory node: one logical client (a thread, a coroutine's driver) of a
+/// [`ComputeNode`], whose session it shares with the handle's other clients.
+/// [`Client::connect`] makes a compute node with this one client.
 pub struct Client<P: Provider> {
-    /// Its lease clock (the device's) and its timer clock (wall time).
+    /// What the compute node's clients share: the session, its control path and data QPs.
+    pub(super) node: Arc<Shared<P>>,
+    /// The lease clock (the device's) and the timer clock (wall time), as the node's.
     pub(super) clocks: pump::Clocks,
     pub(super) cfg: ClientConfig,
-    /// Where sessions are opened.
-    pub(super) endpoint: Endpoint<P>,
-    /// The current session: control channels, identity, data QPs.
-    pub(super) session: Session<P>,
-    /// The control path's decisions: requests in flight, routing, retries, back-off, the
-    /// lease policy and the client's counts.
-    pub(super) core: ClientCore,
-    /// Why the memory node ended the current session, once it said so (it refused a
-    /// reconnection of the session): what its data ops report until a new session opens.
-    pub(super) ended: Option<crate::proto::refusal::SessionEnd>,
-    /// Completions of every data QP, of every session, filed per user.
-    pub(super) data_cq: std::sync::Arc<DataCq<P>>,
+    /// The data path of the session this client last saw (a new one is adopted at the next
+    /// operation, see [`Client::sync_session`]).
+    pub(super) data: Arc<DataSession<P>>,
     /// This client's tag on the data CQ, and the lane of the session's data QPs it posts on.
     pub(super) user: UserTag,
     pub(super) lane: usize,
@@ -44,24 +41,40 @@ pub struct Client<P: Provider> {
     pub(super) epoch: u64,
     /// Extensions posted without waiting (`Op::Extend` tickets).
     pub(super) posted: posted::PostedOps,
-    /// Permissions that may be alive, for rebinding after a QP switch (type 2).
-    pub(super) live: Vec<(
-        crate::proto::messages::PermissionId,
-        std::sync::Weak<std::sync::atomic::AtomicU64>,
-    )>,
 }
 
 impl<P: Provider> std::fmt::Debug for Client<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("id", &self.session.client_id)
-            .field("session", &self.session.number)
+            .field("user", &self.user)
+            .field("session", &self.data.number)
             .finish_non_exhaustive()
     }
 }
 
+impl<P: Provider> Drop for Client<P> {
+    fn drop(&mut self) {
+        // Completions still due to this client are dropped from now on.
+        self.node.data_cq.leave(self.user);
+    }
+}
+
+impl<P: Provider> ComputeNode<P> {
+    /// A new client of this compute node: its own tag on the data CQ, its own staging memory
+    /// (`staging_bytes` of the configuration), the handle's session. A handle makes at most
+    /// 65,536 clients over its life (`InvalidArgument` after).
+    pub fn client(&self) -> Result<Client<P>, ClientError> {
+        let user = self.shared.next_user.fetch_add(1, Ordering::Relaxed);
+        let user = UserTag::try_from(user).map_err(|_| {
+            ClientError::InvalidArgument("a compute node makes at most 65,536 clients")
+        })?;
+        Client::of_node(self.shared.clone(), user)
+    }
+}
+
 impl<P: Provider> Client<P> {
-    /// Connects to the memory node at `address`: a control QP, a `Hello`, then the data QPs.
+    /// Connects to the memory node at `address`: a compute node of its own (a control QP per
+    /// shard and a `Hello`, then the data QPs) with this one client.
     pub fn connect(
         ctx: &P::Context,
         address: &P::Address,
@@ -79,50 +92,71 @@ impl<P: Provider> Client<P> {
         cfg: ClientConfig,
         channel: Option<&P::Channel>,
     ) -> Result<Self, ClientError> {
-        let pd = ctx.alloc_pd()?;
-        let data_cq = std::sync::Arc::new(DataCq::<P>::new(ctx.create_cq(4096)?));
-        let user: UserTag = 0;
-        data_cq.join(user);
+        ComputeNode::connect_on(ctx, address, cfg, channel)?.client()
+    }
+
+    /// Client `user` of the compute node `node`.
+    pub(super) fn of_node(node: Arc<Shared<P>>, user: UserTag) -> Result<Self, ClientError> {
+        let cfg = node.cfg.clone();
         // `staging_bytes` for batches, and the posted extensions' result slots after them.
-        let staging = ctx.alloc_buffer(cfg.staging_bytes.max(4096) + posted::POSTED_STAGING)?;
-        let staging_mr = pd.reg_mr(&staging, 0, staging.len(), AccessFlags::LOCAL_WRITE)?;
-        let endpoint = Endpoint {
-            ctx: ctx.clone(),
-            address: address.clone(),
-            pd,
-            // The client's own when none is given: a wait for a reply on any of several
-            // shards' channels sleeps on it.
-            channel: match channel {
-                Some(ch) => ch.clone(),
-                None => ctx.create_channel()?,
-            },
-            data_cq: data_cq.cq().clone(),
-        };
-        let clocks = pump::Clocks {
-            lease: ctx.clock(),
-            timer: rnic::RealClock::shared(),
-        };
-        let mut core = ClientCore::new(&cfg, RECV_SLOTS, rand::random());
-        let session = Session::open(&endpoint, &cfg, 0, &mut core, &clocks)?;
-        let lane = session.qps.lane_of(user);
+        let staging = node
+            .endpoint
+            .ctx
+            .alloc_buffer(cfg.staging_bytes.max(4096) + posted::POSTED_STAGING)?;
+        let staging_mr =
+            node.endpoint
+                .pd
+                .reg_mr(&staging, 0, staging.len(), AccessFlags::LOCAL_WRITE)?;
+        node.data_cq.join(user);
+        let data = node.lock().session.data.clone();
+        let lane = data.qps.lane_of(user);
         Ok(Client {
-            clocks,
-            endpoint,
-            session,
-            core,
-            ended: None,
-            data_cq,
+            clocks: node.clocks.clone(),
+            cfg,
+            data,
             user,
             lane,
             last_switch: Duration::ZERO,
             routed: Vec::new(),
             staging,
             staging_mr,
-            live: Vec::new(),
             epoch: 0,
             posted: posted::PostedOps::default(),
-            cfg,
+            node,
         })
+    }
+
+    /// Adopts the compute node's current session if another client (or this one) opened a
+    /// new one: the old session's QPs are retired, so what they completed is filed now, and
+    /// the result slots of posted extensions nobody polls are free again. One atomic load
+    /// when nothing changed.
+    pub(super) fn sync_session(&mut self) {
+        if self.node.session_number.load(Ordering::Acquire) == self.data.number {
+            return;
+        }
+        let fresh = self.node.lock().session.data.clone();
+        self.drain_data_cq();
+        // Nothing of the old session will complete now: forgotten extensions' slots are free.
+        self.posted.release_forgotten();
+        self.lane = fresh.qps.lane_of(self.user);
+        self.data = fresh;
+    }
+
+    /// Files this client's completions on the data CQ (posted extensions' flushes; a batch's
+    /// are dropped, as none is running).
+    pub(super) fn drain_data_cq(&mut self) {
+        let mut routed = Vec::new();
+        // Bounded: a retired session's QPs complete each work request once.
+        for _ in 0..1024 {
+            routed.clear();
+            let n = self.node.data_cq.poll(self.user, &mut routed);
+            for r in &routed {
+                self.posted.file(&r.wc);
+            }
+            if n == 0 {
+                return;
+            }
+        }
     }
 
     /// Turns a grant of a request sent at `sent` into a permission, counting it.
@@ -134,49 +168,62 @@ impl<P: Provider> Client<P> {
         sent: Timestamp,
     ) -> Perm {
         let now = self.clocks.lease.now();
-        let perm = self.core.grant(grant, access, mode, sent, now);
+        let perm = self.node.lock().core.grant(grant, access, mode, sent, now);
         self.track(perm)
     }
 
+    /// Keeps a type-2 permission in its session's list, for binding again after a switch.
     pub(super) fn track(&mut self, perm: Perm) -> Perm {
-        if self.session.type2 {
-            self.live.retain(|(_, w)| w.strong_count() > 0);
-            self.live
-                .push((perm.id(), std::sync::Arc::downgrade(&perm.rkeys)));
+        self.sync_session();
+        if self.data.type2 && perm.session == self.data.number {
+            let mut live = self.data.live.lock();
+            live.retain(|(_, w)| w.strong_count() > 0);
+            live.push((perm.id(), Arc::downgrade(&perm.rkeys)));
         }
         perm
     }
 
-    /// After a QP switch under type-2 isolation: tell the memory node which QP is active and
-    /// have every live permission's windows bound to it; the permissions' rkeys are refreshed
-    /// in place, so the application keeps using the same `Perm`s.
-    pub(crate) fn rebind_after_switch(&mut self) -> Result<(), ClientError> {
-        if !self.session.type2 {
-            return Ok(());
+    /// The lane's QP to post on now. Under type-2 isolation, once the lane's QP was replaced,
+    /// first tells the memory node which QP is active and has every live permission of the
+    /// session (every client's) bound to it; the permissions' rkeys are refreshed in place, so
+    /// the applications keep using the same `Perm`s. That is done once per replacement, by
+    /// whichever client gets there first; the others wait for it (the session's `bound` lock)
+    /// instead of posting old rkeys. The QP returned is the one the windows were bound to: if
+    /// it is replaced before the post, the post flushes on it and the switch is reported as
+    /// any other.
+    pub(crate) fn bound_lane(&mut self) -> Result<LaneView<P>, ClientError> {
+        let data = self.data.clone();
+        let current = || {
+            data.qps
+                .current(self.lane)
+                .ok_or(ClientError::Internal("a session without a data QP"))
+        };
+        if !data.type2 {
+            return current();
         }
-        let slot = self
-            .session
-            .qps
-            .current(self.lane)
-            .ok_or(ClientError::Internal("a session without a data QP"))?
-            .slot;
-        let session = self.session.number;
-        match self.rpc(Request::UseQp { slot })? {
+        let mut bound = data.bound.lock();
+        let lane = current()?;
+        if *bound == lane.incarnation {
+            return Ok(lane);
+        }
+        let session = data.number;
+        match self.rpc(Request::UseQp { slot: lane.slot })? {
             // The slot is the ended session's: the new one's windows are bound as granted.
-            _ if self.session.number != session => return Err(ClientError::SessionLost),
+            _ if self.data.number != session => return Err(ClientError::SessionLost),
             Reply::Welcome { .. } => {}
             other => return Err(unexpected(other)),
         }
-        self.live.retain(|(_, w)| w.strong_count() > 0);
-        for (id, rkeys) in self.live.clone() {
+        let live = {
+            let mut live = data.live.lock();
+            live.retain(|(_, w)| w.strong_count() > 0);
+            live.clone()
+        };
+        for (id, rkeys) in live {
             match self.rpc(Request::Rebind { id })? {
-                _ if self.session.number != session => return Err(ClientError::SessionLost),
+                _ if self.data.number != session => return Err(ClientError::SessionLost),
                 Reply::Granted(g) => {
                     if let Some(r) = rkeys.upgrade() {
-                        r.store(
-                            perm::pack(g.buffer_rkey, g.lifetime_rkey),
-                            std::sync::atomic::Ordering::SeqCst,
-                        );
+                        r.store(perm::pack(g.buffer_rkey, g.lifetime_rkey), Ordering::SeqCst);
                     }
                 }
                 // Ended meanwhile (revoked, expired): nothing to refresh.
@@ -184,7 +231,8 @@ impl<P: Provider> Client<P> {
                 other => return Err(unexpected(other)),
             }
         }
-        Ok(())
+        *bound = lane.incarnation;
+        Ok(lane)
     }
 
     /// `allocate(size, lease, mode)`: new memory with a read-write permission over it.
@@ -302,7 +350,8 @@ impl<P: Provider> Client<P> {
     /// client acquires the object again in the current session (shared, read-write, waiting
     /// for conflicting holders as [`Client::acquire`] does) and frees it through that.
     pub fn free(&mut self, perm: Perm) -> Result<(), ClientError> {
-        if perm.session != self.session.number {
+        self.sync_session();
+        if perm.session != self.data.number {
             let again = self.acquire(
                 perm.addr(),
                 perm.len(),
@@ -316,8 +365,9 @@ impl<P: Provider> Client<P> {
     }
 
     /// `SessionLost` unless `perm` was granted in the current session.
-    pub(crate) fn current(&self, perm: &Perm) -> Result<(), ClientError> {
-        if perm.session == self.session.number {
+    pub(crate) fn current(&mut self, perm: &Perm) -> Result<(), ClientError> {
+        self.sync_session();
+        if perm.session == self.data.number {
             Ok(())
         } else {
             Err(ClientError::SessionLost)

@@ -22,7 +22,7 @@ impl<P: Provider> Client<P> {
         let lease_us = self.extension_lease(perm, lease)?;
         let current = perm.lifetime_us();
         if current >= perm.max_lifetime_us() {
-            self.core.stats_mut().extension_refusals += 1;
+            self.node.lock().core.stats_mut().extension_refusals += 1;
             return Err(ClientError::ExtensionRefused);
         }
         let slot = (!self.posted.busy).trailing_zeros() as usize;
@@ -32,11 +32,7 @@ impl<P: Provider> Client<P> {
         if let Some(broken) = self.broken_lane() {
             self.switch_qp(broken)?;
         }
-        let lane = self
-            .session
-            .qps
-            .current(self.lane)
-            .ok_or(ClientError::Internal("a session without a data QP"))?;
+        let lane = self.bound_lane()?;
         let new = current.saturating_add(lease_us);
         let offset = self.staging.len() - POSTED_STAGING + 8 * slot;
         self.posted.next += 1;
@@ -70,7 +66,7 @@ impl<P: Provider> Client<P> {
                 slot,
                 current,
                 new,
-                session: self.session.number,
+                session: self.data.number,
                 lifetime_us: perm.lifetime_us.clone(),
             },
         );
@@ -81,6 +77,7 @@ impl<P: Provider> Client<P> {
     /// and its result slot is free again once its completion arrives (the NIC may write the
     /// slot until then).
     pub(super) fn forget_extend(&mut self, ticket: u64) {
+        self.sync_session();
         let Some(posted) = self.posted.by_ticket.remove(&ticket) else {
             return;
         };
@@ -95,7 +92,7 @@ impl<P: Provider> Client<P> {
                 self.posted.busy &= !(1 << posted.slot);
             }
             // Its session was retired: its QP is gone, nothing writes the slot.
-            None if posted.session != self.session.number => {
+            None if posted.session != self.data.number => {
                 self.posted.busy &= !(1 << posted.slot);
             }
             None => self.posted.forgotten.push(posted.wr_id),
@@ -106,7 +103,7 @@ impl<P: Provider> Client<P> {
     /// none is running). Returns how many the CQ returned.
     pub(super) fn poll_data_cq(&mut self) -> usize {
         let mut routed = Vec::new();
-        let n = self.data_cq.poll(self.user, &mut routed);
+        let n = self.node.data_cq.poll(self.user, &mut routed);
         for r in &routed {
             // Anything else is from a batch already given up on, as `run` drops it.
             self.posted.file(&r.wc);
@@ -132,6 +129,7 @@ impl<P: Provider> Client<P> {
     }
 
     fn posted_outcome(&mut self, posted: &PostedExtend) -> Option<Result<bool, ClientError>> {
+        self.sync_session();
         if !self.posted.done.iter().any(|wc| wc.wr_id == posted.wr_id) {
             self.poll_data_cq();
         }
@@ -141,7 +139,7 @@ impl<P: Provider> Client<P> {
             .iter()
             .position(|wc| wc.wr_id == posted.wr_id)
         else {
-            if posted.session != self.session.number {
+            if posted.session != self.data.number {
                 // Its session was retired before it completed: it may have executed.
                 self.posted.busy &= !(1 << posted.slot);
                 return Some(Err(ClientError::OutcomeUnknown(WcStatus::WrFlushError)));
@@ -156,10 +154,10 @@ impl<P: Provider> Client<P> {
                 let old = self.staging.load_u64(offset).unwrap_or(0);
                 if old == posted.current {
                     posted.lifetime_us.fetch_max(posted.new, Ordering::SeqCst);
-                    self.core.stats_mut().cas_extensions += 1;
+                    self.node.lock().core.stats_mut().cas_extensions += 1;
                     Ok(true)
                 } else if old == 0 {
-                    self.core.stats_mut().extension_refusals += 1;
+                    self.node.lock().core.stats_mut().extension_refusals += 1;
                     Err(ClientError::ExtensionRefused)
                 } else {
                     posted.lifetime_us.fetch_max(old, Ordering::SeqCst);

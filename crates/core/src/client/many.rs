@@ -81,9 +81,11 @@ impl<P: Provider> Client<P> {
         reqs: impl Iterator<Item = Request>,
     ) -> Result<Vec<Result<Reply, ClientError>>, ClientError> {
         let now = self.clocks.now();
+        let user = self.user;
+        let mut g = self.node.lock();
         let mut ids = Vec::new();
         for req in reqs {
-            match self.core.start(req, Owner::Reply, now) {
+            match g.core.start_for(user, req, Owner::Reply, now) {
                 Ok(id) => ids.push(Ok(id)),
                 Err(e) => ids.push(Err(e)),
             }
@@ -92,13 +94,16 @@ impl<P: Provider> Client<P> {
             .iter()
             .filter_map(|r| r.as_ref().ok().copied())
             .collect();
-        self.pump()
-            .run(|core| waiting.iter().all(|&id| core.is_done(id)), None)?;
+        self.node.drive(
+            &mut g,
+            |core| waiting.iter().all(|&id| core.is_done(id)),
+            None,
+        )?;
         Ok(ids
             .into_iter()
             .map(|r| {
                 let id = r?;
-                self.core
+                g.core
                     .take_outcome(id)
                     .unwrap_or(Err(ClientError::ControlLost(rnic::WcStatus::WrFlushError)))
             })

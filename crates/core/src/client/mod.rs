@@ -20,8 +20,11 @@
 //! tenant, not to the session: [`Client::free`] of an old session's permission frees the
 //! object by acquiring it again in the new session.
 //!
-//! - `driver`: [`Client`], the driver that owns the provider's objects and pumps `core`, the
-//!   sans-IO decisions of the control path; `config`: [`ClientConfig`];
+//! - `node`: [`ComputeNode`], a process's handle on one memory node: the session (control
+//!   channels, data QPs with spares) its clients share, the locked `core` and the shared
+//!   wait on the control channels;
+//! - `driver`: [`Client`], one logical client of a compute node (its staging memory, its tag
+//!   on the data CQ) and the Table 2 control calls; `config`: [`ClientConfig`];
 //! - `session`: what one `Hello` opened (control channels, identity, data QPs);
 //! - `control`: blocking and pipelined RPCs, and reconnecting a lost session;
 //! - `data`, `extend`, `posted`: the data path, and CN extensions posted without waiting
@@ -40,6 +43,7 @@ mod error;
 mod extend;
 mod lease;
 mod many;
+mod node;
 mod perm;
 mod posted;
 mod pump;
@@ -56,6 +60,7 @@ pub use data::{Batch, OpResult};
 pub use driver::Client;
 pub use error::ClientError;
 pub use lease::{ClientStats, LeasePolicy, RttEstimator};
+pub use node::ComputeNode;
 pub use perm::Perm;
 pub use posted::MAX_POSTED;
 pub use qps::{QpStats, SwitchKind};

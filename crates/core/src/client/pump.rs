@@ -21,7 +21,7 @@ pub(super) type ControlLink<P> = Link<P, ControlProtocol>;
 
 /// Longest single sleep: polling drives the provider's timers (retransmissions), so a waiter
 /// looks again at least this often.
-const MAX_SLEEP: Duration = Duration::from_millis(1);
+pub(super) const MAX_SLEEP: Duration = Duration::from_millis(1);
 
 /// The client's two clocks (see [`super::core`]): leases, and waits.
 #[derive(Clone)]
@@ -137,20 +137,47 @@ impl<P: Provider> Pump<'_, P> {
         }
     }
 
-    /// Waits up to `nap` for a completion: one channel spins a little, then sleeps on its CQ;
-    /// several sleep on the completion channel they all report to (armed, then polled once
-    /// more for a completion that came before).
+    /// Waits up to `nap` for a completion (see [`Pump::sleeper`]).
     fn sleep(&mut self, idle: &mut IdleWait, nap: Duration) {
+        if let Some(sleeper) = self.sleeper() {
+            sleeper.sleep(idle, nap);
+        }
+    }
+
+    /// What to sleep on until a completion comes: one channel's CQ, or the completion channel
+    /// several report to (armed, then polled once more for a completion that came before:
+    /// `None` when that poll took one). The sleep itself needs nothing of the pump, so a
+    /// compute node's waiter sleeps with the channels unlocked.
+    pub(super) fn sleeper(&mut self) -> Option<Sleeper<P>> {
         if let [link] = &*self.links {
-            idle.idle(link.cq(), nap);
-            return;
+            return Some(Sleeper::Cq(link.cq().clone()));
         }
         for link in self.links.iter() {
             link.arm();
         }
         if self.poll() > 0 {
-            return;
+            return None;
         }
-        self.channel.wait(nap);
+        Some(Sleeper::Channel(self.channel.clone()))
+    }
+}
+
+/// Where a waiter sleeps until the control channels have a completion ([`Pump::sleeper`]).
+pub(super) enum Sleeper<P: Provider> {
+    /// The one channel's CQ: spins a little, then sleeps on it.
+    Cq(P::Cq),
+    /// The completion channel the armed CQs report to.
+    Channel(P::Channel),
+}
+
+impl<P: Provider> Sleeper<P> {
+    /// Sleeps up to `nap` (after `idle`'s spin, on a CQ).
+    pub(super) fn sleep(&self, idle: &mut IdleWait, nap: Duration) {
+        match self {
+            Sleeper::Cq(cq) => idle.idle(cq, nap),
+            Sleeper::Channel(channel) => {
+                channel.wait(nap);
+            }
+        }
     }
 }

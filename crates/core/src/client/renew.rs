@@ -78,9 +78,8 @@ impl<P: Provider> Client<P> {
     fn renew<'l>(&mut self, lease: &'l mut LongLease) -> Result<&'l Perm, ClientError> {
         let now = self.clocks.lease.now();
         let margin = lease.renew_before_us;
-        let mut step = self
-            .core
-            .renewal(lease.perm.as_ref().map(Perm::expiry), now, margin, false);
+        let expiry = lease.perm.as_ref().map(Perm::expiry);
+        let mut step = self.node.lock().core.renewal(expiry, now, margin, false);
         if let (Renewal::Extend, Some(p)) = (step, &lease.perm) {
             let enough = match self.extend(p, std::time::Duration::from_micros(lease.lease_us)) {
                 Ok(()) => {
@@ -97,7 +96,10 @@ impl<P: Provider> Client<P> {
             step = if enough {
                 Renewal::Keep
             } else {
-                self.core.renewal(Some(p.expiry()), now, margin, true)
+                self.node
+                    .lock()
+                    .core
+                    .renewal(Some(p.expiry()), now, margin, true)
             };
         }
         if step != Renewal::Keep {

@@ -27,11 +27,14 @@ use super::error::{ClientError, unexpected};
 use super::pump::{Clocks, ControlLink, Pump};
 use super::qps::{DataCq, DataQps};
 use crate::proto::connect::{Intent, Role};
-use crate::proto::messages::{Reply, Request};
+use crate::proto::messages::{PermissionId, Reply, Request};
 use crate::proto::shards::ShardMap;
+use parking_lot::Mutex;
 use rnic::{
     AccessFlags, Context, ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair,
 };
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Weak};
 
 /// Where and with what a client opens sessions: the device, the memory node's address, the
 /// protection domain every QP is created in, the completion channel its control CQs report to
@@ -46,20 +49,40 @@ pub(super) struct Endpoint<P: Provider> {
 
 /// One session with the memory node (see the module docs).
 pub(super) struct Session<P: Provider> {
-    /// Its number (0: the client's first).
+    /// Its number (0: the compute node's first).
     pub(super) number: u64,
     /// A control channel to each manager shard (shard 0 first).
     pub(super) ctrl: Vec<ControlLink<P>>,
     /// Which shard owns which address.
     pub(super) shards: ShardMap,
-    /// The data QPs.
-    pub(super) qps: DataQps<P>,
+    /// What the data path of every client of the session uses (each keeps a handle to it).
+    pub(super) data: Arc<DataSession<P>>,
     /// The id the `Welcome` gave.
     pub(super) client_id: u32,
-    /// Windows are type 2, bound to the active QP: a QP switch needs `UseQp` + `Rebind`.
-    pub(super) type2: bool,
     /// The node's maximum lifetime of a permission, µs (from the `Welcome`).
     pub(super) max_lifetime_us: u64,
+}
+
+/// A session's data path, shared by the clients of the compute node: its data QPs and, under
+/// type-2 isolation, which of the lane's QPs the session's windows are bound to.
+///
+/// Invariant (type 2): `bound` is the incarnation of the lane's QP every live permission of
+/// the session was bound to last; a client posts only when it equals the lane's current
+/// incarnation, and whoever finds it behind binds every live permission again (`UseQp` +
+/// `Rebind`) under its lock, so one promotion costs one rebinding, whoever's access broke the
+/// QP, and no client posts an old rkey on the promoted QP.
+pub(super) struct DataSession<P: Provider> {
+    /// The session's number.
+    pub(super) number: u64,
+    /// The data QPs.
+    pub(super) qps: DataQps<P>,
+    /// Windows are type 2, bound to the active QP: a QP switch needs `UseQp` + `Rebind`.
+    pub(super) type2: bool,
+    /// Type 2: the lane incarnation the live permissions are bound to.
+    pub(super) bound: Mutex<u64>,
+    /// Type 2: the permissions of the session that may be alive (every client's), for
+    /// binding again after a switch.
+    pub(super) live: Mutex<Vec<(PermissionId, Weak<AtomicU64>)>>,
 }
 
 fn qp_init<'a, P: Provider>(cq: &'a P::Cq, max_recv: u32, timing: QpTiming) -> QpInit<'a, P> {
@@ -170,13 +193,19 @@ impl<P: Provider> Session<P> {
             qps.push((slot, qp));
         }
         let qps = DataQps::new(qps, 1, at.address.clone(), intent, cfg.background_recovery);
+        let bound = qps.current(0).map_or(0, |lane| lane.incarnation);
         Ok(Session {
             number,
             ctrl: ctrls,
             shards,
-            qps,
+            data: Arc::new(DataSession {
+                number,
+                qps,
+                type2,
+                bound: Mutex::new(bound),
+                live: Mutex::new(Vec::new()),
+            }),
             client_id,
-            type2,
             max_lifetime_us,
         })
     }
@@ -193,6 +222,6 @@ impl<P: Provider> Session<P> {
         for c in &self.ctrl {
             c.qp().set_error();
         }
-        self.qps.set_error(|qpn| data_cq.forget_cause(qpn));
+        self.data.qps.set_error(|qpn| data_cq.forget_cause(qpn));
     }
 }

@@ -19,11 +19,11 @@ const OTHER_USER: u16 = 1;
 fn next_completion(c: &Client<SoftProvider>, user: u16) -> Routed {
     let mut out = Vec::new();
     for _ in 0..10_000 {
-        c.data_cq.poll(user, &mut out);
+        c.node.data_cq.poll(user, &mut out);
         if let Some(r) = out.first() {
             return *r;
         }
-        c.data_cq.wait(Duration::from_millis(1));
+        c.node.data_cq.wait(user, Duration::from_millis(1));
     }
     panic!("no completion for user {user}");
 }
@@ -85,8 +85,8 @@ fn a_fault_on_a_shared_qp_is_promoted_once_and_spares_the_other_user() {
         let p = c
             .allocate(64, Duration::from_secs(60), Mode::Exclusive)
             .unwrap();
-        c.data_cq.join(OTHER_USER);
-        let lane = c.session.qps.current(c.lane).unwrap();
+        c.node.data_cq.join(OTHER_USER);
+        let lane = c.data.qps.current(c.lane).unwrap();
 
         // The client's forged WRITE, then the other user's FAA, on the same physical QP.
         let mut forged = p.forged_copy();
@@ -110,7 +110,7 @@ fn a_fault_on_a_shared_qp_is_promoted_once_and_spares_the_other_user() {
         );
 
         // The first report promotes a spare; the second finds the lane replaced.
-        let qps = &c.session.qps;
+        let qps = &c.data.qps;
         assert_eq!(
             qps.fail_over(c.lane, lane.incarnation).unwrap(),
             SwitchKind::Promoted
@@ -132,7 +132,7 @@ fn a_fault_on_a_shared_qp_is_promoted_once_and_spares_the_other_user() {
         assert_eq!(u64::from_le_bytes(word), 1, "{isolation:?}");
 
         // The worker recovers the broken QP in the background; the spare comes back.
-        let stats = c.session.qps.wait_recoveries(1, Duration::from_secs(30));
+        let stats = c.data.qps.wait_recoveries(1, Duration::from_secs(30));
         assert_eq!((stats.promotions, stats.reconnects), (1, 0), "{stats:?}");
         assert_eq!((stats.recovered, stats.spares_ready), (1, 2), "{stats:?}");
     }

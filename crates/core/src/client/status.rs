@@ -38,25 +38,25 @@ impl<P: Provider> ClientStatus<'_, P> {
     /// This client's id on the memory node (in the current session: each session gets a
     /// new one).
     pub fn id(&self) -> u32 {
-        self.client.session.client_id
+        self.client.node.lock().session.client_id
     }
 
     /// The number of the current session with the memory node: 0 for the first, one more
-    /// for each new session the client opened after losing one.
+    /// for each new session the compute node opened after losing one.
     pub fn session(&self) -> u64 {
-        self.client.session.number
+        self.client.node.lock().session.number
     }
 
     /// The longest lease the memory node grants (its maximum lifetime of a permission, learned
     /// when the client connected): a longer lease asked for is capped at it, and a permission
     /// cannot be extended past it (renewal starts a new one, see [`super::LongLease`]).
     pub fn max_lease(&self) -> Duration {
-        Duration::from_micros(self.client.session.max_lifetime_us)
+        Duration::from_micros(self.client.node.lock().session.max_lifetime_us)
     }
 
     /// The memory node's manager shards, as it told this client.
     pub fn shard_map(&self) -> ShardMap {
-        self.client.session.shards
+        self.client.node.lock().session.shards
     }
 
     /// The clock the client times leases with.
@@ -64,21 +64,24 @@ impl<P: Provider> ClientStatus<'_, P> {
         self.client.clocks.lease.clone()
     }
 
-    /// What this client counted so far.
+    /// What the compute node's clients counted so far (this client's, when it is the only
+    /// one: [`Client::connect`]).
     pub fn stats(&self) -> ClientStats {
-        let mut s = self.client.core.stats().clone();
-        s.stray_replies = self.client.core.counts().strays;
+        let g = self.client.node.lock();
+        let mut s = g.core.stats().clone();
+        s.stray_replies = g.core.counts().strays;
         s
     }
 
-    /// The lease policy (its round-trip estimate and the slack it adds).
-    pub fn lease_policy(&self) -> &LeasePolicy {
-        self.client.core.lease_policy()
+    /// The lease policy (its round-trip estimate and the slack it adds), as it is now.
+    pub fn lease_policy(&self) -> LeasePolicy {
+        self.client.node.lock().core.lease_policy().clone()
     }
 
-    /// Control requests issued so far, over every session (retries not counted).
+    /// Control requests issued so far by the compute node's clients, over every session
+    /// (retries not counted).
     pub fn rpcs(&self) -> u64 {
-        self.client.core.counts().submitted
+        self.client.node.lock().core.counts().submitted
     }
 
     /// What the session's data QPs did so far: lanes, spares (configured and ready), and
@@ -87,7 +90,7 @@ impl<P: Provider> ClientStatus<'_, P> {
     pub fn qps(&self) -> QpStats {
         QpStats {
             last_switch: self.client.last_switch,
-            ..self.client.session.qps.stats()
+            ..self.client.data.qps.stats()
         }
     }
 
@@ -97,19 +100,20 @@ impl<P: Provider> ClientStatus<'_, P> {
     pub fn wait_recoveries(&self, n: u64, max: Duration) -> QpStats {
         QpStats {
             last_switch: self.client.last_switch,
-            ..self.client.session.qps.wait_recoveries(n, max)
+            ..self.client.data.qps.wait_recoveries(n, max)
         }
     }
 
     /// Spare QPs ready now.
     pub fn spares_ready(&self) -> usize {
-        self.client.session.qps.spares_ready()
+        self.client.data.qps.spares_ready()
     }
 
     /// Operations started with tickets (or blocking calls under way) whose outcome was not
-    /// taken yet, posted extensions included.
+    /// taken yet, posted extensions included (the control calls of every client of the
+    /// compute node).
     pub fn in_flight(&self) -> usize {
-        self.client.core.in_flight() + self.client.posted.in_flight()
+        self.client.node.lock().core.in_flight() + self.client.posted.in_flight()
     }
 
     /// Posted extensions whose result slot is still held (not yet polled, or cancelled and
@@ -146,7 +150,7 @@ impl<P: Provider> SessionControl<'_, P> {
     /// raises an event there. Arm, poll ([`Client::poll_any`]), and only if nothing came, wait on
     /// the channel.
     pub fn arm(&self) {
-        for c in &self.client.session.ctrl {
+        for c in &self.client.node.lock().session.ctrl {
             c.arm();
         }
     }
@@ -207,8 +211,10 @@ impl<P: Provider> SessionControl<'_, P> {
     #[cfg(feature = "testing")]
     pub fn break_data_qp(&self) {
         let c = &self.client;
-        if let Some(lane) = c.session.qps.current(c.lane) {
-            c.data_cq.forget_cause(rnic::QueuePair::qp_num(&lane.qp));
+        if let Some(lane) = c.data.qps.current(c.lane) {
+            c.node
+                .data_cq
+                .forget_cause(rnic::QueuePair::qp_num(&lane.qp));
             rnic::QueuePair::set_error(&lane.qp);
         }
     }
@@ -217,10 +223,8 @@ impl<P: Provider> SessionControl<'_, P> {
     /// (what a hand-made connection needs to claim them).
     #[cfg(feature = "testing")]
     pub fn credentials(&self) -> (u32, u64) {
-        (
-            self.client.session.client_id,
-            self.client.session.qps.intent().secret,
-        )
+        let g = self.client.node.lock();
+        (g.session.client_id, g.session.data.qps.intent().secret)
     }
 
     /// Tamper helper: turns the `Granted` reply of a hand-made `Allocate`/`Acquire` (sent at
@@ -241,7 +245,7 @@ impl<P: Provider> SessionControl<'_, P> {
     #[cfg(feature = "testing")]
     pub fn replay(&mut self, req_id: u64, req: Request) -> Result<Reply, ClientError> {
         let now = self.client.clocks.now();
-        let id = self.client.core.replay(req_id, req, now)?;
+        let id = self.client.node.lock().core.replay(req_id, req, now)?;
         self.client.wait_for(id)
     }
 }

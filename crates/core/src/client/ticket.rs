@@ -161,8 +161,10 @@ impl<P: Provider> Client<P> {
             }
         };
         self.ensure_session()?;
-        let id = self.core.start(req, owner, self.clocks.now())?;
-        self.pump().flush()?;
+        let now = self.clocks.now();
+        let mut g = self.node.lock();
+        let id = g.core.start_for(self.user, req, owner, now)?;
+        self.node.flush(&mut g)?;
         Ok(Ticket(id))
     }
 
@@ -175,18 +177,23 @@ impl<P: Provider> Client<P> {
                 Some(r) => r.map(|b| Some(Done::Extended(b))),
             };
         }
-        if !self.core.is_known(t.0) {
-            return Err(ClientError::InvalidArgument("no such ticket in flight"));
-        }
-        if !self.core.is_done(t.0) {
-            self.pump().turn()?;
+        {
+            let mut g = self.node.lock();
+            if !g.core.is_known_by(self.user, t.0) {
+                return Err(ClientError::InvalidArgument("no such ticket in flight"));
+            }
+            if !g.core.is_done(t.0) {
+                self.node.turn(&mut g)?;
+            }
         }
         self.take(t)
     }
 
     /// Takes `t`'s outcome if it ended (control operations only).
     fn take(&mut self, t: Ticket) -> Result<Option<Done>, ClientError> {
-        match self.core.take(t.0, self.clocks.lease.now()) {
+        let now = self.clocks.lease.now();
+        let taken = self.node.lock().core.take(t.0, now);
+        match taken {
             None => Ok(None),
             Some(Ok(Taken::Reply(r))) => Ok(Some(Done::Reply(r))),
             Some(Ok(Taken::Perm(p))) => Ok(Some(Done::Perm(self.track(p)))),
@@ -211,10 +218,13 @@ impl<P: Provider> Client<P> {
                 self.wait_data_cq();
             }
         }
-        if !self.core.is_known(t.0) {
-            return Err(ClientError::InvalidArgument("no such ticket in flight"));
+        {
+            let mut g = self.node.lock();
+            if !g.core.is_known_by(self.user, t.0) {
+                return Err(ClientError::InvalidArgument("no such ticket in flight"));
+            }
+            self.node.drive(&mut g, |core| core.is_done(t.0), None)?;
         }
-        self.pump().run(|core| core.is_done(t.0), None)?;
         self.take(t)?
             .ok_or(ClientError::ControlLost(rnic::WcStatus::WrFlushError))
     }
@@ -222,10 +232,14 @@ impl<P: Provider> Client<P> {
     /// Takes the outcome of an operation that ended, whichever ended first (control
     /// operations in the order they ended, then posted extensions), if any. Never blocks.
     pub fn poll_any(&mut self) -> Option<(Ticket, Result<Done, ClientError>)> {
-        if self.core.next_ended().is_none() {
-            let _ = self.pump().turn();
-        }
-        if let Some(id) = self.core.next_ended() {
+        let ended = {
+            let mut g = self.node.lock();
+            if g.core.next_ended_by(self.user).is_none() {
+                let _ = self.node.turn(&mut g);
+            }
+            g.core.next_ended_by(self.user)
+        };
+        if let Some(id) = ended {
             let t = Ticket(id);
             return match self.take(t) {
                 Ok(Some(done)) => Some((t, Ok(done))),
@@ -237,7 +251,8 @@ impl<P: Provider> Client<P> {
             return None; // nothing posted: the data CQ has nothing for a ticket
         }
         self.poll_data_cq();
-        let id = self.posted.any_ended(self.session.number)?;
+        self.sync_session();
+        let id = self.posted.any_ended(self.data.number)?;
         let t = Ticket(id);
         match self.poll(t) {
             Ok(Some(done)) => Some((t, Ok(done))),
@@ -250,28 +265,36 @@ impl<P: Provider> Client<P> {
     /// has. Its outcome stays for [`Client::poll`] or [`Client::poll_any`]. `ControlLost` once the
     /// session is lost and nothing ended (the next control operation opens a new session).
     pub fn wait_any(&mut self, max: Duration) -> Result<bool, ClientError> {
-        let session = self.session.number;
-        if self.core.has_ended() || self.posted.any_ended(session).is_some() {
+        self.sync_session();
+        let session = self.data.number;
+        let user = self.user;
+        if self.node.lock().core.has_ended_by(user) || self.posted.any_ended(session).is_some() {
             return Ok(true);
         }
         let until = self.clocks.timer.now().plus(max);
         if self.posted.in_flight() == 0 {
-            if !self.session_lost() {
-                self.pump().run(|core| core.has_ended(), Some(until))?;
+            let mut g = self.node.lock();
+            if !g.session_lost() {
+                self.node
+                    .drive(&mut g, |core| core.has_ended_by(user), Some(until))?;
             }
-            if self.core.has_ended() {
+            if g.core.has_ended_by(user) {
                 return Ok(true);
             }
-            if self.session_lost() {
+            if g.session_lost() {
                 return Err(ClientError::ControlLost(rnic::WcStatus::WrFlushError));
             }
             return Ok(false);
         }
         // Posted extensions too: look at both paths in turn.
         loop {
-            self.pump().turn()?;
+            let ended = {
+                let mut g = self.node.lock();
+                self.node.turn(&mut g)?;
+                g.core.has_ended_by(user)
+            };
             self.poll_data_cq();
-            if self.core.has_ended() || self.posted.any_ended(session).is_some() {
+            if ended || self.posted.any_ended(session).is_some() {
                 return Ok(true);
             }
             if self.clocks.timer.now() >= until {
@@ -288,13 +311,18 @@ impl<P: Provider> Client<P> {
             self.forget_extend(t.0);
         } else {
             let now = self.clocks.now();
-            self.core.abandon(t.0, now);
-            let _ = self.pump().flush();
+            let mut g = self.node.lock();
+            if g.core.is_known_by(self.user, t.0) {
+                g.core.abandon(t.0, now);
+                let _ = self.node.flush(&mut g);
+            }
         }
     }
 
     /// Sleeps briefly on the data CQ (a posted extension's completion).
     fn wait_data_cq(&self) {
-        self.data_cq.wait(Duration::from_micros(200));
+        self.node
+            .data_cq
+            .wait(self.user, Duration::from_micros(200));
     }
 }

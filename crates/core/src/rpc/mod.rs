@@ -150,11 +150,18 @@ impl IdleWait {
 
     /// One idle turn: spins, or sleeps on `cq` for at most `max` once the spin phase is over.
     pub fn idle<C: CompletionQueue>(&mut self, cq: &C, max: Duration) {
+        self.idle_with(|| {
+            cq.wait(max);
+        });
+    }
+
+    /// One idle turn: spins, or calls `sleep` once the spin phase is over.
+    pub fn idle_with(&mut self, sleep: impl FnOnce()) {
         if self.spins < self.spin_limit {
             self.spins += 1;
             std::hint::spin_loop();
         } else {
-            cq.wait(max);
+            sleep();
         }
     }
 }

@@ -351,6 +351,20 @@ impl ClientCore {
     /// deadline: `ControlBusy`). A channel whose every owed answer is for a request given up on is wedged
     /// (the node stopped answering): the session is lost and the call fails with `RpcTimeout`.
     pub fn start(&mut self, req: Request, owner: Owner, now: Now) -> Result<u64, ClientError> {
+        self.start_for(0, req, owner, now)
+    }
+
+    /// Starts `req` for `owner` on behalf of `caller`, one of several logical clients sharing
+    /// this core (a compute node's clients share one session): only `caller` sees the call in
+    /// [`ClientCore::next_ended_by`], [`ClientCore::has_ended_by`] and
+    /// [`ClientCore::is_known_by`].
+    pub fn start_for(
+        &mut self,
+        caller: u16,
+        req: Request,
+        owner: Owner,
+        now: Now,
+    ) -> Result<u64, ClientError> {
         if self.lost || self.channels.is_empty() {
             return Err(ClientError::ControlLost(WcStatus::WrFlushError));
         }
@@ -361,13 +375,13 @@ impl ClientCore {
                 return Err(ClientError::RpcTimeout);
             }
             let id = self.private_id();
-            self.calls.insert(
-                id,
-                self.new_call(req, owner, channel, now, CallState::Queued),
-            );
+            let mut call = self.new_call(req, owner, channel, now, CallState::Queued);
+            call.caller = caller;
+            self.calls.insert(id, call);
             return Ok(id);
         }
-        let call = self.new_call(req, owner, channel, now, CallState::Queued);
+        let mut call = self.new_call(req, owner, channel, now, CallState::Queued);
+        call.caller = caller;
         let id = self.channels[channel].next_id;
         self.calls.insert(id, call);
         self.send(id, now);
@@ -384,6 +398,7 @@ impl ClientCore {
     ) -> Call {
         Call {
             owner,
+            caller: 0,
             request,
             state,
             channel,
@@ -727,6 +742,36 @@ impl ClientCore {
     /// Whether a call ended and was not taken yet.
     pub fn has_ended(&self) -> bool {
         self.ended.iter().any(|&id| self.is_done(id))
+    }
+
+    fn is_callers(&self, caller: u16, id: u64) -> bool {
+        self.calls.get(&id).is_some_and(|c| c.caller == caller)
+    }
+
+    /// Whether call `id` is `caller`'s and known (in flight, or ended and not taken).
+    pub fn is_known_by(&self, caller: u16, id: u64) -> bool {
+        self.is_callers(caller, id)
+    }
+
+    /// The oldest of `caller`'s calls that ended and was not taken yet.
+    pub fn next_ended_by(&mut self, caller: u16) -> Option<u64> {
+        let calls = &self.calls;
+        self.ended.retain(|id| {
+            calls
+                .get(id)
+                .is_some_and(|c| matches!(c.state, CallState::Done(_)))
+        });
+        self.ended
+            .iter()
+            .copied()
+            .find(|&id| self.is_callers(caller, id))
+    }
+
+    /// Whether one of `caller`'s calls ended and was not taken yet.
+    pub fn has_ended_by(&self, caller: u16) -> bool {
+        self.ended
+            .iter()
+            .any(|&id| self.is_done(id) && self.is_callers(caller, id))
     }
 
     /// Gives up call `id`: its outcome is dropped, and a grant it brings is handed back —

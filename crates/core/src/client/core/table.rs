@@ -43,6 +43,8 @@ pub(super) enum CallState {
 #[derive(Debug)]
 pub(super) struct Call {
     pub(super) owner: Owner,
+    /// The logical client that started it ([`super::ClientCore::start_for`]).
+    pub(super) caller: u16,
     /// The request as asked (the lease slack is added to each send).
     pub(super) request: Request,
     pub(super) state: CallState,

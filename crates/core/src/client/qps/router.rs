@@ -15,7 +15,7 @@
 //! - A cause is forgotten when the QP completes a success, and before it is moved to ERR
 //!   locally ([`DataCq::forget_cause`]): a QP broken locally flushes with no cause.
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use rnic::{CompletionQueue, Provider, QpNumber, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -55,6 +55,8 @@ struct Filed {
     by_user: Vec<(UserTag, VecDeque<Routed>)>,
     /// The last error of each QP since its last success.
     cause: Vec<(QpNumber, WcStatus)>,
+    /// A user sleeps on the CQ ([`DataCq::wait`]).
+    sleeping: bool,
 }
 
 impl Filed {
@@ -80,6 +82,9 @@ impl Filed {
 pub(crate) struct DataCq<P: Provider> {
     cq: P::Cq,
     filed: Mutex<Filed>,
+    /// Signalled when a poll filed a completion for another user, and when the user that
+    /// slept on the CQ wakes (see [`DataCq::wait`]).
+    filed_more: Condvar,
 }
 
 impl<P: Provider> DataCq<P> {
@@ -87,6 +92,7 @@ impl<P: Provider> DataCq<P> {
         DataCq {
             cq,
             filed: Mutex::new(Filed::default()),
+            filed_more: Condvar::new(),
         }
     }
 
@@ -103,6 +109,11 @@ impl<P: Provider> DataCq<P> {
         }
     }
 
+    /// Stops filing completions for `user` (they are dropped from now on).
+    pub(crate) fn leave(&self, user: UserTag) {
+        self.filed.lock().by_user.retain(|(u, _)| *u != user);
+    }
+
     /// Moves `user`'s filed completions to `out`, polls the CQ once and files what it
     /// returns (`user`'s own straight into `out`, after those filed before). Returns how many
     /// completions the CQ returned (anyone's).
@@ -113,6 +124,7 @@ impl<P: Provider> DataCq<P> {
             out.extend(q.drain(..));
         }
         let n = self.cq.poll(&mut wcs);
+        let mut for_others = false;
         for wc in &wcs[..n] {
             let cause = match wc.status {
                 WcStatus::Success => {
@@ -134,7 +146,12 @@ impl<P: Provider> DataCq<P> {
                 out.push(routed);
             } else if let Some(q) = filed.queue(owner) {
                 q.push_back(routed);
+                for_others = true;
             }
+        }
+        drop(filed);
+        if for_others {
+            self.filed_more.notify_all();
         }
         n
     }
@@ -144,8 +161,22 @@ impl<P: Provider> DataCq<P> {
         self.filed.lock().forget(qpn);
     }
 
-    /// Sleeps until the CQ has a completion or `max` passes.
-    pub(crate) fn wait(&self, max: Duration) {
-        self.cq.wait(max);
+    /// Sleeps until `user` may have a completion, or `max` passes: one user at a time sleeps
+    /// on the CQ itself; the others until a poll files something for them or the sleeper
+    /// wakes (then they poll themselves). Returns at once if `user` has completions filed.
+    pub(crate) fn wait(&self, user: UserTag, max: Duration) {
+        let mut filed = self.filed.lock();
+        if filed.queue(user).is_some_and(|q| !q.is_empty()) {
+            return;
+        }
+        if filed.sleeping {
+            self.filed_more.wait_for(&mut filed, max);
+            return;
+        }
+        filed.sleeping = true;
+        MutexGuard::unlocked(&mut filed, || self.cq.wait(max));
+        filed.sleeping = false;
+        drop(filed);
+        self.filed_more.notify_all();
     }
 }
