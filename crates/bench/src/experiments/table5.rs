@@ -4,19 +4,26 @@
 //! spares the client resets and reconnects that QP (a new handshake) before its next access;
 //! with spares it promotes a ready one and recovers the broken QP in the background.
 //!
-//! Per fault we record the switch (promotion, or reset + reconnect) as the client times it,
-//! and the whole interruption: from issuing the faulting op to the next successful read.
+//! The faulting client is one of a compute node's clients ([`ComputeNode`]), sharing its QPs
+//! with busy neighbours that add to their own counters throughout: their ops caught behind a
+//! fault are run again on the new QP, and the report gives what they saw (latency, errors).
+//!
+//! Per fault we record the switch (promotion, or reset + reconnect) as the faulting client
+//! times it (when a neighbour reported the broken QP first, the faulting client only finds it
+//! replaced), and the whole interruption: from issuing the faulting op to the next successful
+//! read. Beside it, the QPs a compute node holds at 1, 16 and 64 clients.
 
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Latency, Panel, PanelKind, PaperRef, Point, Row, Series,
     bar,
 };
 use anyhow::{Context as _, Result, bail};
-use patronus_core::client::{ClientConfig, ClientError};
+use patronus_core::client::{Client, ClientConfig, ClientError, ComputeNode};
 use patronus_core::cluster::EmbeddedCluster;
 use patronus_core::manager::{Isolation, NodeConfig};
 use patronus_core::proto::messages::Mode;
-use rnic::soft::SoftConfig;
+use rnic::soft::{SoftConfig, SoftProvider};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Spare QPs in the "w/" configuration.
@@ -25,6 +32,10 @@ const SPARES: usize = 2;
 const WARMUP_FAULTS: usize = 3;
 /// How long to wait for the background worker to return a recovered QP to the pool.
 const SPARE_WAIT: Duration = Duration::from_secs(5);
+/// Busy clients on the faulting client's QPs (the same compute node) while it faults.
+const NEIGHBOURS: usize = 3;
+/// Clients per compute node at which its QPs are counted.
+const CLIENT_COUNTS: &[usize] = &[1, 16, 64];
 
 /// One configuration's measurements.
 struct Outcome {
@@ -34,9 +45,11 @@ struct Outcome {
     interruption: Latency,
     /// Faults that found fewer spares ready than configured (the worker was still recovering).
     short_of_spares: u64,
-    /// The client's data-QP counters at the end: promotions, reconnections on the path and
-    /// background recoveries.
+    /// The compute node's data-QP counters at the end: promotions, reconnections on the path
+    /// and background recoveries.
     qps: patronus_core::client::QpStats,
+    /// What the busy neighbours on the same QPs saw.
+    neighbours: Neighbours,
 }
 
 /// Runs Table 5 on `opts.transport`: ~20 faults per configuration with `--quick`, ~200 otherwise.
@@ -49,33 +62,53 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         opts.transport_name()
     );
     println!(
-        "{:<14} | {:>10} {:>10} | {:>10} {:>10} | {:>6}",
-        "", "switch p50", "p99 µs", "total p50", "p99 µs", "faults"
+        "{:<14} | {:>10} {:>10} | {:>10} {:>10} | {:>6} | {:>13} {:>10} {:>6}",
+        "",
+        "switch p50",
+        "p99 µs",
+        "total p50",
+        "p99 µs",
+        "faults",
+        "neighbour p99",
+        "max µs",
+        "errors"
     );
     let mut outcomes = Vec::new();
     for (name, spares) in [("w/o spare QPs", 0), ("w/ spare QPs", SPARES)] {
         let o = measure(opts, name, spares, faults)?;
         println!(
-            "{:<14} | {:>10.1} {:>10.1} | {:>10.1} {:>10.1} | {:>6}",
+            "{:<14} | {:>10.1} {:>10.1} | {:>10.1} {:>10.1} | {:>6} | {:>13.1} {:>10.1} {:>6}",
             o.name,
             o.switch.p50_us(),
             o.switch.p99_us(),
             o.interruption.p50_us(),
             o.interruption.p99_us(),
-            o.interruption.count()
+            o.interruption.count(),
+            o.neighbours.ops.p99_us(),
+            o.neighbours.ops.max_us(),
+            o.neighbours.errors
         );
         outcomes.push(o);
     }
+    let counts = qps_per_compute_node(opts)?;
+    for c in &counts {
+        println!(
+            "a compute node with {:>2} clients holds {} QPs; the memory node sees {} client(s)",
+            c.clients, c.qps, c.node_clients
+        );
+    }
     let mut exp = Experiment::new("table5", opts.transport_name(), opts.quick);
     report(&mut exp, &outcomes, opts);
+    report_qps(&mut exp, &counts);
     exp.wall_s = started.elapsed().as_secs_f64();
     Ok(exp)
 }
 
-#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
-fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -> Result<Outcome> {
+/// The faulting client and its busy neighbours on one compute node.
+fn handle(opts: &BenchOpts, spares: usize) -> Result<(EmbeddedCluster, ComputeNode<SoftProvider>)> {
     let cfg = ClientConfig {
         spare_qps: spares,
+        staging_bytes: 64 << 10,
         ..ClientConfig::default()
     };
     let node = NodeConfig {
@@ -83,11 +116,89 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
         isolation: Isolation::SharedPd, // the paper's mode
         ..NodeConfig::default()
     };
-    let mut cluster = EmbeddedCluster::start(opts.transport, SoftConfig::default(), node, cfg, 1)
-        .context("starting the cluster")?;
-    let Some(c) = cluster.clients.first_mut() else {
-        bail!("the cluster started no client");
+    let cluster =
+        EmbeddedCluster::start(opts.transport, SoftConfig::default(), node, cfg.clone(), 1)
+            .context("starting the cluster")?;
+    let Some(ctx) = cluster.client_ctxs.first() else {
+        bail!("the cluster opened no client device");
     };
+    let cn = ComputeNode::connect(ctx, cluster.node.address(), cfg)?;
+    Ok((cluster, cn))
+}
+
+/// What the neighbours saw while the faults happened: every op's latency, and their errors.
+#[derive(Default)]
+struct Neighbours {
+    ops: Latency,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// A neighbour: FAAs on its own counter until `stop`, each timed; checks that none was lost
+/// or run twice (the counter's old value is the count of increments acknowledged before).
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+fn neighbour(mut c: Client<SoftProvider>, stop: &AtomicBool) -> Result<Neighbours> {
+    let p = c.allocate(8, Duration::from_secs(60), Mode::Exclusive)?;
+    let mut seen = Neighbours::default();
+    let mut done = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let t0 = Instant::now();
+        match c.faa(&p, 0, 1) {
+            Ok(old) if old == done => {
+                seen.ops.record(t0.elapsed());
+                done += 1;
+            }
+            Ok(old) => bail!("a neighbour's increment ran twice or was lost: {old} after {done}"),
+            Err(e) => {
+                seen.errors += 1;
+                seen.first_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+    c.free(p)?;
+    Ok(seen)
+}
+
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -> Result<Outcome> {
+    let (_cluster, cn) = handle(opts, spares)?;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let busy: Vec<_> = (0..NEIGHBOURS)
+            .map(|_| {
+                let c = cn.client()?;
+                let stop = &stop;
+                Ok(s.spawn(move || neighbour(c, stop)))
+            })
+            .collect::<Result<_>>()?;
+        let faulted = faults_among(&cn, name, spares, faults);
+        stop.store(true, Ordering::Relaxed);
+        let mut neighbours = Neighbours::default();
+        for h in busy {
+            let n = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a neighbour panicked"))??;
+            neighbours.ops.merge(&n.ops);
+            neighbours.errors += n.errors;
+            if neighbours.first_error.is_none() {
+                neighbours.first_error = n.first_error;
+            }
+        }
+        let mut o = faulted?;
+        o.neighbours = neighbours;
+        Ok(o)
+    })
+}
+
+/// The faulting client's part of [`measure`].
+#[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
+fn faults_among(
+    cn: &ComputeNode<SoftProvider>,
+    name: &'static str,
+    spares: usize,
+    faults: usize,
+) -> Result<Outcome> {
+    let mut c = cn.client()?;
     let p = c.allocate(64, Duration::from_secs(60), Mode::Exclusive)?;
     let (mut switch, mut interruption) = (Latency::new(), Latency::new());
     let mut short_of_spares = 0;
@@ -136,6 +247,7 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
     } else {
         c.status().qps()
     };
+    c.free(p)?;
     Ok(Outcome {
         name,
         spares,
@@ -143,7 +255,37 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
         interruption,
         short_of_spares,
         qps,
+        neighbours: Neighbours::default(),
     })
+}
+
+/// QPs a compute node holds with `n` clients, and the clients the memory node sees, for each
+/// `n` of [`CLIENT_COUNTS`]: every client allocates, adds and frees once, so each is real.
+fn qps_per_compute_node(opts: &BenchOpts) -> Result<Vec<QpCount>> {
+    let mut counts = Vec::new();
+    for &n in CLIENT_COUNTS {
+        let (cluster, cn) = handle(opts, SPARES)?;
+        let mut clients = (0..n).map(|_| cn.client()).collect::<Result<Vec<_>, _>>()?;
+        for c in &mut clients {
+            let p = c.allocate(8, Duration::from_secs(60), Mode::Exclusive)?;
+            c.faa(&p, 0, 1)?;
+            c.free(p)?;
+        }
+        counts.push(QpCount {
+            clients: n,
+            qps: cn.qp_count(),
+            // The cluster's own client aside.
+            node_clients: cluster.node.fresh_stats().clients - cluster.clients.len(),
+        });
+    }
+    Ok(counts)
+}
+
+/// [`qps_per_compute_node`]'s row.
+struct QpCount {
+    clients: usize,
+    qps: usize,
+    node_clients: usize,
 }
 
 fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
@@ -164,7 +306,13 @@ fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
                 .with("recovered_in_background", o.qps.recovered)
                 .with("recovery_failures", o.qps.recovery_failures)
                 .with("data_qps", (o.qps.lanes + o.qps.spares) as u64)
-                .with("interruption_mean_us", mean),
+                .with("interruption_mean_us", mean)
+                .with("neighbours", NEIGHBOURS as u64)
+                .with("neighbour_ops", o.neighbours.ops.count())
+                .with("neighbour_p50_us", o.neighbours.ops.p50_us())
+                .with("neighbour_p99_us", o.neighbours.ops.p99_us())
+                .with("neighbour_max_us", o.neighbours.ops.max_us())
+                .with("neighbour_errors", o.neighbours.errors),
         );
     }
     let bars = |f: &dyn Fn(&Latency) -> f64, pick: &dyn Fn(&Outcome) -> &Latency| {
@@ -221,6 +369,27 @@ fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
             faults(with),
             without.qps.reconnects
         ),
+    });
+    exp.checks.push(Check {
+        claim: "a client's faults never fail its neighbours' ops on the shared QPs".into(),
+        holds: outcomes.iter().all(|o| o.neighbours.errors == 0),
+        detail: outcomes
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}: {} neighbour ops, {} failed{}",
+                    o.name,
+                    o.neighbours.ops.count(),
+                    o.neighbours.errors,
+                    o.neighbours
+                        .first_error
+                        .as_ref()
+                        .map(|e| format!(" (first: {e})"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
     });
     let (wo, w) = (without.interruption.p50_us(), with.interruption.p50_us());
     let fraction = if wo > 0.0 { w / wo } else { f64::NAN };
@@ -313,4 +482,32 @@ fn report(exp: &mut Experiment, outcomes: &[Outcome], opts: &BenchOpts) {
             }
         },
     ];
+}
+
+fn report_qps(exp: &mut Experiment, counts: &[QpCount]) {
+    for c in counts {
+        let mut r = Row::new(
+            format!("{} clients per compute node", c.clients),
+            u32::try_from(c.clients).unwrap_or(u32::MAX),
+        );
+        r = r
+            .with("qps_per_compute_node", c.qps as u64)
+            .with("node_sees_clients", c.node_clients as u64);
+        exp.rows.push(r);
+    }
+    let same = counts.windows(2).all(|w| w[0].qps == w[1].qps);
+    exp.checks.push(Check {
+        claim: "QPs per compute node do not grow with its clients".into(),
+        holds: same && counts.iter().all(|c| c.node_clients == 1),
+        detail: counts
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} clients: {} QPs, {} client(s) at the memory node",
+                    c.clients, c.qps, c.node_clients
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    });
 }
