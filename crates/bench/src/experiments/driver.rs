@@ -113,11 +113,16 @@ pub trait Logical: Send {
             .map(|c| c.control().arm())
             .is_some()
     }
-    /// What the client library counted (Patronus clients), for the report.
-    fn client_stats(&self) -> Option<ClientStats> {
-        self.patronus_client().map(|c| c.status().stats())
+    /// What the client library counted (Patronus clients), for the report, with the id of
+    /// the compute node that counted it (its clients share the counts).
+    fn client_stats(&self) -> Option<(u64, ClientStats)> {
+        self.patronus_client()
+            .map(|c| (c.status().node_id(), c.status().stats()))
     }
 }
+
+/// The client library's counts of each compute node a thread drove clients of, by node id.
+type NodeStats = std::collections::BTreeMap<u64, ClientStats>;
 
 /// What a driven run measured.
 #[derive(Debug)]
@@ -128,8 +133,8 @@ pub struct Driven {
     pub wall: Duration,
     /// Latency of every measured operation.
     pub latency: Latency,
-    /// The Patronus client library's counts, summed over the logical clients (`None` when no
-    /// client reported any: a baseline mechanism).
+    /// The Patronus client library's counts, summed over the compute nodes the logical
+    /// clients belong to (`None` when no client reported any: a baseline mechanism).
     pub clients: Option<ClientStats>,
 }
 
@@ -191,7 +196,7 @@ pub fn drive_on(
     // calling thread only joins, so it takes no core from the clients or the memory node.
     let finished: Arc<parking_lot::Mutex<Option<Duration>>> = Arc::default();
     let t0 = Arc::new(parking_lot::Mutex::new(None::<Instant>));
-    let results = std::thread::scope(|s| -> Result<Vec<(Latency, Option<ClientStats>)>> {
+    let results = std::thread::scope(|s| -> Result<Vec<(Latency, NodeStats)>> {
         let mut handles = Vec::new();
         let mut channels = channels.into_iter();
         for (t, mut group) in groups.into_iter().enumerate() {
@@ -201,7 +206,7 @@ pub fn drive_on(
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("bench-client-{t}"))
-                    .spawn_scoped(s, move || -> Result<(Latency, Option<ClientStats>)> {
+                    .spawn_scoped(s, move || -> Result<(Latency, NodeStats)> {
                         let mut rng = StdRng::seed_from_u64(seed ^ (t as u64).wrapping_mul(0x9e37));
                         let mut latency = Latency::new();
                         if start_line.wait().is_leader() {
@@ -270,11 +275,12 @@ pub fn drive_on(
                                 stop.store(true, Ordering::Relaxed);
                             }
                         }
-                        let mut stats: Option<ClientStats> = None;
-                        for c in group.iter().filter_map(|c| c.client_stats()) {
-                            stats.get_or_insert_with(ClientStats::default).merge(&c);
+                        // Once per compute node: its clients share one count.
+                        let mut nodes = std::collections::BTreeMap::new();
+                        for (node, c) in group.iter().filter_map(|c| c.client_stats()) {
+                            nodes.insert(node, c);
                         }
-                        Ok((latency, stats))
+                        Ok((latency, nodes))
                     })
                     .context("spawning a client thread")?,
             );
@@ -292,12 +298,14 @@ pub fn drive_on(
     let lats = results?;
     let wall = finished.lock().unwrap_or(budget);
     let mut latency = Latency::new();
+    let mut nodes = std::collections::BTreeMap::new();
+    for (l, n) in lats {
+        latency.merge(&l);
+        nodes.extend(n);
+    }
     let mut clients: Option<ClientStats> = None;
-    for (l, c) in &lats {
-        latency.merge(l);
-        if let Some(c) = c {
-            clients.get_or_insert_with(ClientStats::default).merge(c);
-        }
+    for c in nodes.values() {
+        clients.get_or_insert_with(ClientStats::default).merge(c);
     }
     Ok(Driven {
         ops: done.load(Ordering::Relaxed),

@@ -125,7 +125,7 @@ impl OdsRig {
             };
             let logicals = self
                 .patronus
-                .clients(n, &lean_client())?
+                .node_clients(n, &lean_client())?
                 .into_iter()
                 .enumerate()
                 .map(|(i, c)| w.client(PatronusMemory::new(c), root, i))
@@ -183,19 +183,29 @@ impl OdsRig {
     }
 
     /// A way to connect Patronus remote memory from any thread (container `i` from the
-    /// `i`-th client device, round robin), for runtimes that connect their own clients.
+    /// compute node of the `i`-th client device, round robin: the containers of a device share
+    /// its session and QPs), for runtimes that connect their own clients.
     pub fn patronus_connector(
         &self,
-    ) -> impl Fn(usize) -> Result<PatronusMemory<SoftProvider>> + Send + Sync + Clone + 'static
-    {
-        let devs = self.client_devs.clone();
+    ) -> Result<
+        impl Fn(usize) -> Result<PatronusMemory<SoftProvider>> + Send + Sync + Clone + 'static,
+    > {
         let addr = self.patronus.node.address().clone();
-        move |i| {
-            let c =
-                patronus_core::client::Client::connect(&devs[i % devs.len()], &addr, lean_client())
-                    .with_context(|| format!("connecting Patronus client {i}"))?;
+        let nodes = self
+            .client_devs
+            .iter()
+            .map(|d| {
+                patronus_core::client::ComputeNode::connect(d, &addr, lean_client())
+                    .context("connecting a compute node")
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let nodes = std::sync::Arc::new(nodes);
+        Ok(move |i: usize| {
+            let c = nodes[i % nodes.len()]
+                .client()
+                .with_context(|| format!("making Patronus client {i}"))?;
             Ok(PatronusMemory::new(c))
-        }
+        })
     }
 
     /// The same for a baseline mechanism ("Unprot", "MR" or "RPC").

@@ -4,7 +4,7 @@
 use super::driver::{Driven, Logical, Rig, drive_on, spread};
 use super::tickets::{send, wait_reply};
 use anyhow::{Context as _, Result, bail};
-use patronus_core::client::{Client, ClientConfig};
+use patronus_core::client::{Client, ClientConfig, ComputeNode};
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig, Techniques};
 use patronus_core::proto::messages::{Mode, Reply, Request};
 use rnic::Context as _;
@@ -71,6 +71,29 @@ impl PatronusRig {
                     Some(&self.channels[t]),
                 )
                 .with_context(|| format!("connecting client {i}"))
+            })
+            .collect()
+    }
+
+    /// Makes `n` clients over one compute node per client thread (client `i` of the node of
+    /// thread `i % threads`, which will drive it): the logical clients of a thread share its
+    /// session with the memory node (control QPs, data QPs), as the paper's coroutines of a
+    /// compute node share its QPs.
+    pub fn node_clients(&self, n: usize, cfg: &ClientConfig) -> Result<Vec<Client<SoftProvider>>> {
+        let nodes = self
+            .client_devs
+            .iter()
+            .zip(&self.channels)
+            .map(|(dev, ch)| {
+                ComputeNode::connect_on(dev, self.node.address(), cfg.clone(), Some(ch))
+                    .context("connecting a compute node")
+            })
+            .collect::<Result<Vec<_>>>()?;
+        (0..n)
+            .map(|i| {
+                nodes[i % nodes.len()]
+                    .client()
+                    .with_context(|| format!("making client {i}"))
             })
             .collect()
     }

@@ -33,6 +33,9 @@ use rnic::{Context, Provider, Timestamp, WcStatus};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+/// Ids of the compute nodes of this process.
+static NEXT_NODE_ID: AtomicU64 = AtomicU64::new(0);
+
 /// The control path of the compute node's session, under [`Shared::control`].
 pub(super) struct Control<P: Provider> {
     /// The control path's decisions: requests in flight, routing, retries, back-off, the
@@ -70,6 +73,8 @@ pub(super) struct Shared<P: Provider> {
     turned: Condvar,
     /// The current session's number, read without the lock to notice a new session.
     pub(super) session_number: AtomicU64,
+    /// This compute node's id, unique in the process ([`super::ClientStatus::node_id`]).
+    pub(super) id: u64,
     pub(super) next_user: AtomicU32,
 }
 
@@ -152,6 +157,7 @@ impl<P: Provider> ComputeNode<P> {
                 }),
                 turned: Condvar::new(),
                 session_number: AtomicU64::new(0),
+                id: NEXT_NODE_ID.fetch_add(1, Ordering::Relaxed),
                 next_user: AtomicU32::new(0),
             }),
         })
@@ -163,6 +169,11 @@ impl<P: Provider> ComputeNode<P> {
         let g = self.shared.control.lock();
         let stats = g.session.data.qps.stats();
         g.session.ctrl.len() + stats.lanes + stats.spares
+    }
+
+    /// This compute node's id, unique in the process (the id its clients report).
+    pub fn id(&self) -> u64 {
+        self.shared.id
     }
 
     /// What the data QPs did so far (every client's faults).

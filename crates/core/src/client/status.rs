@@ -64,8 +64,15 @@ impl<P: Provider> ClientStatus<'_, P> {
         self.client.clocks.lease.clone()
     }
 
+    /// The id of this client's compute node, unique in the process: clients with the same
+    /// id share their session, its QPs and the counts of [`ClientStatus::stats`].
+    pub fn node_id(&self) -> u64 {
+        self.client.node.id
+    }
+
     /// What the compute node's clients counted so far (this client's, when it is the only
-    /// one: [`Client::connect`]).
+    /// one: [`Client::connect`]). Clients of one compute node report the same counts
+    /// ([`ClientStatus::node_id`]): sum over nodes, not over clients.
     pub fn stats(&self) -> ClientStats {
         let g = self.client.node.lock();
         let mut s = g.core.stats().clone();

@@ -206,7 +206,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
             let mech = (j + rep) % MECHANISMS.len();
             let name = MECHANISMS[mech];
             if name == "Patronus" {
-                pass(&mut runs, &plan, mech, &photos, nodes.patronus_connector())?;
+                pass(&mut runs, &plan, mech, &photos, nodes.patronus_connector()?)?;
             } else {
                 pass(
                     &mut runs,
