@@ -563,7 +563,7 @@ impl<P: Provider> Client<P> {
             });
         }
         let qpn = lane.qp.qp_num();
-        let posted = match lane.qp.post_send(&wrs) {
+        let posted = match lane.post_send(&wrs) {
             Ok(()) => wrs.len(),
             Err((k, _)) => k,
         };

@@ -8,7 +8,7 @@ use super::error::{ClientError, unexpected};
 use super::lease::micros;
 use super::node::{ComputeNode, Shared};
 use super::perm::{self, Perm};
-use super::qps::{LaneView, Routed, UserTag};
+use super::qps::{DRAIN_USER, LaneView, Routed, UserTag};
 use super::session::DataSession;
 use super::{posted, pump};
 use crate::proto::messages::{Access, Grant, Mode, Reply, Request, Status};
@@ -62,12 +62,15 @@ impl<P: Provider> Drop for Client<P> {
 impl<P: Provider> ComputeNode<P> {
     /// A new client of this compute node: its own tag on the data CQ, its own staging memory
     /// (`staging_bytes` of the configuration), the handle's session. A handle makes at most
-    /// 65,536 clients over its life (`InvalidArgument` after).
+    /// 65,535 clients over its life (`InvalidArgument` after).
     pub fn client(&self) -> Result<Client<P>, ClientError> {
         let user = self.shared.next_user.fetch_add(1, Ordering::Relaxed);
-        let user = UserTag::try_from(user).map_err(|_| {
-            ClientError::InvalidArgument("a compute node makes at most 65,536 clients")
-        })?;
+        let user = UserTag::try_from(user)
+            .ok()
+            .filter(|&u| u != DRAIN_USER)
+            .ok_or(ClientError::InvalidArgument(
+                "a compute node makes at most 65,535 clients",
+            ))?;
         Client::of_node(self.shared.clone(), user)
     }
 }

@@ -8,7 +8,7 @@ use super::error::ClientError;
 use super::perm::Perm;
 use super::posted::{MAX_POSTED, POSTED, POSTED_STAGING, POSTED_TICKET, PostedExtend};
 use super::qps::tagged;
-use rnic::{MemoryBuffer, MemoryRegion, Provider, QueuePair, SendOp, SendWr, Sge, WcStatus};
+use rnic::{MemoryBuffer, MemoryRegion, Provider, SendOp, SendWr, Sge, WcStatus};
 use std::sync::atomic::Ordering;
 
 impl<P: Provider> Client<P> {
@@ -53,8 +53,7 @@ impl<P: Provider> Client<P> {
                 swap: new,
             },
         };
-        lane.qp
-            .post_send(&[wr])
+        lane.post_send(&[wr])
             .map_err(|(_, e)| ClientError::Verbs(e))?;
         self.posted.busy |= 1 << slot;
         perm.mark_used();

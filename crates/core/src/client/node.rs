@@ -66,7 +66,7 @@ pub(super) struct Shared<P: Provider> {
     /// Where sessions are opened.
     pub(super) endpoint: Endpoint<P>,
     /// Completions of every data QP, of every session, filed per client.
-    pub(super) data_cq: DataCq<P>,
+    pub(super) data_cq: Arc<DataCq<P>>,
     pub(super) control: Mutex<Control<P>>,
     /// Signalled after a turn of the control channels filed something, and when the waiter
     /// that drove them leaves.
@@ -124,7 +124,7 @@ impl<P: Provider> ComputeNode<P> {
         channel: Option<&P::Channel>,
     ) -> Result<Self, ClientError> {
         let pd = ctx.alloc_pd()?;
-        let data_cq = DataCq::<P>::new(ctx.create_cq(4096)?);
+        let data_cq = Arc::new(DataCq::<P>::new(ctx.create_cq(4096)?));
         let endpoint = Endpoint {
             ctx: ctx.clone(),
             address: address.clone(),
@@ -135,7 +135,7 @@ impl<P: Provider> ComputeNode<P> {
                 Some(ch) => ch.clone(),
                 None => ctx.create_channel()?,
             },
-            data_cq: data_cq.cq().clone(),
+            data_cq: data_cq.clone(),
         };
         let clocks = Clocks {
             lease: ctx.clock(),

@@ -25,7 +25,7 @@ use super::config::{ClientConfig, RECV_SLOTS};
 use super::core::{ClientCore, Owner};
 use super::error::{ClientError, unexpected};
 use super::pump::{Clocks, ControlLink, Pump};
-use super::qps::{DataCq, DataQps};
+use super::qps::{DataCq, DataQps, Slotted};
 use crate::proto::connect::{Intent, Role};
 use crate::proto::messages::{PermissionId, Reply, Request};
 use crate::proto::shards::ShardMap;
@@ -44,7 +44,7 @@ pub(super) struct Endpoint<P: Provider> {
     pub(super) address: P::Address,
     pub(super) pd: P::Pd,
     pub(super) channel: P::Channel,
-    pub(super) data_cq: P::Cq,
+    pub(super) data_cq: Arc<DataCq<P>>,
 }
 
 /// One session with the memory node (see the module docs).
@@ -187,12 +187,19 @@ impl<P: Provider> Session<P> {
         };
         let mut qps = Vec::with_capacity(cfg.spare_qps + 1);
         for slot in 0..=cfg.spare_qps.min(u8::MAX as usize) as u8 {
-            let qp = at.pd.create_qp(qp_init::<P>(&at.data_cq, 1, t))?;
+            let qp = at.pd.create_qp(qp_init::<P>(at.data_cq.cq(), 1, t))?;
             qp.connect(&at.address, &Intent { slot, ..intent }.encode())
                 .map_err(ClientError::from_connect)?;
-            qps.push((slot, qp));
+            qps.push(Slotted::new(slot, qp));
         }
-        let qps = DataQps::new(qps, 1, at.address.clone(), intent, cfg.background_recovery);
+        let qps = DataQps::new(
+            qps,
+            1,
+            at.address.clone(),
+            intent,
+            cfg.background_recovery,
+            at.data_cq.clone(),
+        );
         let bound = qps.current(0).map_or(0, |lane| lane.incarnation);
         Ok(Session {
             number,

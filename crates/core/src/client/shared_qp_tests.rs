@@ -137,3 +137,82 @@ fn a_fault_on_a_shared_qp_is_promoted_once_and_spares_the_other_user() {
         assert_eq!((stats.recovered, stats.spares_ready), (1, 2), "{stats:?}");
     }
 }
+
+/// A reset drops what a QP has not completed. A QP another user still has requests in
+/// flight on is drained before it is reset — in place when no spare is ready, or by the
+/// recovery worker after a promotion — so that user gets every completion. Here the other
+/// user's FAA is lost on the wire (a queued network told to drop the next packet), so it is
+/// still outstanding at the requester when the lane is replaced; without the drain the reset
+/// dropped it and its user never heard of it.
+#[test]
+fn a_reset_of_a_shared_qp_keeps_the_other_users_completions() {
+    use rnic::soft::link::queued::{Faults, QueuedNetwork};
+    use rnic::{Clock, VirtualClock};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for spares in [0, 2] {
+        let clock = VirtualClock::new();
+        let net = QueuedNetwork::new(clock.clone(), 5);
+        let fabric = SoftFabric::queued(net.clone());
+        let device = |seed| {
+            fabric.open_device(SoftConfig {
+                clock: clock.clone(),
+                seed: Some(seed),
+                ..SoftConfig::default()
+            })
+        };
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::SeqCst) {
+                    if let Some(due) = net.next_due() {
+                        clock.set(due.max(clock.now()));
+                    }
+                    net.step(clock.now());
+                    std::thread::yield_now();
+                }
+            });
+            let node = MemoryNode::<SoftProvider>::start(device(1), NodeConfig::default());
+            let run = || {
+                let node = node.as_ref().expect("memory node");
+                let cfg = ClientConfig {
+                    spare_qps: spares,
+                    ..ClientConfig::default()
+                };
+                let mut client = Client::connect(&device(2), node.address(), cfg).unwrap();
+                let c = &mut client;
+                let p = c
+                    .allocate(64, Duration::from_secs(60), Mode::Exclusive)
+                    .unwrap();
+                c.node.data_cq.join(OTHER_USER);
+                let lane = c.data.qps.current(c.lane).unwrap();
+                net.set_faults(Faults {
+                    drop_next: 1,
+                    ..Faults::default()
+                });
+                let lost = faa(c, OTHER_USER, p.addr() + 8, p.rkey(), 7);
+                lane.qp.post_send(&[lost]).unwrap();
+
+                // The lane is replaced while the FAA is outstanding.
+                let kind = c.data.qps.fail_over(c.lane, lane.incarnation).unwrap();
+                if spares == 0 {
+                    assert_eq!(kind, SwitchKind::Recovered, "reconnected in place");
+                } else {
+                    assert_eq!(kind, SwitchKind::Promoted);
+                    let stats = c.data.qps.wait_recoveries(1, Duration::from_secs(30));
+                    assert_eq!(stats.recovered, 1, "the worker reset the QP: {stats:?}");
+                }
+                let theirs = next_completion(c, OTHER_USER);
+                assert_eq!(
+                    (theirs.wc.wr_id, theirs.wc.status, theirs.cause),
+                    (7, WcStatus::WrFlushError, None),
+                    "spares {spares}: flushed by the drain, which says nothing about what ran"
+                );
+            };
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+            stop.store(true, Ordering::SeqCst);
+            if let Err(e) = outcome {
+                std::panic::resume_unwind(e);
+            }
+        });
+    }
+}

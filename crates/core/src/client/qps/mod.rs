@@ -19,7 +19,7 @@ mod recovery;
 mod router;
 
 pub(crate) use recovery::Slotted;
-pub(crate) use router::{DataCq, Routed, UserTag, tagged};
+pub(crate) use router::{DRAIN_USER, DataCq, Routed, UserTag, tagged};
 
 use crate::proto::connect::Intent;
 use parking_lot::Mutex;
@@ -81,17 +81,47 @@ struct Lanes<P: Provider> {
     next_incarnation: u64,
 }
 
-/// What a user needs to post on a lane: its QP, the QP's slot, and its incarnation.
+/// What a user needs to post on a lane: its QP, the QP's slot, and its incarnation, as
+/// looked up at one moment.
 #[derive(Clone)]
 pub(crate) struct LaneView<P: Provider> {
     pub(crate) qp: P::Qp,
     pub(crate) slot: u8,
     pub(crate) incarnation: u64,
+    /// The QP's generation when it was looked up, and its lock.
+    generation: u64,
+    gate: std::sync::Arc<parking_lot::RwLock<u64>>,
+}
+
+impl<P: Provider> LaneView<P> {
+    /// Posts `wrs` on the lane's QP, unless the QP was reset since it was looked up (the
+    /// lane moved on and the QP was recovered as a spare): then nothing is posted, and the
+    /// error says the QP is not the one looked up. A post on a QP that broke but was not
+    /// reset yet flushes, as any post on a QP in ERR.
+    pub(crate) fn post_send(
+        &self,
+        wrs: &[rnic::SendWr<'_, P::Mw, P::Mr>],
+    ) -> Result<(), (usize, rnic::VerbsError)> {
+        let now = self.gate.read();
+        if *now != self.generation {
+            return Err((
+                0,
+                rnic::VerbsError::InvalidQpState {
+                    qpn: self.qp.qp_num(),
+                    state: "reset since it was looked up",
+                    action: "post_send",
+                },
+            ));
+        }
+        self.qp.post_send(wrs)
+    }
 }
 
 /// A session's data QPs (see the module docs).
 pub(crate) struct DataQps<P: Provider> {
     state: Mutex<Lanes<P>>,
+    /// The CQ the QPs complete into (drained before a QP is reset).
+    cq: std::sync::Arc<DataCq<P>>,
     recovery: Option<Recovery<P>>,
     address: P::Address,
     intent: Intent,
@@ -109,6 +139,7 @@ impl<P: Provider> DataQps<P> {
         address: P::Address,
         intent: Intent,
         background: bool,
+        cq: std::sync::Arc<DataCq<P>>,
     ) -> Self {
         let lanes = lanes.clamp(1, qps.len().max(1));
         let spares: VecDeque<Slotted<P>> = qps.split_off(lanes.min(qps.len())).into();
@@ -123,7 +154,7 @@ impl<P: Provider> DataQps<P> {
             .collect();
         let next_incarnation = lanes.len() as u64;
         let recovery = (background && spare_count > 0)
-            .then(|| Recovery::start(address.clone(), intent))
+            .then(|| Recovery::start(address.clone(), intent, cq.clone()))
             .flatten();
         DataQps {
             state: Mutex::new(Lanes {
@@ -132,6 +163,7 @@ impl<P: Provider> DataQps<P> {
                 next_incarnation,
             }),
             recovery,
+            cq,
             address,
             intent,
             spares: spare_count,
@@ -149,9 +181,11 @@ impl<P: Provider> DataQps<P> {
     pub(crate) fn current(&self, lane: usize) -> Option<LaneView<P>> {
         let s = self.state.lock();
         s.lanes.get(lane).map(|l| LaneView {
-            qp: l.qp.1.clone(),
-            slot: l.qp.0,
+            qp: l.qp.qp.clone(),
+            slot: l.qp.slot,
             incarnation: l.incarnation,
+            generation: *l.qp.generation.read(),
+            gate: l.qp.generation.clone(),
         })
     }
 
@@ -191,16 +225,16 @@ impl<P: Provider> DataQps<P> {
                     Some(r) => r.send(broken),
                     None => Err(broken),
                 };
-                if let Err((slot, qp)) = handed {
+                if let Err(broken) = handed {
                     // No worker: recover now, after the promotion, still on this thread.
-                    if reconnect::<P>(&qp, &self.address, self.intent, slot).is_ok() {
-                        spares.push_back((slot, qp));
+                    if reconnect::<P>(&broken, &self.cq, &self.address, self.intent).is_ok() {
+                        spares.push_back(broken);
                     }
                 }
                 SwitchKind::Promoted
             }
             None => {
-                reconnect::<P>(&l.qp.1, &self.address, self.intent, l.qp.0)?;
+                reconnect::<P>(&l.qp, &self.cq, &self.address, self.intent)?;
                 self.reconnects.fetch_add(1, Ordering::Relaxed);
                 SwitchKind::Recovered
             }
@@ -214,9 +248,9 @@ impl<P: Provider> DataQps<P> {
     /// dropped with it). `forget` is told each QP first, so their flushes carry no cause.
     pub(crate) fn set_error(&self, forget: impl Fn(rnic::QpNumber)) {
         let s = self.state.lock();
-        for (_, qp) in s.lanes.iter().map(|l| &l.qp).chain(s.spares.iter()) {
-            forget(qp.qp_num());
-            qp.set_error();
+        for q in s.lanes.iter().map(|l| &l.qp).chain(s.spares.iter()) {
+            forget(q.qp.qp_num());
+            q.qp.set_error();
         }
     }
 

@@ -2,25 +2,63 @@
 //! fault broke (a new handshake on both sides) off the users' path, and hands them back as
 //! spares. It waits on its queue (a channel) and never polls.
 
+use super::router::DataCq;
 use crate::proto::connect::Intent;
 use crossbeam_channel::{Receiver, Sender, unbounded};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use rnic::{Provider, QueuePair};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// A physical data QP and its slot (the index the memory node knows its connection by).
-pub(crate) type Slotted<P> = (u8, <P as Provider>::Qp);
+/// A physical data QP, its slot (the index the memory node knows its connection by), and
+/// its generation, which moves when the QP is reset to be used again.
+pub(crate) struct Slotted<P: Provider> {
+    pub(crate) slot: u8,
+    pub(crate) qp: P::Qp,
+    /// The QP's generation: posts hold it for reading and check it against the one they
+    /// looked up; a reset holds it for writing and moves it (see [`super::LaneView`]).
+    pub(crate) generation: Arc<RwLock<u64>>,
+}
 
-/// Resets `qp` and connects it again to `address` as slot `slot` of `intent`'s client.
+impl<P: Provider> Slotted<P> {
+    /// `qp`, connected as slot `slot`, in its first generation.
+    pub(crate) fn new(slot: u8, qp: P::Qp) -> Self {
+        Slotted {
+            slot,
+            qp,
+            generation: Arc::new(RwLock::new(0)),
+        }
+    }
+}
+
+/// Resets `qp` and connects it again to `address` as slot `slot` of `intent`'s client,
+/// once every request posted on it has completed into `cq` ([`DataCq::drain`]: a reset drops
+/// what the QP has not completed, and other users may still have requests on it).
+///
+/// The reset starts a new generation of the QP, under its write lock: a user that looked the
+/// QP up before (its lane may have moved on meanwhile) posts nothing on the reset QP, which
+/// would otherwise run the user's requests on a spare, where type-2 windows are not bound.
 pub(crate) fn reconnect<P: Provider>(
-    qp: &P::Qp,
+    s: &Slotted<P>,
+    cq: &DataCq<P>,
     address: &P::Address,
     intent: Intent,
-    slot: u8,
 ) -> Result<(), rnic::VerbsError> {
-    qp.reset()?;
-    qp.connect(address, &Intent { slot, ..intent }.encode())
+    {
+        let mut generation = s.generation.write();
+        cq.drain(&s.qp);
+        *generation += 1;
+        s.qp.reset()?;
+    }
+    s.qp.connect(
+        address,
+        &Intent {
+            slot: s.slot,
+            ..intent
+        }
+        .encode(),
+    )
 }
 
 /// What the worker did so far; [`Recovery::wait_done`] blocks on it.
@@ -41,7 +79,11 @@ pub(crate) struct Recovery<P: Provider> {
 impl<P: Provider> Recovery<P> {
     /// Starts the worker for QPs of `intent`'s client at `address`. `None` if no thread could
     /// be started (recovery then happens on the users' path).
-    pub(crate) fn start(address: P::Address, intent: Intent) -> Option<Self> {
+    pub(crate) fn start(
+        address: P::Address,
+        intent: Intent,
+        cq: std::sync::Arc<DataCq<P>>,
+    ) -> Option<Self> {
         let (to_worker, queue) = unbounded::<Slotted<P>>();
         let (give_back, recovered) = unbounded::<Slotted<P>>();
         let done = std::sync::Arc::new((Mutex::new(Done::default()), Condvar::new()));
@@ -50,11 +92,11 @@ impl<P: Provider> Recovery<P> {
         let thread = std::thread::Builder::new()
             .name("patronus-qp-recovery".into())
             .spawn(move || {
-                for (slot, qp) in queue {
-                    let ok = reconnect::<P>(&qp, &address, intent, slot).is_ok();
+                for broken in queue {
+                    let ok = reconnect::<P>(&broken, &cq, &address, intent).is_ok();
                     // Handed back before it is counted: a waiter that sees the count finds
                     // the spare.
-                    let gone = ok && give_back.send((slot, qp)).is_err();
+                    let gone = ok && give_back.send(broken).is_err();
                     let (lock, cv) = &*tally;
                     let mut d = lock.lock();
                     if ok {

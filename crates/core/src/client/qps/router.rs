@@ -16,7 +16,10 @@
 //!   locally ([`DataCq::forget_cause`]): a QP broken locally flushes with no cause.
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use rnic::{CompletionQueue, Provider, QpNumber, WcStatus, WorkCompletion};
+use rnic::{
+    CompletionQueue, Provider, QpNumber, QpState, QueuePair, SendOp, SendWr, WcStatus,
+    WorkCompletion,
+};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -30,6 +33,12 @@ const LOCAL_ID_MASK: u64 = !USER_MASK;
 
 /// Who a completion belongs to: one logical client of the compute node.
 pub(crate) type UserTag = u16;
+
+/// The tag of drain markers ([`DataCq::drain`]); no client is given it.
+pub(crate) const DRAIN_USER: UserTag = UserTag::MAX;
+
+/// How long a drain waits for its marker before the QP is reset anyway.
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// `id` (the user's own bits) tagged with `user`.
 pub(crate) fn tagged(user: UserTag, id: u64) -> u64 {
@@ -82,6 +91,8 @@ impl Filed {
 pub(crate) struct DataCq<P: Provider> {
     cq: P::Cq,
     filed: Mutex<Filed>,
+    /// One drain at a time (their markers share a tag), and the next marker's id.
+    draining: Mutex<u64>,
     /// Signalled when a poll filed a completion for another user, and when the user that
     /// slept on the CQ wakes (see [`DataCq::wait`]).
     filed_more: Condvar,
@@ -89,11 +100,56 @@ pub(crate) struct DataCq<P: Provider> {
 
 impl<P: Provider> DataCq<P> {
     pub(crate) fn new(cq: P::Cq) -> Self {
-        DataCq {
+        let cq = DataCq {
             cq,
             filed: Mutex::new(Filed::default()),
+            draining: Mutex::new(0),
             filed_more: Condvar::new(),
+        };
+        cq.join(DRAIN_USER);
+        cq
+    }
+
+    /// Makes sure every work request posted on `qp` so far has completed into this CQ (and
+    /// was filed for its user) before the QP is reset: moves it to ERR if it is not there
+    /// (its flushes then say nothing about what ran), posts a marker behind everything, and
+    /// polls until the marker's flush comes back. A reset drops what a QP has not completed,
+    /// so without this a user of a shared QP whose requests were still queued when another
+    /// user reset it (to reconnect it in place, or to recover it as a spare) would never
+    /// get their completions and would report them unknown after the dead-transport bound.
+    /// Returns whether the marker came back within [`DRAIN_WAIT`].
+    pub(crate) fn drain(&self, qp: &P::Qp) -> bool {
+        let mut next = self.draining.lock();
+        *next = (*next + 1) & !(1 << 63) & LOCAL_ID_MASK;
+        let marker = *next;
+        let qpn = qp.qp_num();
+        if qp.state() != QpState::Error {
+            self.forget_cause(qpn);
+            qp.set_error();
         }
+        let wr = SendWr {
+            wr_id: tagged(DRAIN_USER, marker),
+            signaled: true,
+            op: SendOp::Send { local: None },
+        };
+        if qp.post_send(&[wr]).is_err() {
+            return false;
+        }
+        let mut out = Vec::new();
+        let step = Duration::from_millis(1);
+        let tries = DRAIN_WAIT.as_millis().max(1);
+        for _ in 0..tries {
+            out.clear();
+            self.poll(DRAIN_USER, &mut out);
+            if out
+                .iter()
+                .any(|r| r.wc.qp_num == qpn && r.wc.wr_id == marker)
+            {
+                return true;
+            }
+            self.wait(DRAIN_USER, step);
+        }
+        false
     }
 
     /// The CQ every data QP is created on.
