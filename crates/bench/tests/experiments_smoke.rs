@@ -92,10 +92,23 @@ fn fig1_structure() {
 fn table5_structure() {
     let exp = table5::run(&opts("table5", Link::InProc)).expect("table5 runs");
     assert_structure(&exp, "table5", &["w/o spare QPs", "w/ spare QPs"]);
-    for r in &exp.rows {
+    let (faults, counts): (Vec<_>, Vec<_>) = exp
+        .rows
+        .iter()
+        .partition(|r| r.mechanism.ends_with("spare QPs"));
+    assert_eq!(faults.len(), 2);
+    for r in faults {
         assert!(r.get_f64("switch_p50_us").is_some());
         assert_eq!(r.get_f64("faults"), Some(20.0));
+        assert!(r.get_f64("neighbour_ops").is_some_and(|n| n > 0.0));
     }
+    // The QPs a compute node holds at 1, 16 and 64 clients: the same.
+    let qps: Vec<_> = counts
+        .iter()
+        .map(|r| r.get_f64("qps_per_compute_node"))
+        .collect();
+    assert_eq!(qps.len(), 3);
+    assert!(qps.iter().all(|&q| q.is_some() && q == qps[0]), "{qps:?}");
 }
 
 #[test]
