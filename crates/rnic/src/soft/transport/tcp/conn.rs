@@ -27,11 +27,17 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Bytes an application thread reads in one `poll_receive` before leaving the rest to the engine.
 pub(super) const APP_READ_BUDGET: usize = 256 * 1024;
+
+/// Frames still delivered after the write side failed. What a peer sent before it reset
+/// (responses to our outstanding requests, the NAK that explains the reset) is bounded by a
+/// QP's send queue; a peer that is alive and keeps sending while it does not read (a flood
+/// cut off for overflow) is not drained for ever: past this, the reader stops the connection.
+const FRAMES_AFTER_WRITE_FAILURE: usize = 4096;
 
 /// `read_pending` bits: someone found the reader busy and left the socket to its holder.
 const PENDING: u8 = 1;
@@ -197,8 +203,10 @@ pub(crate) struct Conn {
     /// The write side failed (a reset peer, a backlog past its bound). The connection is
     /// not dead yet: what the peer sent before it went is read and delivered first (a NAK
     /// that explains why the peer closed must reach the QP), then the reader stops the
-    /// connection at the first read that would block.
+    /// connection at the first read that would block, or after [`FRAMES_AFTER_WRITE_FAILURE`].
     write_failed: AtomicBool,
+    /// Frames delivered since the write side failed.
+    frames_after_failure: AtomicUsize,
 }
 
 impl fmt::Debug for Conn {
@@ -244,6 +252,7 @@ impl Conn {
             closed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             write_failed: AtomicBool::new(false),
+            frames_after_failure: AtomicUsize::new(0),
         })
     }
 
@@ -448,6 +457,12 @@ impl Conn {
             self.on_frame(phase, frame)?;
             *frames += 1;
             rx.start += len;
+            if self.write_failed.load(Ordering::SeqCst)
+                && self.frames_after_failure.fetch_add(1, Ordering::SeqCst) + 1
+                    >= FRAMES_AFTER_WRITE_FAILURE
+            {
+                return Err(Stop::Lost);
+            }
         }
         r.rx.reset_if_empty();
         Ok(())
