@@ -23,7 +23,7 @@
 use super::config::{ClientConfig, RECV_SLOTS};
 use super::core::ClientCore;
 use super::error::ClientError;
-use super::pump::{Clocks, MAX_SLEEP, Pump};
+use super::pump::{Clocks, MAX_SLEEP, Pump, nap};
 use super::qps::{DataCq, QpStats};
 use super::session::{Endpoint, Session};
 use crate::proto::refusal::SessionEnd;
@@ -247,11 +247,7 @@ impl<P: Provider> Shared<P> {
                 idle.busy();
                 continue;
             }
-            let wake = match (g.core.poll_timeout(), until) {
-                (Some(a), Some(b)) => a.min(b),
-                (a, b) => a.or(b).unwrap_or(now.plus(MAX_SLEEP)),
-            };
-            let nap = wake.since(now).min(MAX_SLEEP);
+            let nap = nap(&g.core, until, now);
             if nap.is_zero() {
                 continue;
             }

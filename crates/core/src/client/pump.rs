@@ -125,11 +125,7 @@ impl<P: Provider> Pump<'_, P> {
                 idle.busy();
                 continue;
             }
-            let wake = match (self.core.poll_timeout(), until) {
-                (Some(a), Some(b)) => a.min(b),
-                (a, b) => a.or(b).unwrap_or(now.plus(MAX_SLEEP)),
-            };
-            let nap = wake.since(now).min(MAX_SLEEP);
+            let nap = nap(self.core, until, now);
             if nap.is_zero() {
                 continue;
             }
@@ -160,6 +156,16 @@ impl<P: Provider> Pump<'_, P> {
         }
         Some(Sleeper::Channel(self.channel.clone()))
     }
+}
+
+/// How long a waiter at `now` may sleep: until the core's next deadline or the caller's
+/// (`until`), and never longer than [`MAX_SLEEP`].
+pub(super) fn nap(core: &ClientCore, until: Option<Timestamp>, now: Timestamp) -> Duration {
+    let wake = match (core.poll_timeout(), until) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(now.plus(MAX_SLEEP)),
+    };
+    wake.since(now).min(MAX_SLEEP)
 }
 
 /// Where a waiter sleeps until the control channels have a completion ([`Pump::sleeper`]).
