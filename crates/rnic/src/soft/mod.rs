@@ -51,7 +51,7 @@ pub use provider::{SoftAddress, SoftListener, SoftProvider};
 pub use qp::SoftQp;
 pub use queues::{SoftChannel, SoftCq, SoftSrq};
 pub use transport::inproc::{LinkMode, SoftFabric};
-pub use transport::tcp::{TcpNode, TcpOptions, TcpStats, engine_cpu_time};
+pub use transport::tcp::{TcpNode, TcpOptions, TcpStats, TcpSyscalls, engine_cpu_time};
 
 use crate::verbs::{
     AcceptPolicy, AccessFlags, AsyncEvent, Clock, Context, DeviceAttr, MwType, PdId,

@@ -10,7 +10,9 @@ pub mod provider;
 pub mod types;
 pub mod work;
 
-pub use clock::{Clock, RealClock, Timestamp, VirtualClock, process_cpu_time, thread_cpu_time};
+pub use clock::{
+    Clock, RealClock, ThreadCpuClock, Timestamp, VirtualClock, process_cpu_time, thread_cpu_time,
+};
 pub use device::{AsyncEvent, DeviceAttr};
 pub use error::{Resource, VerbsError, VerbsResult};
 pub use provider::{

@@ -13,6 +13,7 @@ pub mod store;
 pub use redis_server::{RedisConnection, RedisServer};
 pub use store::{KvConnection, KvRequest};
 
+use crate::experiments::race_costs::RunCosts;
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };
@@ -62,8 +63,15 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         "{:<16} {:>7} {:>10} {:>9} {:>9} {:>16} {:>15}",
         "system", "clients", "Kops/s", "p50 us", "p99 us", "server CPU us/op", "soft NIC us/op"
     );
-    let mut record = |system: &str, n: u32, r: run::Run, extra: Vec<(&str, serde_json::Value)>| {
+    let mut record = |system: &str,
+                      n: u32,
+                      r: run::Run,
+                      costs: Option<&RunCosts>,
+                      extra: Vec<(&str, serde_json::Value)>| {
         let mut row = r.driven.row(system, n, r.server_cpu, r.nic_cpu);
+        if let Some(c) = costs {
+            row = c.columns(row);
+        }
         for (k, v) in extra {
             row = row.with(k, v);
         }
@@ -97,6 +105,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                     system,
                     n,
                     r,
+                    None,
                     vec![("pinned", server.process().pinned().is_some().into())],
                 );
             }
@@ -106,7 +115,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     }
     let node = run::PatronusNode::start(256)?;
     for &n in &plan.clients {
-        let (r, failed, first) = run::race(
+        let (r, failed, first, costs) = run::race(
             &node,
             &workload(plan.keys),
             n as usize,
@@ -116,10 +125,14 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         if let Some(first) = &first {
             println!("          {failed} operations failed; the first: {first}");
         }
+        for line in costs.summary() {
+            println!("          {line}");
+        }
         record(
             "Patronus RACE",
             n,
             r,
+            Some(&costs),
             vec![
                 ("node_in_own_process", node.separate().into()),
                 ("failed_ops", failed.into()),

@@ -229,7 +229,12 @@ pub fn race(
     clients: usize,
     ops: u64,
     budget: Duration,
-) -> Result<(Run, u64, Option<String>)> {
+) -> Result<(
+    Run,
+    u64,
+    Option<String>,
+    crate::experiments::race_costs::RunCosts,
+)> {
     let rig = Rig::new(patronus_core::cluster::Link::Tcp);
     let dev = rig.device()?;
     let addr = node.address();
@@ -255,5 +260,5 @@ pub fn race(
         server_cpu: cpu1.0.saturating_sub(cpu0.0),
         nic_cpu: cpu1.1.saturating_sub(cpu0.1),
     };
-    Ok((run, failed, first))
+    Ok((run, failed, first, kv.take_costs()))
 }

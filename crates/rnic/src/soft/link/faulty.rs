@@ -122,6 +122,12 @@ impl<L: Link> Link for FaultyLink<L> {
     fn retry_policy(&self) -> super::RetryPolicy {
         self.inner.retry_policy()
     }
+    fn cork(&self) {
+        self.inner.cork();
+    }
+    fn uncork(&self) {
+        self.inner.uncork();
+    }
 }
 
 #[cfg(test)]

@@ -80,6 +80,31 @@ pub trait Link: Send + Sync + Debug {
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::Verbs
     }
+    /// Holds packets transmitted from now on back until the matching [`Link::uncork`]
+    /// (calls nest), so a batch of them leaves in one write: a doorbell of several work
+    /// requests, the responses to the requests one read delivered. Links without a send
+    /// buffer ignore it. Every `cork` must be matched by one `uncork` ([`Corked`] does it).
+    fn cork(&self) {}
+    /// Ends one [`Link::cork`]; the last one sends what was held back.
+    fn uncork(&self) {}
+}
+
+/// A [`Link::cork`] held until dropped.
+#[derive(Debug)]
+pub struct Corked<'a, L: Link + ?Sized>(&'a L);
+
+impl<'a, L: Link + ?Sized> Corked<'a, L> {
+    /// Corks `link` until the guard is dropped.
+    pub fn new(link: &'a L) -> Self {
+        link.cork();
+        Corked(link)
+    }
+}
+
+impl<L: Link + ?Sized> Drop for Corked<'_, L> {
+    fn drop(&mut self) {
+        self.0.uncork();
+    }
 }
 
 /// The receiving end of a link: a QP.
@@ -112,6 +137,12 @@ impl<L: Link + ?Sized> Link for Arc<L> {
     }
     fn retry_policy(&self) -> RetryPolicy {
         (**self).retry_policy()
+    }
+    fn cork(&self) {
+        (**self).cork();
+    }
+    fn uncork(&self) {
+        (**self).uncork();
     }
 }
 

@@ -58,4 +58,10 @@ impl<L: Link> Link for TracingLink<L> {
     fn retry_policy(&self) -> super::RetryPolicy {
         self.inner.retry_policy()
     }
+    fn cork(&self) {
+        self.inner.cork();
+    }
+    fn uncork(&self) {
+        self.inner.uncork();
+    }
 }

@@ -26,7 +26,7 @@ pub mod responder;
 pub mod rto;
 
 use super::device::{Connecting, DeviceInner};
-use super::link::{Link, LinkDown, LinkEnd, PacketSink, RetryPolicy, check_destination};
+use super::link::{Corked, Link, LinkDown, LinkEnd, PacketSink, RetryPolicy, check_destination};
 use super::mpt::BindRequest;
 use super::objects::{SoftMr, SoftMw, SoftPd};
 use super::provider::{SoftAddress, SoftProvider};
@@ -553,6 +553,9 @@ impl QueuePair<SoftProvider> for SoftQp {
     fn post_send(&self, wrs: &[SendWr<'_, SoftMw, SoftMr>]) -> Result<(), (usize, VerbsError)> {
         let q = &self.inner;
         let _tx = q.tx.lock();
+        // A doorbell of several requests leaves in one write on a link that buffers.
+        let link = (wrs.len() > 1).then(|| q.link.read().clone()).flatten();
+        let _corked = link.as_deref().map(Corked::new);
         for (i, wr) in wrs.iter().enumerate() {
             match q.state() {
                 QpState::ReadyToSend => {}

@@ -39,6 +39,10 @@ pub(super) const APP_READ_BUDGET: usize = 256 * 1024;
 /// cut off for overflow) is not drained for ever: past this, the reader stops the connection.
 const FRAMES_AFTER_WRITE_FAILURE: usize = 4096;
 
+/// Bytes a cork holds back at most: past this, frames are written while corked (a pass that
+/// delivers a megabyte of READ requests must not pile up their responses).
+const CORKED_BYTES: usize = 64 * 1024;
+
 /// `read_pending` bits: someone found the reader busy and left the socket to its holder.
 const PENDING: u8 = 1;
 /// ... and asked for a full read (until the socket would block): an engine, which has no
@@ -72,7 +76,7 @@ pub(super) trait Accept: Send + Sync {
 /// What every connection of a device shares.
 pub(super) struct ConnShared {
     pub(super) limits: Limits,
-    pub(super) counters: Counters,
+    pub(super) counters: Arc<Counters>,
     /// Wrappers put around each connection's link (tracing, faults).
     pub(super) links: LinkStack,
     /// The latest connection of each QP, so a reconnect can wait out a delivery still running
@@ -89,10 +93,10 @@ impl fmt::Debug for ConnShared {
 }
 
 impl ConnShared {
-    pub(super) fn new(limits: Limits, links: LinkStack) -> Self {
+    pub(super) fn new(limits: Limits, links: LinkStack, counters: Arc<Counters>) -> Self {
         ConnShared {
             limits,
-            counters: Counters::default(),
+            counters,
             links,
             latest: Mutex::new(HashMap::new()),
         }
@@ -172,6 +176,9 @@ struct Writer {
     out: Vec<u8>,
     sent: usize,
     shut: bool,
+    /// Corks held (`Link::cork`, a delivery pass): frames are only encoded until the last
+    /// one is released, then leave in one write.
+    corks: u32,
 }
 
 /// What one read attempt did.
@@ -247,6 +254,7 @@ impl Conn {
                 out: Vec::with_capacity(4096),
                 sent: 0,
                 shut: false,
+                corks: 0,
             }),
             accepting: AtomicBool::new(accepting),
             closed: AtomicBool::new(false),
@@ -366,6 +374,8 @@ impl Conn {
         if matches!(r.phase, Phase::Dead) {
             return report;
         }
+        // The responses to every request this pass delivers leave together, in one write.
+        let _batch = WriteBatch::new(self);
         if let Err(stop) = self.dispatch(r, &mut report.frames) {
             self.stop(r, stop);
             return report;
@@ -395,6 +405,7 @@ impl Conn {
                 return report;
             };
             let room = space.len();
+            Counters::bump(&self.shared.counters.read_calls);
             let res = self.with_stream(|mut s| s.read(space));
             match res.unwrap_or(Ok(0)) {
                 Ok(0) => {
@@ -585,10 +596,30 @@ impl Conn {
             return Err(self.fail_writes(w));
         }
         encode_frame(frame, &mut w.out);
+        if w.corks > 0 && w.out.len() - w.sent < CORKED_BYTES {
+            return Ok(()); // leaves with the cork's last release
+        }
         if self.flush_locked(&mut w).is_err() {
             return Err(self.fail_writes(w));
         }
         Ok(())
+    }
+
+    /// Holds frames sent from now on until the matching [`uncork`](Self::uncork).
+    pub(super) fn cork(&self) {
+        self.writer.lock().corks += 1;
+    }
+
+    /// Releases one [`cork`](Self::cork); the last release writes what was held back.
+    pub(super) fn uncork(&self) {
+        let mut w = self.writer.lock();
+        w.corks = w.corks.saturating_sub(1);
+        if w.corks > 0 || w.shut || w.sent == w.out.len() {
+            return;
+        }
+        if self.flush_locked(&mut w).is_err() {
+            let _ = self.fail_writes(w);
+        }
     }
 
     /// Whether the write side failed while the read side still delivers what the peer sent
@@ -618,6 +649,7 @@ impl Conn {
             let Some(rest) = w.out.get(w.sent..) else {
                 break;
             };
+            Counters::bump(&self.shared.counters.write_calls);
             let res = self.with_stream(|mut s| s.write(rest));
             match res.unwrap_or_else(|| Err(io::ErrorKind::BrokenPipe.into())) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -645,7 +677,7 @@ impl Conn {
     /// Writes backlog after a writable event.
     pub(super) fn flush_pending(&self) {
         let mut w = self.writer.lock();
-        if w.shut || w.sent == w.out.len() {
+        if w.shut || w.corks > 0 || w.sent == w.out.len() {
             return;
         }
         if self.flush_locked(&mut w).is_err() {
@@ -656,6 +688,10 @@ impl Conn {
     fn shut_socket(&self, release: bool) {
         {
             let mut w = self.writer.lock();
+            if !w.shut {
+                // What was sent before leaves first (a corked `ConnectReject`, a NAK).
+                let _ = self.flush_locked(&mut w);
+            }
             w.shut = true;
             if release {
                 w.out = Vec::new();
@@ -670,6 +706,11 @@ impl Conn {
         self.closed.store(true, Ordering::SeqCst);
         {
             let mut w = self.writer.lock();
+            if !w.shut {
+                // Frames sent before the close leave first (a corked NAK that explains it),
+                // as far as the socket takes them without blocking.
+                let _ = self.flush_locked(&mut w);
+            }
             w.shut = true;
             w.out = Vec::new();
             w.sent = 0;
@@ -711,6 +752,30 @@ impl Link for TcpLink {
     /// peer within the device's budget, and closes the connection when it enters ERR.
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::Stream(self.conn.shared.limits.timeouts)
+    }
+
+    fn cork(&self) {
+        self.conn.cork();
+    }
+
+    fn uncork(&self) {
+        self.conn.uncork();
+    }
+}
+
+/// A cork on a connection's writes for one delivery pass (released when dropped).
+struct WriteBatch<'a>(&'a Conn);
+
+impl<'a> WriteBatch<'a> {
+    fn new(conn: &'a Conn) -> Self {
+        conn.cork();
+        WriteBatch(conn)
+    }
+}
+
+impl Drop for WriteBatch<'_> {
+    fn drop(&mut self) {
+        self.0.uncork();
     }
 }
 
@@ -806,7 +871,11 @@ mod tests {
             stream,
             Token(1),
             Arc::new(NoEngine),
-            Arc::new(ConnShared::new(limits, LinkStack::default())),
+            Arc::new(ConnShared::new(
+                limits,
+                LinkStack::default(),
+                Arc::default(),
+            )),
             Phase::Established {
                 sink: Arc::downgrade(&sink_dyn),
                 qpn: QPN,

@@ -12,6 +12,7 @@
 use super::conn::{Accept, Conn, ConnShared, Owner, Phase};
 use super::keepalive;
 use super::limits::Counters;
+use crate::verbs::ThreadCpuClock;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use parking_lot::Mutex;
@@ -137,10 +138,15 @@ pub(super) struct EngineShared {
     waker: Waker,
     inbox: Mutex<Vec<Command>>,
     stop: AtomicBool,
+    /// The engine thread's CPU clock, read by whoever asks (set when the thread starts).
+    clock: std::sync::OnceLock<ThreadCpuClock>,
+    /// Its CPU time when it exited (its clock is gone then).
     cpu_ns: AtomicU64,
     next_token: AtomicUsize,
     /// Connections the engine currently serves.
     live: AtomicUsize,
+    /// The device's counters (its wake-ups are counted).
+    counters: Arc<Counters>,
 }
 
 impl fmt::Debug for EngineShared {
@@ -153,7 +159,7 @@ impl fmt::Debug for EngineShared {
 
 impl EngineShared {
     /// A new engine's shared half and the poll instance its thread will own.
-    pub(super) fn new() -> io::Result<(Arc<EngineShared>, Poll)> {
+    pub(super) fn new(counters: Arc<Counters>) -> io::Result<(Arc<EngineShared>, Poll)> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
@@ -163,9 +169,11 @@ impl EngineShared {
                 waker,
                 inbox: Mutex::new(Vec::new()),
                 stop: AtomicBool::new(false),
+                clock: std::sync::OnceLock::new(),
                 cpu_ns: AtomicU64::new(0),
                 next_token: AtomicUsize::new(1),
                 live: AtomicUsize::new(0),
+                counters,
             }),
             poll,
         ))
@@ -178,18 +186,27 @@ impl EngineShared {
     /// Queues a command and wakes the engine.
     pub(super) fn push(&self, cmd: Command) {
         self.inbox.lock().push(cmd);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        Counters::bump(&self.counters.wake_calls);
         let _ = self.waker.wake();
     }
 
     /// Asks the engine thread to exit.
     pub(super) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.waker.wake();
+        self.wake();
     }
 
-    /// CPU time of the engine thread as last published.
+    /// CPU time the engine thread has used so far (read from its clock: the engine itself
+    /// never pays a system call to account for its time).
     pub(super) fn cpu_time(&self) -> Duration {
-        Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed))
+        self.clock
+            .get()
+            .and_then(ThreadCpuClock::read)
+            .unwrap_or_else(|| Duration::from_nanos(self.cpu_ns.load(Ordering::Relaxed)))
     }
 
     /// Connections the engine currently serves.
@@ -197,6 +214,7 @@ impl EngineShared {
         self.live.load(Ordering::Relaxed)
     }
 
+    /// Keeps the thread's final CPU time, for after it exits.
     fn publish_cpu(&self) {
         let t = crate::verbs::thread_cpu_time();
         if !t.is_zero() {
@@ -232,6 +250,7 @@ struct Engine {
 /// Body of an engine thread.
 pub(super) fn run(poll: Poll, me: Arc<EngineShared>, set: Arc<EngineSet>) {
     IN_ENGINE.with(|f| f.set(true));
+    let _ = me.clock.set(ThreadCpuClock::of_current_thread());
     let mut engine = Engine {
         poll,
         me,
@@ -249,7 +268,6 @@ impl Engine {
     fn run_loop(&mut self) {
         let mut events = Events::with_capacity(256);
         let mut idle: u32 = 0;
-        let mut iterations: u32 = 0;
         loop {
             if self.me.stop.load(Ordering::SeqCst) {
                 return;
@@ -257,9 +275,6 @@ impl Engine {
             // Spin with zero-timeout polls while there was recent work, then park in a
             // blocking poll: an idle engine costs no CPU.
             let park = self.again.is_empty() && idle >= self.set.conns.limits.spin_polls;
-            if park {
-                self.me.publish_cpu();
-            }
             let timeout = if park {
                 None
             } else {
@@ -270,6 +285,7 @@ impl Engine {
                 }
                 Some(Duration::ZERO)
             };
+            Counters::bump(&self.set.counters().poll_calls);
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -281,13 +297,9 @@ impl Engine {
                 useful |= self.on_event(ev);
             }
             for conn in std::mem::take(&mut self.again) {
-                useful |= self.service(&conn, true, true);
+                useful |= self.service(&conn, true, true, true);
             }
             idle = if useful { 0 } else { idle.saturating_add(1) };
-            iterations = iterations.wrapping_add(1);
-            if iterations % 64 == 0 {
-                self.me.publish_cpu();
-            }
         }
     }
 
@@ -307,7 +319,11 @@ impl Engine {
         };
         let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
         let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
-        self.service(&conn, readable, writable)
+        // A read shorter than the room left drained the socket: anything arriving later
+        // raises a new edge. Only an end the event already reports (an EOF or an error
+        // behind the last bytes) raises none, so then the read goes on until it would block.
+        let full = ev.is_read_closed() || ev.is_error();
+        self.service(&conn, readable, writable, full)
     }
 
     fn drain_inbox(&mut self) {
@@ -327,7 +343,7 @@ impl Engine {
                 }
                 Command::AddConn(conn) => self.add(conn),
                 Command::Kick(conn) => {
-                    self.service(&conn, true, true);
+                    self.service(&conn, true, true, true);
                 }
             }
         }
@@ -340,7 +356,7 @@ impl Engine {
         }
         self.conns.insert(conn.token(), conn.clone());
         self.me.live.store(self.conns.len(), Ordering::Relaxed);
-        self.service(&conn, true, true);
+        self.service(&conn, true, true, true);
     }
 
     /// Bounds the connections waiting for a `ConnectRequest`: past the limit, the oldest are
@@ -407,15 +423,15 @@ impl Engine {
         }
     }
 
-    /// Flushes and reads a connection; removes it once it is dead. Returns whether frames
-    /// were delivered (or the connection was removed).
-    fn service(&mut self, conn: &Arc<Conn>, readable: bool, writable: bool) -> bool {
+    /// Flushes and reads a connection (`full`: until a read would block); removes it once it
+    /// is dead. Returns whether frames were delivered (or the connection was removed).
+    fn service(&mut self, conn: &Arc<Conn>, readable: bool, writable: bool, full: bool) -> bool {
         let mut useful = false;
         if writable {
             conn.flush_pending();
         }
         if readable && !conn.is_dead() {
-            let report = conn.try_read(ENGINE_READ_BUDGET, true);
+            let report = conn.try_read(ENGINE_READ_BUDGET, full);
             useful = report.frames > 0;
             if report.more {
                 self.again.push(conn.clone());

@@ -31,6 +31,14 @@ pub(super) struct Counters {
     pub(super) overflow_closes: AtomicU64,
     pub(super) lost: AtomicU64,
     pub(super) closed: AtomicU64,
+    /// `read` calls on established and accepting connections (engines and pollers).
+    pub(super) read_calls: AtomicU64,
+    /// `write` calls on connections.
+    pub(super) write_calls: AtomicU64,
+    /// `epoll_wait` calls of the engines (`poll`, parking or not).
+    pub(super) poll_calls: AtomicU64,
+    /// Wake-ups of an engine by another thread (a write to its waker's eventfd).
+    pub(super) wake_calls: AtomicU64,
 }
 
 impl Counters {

@@ -139,6 +139,41 @@ pub struct TcpStats {
     pub closed: u64,
     /// Connections the engines serve now.
     pub live: u64,
+    /// System calls the transport made on established connections and in its engines, so
+    /// a benchmark can count them per operation: `read`s (engines and polling threads),
+    /// `write`s, the engines' `epoll_wait`s, and wake-ups of an engine by another thread.
+    pub syscalls: TcpSyscalls,
+}
+
+/// System calls of a TCP device's transport (see [`TcpStats::syscalls`]); handshakes, accepts
+/// and socket set-up are not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpSyscalls {
+    /// `read` calls on connections.
+    pub reads: u64,
+    /// `write` calls on connections.
+    pub writes: u64,
+    /// The engines' `epoll_wait` calls (parking or not).
+    pub polls: u64,
+    /// Wake-ups of an engine by another thread (eventfd writes).
+    pub wakes: u64,
+}
+
+impl TcpSyscalls {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.reads + self.writes + self.polls + self.wakes
+    }
+
+    /// The calls made since `earlier` (a snapshot of the same device).
+    pub fn since(&self, earlier: &TcpSyscalls) -> TcpSyscalls {
+        TcpSyscalls {
+            reads: self.reads.saturating_sub(earlier.reads),
+            writes: self.writes.saturating_sub(earlier.writes),
+            polls: self.polls.saturating_sub(earlier.polls),
+            wakes: self.wakes.saturating_sub(earlier.wakes),
+        }
+    }
 }
 
 /// Opens soft devices whose QPs connect over TCP.
@@ -174,16 +209,17 @@ impl TcpNode {
             timeouts: options.timeouts,
             keepalive: options.keepalive,
         };
+        let counters = Arc::new(Counters::default());
         let mut engines = Vec::new();
         let mut polls = Vec::new();
         for _ in 0..options.engine_threads.max(1) {
-            let (shared, poll) = EngineShared::new()?;
+            let (shared, poll) = EngineShared::new(counters.clone())?;
             engines.push(shared);
             polls.push(poll);
         }
         let set = Arc::new(EngineSet::new(
             engines,
-            ConnShared::new(limits, options.links),
+            ConnShared::new(limits, options.links, counters),
         ));
         let transport = Arc::new(TcpTransport {
             bind,
@@ -230,6 +266,12 @@ impl TcpNode {
             overflow_closes: get(&c.overflow_closes),
             lost: get(&c.lost),
             closed: get(&c.closed),
+            syscalls: TcpSyscalls {
+                reads: get(&c.read_calls),
+                writes: get(&c.write_calls),
+                polls: get(&c.poll_calls),
+                wakes: get(&c.wake_calls),
+            },
             live: t
                 .set
                 .engines
@@ -241,9 +283,9 @@ impl TcpNode {
 }
 
 /// Total CPU time used so far by the engine threads of a TCP device (`None` for other
-/// devices): the sum of each engine thread's `CLOCK_THREAD_CPUTIME_ID`. Each engine publishes
-/// its clock before it parks and every 64 poll rounds while busy, so the value is exact for an
-/// idle device and at most 64 rounds stale for a busy one. Application threads' time (client
+/// devices): the sum of each engine thread's CPU clock, read by the caller
+/// ([`ThreadCpuClock`](crate::verbs::ThreadCpuClock)), exact whether the engines run or park;
+/// an engine that exited counts with its final time. Application threads' time (client
 /// handshakes, `poll_receive` on CQ polls) is not included.
 pub fn engine_cpu_time(ctx: &SoftContext) -> Option<Duration> {
     TcpNode::engine_cpu_times(ctx).map(|v| v.iter().sum())
