@@ -153,6 +153,7 @@ mod cpu_clock_tests {
     use super::*;
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // the test needs a second thread to read from
     fn a_threads_cpu_clock_read_from_another_thread_matches_its_own() {
         let (to_main, from_worker) = std::sync::mpsc::channel();
         let (to_worker, from_main) = std::sync::mpsc::channel::<()>();
