@@ -188,6 +188,8 @@ pub struct DaemonConfig {
     pub windows_per_client: u32,
     /// Soft RNIC: empty polls of a NIC engine before it sleeps.
     pub engine_spin_polls: u32,
+    /// How long an idle manager thread polls before it sleeps, µs.
+    pub manager_spin_us: u64,
     /// On SIGINT/SIGTERM: how long to let live leases end before stopping, ms.
     pub shutdown_grace_ms: u64,
     /// Slab classes.
@@ -218,7 +220,11 @@ impl Default for DaemonConfig {
             expiry_slack_us: node.expiry_slack_us,
             max_wait_ms: node.max_wait_us / 1000,
             windows_per_client: node.windows_per_client,
-            engine_spin_polls: rnic::soft::TcpOptions::default().spin_polls,
+            // A served node sleeps when idle, engines and managers alike: its cores are few
+            // and shared, and a spinning thread holds one its peers need (see
+            // docs/tcp-transport.md). Each costs a wake-up per request that finds it asleep.
+            engine_spin_polls: 0,
+            manager_spin_us: 0,
             shutdown_grace_ms: 1000,
             slab: SlabSetting::default(),
             qp: QpSetting::default(),
@@ -335,6 +341,7 @@ impl DaemonConfig {
             max_lifetime_us: self.max_lease_ms * 1000,
             lease_floor_us: self.min_lease_us,
             expiry_slack_us: self.expiry_slack_us,
+            idle_spin_us: self.manager_spin_us,
             max_wait_us: self.max_wait_ms * 1000,
             windows_per_client: self.windows_per_client,
             isolation: self.isolation.into(),

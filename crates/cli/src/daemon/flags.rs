@@ -73,6 +73,10 @@ pub struct ServeFlags {
     /// [file: engine_spin_polls].
     #[arg(long, env = "PATRONUS_ENGINE_SPIN_POLLS")]
     pub engine_spin_polls: Option<u32>,
+    /// How long an idle manager thread polls before it sleeps, µs (0: at once)
+    /// [file: manager_spin_us].
+    #[arg(long, env = "PATRONUS_MANAGER_SPIN_US")]
+    pub manager_spin_us: Option<u64>,
     /// On SIGINT/SIGTERM, how long live leases may run on before the node stops, ms
     /// [file: shutdown_grace_ms].
     #[arg(long, env = "PATRONUS_SHUTDOWN_GRACE_MS")]
@@ -127,6 +131,7 @@ impl ServeFlags {
             max_wait_ms => c.max_wait_ms,
             windows_per_client => c.windows_per_client,
             engine_spin_polls => c.engine_spin_polls,
+            manager_spin_us => c.manager_spin_us,
             shutdown_grace_ms => c.shutdown_grace_ms,
             qp_ack_timeout_us => c.qp.ack_timeout_us,
             qp_retry_count => c.qp.retry_count,

@@ -292,7 +292,7 @@ impl<P: Provider> MemoryNode<P> {
         for _ in 0..shards {
             // Request and reply slots, in the clients' domain (control QPs live there).
             let batch = cfg.max_batch.max(1);
-            rpcs.push(if credits == 0 {
+            let mut rpc = if credits == 0 {
                 RpcServer::<P, ControlProtocol>::new(&ctx, &client_pd, depth, batch)?
             } else {
                 RpcServer::<P, ControlProtocol>::with_credits(
@@ -302,7 +302,9 @@ impl<P: Provider> MemoryNode<P> {
                     credits,
                     batch,
                 )?
-            });
+            };
+            rpc.set_idle_spin(Duration::from_micros(cfg.idle_spin_us));
+            rpcs.push(rpc);
         }
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),

@@ -33,7 +33,7 @@ mod slots;
 
 pub use client::{Orphan, RpcClient};
 pub use link::{Arrival, Link};
-pub use server::{ConnectionSlots, Incoming, RpcServer};
+pub use server::{ConnectionSlots, Incoming, RpcServer, SPIN_BUDGET};
 pub use slot::{SlotError, SlotReader, SlotWriter};
 
 use rnic::{CompletionQueue, Timestamp, VerbsError, WcStatus};

@@ -378,6 +378,16 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
         self.idle.idle(&self.recv_cq, max);
     }
 
+    /// How long idle turns spin before the thread sleeps (at most 256 turns; zero: it sleeps
+    /// at the first idle turn). [`SPIN_BUDGET`] unless set.
+    pub fn set_idle_spin(&mut self, budget: Duration) {
+        self.idle = if budget.is_zero() {
+            IdleWait::new(0)
+        } else {
+            IdleWait::with_budget(256, budget)
+        };
+    }
+
     /// Notes the time of an idle turn (the spin ends once it has lasted `SPIN_BUDGET`).
     pub fn note_idle_time(&mut self, now: rnic::Timestamp) {
         self.idle.note_time(now);

@@ -31,6 +31,12 @@ pub struct NodeConfig {
     pub srq_depth: u32,
     /// Most requests handled in one batch.
     pub max_batch: usize,
+    /// How long, µs, a manager thread with nothing to do keeps polling its completion queue
+    /// before it sleeps on it (0: it sleeps at once). Spinning saves the wake-up of the
+    /// next request that comes within it; it costs a core the node's NIC engines may need
+    /// (the soft NIC's, which share the node's few cores), and over TCP each idle poll
+    /// reads the sockets of QPs that await acknowledgements.
+    pub idle_spin_us: u64,
     /// How late, µs, the manager may collect an expired lease when no request arrives to batch
     /// it with (the paper's manager polls for expired permissions periodically, §4.2). A lease
     /// is never collected early; a later collection lets expiries share a batch with grants
@@ -228,6 +234,7 @@ impl Default for NodeConfig {
             buffer_watermark: 8 << 20,
             srq_depth: 1024,
             max_batch: 64,
+            idle_spin_us: crate::rpc::SPIN_BUDGET.as_micros() as u64,
             expiry_slack_us: 50,
             qp_timing: QpTiming::default(),
             slab: SlabConfig::default(),
