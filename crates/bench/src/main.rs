@@ -93,6 +93,14 @@ impl From<TransportArg> for Link {
 
 /// Runs the suite; an error is one line on stderr (its causes joined by ": ") and exit code 1.
 fn main() {
+    // The far end of the floor measurements: this binary again, in a process of its own.
+    if std::env::var_os(patronus_bench::experiments::floor::peer::PEER_ENV).is_some() {
+        if let Err(e) = patronus_bench::experiments::floor::peer::Peer::serve_until_stdin_closes() {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let cli = Cli::parse();
     let provider = match cli.provider {
         ProviderArg::Soft if cli.device.is_some() => {

@@ -13,6 +13,7 @@ pub mod fig6;
 pub mod fig7;
 pub mod fig8a;
 pub mod fig8b;
+pub mod floor;
 pub mod fig9;
 pub mod isolation;
 pub mod ods_rig;

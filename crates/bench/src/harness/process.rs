@@ -36,6 +36,17 @@ impl ServerProcess {
         core: Option<usize>,
         ready: impl Fn(&str) -> Option<T> + Send + 'static,
     ) -> Result<(Self, T)> {
+        Self::start_with_env(program, args, &[], core, ready)
+    }
+
+    /// [`ServerProcess::start`] with `env` added to the child's environment.
+    pub fn start_with_env<T: Send + 'static>(
+        program: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        core: Option<usize>,
+        ready: impl Fn(&str) -> Option<T> + Send + 'static,
+    ) -> Result<(Self, T)> {
         let pin = core.filter(|_| which("taskset"));
         let mut cmd = match pin {
             Some(c) => {
@@ -47,6 +58,7 @@ impl ServerProcess {
         };
         let mut child = cmd
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -157,6 +169,40 @@ pub fn process_cpu_split(pid: u32, prefix: &str) -> Result<(Duration, Duration)>
         }
     }
     Ok((Duration::from_nanos(matching), Duration::from_nanos(rest)))
+}
+
+/// The calling thread's CPU affinity, restored when dropped.
+#[derive(Debug)]
+pub struct Pinned {
+    before: Option<nix::sched::CpuSet>,
+}
+
+/// Pins the calling thread (and the threads it spawns from now on) to `core` until the guard
+/// is dropped; does nothing where the core does not exist or affinity cannot be set. A
+/// measurement pins its client to the core its server does not have, so the result does
+/// not depend on where the scheduler put the two ends.
+pub fn pin_this_thread(core: usize) -> Pinned {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    use nix::unistd::Pid;
+    let me = Pid::from_raw(0);
+    let Ok(before) = sched_getaffinity(me) else {
+        return Pinned { before: None };
+    };
+    let mut only = CpuSet::new();
+    let set = only.set(core).is_ok()
+        && before.is_set(core).unwrap_or(false)
+        && sched_setaffinity(me, &only).is_ok();
+    Pinned {
+        before: set.then_some(before),
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(before) = &self.before {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), before);
+        }
+    }
 }
 
 /// Whether `program` is on the `PATH`.

@@ -506,8 +506,9 @@ impl<P: Provider> MemoryNode<P> {
         for flag in &self.shared.publish {
             flag.store(true, Ordering::SeqCst);
         }
-        // Each manager looks at its flag at least every 500 µs; a stopped one never will, so
-        // the wait re-checks that every few milliseconds (and gives up after ~10 s).
+        // Each manager looks at its flag at least every `IDLE_LOOK_EVERY` (10 ms); a stopped
+        // one never will, so the wait re-checks that every few milliseconds (and gives up
+        // after ~10 s).
         for _ in 0..2_000 {
             let pending = self
                 .shared
@@ -553,7 +554,7 @@ impl<P: Provider> MemoryNode<P> {
         drop(self.listener.lock().take());
         self.shared.draining.store(true, Ordering::SeqCst);
         for flag in &self.shared.publish {
-            // Wakes an idle shard (it looks at its flags at least every 500 µs).
+            // Wakes an idle shard (it looks at its flags at least every 10 ms).
             flag.store(true, Ordering::SeqCst);
         }
     }

@@ -13,7 +13,9 @@ pub mod store;
 pub use redis_server::{RedisConnection, RedisServer};
 pub use store::{KvConnection, KvRequest};
 
+use crate::experiments::floor;
 use crate::experiments::race_costs::RunCosts;
+use crate::harness::process::pin_this_thread;
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };
@@ -26,6 +28,8 @@ const PIPELINE: usize = 16;
 const SYSTEMS: [&str; 3] = ["Redis", "Redis pipelined", "Patronus RACE"];
 
 struct Plan {
+    /// Round trips per case of the floor measurement.
+    floor_samples: u64,
     clients: Vec<u32>,
     keys: u64,
     ops: u64,
@@ -35,6 +39,7 @@ struct Plan {
 fn plan(opts: &BenchOpts) -> Plan {
     if opts.quick {
         Plan {
+            floor_samples: 10_000,
             clients: vec![1, 4],
             keys: 300,
             ops: 4_000,
@@ -42,6 +47,7 @@ fn plan(opts: &BenchOpts) -> Plan {
         }
     } else {
         Plan {
+            floor_samples: 50_000,
             clients: vec![1, 4, 16],
             keys: 20_000,
             ops: 100_000,
@@ -54,6 +60,12 @@ fn plan(opts: &BenchOpts) -> Plan {
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
     let mut exp = Experiment::new("redis", "tcp", opts.quick);
+    // The physical limit first: what a round trip costs here, raw and through the soft NIC.
+    let floor = floor::measure(plan.floor_samples)?;
+    floor.print();
+    exp.rows.extend(floor.rows());
+    // Clients (and their devices' engines) on the core the servers do not have.
+    let _pin = pin_this_thread(1 - run::SERVER_CORE);
     let workload = |keys| KvWorkload::new(keys, 0.99, 0.5, 4096);
     println!(
         "Redis comparison: 50 % reads, Zipfian 0.99, {} keys, 4 KiB values, over TCP",

@@ -21,6 +21,12 @@ fn control_qps<'a, P: Provider>(
 /// (and whenever it is about to sleep, and after a failed reply).
 const SWEEP_EVERY_US: u64 = 10_000;
 
+/// Longest an idle manager sleeps without a deadline of its own: requests wake it at once (a
+/// completion), so this only bounds how soon it notices a flag another thread set (publish,
+/// drain, stop) and runs its QPs' timers (the soft NIC's retransmissions on a lossy link).
+/// An idle node wakes 100 times a second, not 2,000 (each wake-up costs tens of µs of CPU).
+pub(super) const IDLE_LOOK_EVERY: Duration = Duration::from_millis(10);
+
 impl<P: Provider> Runner<P> {
     pub(super) fn run(&mut self) {
         let clock = self.ctx.clock();
@@ -105,10 +111,10 @@ impl<P: Provider> Runner<P> {
                     let wait = self
                         .core
                         .next_deadline()
-                        .map_or(Duration::from_micros(500), |d| {
+                        .map_or(IDLE_LOOK_EVERY, |d| {
                             d.plus_us(self.expiry_slack_us)
                                 .since(now)
-                                .min(Duration::from_micros(500))
+                                .min(IDLE_LOOK_EVERY)
                         });
                     self.rpc.idle(wait.max(Duration::from_micros(20)));
                 } else {
