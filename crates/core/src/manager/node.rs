@@ -79,6 +79,9 @@ struct Shared<P: Provider> {
     publish: Vec<AtomicBool>,
     /// Per shard: the last published snapshot.
     stats: Mutex<Vec<NodeStats>>,
+    /// Per shard: its manager thread's CPU clock, read by whoever asks for stats (the manager
+    /// does not pay a system call per publication to account for its own time).
+    manager_clocks: Vec<std::sync::OnceLock<rnic::ThreadCpuClock>>,
     /// Notified (with `stats` locked and released) when a shard published a requested snapshot.
     published: Condvar,
     /// Set by `drain`: every shard stops granting new permissions.
@@ -310,6 +313,7 @@ impl<P: Provider> MemoryNode<P> {
             stop: AtomicBool::new(false),
             map,
             publish: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            manager_clocks: (0..shards).map(|_| std::sync::OnceLock::new()).collect(),
             want_status: (0..shards).map(|_| AtomicBool::new(false)).collect(),
             draining: AtomicBool::new(false),
             status: Mutex::new(vec![NodeStatus::default(); shards]),
@@ -496,7 +500,19 @@ impl<P: Provider> MemoryNode<P> {
     /// The last published snapshots, summed over the shards (each shard publishes when idle
     /// and every 64 batches).
     pub fn stats(&self) -> NodeStats {
-        sum(&self.shared.stats.lock())
+        let mut stats = self.shared.stats.lock();
+        self.read_manager_clocks(&mut stats);
+        sum(&stats)
+    }
+
+    /// Each live manager's CPU time, read from its clock now (a stopped one keeps the time it
+    /// published last).
+    fn read_manager_clocks(&self, stats: &mut [NodeStats]) {
+        for (s, clock) in stats.iter_mut().zip(&self.shared.manager_clocks) {
+            if let Some(t) = clock.get().and_then(rnic::ThreadCpuClock::read) {
+                s.manager_cpu = t;
+            }
+        }
     }
 
     /// A snapshot every shard published after this call (waits for each shard's next
@@ -523,6 +539,7 @@ impl<P: Provider> MemoryNode<P> {
                 .published
                 .wait_for(&mut stats, Duration::from_millis(5));
         }
+        self.read_manager_clocks(&mut stats);
         sum(&stats)
     }
 

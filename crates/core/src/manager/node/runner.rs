@@ -36,6 +36,9 @@ impl<P: Provider> Runner<P> {
         // The thread's CPU clock is a system call: read it when a busy streak starts and
         // when it ends, not around every batch.
         let mut streak_cpu: Option<Duration> = None;
+        if let Some(clock) = self.shared.manager_clocks.get(self.shard) {
+            let _ = clock.set(rnic::ThreadCpuClock::of_current_thread());
+        }
         while !self.shared.stop.load(Ordering::SeqCst) {
             requests.clear();
             let qp_of = control_qps(&self.sessions, &self.by_qpn);
@@ -108,14 +111,11 @@ impl<P: Provider> Runner<P> {
                         self.publish_stats();
                         continue;
                     }
-                    let wait = self
-                        .core
-                        .next_deadline()
-                        .map_or(IDLE_LOOK_EVERY, |d| {
-                            d.plus_us(self.expiry_slack_us)
-                                .since(now)
-                                .min(IDLE_LOOK_EVERY)
-                        });
+                    let wait = self.core.next_deadline().map_or(IDLE_LOOK_EVERY, |d| {
+                        d.plus_us(self.expiry_slack_us)
+                            .since(now)
+                            .min(IDLE_LOOK_EVERY)
+                    });
                     self.rpc.idle(wait.max(Duration::from_micros(20)));
                 } else {
                     self.rpc.idle(Duration::ZERO);
@@ -166,6 +166,10 @@ impl<P: Provider> Runner<P> {
             self.busy_cpu += thread_cpu().saturating_sub(start);
         }
         self.publish_stats();
+        // The thread's clock goes with it: its final time stays in the snapshot.
+        if let Some(s) = self.shared.stats.lock().get_mut(self.shard) {
+            s.manager_cpu = thread_cpu();
+        }
     }
 
     /// Zeroes buffers given as (address, length) in the pool.
@@ -228,7 +232,6 @@ impl<P: Provider> Runner<P> {
         s.shards = 1;
         s.counters = self.core.counters();
         s.occupancy = Some(self.core.occupancy());
-        s.manager_cpu = thread_cpu();
         s.busy_cpu = self.busy_cpu;
         s.batches = self.batches;
         s.clients = self.sessions.len();
