@@ -559,6 +559,7 @@ fn write_req(qpn: QpNumber, psn: Psn, addr: u64, rkey: MemoryKey, data: &[u8]) -
             rkey,
             data: data.to_vec(),
         },
+        ack_req: true,
     }
 }
 
@@ -643,6 +644,39 @@ fn injected_valid_packet_makes_victims_a_duplicate() {
         "the victim's write was swallowed as a duplicate"
     );
     assert_eq!(responder.expected_psn(), start.next());
+}
+
+/// A WRITE without AckReq executes without an acknowledgement of its own (the next one covers
+/// it); a duplicate of it is still answered from the replay cache; an access error is NAKed
+/// whatever the request asked.
+#[test]
+fn a_write_without_ack_req_is_executed_silently_and_replayed_when_probed() {
+    let w = FW::new();
+    let (_mw, rkey) = w.window1(OFF, 64, R | W);
+    w.fill_mn(OFF, 64, 3);
+    let qpn = QpNumber(79);
+    let start = Psn::new(20);
+    let mut responder = ResponderState::new(start);
+    let c = ctx(&w, qpn);
+    let mut quiet = write_req(qpn, start, w.maddr(OFF), rkey, b"coalesce");
+    quiet.ack_req = false;
+    let out = responder.handle(&c, &quiet, &mut Recvs(Vec::new()));
+    assert_eq!(out.response, None);
+    assert_eq!(out.error, None);
+    assert_eq!(w.mn_bytes(OFF, 8), b"coalesce");
+    let mut probe = quiet.clone();
+    probe.ack_req = true;
+    let out = responder.handle(&c, &probe, &mut Recvs(Vec::new()));
+    assert_eq!(out.response, Some((start, ResponseKind::Ack)));
+    let wrong = MemoryKey::new(rkey.index(), rkey.key_byte().wrapping_add(1));
+    let mut bad = write_req(qpn, start.next(), w.maddr(OFF), wrong, &[1; 8]);
+    bad.ack_req = false;
+    let out = responder.handle(&c, &bad, &mut Recvs(Vec::new()));
+    assert_eq!(
+        out.response,
+        Some((start.next(), ResponseKind::Nak(NakCode::RemoteAccessError)))
+    );
+    assert_eq!(w.mn_bytes(OFF, 8), b"coalesce");
 }
 
 /// A forged response for a PSN not yet due closes the requester with `BadResponseError` and

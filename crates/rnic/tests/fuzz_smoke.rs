@@ -60,7 +60,15 @@ fn arb_frame(u: &mut Unstructured<'_>) -> arbitrary::Result<Frame<Vec<u8>>> {
     let dst_qp = arb_qpn(u)?;
     let psn = Psn::new(u.arbitrary()?);
     let (addr, rkey) = (u.arbitrary()?, MemoryKey(u.arbitrary()?));
-    let request = |op| Frame::Packet(Packet::Request(Request { dst_qp, psn, op }));
+    let ack_req = u.arbitrary()?;
+    let request = |op| {
+        Frame::Packet(Packet::Request(Request {
+            dst_qp,
+            psn,
+            op,
+            ack_req,
+        }))
+    };
     let response = |kind| Frame::Packet(Packet::Response(Response { dst_qp, psn, kind }));
     Ok(match u.int_in_range(0..=12u8)? {
         0 => request(RequestOp::Read {
@@ -123,7 +131,14 @@ fn arb_frame(u: &mut Unstructured<'_>) -> arbitrary::Result<Frame<Vec<u8>>> {
 fn seed_frames() -> Vec<(&'static str, Frame<Vec<u8>>)> {
     let (dst_qp, psn) = (QpNumber(0x12_3456), Psn::new(0x00ab_cdef));
     let rkey = MemoryKey::new(0x42, 7);
-    let request = |op| Frame::Packet(Packet::Request(Request { dst_qp, psn, op }));
+    let request = |op| {
+        Frame::Packet(Packet::Request(Request {
+            dst_qp,
+            psn,
+            op,
+            ack_req: true,
+        }))
+    };
     let response = |kind| Frame::Packet(Packet::Response(Response { dst_qp, psn, kind }));
     vec![
         (

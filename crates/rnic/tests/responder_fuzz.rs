@@ -173,7 +173,12 @@ proptest! {
                 qp_access: AccessFlags::REMOTE_ALL,
                 max_msg: 4096,
             };
-            let req = Request { dst_qp: QpNumber(7), psn: Psn::new(i as u32), op: op.clone() };
+            let req = Request {
+                dst_qp: QpNumber(7),
+                psn: Psn::new(i as u32),
+                op: op.clone(),
+                ack_req: true,
+            };
             let out = st.handle(&ctx, &req, &mut NoRecv);
             let after = snapshot(&b);
             check_changes(&b, &before, &after, &op);
@@ -203,6 +208,7 @@ proptest! {
             dst_qp: QpNumber(7),
             psn: Psn::new(0),
             op,
+            ack_req: true,
         })), &mut bytes);
         for (pos, x) in flips {
             let n = bytes.len();

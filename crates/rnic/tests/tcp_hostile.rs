@@ -52,6 +52,7 @@ fn request(dst: QpNumber, psn: Psn, op: RequestOp<&[u8]>) -> Vec<u8> {
         dst_qp: dst,
         psn,
         op,
+        ack_req: true,
     })))
 }
 

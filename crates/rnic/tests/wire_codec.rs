@@ -127,9 +127,14 @@ fn cm_message() -> impl Strategy<Value = CmMessage> {
 fn frame() -> impl Strategy<Value = Frame> {
     prop_oneof![
         cm_message().prop_map(Frame::Cm),
-        (qpn(), psn(), request_op()).prop_map(|(dst_qp, psn, op)| Frame::Packet(Packet::Request(
-            Request { dst_qp, psn, op }
-        ))),
+        (qpn(), psn(), request_op(), any::<bool>()).prop_map(|(dst_qp, psn, op, ack_req)| {
+            Frame::Packet(Packet::Request(Request {
+                dst_qp,
+                psn,
+                op,
+                ack_req,
+            }))
+        }),
         (qpn(), psn(), response_kind()).prop_map(|(dst_qp, psn, kind)| Frame::Packet(
             Packet::Response(Response { dst_qp, psn, kind })
         )),

@@ -63,8 +63,9 @@ const READ_LINKS_UP_TO: usize = 4;
 /// Work a CQ poll runs for those that asked (a QP's timers and flushes).
 pub(crate) trait Progress: Send + Sync {
     /// Runs due timers and pending flushes; with `read_link`, first takes what the QP's link
-    /// has received (else the transport delivers it).
-    fn progress(&self, read_link: bool);
+    /// has received (else the transport delivers it). `from` is the CQ whose poll took it off
+    /// its watch list.
+    fn progress(&self, read_link: bool, from: &CqInner);
 }
 
 pub(crate) struct CqInner {
@@ -156,6 +157,12 @@ impl CqInner {
         }
     }
 
+    /// Entries on the watch list (tests).
+    #[cfg(test)]
+    pub(crate) fn watched(&self) -> usize {
+        self.watch.lock().len()
+    }
+
     /// Asks the next poll to progress `qp`. A CQ nobody polls (a memory node's CQ of data
     /// QPs, say) still holds no more than its live QPs' entries: the dead ones are dropped
     /// each time the list doubles.
@@ -177,7 +184,7 @@ impl CompletionQueue for SoftCq {
             let watched = std::mem::take(&mut *self.inner.watch.lock());
             let read_links = watched.len() <= READ_LINKS_UP_TO;
             for qp in watched.iter().filter_map(Weak::upgrade) {
-                qp.progress(read_links);
+                qp.progress(read_links, &self.inner);
             }
         }
         // A completion queued after this load is found by the next poll, as one queued just

@@ -162,6 +162,7 @@ mod tests {
                 data: &[],
                 invalidate: None,
             },
+            ack_req: true,
         })
     }
 

@@ -24,13 +24,15 @@ mod post;
 pub mod requester;
 pub mod responder;
 pub mod rto;
+#[cfg(test)]
+mod watch_tests;
 
 use super::device::{Connecting, DeviceInner};
 use super::link::{Corked, Link, LinkDown, LinkEnd, PacketSink, RetryPolicy, check_destination};
 use super::mpt::BindRequest;
 use super::objects::{SoftMr, SoftMw, SoftPd};
 use super::provider::{SoftAddress, SoftProvider};
-use super::queues::{Progress, SoftCq, SoftSrq};
+use super::queues::{CqInner, Progress, SoftCq, SoftSrq};
 use super::wire::{Packet, Request, RequestOp, Response, ResponseKind};
 use crate::verbs::{
     AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpState,
@@ -78,7 +80,10 @@ pub(crate) struct QpInner {
     link: RwLock<Option<Arc<dyn Link>>>,
     /// The connected peer QP (responses are addressed to it).
     peer: AtomicU32,
-    armed: AtomicBool,
+    /// On the watch list of the send CQ / of the receive CQ (when it is another CQ): one
+    /// flag per list, so a QP is on each at most once however often one of them is polled.
+    armed_on_send: AtomicBool,
+    armed_on_recv: AtomicBool,
     this: Weak<QpInner>,
 }
 
@@ -175,7 +180,8 @@ impl QpInner {
             }),
             link: RwLock::new(None),
             peer: AtomicU32::new(0),
-            armed: AtomicBool::new(false),
+            armed_on_send: AtomicBool::new(false),
+            armed_on_recv: AtomicBool::new(false),
             this: this.clone(),
         });
         Ok(SoftQp { inner })
@@ -227,12 +233,14 @@ impl QpInner {
 
     /// Asks the QP's CQs to progress it at their next poll.
     fn arm(&self) {
-        if !self.armed.swap(true, Ordering::SeqCst) {
-            let me: Weak<dyn Progress> = self.this.clone();
+        let me: Weak<dyn Progress> = self.this.clone();
+        if !self.armed_on_send.swap(true, Ordering::SeqCst) {
             self.send_cq.inner.watch(me.clone());
-            if !Arc::ptr_eq(&self.send_cq.inner, &self.recv_cq.inner) {
-                self.recv_cq.inner.watch(me);
-            }
+        }
+        if !Arc::ptr_eq(&self.send_cq.inner, &self.recv_cq.inner)
+            && !self.armed_on_recv.swap(true, Ordering::SeqCst)
+        {
+            self.recv_cq.inner.watch(me);
         }
     }
 
@@ -306,6 +314,7 @@ impl QpInner {
             dst_qp: r.dst_qp,
             psn: r.psn,
             op: r.op.as_borrowed(),
+            ack_req: r.ack_req,
         }))
     }
 
@@ -396,18 +405,24 @@ impl QpInner {
 
 impl Progress for QpInner {
     /// Timers and flushes; called from CQ polls.
-    fn progress(&self, read_link: bool) {
-        self.armed.store(false, Ordering::SeqCst);
+    fn progress(&self, read_link: bool, from: &CqInner) {
+        // Off the list of the CQ that took it (it is still on the other's, if armed there).
+        if std::ptr::eq(from, &*self.send_cq.inner) {
+            self.armed_on_send.store(false, Ordering::SeqCst);
+        } else {
+            self.armed_on_recv.store(false, Ordering::SeqCst);
+        }
         let now = self.dev.config.clock.now();
         // A due timer reads the link even where the transport's engine reads it otherwise:
         // what has arrived must count before silence does (rare: at most once per timeout).
-        let due = self
-            .req
-            .lock()
-            .as_ref()
-            .and_then(Requester::deadline)
-            .is_some_and(|d| d <= now);
-        if read_link || due {
+        let (due, signaled) = self.req.lock().as_ref().map_or((false, false), |r| {
+            (r.deadline().is_some_and(|d| d <= now), r.awaits_signaled())
+        });
+        // Reading on the polling thread saves a hand-off from the engine only when the
+        // poller may be waiting for a completion: a server's QPs that await nothing but the
+        // acknowledgements of unsignaled replies leave those to the engine (a read here would
+        // cost the poller a system call per QP per poll, mostly finding nothing).
+        if (read_link && signaled) || due {
             let link = self.link.read().clone();
             if let Some(link) = link {
                 link.poll_receive();
@@ -468,16 +483,22 @@ impl Connecting for QpInner {
         *self.link.write() = Some(link);
         self.peer.store(peer_qp.0, Ordering::SeqCst);
         self.set_state(QpState::ReadyToReceive);
-        *self.req.lock() = Some(Requester::with_policy(
-            peer_qp,
-            send_psn,
-            self.timing,
-            policy,
-        ));
+        let mut requester = Requester::with_policy(peer_qp, send_psn, self.timing, policy);
+        if matches!(policy, RetryPolicy::Stream(_)) {
+            // A connection delivers in order and says when it breaks, so an unsignaled WRITE
+            // or SEND needs its acknowledgement only to free its send-queue slot: up to
+            // `ACK_EVERY` of them share one (a peer's wake-up and a frame each, saved).
+            requester.set_ack_every(ACK_EVERY.min(self.max_send_wr as u32 / 4).max(1));
+        }
+        *self.req.lock() = Some(requester);
         self.set_state(QpState::ReadyToSend);
         Ok(())
     }
 }
+
+/// On links that deliver by themselves (TCP), unsignaled WRITEs and SENDs ask for an
+/// acknowledgement once in this many (and whenever the send queue is a quarter full).
+const ACK_EVERY: u32 = 16;
 
 impl PacketSink for QpInner {
     fn deliver(&self, packet: &Packet<&[u8]>) {

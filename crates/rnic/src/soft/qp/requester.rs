@@ -44,6 +44,10 @@ pub struct Pending {
     pub sent_at: Timestamp,
     /// Whether it was transmitted more than once (its response then gives no RTT sample).
     pub retransmitted: bool,
+    /// Whether it went out with AckReq: it gets a response of its own (links deliver in
+    /// order, so a response to a later request first is forged). One without is
+    /// acknowledged by the next response (cumulative).
+    pub ack_req: bool,
 }
 
 /// What the glue must do after a response or a timer.
@@ -69,6 +73,12 @@ pub struct Requester {
     /// The deadline is an RNR back-off, not an ack timeout.
     rnr_waiting: bool,
     deadline: Option<Timestamp>,
+    /// At most this many unsignaled WRITEs and SENDs in a row go without AckReq (1: every
+    /// request asks).
+    ack_every: u32,
+    /// Unsignaled WRITEs and SENDs sent without AckReq since the last request that asked
+    /// (or a READ or atomic, whose response acknowledges them too).
+    unasked: u32,
 }
 
 impl Requester {
@@ -94,7 +104,17 @@ impl Requester {
             rnr_left: timing.rnr_retry,
             rnr_waiting: false,
             deadline: None,
+            ack_every: 1,
+            unasked: 0,
         }
+    }
+
+    /// Lets at most `n - 1` unsignaled WRITEs and SENDs in a row go without AckReq, so their
+    /// acknowledgements are coalesced into the next one (1, the default: every request asks).
+    /// Nothing waits for an unsignaled request's acknowledgement but its send-queue slot, so
+    /// `n` must stay well below the send queue's depth.
+    pub fn set_ack_every(&mut self, n: u32) {
+        self.ack_every = n.max(1);
     }
 
     /// Requests posted and not yet released as completions.
@@ -110,6 +130,14 @@ impl Requester {
     /// The ack timer (its RTO and, on a stream, the estimator behind it).
     pub fn ack_timer(&self) -> &AckTimer {
         &self.timer
+    }
+
+    /// Whether a signaled request is still unanswered (a poller may be waiting for its
+    /// completion).
+    pub fn awaits_signaled(&self) -> bool {
+        self.outstanding
+            .iter()
+            .any(|p| p.signaled && p.result.is_none())
     }
 
     fn awaiting_response(&self) -> bool {
@@ -131,10 +159,14 @@ impl Requester {
             self.timer.start(now);
             self.deadline = Some(self.timer.deadline(now));
         }
+        let acked_type = matches!(op, RequestOp::Write { .. } | RequestOp::Send { .. });
+        let ack_req = !acked_type || pending.signaled || self.unasked + 1 >= self.ack_every;
+        self.unasked = if ack_req { 0 } else { self.unasked + 1 };
         let req = Request {
             dst_qp: self.peer_qp,
             psn,
             op: op.clone(),
+            ack_req,
         };
         self.outstanding.push_back(Pending {
             wr_id: pending.wr_id,
@@ -146,6 +178,7 @@ impl Requester {
             result: None,
             sent_at: now,
             retransmitted: false,
+            ack_req,
         });
         req
     }
@@ -162,6 +195,7 @@ impl Requester {
             result: Some(status),
             sent_at: Timestamp::ZERO,
             retransmitted: false,
+            ack_req: false,
         });
     }
 
@@ -174,6 +208,22 @@ impl Requester {
         now: Timestamp,
         deliver: &mut dyn FnMut(&Pending, &ResponseKind<D>) -> WcStatus,
     ) -> RequesterAction {
+        // Acknowledgements are cumulative: a response to a later request acknowledges the
+        // WRITEs and SENDs before it that went without AckReq (IB's coalesced ACKs).
+        while let Some(head) = self
+            .outstanding
+            .iter_mut()
+            .find(|p| p.remote.is_some() && p.result.is_none())
+        {
+            let head_psn = head.remote.as_ref().map(|(p, _)| *p).unwrap_or_default();
+            if head.ack_req || psn.distance(head_psn) <= 0 {
+                break;
+            }
+            if matches!(kind, ResponseKind::Nak(NakCode::PsnSequenceError)) {
+                break; // the responder never got this far: not an acknowledgement
+            }
+            head.result = Some(WcStatus::Success);
+        }
         let Some(head) = self
             .outstanding
             .iter_mut()
@@ -279,12 +329,15 @@ impl Requester {
             .take(limit)
             .filter_map(|p| {
                 p.retransmitted = true;
+                p.ack_req = true;
                 p.remote.as_ref()
             })
             .map(|(psn, op)| Request {
                 dst_qp: peer_qp,
                 psn: *psn,
                 op: op.clone(),
+                // A retransmission always asks: it exists to learn how far the peer got.
+                ack_req: true,
             })
             .collect();
         RequesterAction::Retransmit(resend)

@@ -118,6 +118,7 @@ impl ResponderState {
             self.rnr_pending = Some(psn);
             return out.with_psn(psn);
         }
+        let mut out = out;
         if out.error.is_none() {
             self.expected_psn = psn.next();
             if let Some((_, kind)) = &out.response {
@@ -129,6 +130,11 @@ impl ResponderState {
                     other => Some(other.clone()),
                 };
                 self.replay.push_back((psn, cached));
+            }
+            // A WRITE or SEND without AckReq is acknowledged by the next acknowledgement or
+            // response (cumulative); a duplicate of it is still answered from the replay.
+            if !req.ack_req && matches!(out.response, Some((_, ResponseKind::Ack))) {
+                out.response = None;
             }
         }
         out.with_psn(psn)

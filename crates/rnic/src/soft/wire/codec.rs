@@ -197,6 +197,8 @@ pub mod field {
     pub mod flags {
         /// SEND: the invalidate rkey field is meaningful (SEND_WITH_INV).
         pub const SEND_INVALIDATE: u8 = 0x01;
+        /// Any request: AckReq, the requester asks for an acknowledgement now.
+        pub const ACK_REQ: u8 = 0x02;
     }
 
     /// NAK code values (0–3 are the InfiniBand AETH NAK codes).
@@ -527,15 +529,9 @@ pub fn decode_frame(buf: &[u8]) -> Result<Frame<&[u8]>, WireError> {
 
 fn decode_packet<'a>(v: &FrameView<'a>, op: u8) -> Result<Packet<&'a [u8]>, WireError> {
     let allowed_flags = match op {
-        opcode::SEND => flags::SEND_INVALIDATE,
-        opcode::READ
-        | opcode::WRITE
-        | opcode::COMPARE_SWAP
-        | opcode::FETCH_ADD
-        | opcode::ACK
-        | opcode::READ_DATA
-        | opcode::ATOMIC_ACK
-        | opcode::NAK => 0,
+        opcode::SEND => flags::SEND_INVALIDATE | flags::ACK_REQ,
+        opcode::READ | opcode::WRITE | opcode::COMPARE_SWAP | opcode::FETCH_ADD => flags::ACK_REQ,
+        opcode::ACK | opcode::READ_DATA | opcode::ATOMIC_ACK | opcode::NAK => 0,
         other => {
             return Err(WireError::UnknownOpcode {
                 frame_type: frame_type::PACKET,
@@ -546,7 +542,15 @@ fn decode_packet<'a>(v: &FrameView<'a>, op: u8) -> Result<Packet<&'a [u8]>, Wire
     let fl = v.flags(allowed_flags)?;
     let dst_qp = QpNumber(v.u24(field::DST_QP, "dst_qp")?);
     let psn = Psn::new(v.u24(field::PSN, "psn")?);
-    let request = |op| Ok(Packet::Request(Request { dst_qp, psn, op }));
+    let ack_req = fl & flags::ACK_REQ != 0;
+    let request = |op| {
+        Ok(Packet::Request(Request {
+            dst_qp,
+            psn,
+            op,
+            ack_req,
+        }))
+    };
     let response = |kind| Ok(Packet::Response(Response { dst_qp, psn, kind }));
     match op {
         opcode::READ => {
@@ -899,10 +903,11 @@ fn data_len(data: &[u8]) -> u32 {
 }
 
 fn encode_request<D: AsRef<[u8]>>(w: &mut FrameWriter<'_>, len: u32, r: &Request<D>) {
+    let ack_req = if r.ack_req { flags::ACK_REQ } else { 0 };
     match &r.op {
         RequestOp::Read { addr, rkey, len: n } => {
             use field::read as f;
-            w.packet_header(len, opcode::READ, 0, r.dst_qp, r.psn);
+            w.packet_header(len, opcode::READ, ack_req, r.dst_qp, r.psn);
             w.put_u64(f::ADDR, *addr);
             w.put_u32(f::RKEY, rkey.0);
             w.put_u32(f::LEN, *n);
@@ -910,7 +915,7 @@ fn encode_request<D: AsRef<[u8]>>(w: &mut FrameWriter<'_>, len: u32, r: &Request
         RequestOp::Write { addr, rkey, data } => {
             use field::write as f;
             let data = data.as_ref();
-            w.packet_header(len, opcode::WRITE, 0, r.dst_qp, r.psn);
+            w.packet_header(len, opcode::WRITE, ack_req, r.dst_qp, r.psn);
             w.put_u64(f::ADDR, *addr);
             w.put_u32(f::RKEY, rkey.0);
             w.put_u32(f::DATA_LEN, data_len(data));
@@ -923,7 +928,7 @@ fn encode_request<D: AsRef<[u8]>>(w: &mut FrameWriter<'_>, len: u32, r: &Request
             swap,
         } => {
             use field::compare_swap as f;
-            w.packet_header(len, opcode::COMPARE_SWAP, 0, r.dst_qp, r.psn);
+            w.packet_header(len, opcode::COMPARE_SWAP, ack_req, r.dst_qp, r.psn);
             w.put_u64(f::ADDR, *addr);
             w.put_u32(f::RKEY, rkey.0);
             w.put_u64(f::COMPARE, *compare);
@@ -931,7 +936,7 @@ fn encode_request<D: AsRef<[u8]>>(w: &mut FrameWriter<'_>, len: u32, r: &Request
         }
         RequestOp::FetchAdd { addr, rkey, add } => {
             use field::fetch_add as f;
-            w.packet_header(len, opcode::FETCH_ADD, 0, r.dst_qp, r.psn);
+            w.packet_header(len, opcode::FETCH_ADD, ack_req, r.dst_qp, r.psn);
             w.put_u64(f::ADDR, *addr);
             w.put_u32(f::RKEY, rkey.0);
             w.put_u64(f::ADD, *add);
@@ -943,7 +948,7 @@ fn encode_request<D: AsRef<[u8]>>(w: &mut FrameWriter<'_>, len: u32, r: &Request
                 Some(k) => (flags::SEND_INVALIDATE, k.0),
                 None => (0, 0),
             };
-            w.packet_header(len, opcode::SEND, fl, r.dst_qp, r.psn);
+            w.packet_header(len, opcode::SEND, fl | ack_req, r.dst_qp, r.psn);
             w.put_u32(f::INVALIDATE_RKEY, rkey);
             w.put_u32(f::DATA_LEN, data_len(data));
             w.put_tail(f::DATA_START, data);

@@ -14,7 +14,8 @@ pub use codec::{WireError, decode_frame, encode_frame, frame_len};
 use crate::verbs::{Psn, QpNumber, Rkey};
 
 /// Version of the wire format; a peer with another version is refused at connection set-up.
-pub const WIRE_VERSION: u8 = 1;
+/// Version 2 added the AckReq flag of requests.
+pub const WIRE_VERSION: u8 = 2;
 
 /// A transport packet between two connected RC QPs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +35,11 @@ pub struct Request<D = Vec<u8>> {
     pub psn: Psn,
     /// The operation.
     pub op: RequestOp<D>,
+    /// AckReq (the BTH's A bit): the responder acknowledges a WRITE or SEND that carries it
+    /// at once; one without it is acknowledged by the next acknowledgement or response the
+    /// responder sends (acknowledgements are cumulative), so a requester may coalesce them.
+    /// READs and atomics are answered whatever it says; errors are always NAKed.
+    pub ack_req: bool,
 }
 
 /// The operation of a request.
@@ -234,6 +240,7 @@ impl<D> Packet<D> {
                 dst_qp: r.dst_qp,
                 psn: r.psn,
                 op: r.op.map_data(f),
+                ack_req: r.ack_req,
             }),
             Packet::Response(r) => Packet::Response(Response {
                 dst_qp: r.dst_qp,

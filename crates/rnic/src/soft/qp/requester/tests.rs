@@ -238,3 +238,111 @@ fn an_rnr_wait_resends_everything_on_a_stream_too() {
         "the responder dropped what followed the NAKed one"
     );
 }
+
+fn unsignaled(wr_id: u64) -> PendingSpec {
+    PendingSpec {
+        signaled: false,
+        ..spec(wr_id)
+    }
+}
+
+fn released(r: &mut Requester) -> Vec<(u64, WcStatus)> {
+    let mut out = Vec::new();
+    r.release(QpNumber(2), &mut |wc| out.push((wc.wr_id, wc.status)));
+    out
+}
+
+#[test]
+fn unsignaled_writes_coalesce_their_acks_into_every_nth_request() {
+    let mut r = stream();
+    r.set_ack_every(4);
+    let asked: Vec<bool> = (0..8)
+        .map(|i| r.push_remote(unsignaled(i), write_op(), at_ms(0)).ack_req)
+        .collect();
+    assert_eq!(
+        asked,
+        [false, false, false, true, false, false, false, true],
+        "every fourth asks"
+    );
+    // A signaled request always asks, and restarts the count.
+    assert!(r.push_remote(spec(8), write_op(), at_ms(0)).ack_req);
+    assert!(!r.push_remote(unsignaled(9), write_op(), at_ms(0)).ack_req);
+    // The ack of the fourth acknowledges the three before it.
+    assert_eq!(ack(&mut r, 103, at_ms(1)), RequesterAction::None);
+    assert_eq!(
+        released(&mut r),
+        vec![],
+        "unsignaled ones leave without completions"
+    );
+    assert_eq!(r.in_flight(), 6);
+    assert_eq!(ack(&mut r, 107, at_ms(1)), RequesterAction::None);
+    assert_eq!(ack(&mut r, 108, at_ms(1)), RequesterAction::None);
+    assert_eq!(released(&mut r), vec![(8, WcStatus::Success)]);
+    assert_eq!(r.in_flight(), 1, "the last one waits for an ack of its own");
+}
+
+#[test]
+fn a_read_response_acknowledges_the_unasked_writes_before_it() {
+    let mut r = stream();
+    r.set_ack_every(16);
+    for i in 0..3 {
+        assert!(!r.push_remote(unsignaled(i), write_op(), at_ms(0)).ack_req);
+    }
+    let read = RequestOp::Read {
+        addr: 0,
+        rkey: MemoryKey(0x100),
+        len: 8,
+    };
+    let read_spec = PendingSpec {
+        opcode: WcOpcode::Read,
+        ..spec(3)
+    };
+    assert!(r.push_remote(read_spec, read, at_ms(0)).ack_req);
+    let mut deliver = |_: &Pending, _: &ResponseKind<Vec<u8>>| WcStatus::Success;
+    let data = ResponseKind::ReadData(vec![0u8; 8]);
+    let action = r.on_response(Psn::new(103), &data, at_ms(1), &mut deliver);
+    assert_eq!(action, RequesterAction::None);
+    assert_eq!(released(&mut r), vec![(3, WcStatus::Success)]);
+    assert_eq!(r.in_flight(), 0);
+}
+
+#[test]
+fn a_response_past_a_request_that_asked_is_still_forged() {
+    let mut r = stream();
+    r.set_ack_every(16);
+    assert!(r.push_remote(spec(0), write_op(), at_ms(0)).ack_req);
+    assert!(!r.push_remote(unsignaled(1), write_op(), at_ms(0)).ack_req);
+    assert!(r.push_remote(spec(2), write_op(), at_ms(0)).ack_req);
+    // PSN 102's ack before 100's own: request 100 asked, so nothing covers it.
+    assert_eq!(ack(&mut r, 102, at_ms(1)), RequesterAction::Fatal);
+    assert_eq!(
+        released(&mut r),
+        vec![
+            (0, WcStatus::BadResponseError),
+            (1, WcStatus::WrFlushError),
+            (2, WcStatus::WrFlushError)
+        ],
+        "flushed requests complete, signaled or not"
+    );
+}
+
+#[test]
+fn a_probe_of_an_unasked_request_asks() {
+    let mut r = stream();
+    r.set_ack_every(16);
+    assert!(!r.push_remote(unsignaled(0), write_op(), at_ms(0)).ack_req);
+    // Nothing answers: the first RTO (1 s before any sample) resends it, asking.
+    let mut now = at_ms(0);
+    let probe = loop {
+        now = now.plus_us(MS);
+        if let RequesterAction::Retransmit(reqs) = r.on_timeout(now) {
+            break reqs;
+        }
+        assert!(now < at_ms(5_000), "no probe");
+    };
+    assert_eq!(probe.len(), 1);
+    assert!(probe[0].ack_req);
+    assert_eq!(ack(&mut r, 100, now), RequesterAction::None);
+    assert_eq!(released(&mut r), vec![]);
+    assert_eq!(r.in_flight(), 0);
+}

@@ -20,6 +20,7 @@ fn req(op: RequestOp) -> Frame {
         dst_qp: QpNumber(0x00ab_cdef),
         psn: Psn::new(0x12_3456),
         op,
+        ack_req: false,
     }))
 }
 
@@ -151,7 +152,7 @@ fn layout_is_as_documented() {
         encode(&f),
         [
             0, 0, 0, 26, // length
-            1, 2, 5, 1, // version, packet, SEND, invalidate flag
+            2, 2, 5, 1, // version, packet, SEND, invalidate flag
             0, 0xab, 0xcd, 0xef, // dst QPN
             0, 0x12, 0x34, 0x56, // PSN
             1, 2, 3, 4, // invalidate rkey
@@ -165,7 +166,7 @@ fn layout_is_as_documented() {
     });
     assert_eq!(
         encode(&f),
-        [0, 0, 0, 16, 1, 1, 0x22, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x20]
+        [0, 0, 0, 16, 2, 1, 0x22, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x20]
     );
 }
 
@@ -281,7 +282,7 @@ fn trailing_bytes_rejected() {
 fn wrong_version_rejected() {
     for f in every_variant() {
         let mut bytes = encode(&f);
-        for v in [0, 2, 0xff] {
+        for v in [0, 1, 3, 0xff] {
             *bytes.get_mut(field::VERSION).unwrap() = v;
             assert_eq!(
                 decode_frame(&bytes),
@@ -379,7 +380,14 @@ fn reserved_bits_and_fields_rejected() {
         invalidate: None,
     });
     let mut bytes = encode(&send);
-    *bytes.get_mut(field::FLAGS).unwrap() = 2;
+    *bytes.get_mut(field::FLAGS).unwrap() = 4;
+    assert!(matches!(
+        decode_frame(&bytes),
+        Err(WireError::BadField { field: "flags", .. })
+    ));
+    // AckReq belongs to requests only.
+    let mut bytes = encode(&resp(ResponseKind::Ack));
+    *bytes.get_mut(field::FLAGS).unwrap() = flags::ACK_REQ;
     assert!(matches!(
         decode_frame(&bytes),
         Err(WireError::BadField { field: "flags", .. })
@@ -523,4 +531,29 @@ fn max_constants_are_consistent() {
     assert_eq!(encoded_len(&w), 10 + MAX_PAYLOAD_OVERHEAD);
     assert_eq!(FRAME_HEADER_LEN, 8);
     assert_eq!(PACKET_HEADER_LEN, 16);
+}
+
+#[test]
+fn ack_req_is_flag_bit_1_of_every_request() {
+    for op in [
+        RequestOp::Read {
+            addr: 8,
+            rkey: MemoryKey(1),
+            len: 8,
+        },
+        RequestOp::Send {
+            data: vec![1],
+            invalidate: Some(MemoryKey(5)),
+        },
+    ] {
+        let f = Frame::Packet(Packet::Request(Request {
+            dst_qp: QpNumber(3),
+            psn: Psn::new(4),
+            op,
+            ack_req: true,
+        }));
+        let bytes = encode(&f);
+        assert_eq!(bytes[field::FLAGS] & flags::ACK_REQ, flags::ACK_REQ);
+        assert_eq!(owned(decode_frame(&bytes).unwrap()), f);
+    }
 }
