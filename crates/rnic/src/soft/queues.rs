@@ -84,6 +84,9 @@ pub(crate) struct CqInner {
     /// The channel the CQ reports to when armed.
     channel: Option<SoftChannel>,
     armed: AtomicBool,
+    /// Whether the last poll found nothing: the next one is a spinning poller's, worth a
+    /// read of the watched QPs' links (see [`SoftCq::poll`]).
+    spinning: AtomicBool,
 }
 
 impl Drop for CqInner {
@@ -132,6 +135,7 @@ impl SoftCq {
                 watched: AtomicBool::new(false),
                 channel,
                 armed: AtomicBool::new(false),
+                spinning: AtomicBool::new(false),
             }),
         })
     }
@@ -180,9 +184,15 @@ impl CqInner {
 impl CompletionQueue for SoftCq {
     fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         // A QP that arms after the swap sets the flag again for the next poll.
+        // A poll reads the watched QPs' links (saving the engine's hand-off) only when the
+        // previous poll found nothing: a busy-polling thread reads from its second poll on,
+        // while a thread that polls once before it sleeps on the CQ leaves the read to the
+        // engine, which wakes for the response anyway (its own read would find nothing yet
+        // and cost a system call).
+        let spinning = self.inner.spinning.load(Ordering::Relaxed);
         if self.inner.watched.swap(false, Ordering::AcqRel) {
             let watched = std::mem::take(&mut *self.inner.watch.lock());
-            let read_links = watched.len() <= READ_LINKS_UP_TO;
+            let read_links = spinning && watched.len() <= READ_LINKS_UP_TO;
             for qp in watched.iter().filter_map(Weak::upgrade) {
                 qp.progress(read_links, &self.inner);
             }
@@ -190,8 +200,10 @@ impl CompletionQueue for SoftCq {
         // A completion queued after this load is found by the next poll, as one queued just
         // after the lock would be.
         if self.inner.queued.load(Ordering::Acquire) == 0 {
+            self.inner.spinning.store(true, Ordering::Relaxed);
             return 0;
         }
+        self.inner.spinning.store(false, Ordering::Relaxed);
         let mut q = self.inner.queue.lock();
         let n = out.len().min(q.len());
         for (slot, wc) in out.iter_mut().zip(q.drain(..n)) {
@@ -202,6 +214,9 @@ impl CompletionQueue for SoftCq {
     }
 
     fn wait(&self, timeout: std::time::Duration) -> bool {
+        // A thread that sleeps here is not spinning: its next poll takes what the engine
+        // delivered meanwhile without reading the links first.
+        self.inner.spinning.store(false, Ordering::Relaxed);
         let mut q = self.inner.queue.lock();
         if q.is_empty() {
             self.inner.arrived.wait_for(&mut q, timeout);
