@@ -16,7 +16,9 @@ use crate::harness::{Latency, Row};
 use anyhow::{Context as _, Result, anyhow, bail};
 use peer::{Announce, PEER_ENV, Peer, SoftEnd};
 use rnic::endpoints::Requester;
-use rnic::soft::{SoftAddress, SoftConfig, SoftContext, SoftProvider, TcpNode, TcpOptions, TcpSyscalls};
+use rnic::soft::{
+    SoftAddress, SoftConfig, SoftContext, SoftProvider, TcpNode, TcpOptions, TcpSyscalls,
+};
 use rnic::{CompletionQueue, Context as _, QueuePair as _, WcStatus, WorkCompletion};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -71,7 +73,11 @@ impl Floor {
     pub fn print(&self) {
         println!(
             "Floor: loopback TCP, {PAYLOAD} B, far end {} on core {SERVER_CORE}",
-            if self.separate { "in its own process" } else { "in this process" }
+            if self.separate {
+                "in its own process"
+            } else {
+                "in this process"
+            }
         );
         println!(
             "  {:<34} {:>8} {:>8} {:>14} {:>16}",
@@ -97,7 +103,7 @@ impl Floor {
         self.cases
             .iter()
             .map(|c| {
-                let mut r = Row::new(&format!("floor: {}", c.name), 1)
+                let mut r = Row::new(format!("floor: {}", c.name), 1)
                     .with("samples", c.latency.count())
                     .with("mean_us", c.latency.mean_us())
                     .with("syscalls_per_op_here", c.syscalls.0)
@@ -171,7 +177,16 @@ pub fn measure(samples: u64) -> Result<Floor> {
         },
     )?;
     for (name, batch) in [(READ_BLOCKING, 1), (READ_BATCH, BATCH)] {
-        cases.push(soft_case(name, &dev, &announce, announce.sleeping, batch, false, samples, &far)?);
+        cases.push(soft_case(
+            name,
+            &dev,
+            &announce,
+            announce.sleeping,
+            batch,
+            false,
+            samples,
+            &far,
+        )?);
     }
     // Polling: the far engine spins (a device opened for this case only), this end busy-polls.
     let mut holder = TcpStream::connect(announce.raw)?;
@@ -179,7 +194,16 @@ pub fn measure(samples: u64) -> Result<Floor> {
     let mut line = String::new();
     BufReader::new(holder.try_clone()?).read_line(&mut line)?;
     let spinning = SoftEnd::parse(&line).ok_or_else(|| anyhow!("bad device line {line:?}"))?;
-    cases.push(soft_case(READ_POLLING, &dev, &announce, spinning, 1, true, samples, &far)?);
+    cases.push(soft_case(
+        READ_POLLING,
+        &dev,
+        &announce,
+        spinning,
+        1,
+        true,
+        samples,
+        &far,
+    )?);
     drop(holder);
     Ok(Floor {
         cases,
@@ -198,13 +222,12 @@ fn start_far() -> Result<(Far, Announce)> {
         exe.parent().and_then(|d| d.parent()).map(|d| d.join(&name)),
     ];
     if let Some(bin) = candidates.into_iter().flatten().find(|p| p.is_file()) {
-        // SAFETY-free: the variable is set for the child only, through its environment.
         let (p, announce) = ServerProcess::start_with_env(
             &bin.to_string_lossy(),
             &[],
             &[(PEER_ENV, "1")],
             Some(SERVER_CORE),
-            |line| Announce::parse(line),
+            Announce::parse,
         )?;
         return Ok((Far::Process(p), announce));
     }
@@ -310,10 +333,18 @@ fn soft_case(
         let mut lat = lat;
         for i in 0..n {
             let wrs: Vec<_> = (0..batch)
-                .map(|k| r.read_wr(i * batch as u64 + k as u64, PAYLOAD as u32, end.addr, end.rkey))
+                .map(|k| {
+                    r.read_wr(
+                        i * batch as u64 + k as u64,
+                        PAYLOAD as u32,
+                        end.addr,
+                        end.rkey,
+                    )
+                })
                 .collect();
             let t0 = Instant::now();
-            r.qp.post_send(&wrs).map_err(|(_, e)| anyhow!("post_send: {e}"))?;
+            r.qp.post_send(&wrs)
+                .map_err(|(_, e)| anyhow!("post_send: {e}"))?;
             let mut got = 0;
             while got < batch {
                 let k = r.cq.poll(&mut wcs[..batch - got]);
@@ -339,12 +370,16 @@ fn soft_case(
     run(doorbells, Some(&mut lat))?;
     let (here1, far1, cpu1) = (TcpNode::stats(dev), far_syscalls(a).ok(), far.cpu());
     let ops = (doorbells * batch as u64) as f64;
-    let here = here1
-        .zip(here0)
-        .map_or(0.0, |(b, a)| b.syscalls.since(&a.syscalls).total() as f64 / ops);
+    let here = here1.zip(here0).map_or(0.0, |(b, a)| {
+        b.syscalls.since(&a.syscalls).total() as f64 / ops
+    });
     // The far end's count includes the one `S` query's connection (not its transport): none.
-    let far_calls = far1.zip(far0).map(|(b, a)| b.since(&a).total() as f64 / ops);
-    let cpu = cpu1.zip(cpu0).map(|(b, a)| b.saturating_sub(a).as_secs_f64() * 1e6 / ops);
+    let far_calls = far1
+        .zip(far0)
+        .map(|(b, a)| b.since(&a).total() as f64 / ops);
+    let cpu = cpu1
+        .zip(cpu0)
+        .map(|(b, a)| b.saturating_sub(a).as_secs_f64() * 1e6 / ops);
     Ok(Case {
         name,
         latency: lat,

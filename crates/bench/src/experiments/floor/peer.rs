@@ -16,12 +16,12 @@
 
 use super::PAYLOAD;
 use anyhow::{Context as _, Result, anyhow, bail};
+use parking_lot::Mutex;
 use rnic::endpoints::OpenResponder;
 use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode, TcpOptions};
 use rnic::{AccessFlags, Context as _, MemoryRegion as _, ProtectionDomain as _, Rkey};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use parking_lot::Mutex;
 use std::sync::Arc;
 
 /// Set in the environment of a `patronus-bench` that is to be the peer.
@@ -192,7 +192,11 @@ fn echo(mut s: TcpStream, devices: &Devices) -> Result<()> {
     match mode[0] {
         b'B' => loop {
             if let Err(e) = s.read_exact(&mut buf) {
-                return if e.kind() == ErrorKind::UnexpectedEof { Ok(()) } else { Err(e.into()) };
+                return if e.kind() == ErrorKind::UnexpectedEof {
+                    Ok(())
+                } else {
+                    Err(e.into())
+                };
             }
             s.write_all(&buf)?;
         },
@@ -212,7 +216,11 @@ fn echo(mut s: TcpStream, devices: &Devices) -> Result<()> {
                 total.polls += c.polls;
                 total.wakes += c.wakes;
             }
-            writeln!(s, "{} {} {} {}", total.reads, total.writes, total.polls, total.wakes)?;
+            writeln!(
+                s,
+                "{} {} {} {}",
+                total.reads, total.writes, total.polls, total.wakes
+            )?;
             Ok(())
         }
         b'D' => {

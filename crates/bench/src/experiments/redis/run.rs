@@ -7,6 +7,7 @@ use crate::experiments::driver::{Driven, Logical, Rig, StepCtx, drive, now, spre
 use crate::experiments::fig9::Kv;
 use crate::experiments::ods_rig::Workload;
 use crate::experiments::patronus_rig::lean_client;
+use crate::experiments::race_costs::RunCosts;
 use crate::harness::process::ServerProcess;
 use crate::kv::{KvOp, KvWorkload, check_value};
 use anyhow::{Context as _, Result, bail};
@@ -32,6 +33,28 @@ pub struct Run {
     /// The memory node's soft NIC engine threads' CPU time during it: the work an RDMA NIC
     /// does in hardware (transport, executing one-sided operations). Zero for Redis.
     pub nic_cpu: Duration,
+    /// Of `server_cpu`, the memory node's manager threads' (zero for Redis).
+    pub manager_cpu: Duration,
+    /// The benchmark process's CPU time during it: the client thread and its device's
+    /// engines (and the benchmark's own bookkeeping).
+    pub client_cpu: Duration,
+}
+
+impl Run {
+    /// The result row: throughput, latency, the server's CPU per operation split by thread
+    /// (`mn_manager_cpu_us_per_op`: every thread but the engines; of it `node_manager_…` the
+    /// manager threads and `node_other_…` the rest), the NIC engines', the client's.
+    pub fn row(&self, system: &str, clients: u32) -> crate::harness::Row {
+        let per_op = |d: Duration| d.as_secs_f64() * 1e6 / self.driven.ops.max(1) as f64;
+        self.driven
+            .row(system, clients, self.server_cpu, self.nic_cpu)
+            .with("node_manager_cpu_us_per_op", per_op(self.manager_cpu))
+            .with(
+                "node_other_cpu_us_per_op",
+                per_op(self.server_cpu.saturating_sub(self.manager_cpu)),
+            )
+            .with("client_cpu_us_per_op", per_op(self.client_cpu))
+    }
 }
 
 /// Redis clients: each step is one command, or one pipeline of `depth` commands.
@@ -118,12 +141,16 @@ pub fn redis(
         })
         .collect::<Result<Vec<_>>>()?;
     let cpu0 = server.process().cpu_time()?;
+    let client0 = rnic::process_cpu_time();
     let driven = drive(spread(logicals, 1), ops, budget, 13, "redis")?;
+    let client_cpu = rnic::process_cpu_time().saturating_sub(client0);
     let server_cpu = server.process().cpu_time()?.saturating_sub(cpu0);
     Ok(Run {
         driven,
         server_cpu,
         nic_cpu: Duration::ZERO,
+        manager_cpu: Duration::ZERO,
+        client_cpu,
     })
 }
 
@@ -139,8 +166,8 @@ pub enum PatronusNode {
 }
 
 impl PatronusNode {
-    /// Starts one with a pool of `pool_mib` MiB, one PD for all (the paper's mode).
-    pub fn start(pool_mib: u64) -> Result<Self> {
+    /// Starts one with a pool of `pool_mib` MiB, isolating clients as `isolation` says.
+    pub fn start(pool_mib: u64, isolation: Isolation) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let is_patronus = exe
             .file_stem()
@@ -162,7 +189,11 @@ impl PatronusNode {
                 "--pool-mib",
                 &pool_mib.to_string(),
                 "--isolation",
-                "shared-pd",
+                match isolation {
+                    Isolation::SharedPd => "shared-pd",
+                    Isolation::PdPerClient => "pd-per-client",
+                    Isolation::Type2 => "type2",
+                },
                 "--max-lifetime-ms",
                 "1000",
                 // Engines sleep when idle, as Redis's event loop does: CPU per op is work.
@@ -185,7 +216,7 @@ impl PatronusNode {
             dev.clone(),
             NodeConfig {
                 pool_bytes: pool_mib << 20,
-                isolation: Isolation::SharedPd,
+                isolation,
                 max_lifetime_us: 1_000_000,
                 ..NodeConfig::default()
             },
@@ -206,59 +237,101 @@ impl PatronusNode {
         matches!(self, PatronusNode::Process(..))
     }
 
-    /// CPU time the node has used: (its process's but its soft NIC engines', the engines'),
-    /// or (its manager's, its NIC engine threads').
-    pub fn cpu_time(&self) -> Result<(Duration, Duration)> {
+    /// CPU time the node has used: (its process's but its soft NIC engines', the engines',
+    /// its manager threads'), or in this process (its manager's, its NIC engine threads',
+    /// its manager's).
+    pub fn cpu_time(&self) -> Result<(Duration, Duration, Duration)> {
         match self {
             PatronusNode::Process(p, _) => {
                 let (engines, rest) = p.cpu_split("rnic-tcp-eng")?;
-                Ok((rest, engines))
+                let (manager, _) = p.cpu_split("patronus-manage")?;
+                Ok((rest, engines, manager))
             }
-            PatronusNode::InProcess(n, dev) => Ok((
-                n.fresh_stats().manager_cpu,
-                crate::experiments::driver::engine_cpu(dev),
-            )),
+            PatronusNode::InProcess(n, dev) => {
+                let manager = n.fresh_stats().manager_cpu;
+                Ok((
+                    manager,
+                    crate::experiments::driver::engine_cpu(dev),
+                    manager,
+                ))
+            }
         }
     }
 }
 
-/// Loads a RACE table on `node` and drives `clients` logical clients of workload `w`.
+/// A RACE table loaded on a node, and the client that created it (kept connected: the table's
+/// memory is its allocations).
+pub struct RaceTable {
+    kv: Kv,
+    root: u64,
+    dev: SoftContext,
+    addr: SoftAddress,
+    _owner: PatronusMemory<SoftProvider>,
+}
+
+impl std::fmt::Debug for RaceTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaceTable")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl RaceTable {
+    /// Creates a table for workload `w` on `node` and loads every key.
+    pub fn load(node: &PatronusNode, w: &KvWorkload) -> Result<Self> {
+        let rig = Rig::new(patronus_core::cluster::Link::Tcp);
+        let dev = rig.device()?;
+        let addr = node.address();
+        let kv = Kv::new(w.clone());
+        let mut owner = PatronusMemory::new(Client::connect(&dev, &addr, lean_client())?);
+        let root = kv.create(&mut owner)?;
+        Ok(RaceTable {
+            kv,
+            root,
+            dev,
+            addr,
+            _owner: owner,
+        })
+    }
+}
+
+/// What a RACE run returns: the run, its failed operations (and the first failure), and what
+/// the operations cost.
+pub type RaceRun = (Run, u64, Option<String>, RunCosts);
+
+/// Drives `clients` logical clients of `table`'s workload against `node` (where the table
+/// lies).
 pub fn race(
     node: &PatronusNode,
-    w: &KvWorkload,
+    table: &RaceTable,
     clients: usize,
     ops: u64,
     budget: Duration,
-) -> Result<(
-    Run,
-    u64,
-    Option<String>,
-    crate::experiments::race_costs::RunCosts,
-)> {
-    let rig = Rig::new(patronus_core::cluster::Link::Tcp);
-    let dev = rig.device()?;
-    let addr = node.address();
+) -> Result<RaceRun> {
     let connect = || -> Result<PatronusMemory<SoftProvider>> {
         Ok(PatronusMemory::new(Client::connect(
-            &dev,
-            &addr,
+            &table.dev,
+            &table.addr,
             lean_client(),
         )?))
     };
-    let kv = Kv::new(w.clone());
-    let mut setup = connect()?;
-    let root = kv.create(&mut setup)?;
+    let kv = &table.kv;
     let logicals = (0..clients)
-        .map(|i| kv.client(connect()?, root, i))
+        .map(|i| kv.client(connect()?, table.root, i))
         .collect::<Result<Vec<_>>>()?;
     let cpu0 = node.cpu_time()?;
+    let client0 = rnic::process_cpu_time();
     let driven = drive(spread(logicals, 1), ops, budget, 13, "patronus race")?;
+    let client_cpu = rnic::process_cpu_time().saturating_sub(client0);
     let cpu1 = node.cpu_time()?;
     let (failed, first) = kv.take_failures();
     let run = Run {
         driven,
         server_cpu: cpu1.0.saturating_sub(cpu0.0),
         nic_cpu: cpu1.1.saturating_sub(cpu0.1),
+        manager_cpu: cpu1.2.saturating_sub(cpu0.2),
+        client_cpu,
     };
     Ok((run, failed, first, kv.take_costs()))
 }
