@@ -6,8 +6,8 @@ mod logical;
 
 use crate::baseline::{BaselineClient, BaselineConfig, BaselineNode};
 use crate::experiments::driver::{CLIENT_THREADS, Logical, Rig, drive, engine_cpu, spread};
-use crate::experiments::evidence;
 use crate::experiments::patronus_rig::{PatronusRig, lean_client};
+use crate::experiments::{evidence, floor};
 use crate::harness::{
     BenchOpts, Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };
@@ -55,6 +55,16 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
     let rig = Rig::new(opts.transport);
     let mut exp = Experiment::new("fig5", opts.transport_name(), opts.quick);
+    // Over TCP, what a round trip costs on this machine, beside every number below.
+    let round_trip_floor = match opts.transport {
+        patronus_core::cluster::Link::Tcp => {
+            let f = floor::measure(if opts.quick { 10_000 } else { 50_000 })?;
+            f.print();
+            exp.rows.extend(f.rows());
+            Some(f)
+        }
+        patronus_core::cluster::Link::InProc => None,
+    };
     println!(
         "Figure 5: random {} B accesses, {} per permission",
         logical::ACCESS,
@@ -162,6 +172,9 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     mr_node.shutdown();
     patronus.node.shutdown();
     summarize(&mut exp, &plan);
+    if let Some(f) = &round_trip_floor {
+        f.checks(&mut exp.checks, &mut exp.ratios);
+    }
     Ok(exp)
 }
 

@@ -12,7 +12,7 @@ pub mod peer;
 
 use crate::experiments::redis::run::SERVER_CORE;
 use crate::harness::process::ServerProcess;
-use crate::harness::{Latency, Row};
+use crate::harness::{Check, Latency, Ratio, Row};
 use anyhow::{Context as _, Result, anyhow, bail};
 use peer::{Announce, PEER_ENV, Peer, SoftEnd};
 use rnic::endpoints::Requester;
@@ -32,6 +32,11 @@ pub const BATCH: usize = 16;
 
 /// The target of a soft READ against the raw round trip, both blocking.
 pub const TARGET_READ_OVER_RAW: f64 = 1.3;
+
+/// Transport system calls per READ, per side, with one READ in flight (target).
+const SYSCALLS_ONE: f64 = 3.0;
+/// The same with a doorbell of [`BATCH`] READs.
+const SYSCALLS_BATCH: f64 = 0.5;
 
 /// One measured case.
 #[derive(Debug)]
@@ -95,6 +100,45 @@ impl Floor {
                 c.syscalls.0,
                 far_sys
             );
+        }
+    }
+
+    /// The floor's targets as checks (and the READ's ratio): a soft READ near a raw round
+    /// trip, and few transport system calls per READ on each side.
+    pub fn checks(&self, checks: &mut Vec<Check>, ratios: &mut Vec<Ratio>) {
+        let case = |n: &str| self.case(n);
+        if let (Some(read), Some(raw)) = (case(READ_BLOCKING), case(RAW_BLOCKING)) {
+            let r = read.latency.p50_us() / raw.latency.p50_us().max(1e-9);
+            ratios.push(Ratio {
+                name: "soft READ 64 B / raw TCP round trip, both blocking (p50)".into(),
+                value: r,
+            });
+            checks.push(Check {
+            claim: format!(
+                "a 64 B soft READ over TCP within {}× of the raw TCP round trip (both blocking, one in flight)",
+                TARGET_READ_OVER_RAW
+            ),
+            holds: r <= TARGET_READ_OVER_RAW,
+            detail: format!(
+                "READ p50 {:.1} µs vs round trip p50 {:.1} µs ({r:.2}×), {} samples each; the far end's CPU {:.1} vs {:.1} µs per operation",
+                read.latency.p50_us(),
+                raw.latency.p50_us(),
+                read.latency.count(),
+                read.peer_cpu_us.unwrap_or(f64::NAN),
+                raw.peer_cpu_us.unwrap_or(f64::NAN),
+            ),
+        });
+        }
+        for (name, limit) in [(READ_BLOCKING, SYSCALLS_ONE), (READ_BATCH, SYSCALLS_BATCH)] {
+            let Some(c) = case(name) else { continue };
+            let (here, far) = (c.syscalls.0, c.syscalls.1.unwrap_or(f64::NAN));
+            checks.push(Check {
+            claim: format!("{name}: at most {limit} transport system calls per READ on each side"),
+            holds: here <= limit && far <= limit,
+            detail: format!(
+                "requester {here:.2}, responder {far:.2} per READ (reads, writes, epoll_waits and wake-ups, from the devices' own counters)"
+            ),
+        });
         }
     }
 

@@ -2,17 +2,13 @@
 //! absolute numbers behind it, and the report's notes.
 
 use super::{PIPELINE, RACE, RACE_SHARED, ROUNDS, run};
-use crate::experiments::floor::{self, Floor};
+use crate::experiments::floor::Floor;
 use crate::harness::{Check, Experiment, PaperRef, Ratio, Row};
 
 /// Node CPU per RACE operation at most this many times redis-server's.
 const CPU_TARGET: f64 = 3.0;
 /// RACE throughput at least this share of Redis's.
 const THROUGHPUT_TARGET: f64 = 0.5;
-/// Transport system calls per READ, per side, with one READ in flight.
-const SYSCALLS_ONE: f64 = 3.0;
-/// The same with a doorbell of 16 READs.
-const SYSCALLS_BATCH: f64 = 0.5;
 
 /// Fills in `exp`'s ratios, paper references, checks and notes.
 pub(super) fn summarize(
@@ -110,7 +106,7 @@ pub(super) fn summarize(
                  are synchronous), so there is no pipelined RACE row to compare"
             .into(),
     });
-    floor_checks(floor, &mut checks, &mut ratios);
+    floor.checks(&mut checks, &mut ratios);
     let max = clients.iter().copied().max().unwrap_or(1);
     exp.paper = vec![PaperRef {
         metric: format!("Patronus RACE / Redis throughput, {max} clients (not in the paper)"),
@@ -137,47 +133,6 @@ fn node_split(r: &Row) -> String {
         f("mn_engine_cpu_us_per_op"),
         f("node_other_cpu_us_per_op"),
     )
-}
-
-/// The floor's targets: a soft READ near a raw round trip, and few system calls per READ.
-pub(crate) fn floor_checks(floor: &Floor, checks: &mut Vec<Check>, ratios: &mut Vec<Ratio>) {
-    let case = |n: &str| floor.case(n);
-    if let (Some(read), Some(raw)) = (case(floor::READ_BLOCKING), case(floor::RAW_BLOCKING)) {
-        let r = read.latency.p50_us() / raw.latency.p50_us().max(1e-9);
-        ratios.push(Ratio {
-            name: "soft READ 64 B / raw TCP round trip, both blocking (p50)".into(),
-            value: r,
-        });
-        checks.push(Check {
-            claim: format!(
-                "a 64 B soft READ over TCP within {}× of the raw TCP round trip (both blocking, one in flight)",
-                floor::TARGET_READ_OVER_RAW
-            ),
-            holds: r <= floor::TARGET_READ_OVER_RAW,
-            detail: format!(
-                "READ p50 {:.1} µs vs round trip p50 {:.1} µs ({r:.2}×), {} samples each; the far end's CPU {:.1} vs {:.1} µs per operation",
-                read.latency.p50_us(),
-                raw.latency.p50_us(),
-                read.latency.count(),
-                read.peer_cpu_us.unwrap_or(f64::NAN),
-                raw.peer_cpu_us.unwrap_or(f64::NAN),
-            ),
-        });
-    }
-    for (name, limit) in [
-        (floor::READ_BLOCKING, SYSCALLS_ONE),
-        (floor::READ_BATCH, SYSCALLS_BATCH),
-    ] {
-        let Some(c) = case(name) else { continue };
-        let (here, far) = (c.syscalls.0, c.syscalls.1.unwrap_or(f64::NAN));
-        checks.push(Check {
-            claim: format!("{name}: at most {limit} transport system calls per READ on each side"),
-            holds: here <= limit && far <= limit,
-            detail: format!(
-                "requester {here:.2}, responder {far:.2} per READ (reads, writes, epoll_waits and wake-ups, from the devices' own counters)"
-            ),
-        });
-    }
 }
 
 fn notes() -> Vec<String> {
