@@ -5,6 +5,8 @@
 #[path = "tcp_util.rs"]
 mod util;
 
+use rnic::soft::link::LinkStack;
+use rnic::soft::link::tracing::PacketTrace;
 use rnic::soft::*;
 use rnic::*;
 use std::sync::Arc;
@@ -459,4 +461,85 @@ fn tcp_many_qps_many_threads_two_engines() {
         assert_eq!(s.buf.load_u64(65536 + t * 8).unwrap(), 200);
     }
     assert_eq!(TcpNode::stats(&s.ctx).unwrap().established, 4);
+}
+
+/// A doorbell of 16 READs leaves the requester in one `write`, and the responder answers the
+/// requests one read delivered in one `write` too (corked batches).
+#[test]
+fn tcp_a_doorbell_leaves_in_one_write() {
+    let s = Server::new();
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+    let (base, rkey) = (s.buf.addr(), s.mr.rkey());
+    // Warm up (the connection's first frames), then count.
+    assert_eq!(c.read(0, 64, base, rkey).status, WcStatus::Success);
+    let calls = |ctx: &SoftContext| TcpNode::stats(ctx).unwrap().syscalls;
+    let (c0, s0) = (calls(&c.ctx), calls(&s.ctx));
+    let reads: Vec<SendWr<'_, SoftMw, SoftMr>> = (0..16)
+        .map(|i| SendWr {
+            wr_id: i,
+            signaled: true,
+            op: SendOp::Read {
+                local: c.sge(64 * i, 64),
+                remote_addr: base + 64 * i,
+                rkey,
+            },
+        })
+        .collect();
+    c.qp.post_send(&reads).unwrap();
+    assert_eq!(wait_wcs(&c.cq, 16).len(), 16);
+    let (c1, s1) = (calls(&c.ctx).since(&c0), calls(&s.ctx).since(&s0));
+    assert_eq!(c1.writes, 1, "the doorbell's 16 READs in one write: {c1:?}");
+    assert!(
+        s1.writes <= 2,
+        "16 responses in as many writes as reads delivered them: {s1:?}"
+    );
+}
+
+/// Unsignaled WRITEs over TCP go without AckReq, and the responder sends one acknowledgement
+/// for them and the signaled WRITE after them (cumulative); every WRITE still lands.
+#[test]
+fn tcp_unsignaled_writes_share_one_acknowledgement() {
+    let trace = PacketTrace::new();
+    let s = Server::with(
+        SoftConfig::default(),
+        TcpOptions {
+            links: LinkStack::new().traced(trace.clone()),
+            ..TcpOptions::default()
+        },
+    );
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+    let (base, rkey) = (s.buf.addr(), s.mr.rkey());
+    c.buf.write(0, &[7u8; 512]).unwrap();
+    for i in 0..8 {
+        c.qp.post_send(&[SendWr {
+            wr_id: 100 + i,
+            signaled: false,
+            op: SendOp::Write {
+                local: c.sge(64 * i, 64),
+                remote_addr: base + 4096 + 64 * i,
+                rkey,
+            },
+        }])
+        .unwrap();
+    }
+    let wc = c.run(
+        200,
+        SendOp::Write {
+            local: c.sge(0, 8),
+            remote_addr: base + 8192,
+            rkey,
+        },
+    );
+    assert_eq!(wc.status, WcStatus::Success);
+    let acks = trace
+        .snapshot()
+        .iter()
+        .filter(|p| matches!(p, wire::Packet::Response(r) if r.kind == wire::ResponseKind::Ack))
+        .count();
+    assert_eq!(acks, 1, "one acknowledgement for nine WRITEs");
+    let mut landed = [0u8; 512];
+    s.buf.read(4096, &mut landed).unwrap();
+    assert_eq!(landed, [7u8; 512]);
 }
