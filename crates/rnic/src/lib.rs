@@ -32,4 +32,7 @@ pub mod memory;
 pub mod soft;
 pub mod verbs;
 
+#[cfg(test)]
+mod watch_tests;
+
 pub use verbs::*;

@@ -171,6 +171,10 @@ pub fn process_cpu_split(pid: u32, prefix: &str) -> Result<(Duration, Duration)>
     Ok((Duration::from_nanos(matching), Duration::from_nanos(rest)))
 }
 
+/// The core a benchmark pins its servers to (`redis-server`, `patronus serve`, the floor's
+/// peer); its client threads get the other one.
+pub const SERVER_CORE: usize = 1;
+
 /// The calling thread's CPU affinity, restored when dropped.
 #[derive(Debug)]
 pub struct Pinned {

@@ -10,8 +10,7 @@
 
 pub mod peer;
 
-use crate::experiments::redis::run::SERVER_CORE;
-use crate::harness::process::ServerProcess;
+use crate::harness::process::{SERVER_CORE, ServerProcess};
 use crate::harness::{Check, Latency, Ratio, Row};
 use anyhow::{Context as _, Result, anyhow, bail};
 use peer::{Announce, PEER_ENV, Peer, SoftEnd};

@@ -19,8 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The core each server is pinned to (the client thread has the other).
-pub const SERVER_CORE: usize = 1;
+pub use crate::harness::process::SERVER_CORE;
 
 /// A measured run: the clients, and the server's CPU during it.
 #[derive(Debug)]

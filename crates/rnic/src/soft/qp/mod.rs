@@ -24,8 +24,6 @@ mod post;
 pub mod requester;
 pub mod responder;
 pub mod rto;
-#[cfg(test)]
-mod watch_tests;
 
 use super::device::{Connecting, DeviceInner};
 use super::link::{Corked, Link, LinkDown, LinkEnd, PacketSink, RetryPolicy, check_destination};

@@ -1,3 +1,5 @@
+//! The soft NIC's CQ watch lists (a test at the crate root: it needs a whole device).
+//!
 //! A QP whose send and receive CQs differ is on each CQ's watch list at most once, however
 //! often one of them is polled while its timers run (each poll used to put it on the other
 //! list again: a memory node's reply CQ, reaped rarely, collected one copy per poll of its
