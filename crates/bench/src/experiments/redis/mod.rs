@@ -7,7 +7,7 @@
 //! one with a shared PD. Three rounds run every system in turn; rows are medians. Before it,
 //! the floor ([`floor`]): what a round trip costs on this machine. Reported: throughput,
 //! p50/p99 latency, the server's CPU per operation split by thread, the client's, and each
-//! target ([`targets`]).
+//! target (module `targets`).
 
 pub mod redis_server;
 pub mod run;
