@@ -44,9 +44,10 @@ pub struct Pending {
     pub sent_at: Timestamp,
     /// Whether it was transmitted more than once (its response then gives no RTT sample).
     pub retransmitted: bool,
-    /// Whether it went out with AckReq: it gets a response of its own (links deliver in
-    /// order, so a response to a later request first is forged). One without is
-    /// acknowledged by the next response (cumulative).
+    /// Whether its first transmission carried AckReq: it gets a response of its own before
+    /// any later request's (links deliver in order, so a response to a later request first is
+    /// forged). One without is acknowledged by the next response (cumulative), also when a
+    /// probe of it asked later (the probe's answer comes after the later requests').
     pub ack_req: bool,
 }
 
@@ -328,8 +329,10 @@ impl Requester {
             .filter(|p| p.result.is_none() && p.remote.is_some())
             .take(limit)
             .filter_map(|p| {
+                // `ack_req` stays as the first transmission had it: a probe of a request that
+                // went without it is answered after the responses to later requests that
+                // asked, so those still acknowledge it.
                 p.retransmitted = true;
-                p.ack_req = true;
                 p.remote.as_ref()
             })
             .map(|(psn, op)| Request {

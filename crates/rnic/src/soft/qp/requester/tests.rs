@@ -346,3 +346,28 @@ fn a_probe_of_an_unasked_request_asks() {
     assert_eq!(released(&mut r), vec![]);
     assert_eq!(r.in_flight(), 0);
 }
+
+#[test]
+fn a_probed_unasked_request_is_still_acknowledged_by_a_later_response() {
+    let mut r = stream();
+    r.set_ack_every(2);
+    assert!(!r.push_remote(unsignaled(0), write_op(), at_ms(0)).ack_req);
+    assert!(r.push_remote(unsignaled(1), write_op(), at_ms(0)).ack_req);
+    // Silence: the first RTO probes the oldest, asking.
+    let mut now = at_ms(0);
+    loop {
+        now = now.plus_us(MS);
+        if let RequesterAction::Retransmit(reqs) = r.on_timeout(now) {
+            assert_eq!(reqs.len(), 1);
+            assert!(reqs[0].ack_req);
+            break;
+        }
+        assert!(now < at_ms(5_000), "no probe");
+    }
+    // The responder answers the second request (which asked) before the probe.
+    assert_eq!(ack(&mut r, 101, now), RequesterAction::None);
+    assert_eq!(released(&mut r), vec![]);
+    assert_eq!(r.in_flight(), 0);
+    // The probe's late answer is a duplicate.
+    assert_eq!(ack(&mut r, 100, now), RequesterAction::None);
+}
