@@ -109,7 +109,8 @@ impl<P: Provider> Client<P> {
         Self::wait_locked(&self.node, &mut g, id)
     }
 
-    /// Drives the session until call `id` has ended; its outcome.
+    /// Drives the session until call `id` has ended; its outcome (the tamper helpers' wait).
+    #[cfg(feature = "testing")]
     pub(super) fn wait_for(&mut self, id: u64) -> Result<Reply, ClientError> {
         let mut g = self.node.lock();
         Self::wait_locked(&self.node, &mut g, id)
