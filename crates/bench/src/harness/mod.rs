@@ -11,6 +11,7 @@ pub mod process;
 mod progress;
 mod report;
 mod result;
+mod spin_io;
 
 pub use compare::{Change, NOISE, Spread, change, trend};
 pub use cpu::{process_cpu, thread_cpu};
@@ -23,6 +24,7 @@ pub use report::{
 pub use result::{
     Check, Experiment, Figure, Panel, PanelKind, PaperRef, Point, Ratio, Row, Series,
 };
+pub use spin_io::{spin_read, spin_write};
 
 use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;

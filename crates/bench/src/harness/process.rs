@@ -209,6 +209,17 @@ impl Drop for Pinned {
     }
 }
 
+/// The program `name` of this build: the running program if it is `name`, else `name` in the
+/// running program's folder (`patronus-bench` and `patronus` build into the same one).
+pub fn program_beside(name: &str) -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let file = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+    if exe.file_name().is_some_and(|n| n == file.as_str()) {
+        return Some(exe);
+    }
+    Some(exe.with_file_name(file)).filter(|p| p.is_file())
+}
+
 /// Whether `program` is on the `PATH`.
 pub fn which(program: &str) -> bool {
     std::env::var_os("PATH")

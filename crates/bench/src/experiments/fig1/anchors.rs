@@ -5,12 +5,11 @@
 
 use super::endpoints::{execute, memory_node, requester};
 use super::protection::device_pair;
-use crate::harness::Latency;
+use crate::harness::{Latency, spin_read, spin_write};
 use anyhow::{Context as _, Result, anyhow, bail};
 use patronus_core::cluster::Link;
 use rnic::soft::SoftProvider;
 use rnic::{AccessFlags, Context, MemoryRegion, ProtectionDomain};
-use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -62,50 +61,6 @@ pub(super) fn tcp_pingpong(iters: u64) -> Result<Latency> {
     drop(client); // ends the echo thread
     echo.join().map_err(|_| anyhow!("echo thread panicked"))??;
     outcome.map(|()| lat)
-}
-
-/// Fills `buf` from a non-blocking stream by spinning; `false` if the peer closed first.
-fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool> {
-    let (mut got, mut spins) = (0, 0u32);
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Ok(false),
-            Ok(n) => got += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                spins = spins.wrapping_add(1);
-                relax(spins);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(true)
-}
-
-fn spin_write(s: &mut TcpStream, buf: &[u8]) -> Result<()> {
-    let (mut put, mut spins) = (0, 0u32);
-    while put < buf.len() {
-        match s.write(&buf[put..]) {
-            Ok(0) => bail!("connection closed while writing"),
-            Ok(n) => put += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                spins = spins.wrapping_add(1);
-                relax(spins);
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-/// Spin, but let another runnable thread have the core every few empty reads: each is a
-/// syscall (~1 µs), and on a loaded 2-core machine both ends may share one core, where a
-/// longer spin costs the peer that much time per round trip.
-fn relax(spins: u32) {
-    if spins % 8 == 0 {
-        std::thread::yield_now();
-    } else {
-        std::hint::spin_loop();
-    }
 }
 
 /// One-sided `PAYLOAD`-byte READs from a client device to a memory-node device on `transport`.

@@ -10,8 +10,8 @@
 
 pub mod peer;
 
-use crate::harness::process::{SERVER_CORE, ServerProcess};
-use crate::harness::{Check, Latency, Ratio, Row};
+use crate::harness::process::{SERVER_CORE, ServerProcess, program_beside};
+use crate::harness::{Check, Latency, Ratio, Row, spin_write};
 use anyhow::{Context as _, Result, anyhow, bail};
 use peer::{Announce, PEER_ENV, Peer, SoftEnd};
 use rnic::endpoints::Requester;
@@ -257,14 +257,14 @@ pub fn measure(samples: u64) -> Result<Floor> {
 /// The peer as a process (`patronus-bench` beside, or being, the running program) or, when
 /// that binary is not at hand (a test binary), on threads of this process.
 fn start_far() -> Result<(Far, Announce)> {
-    let exe = std::env::current_exe()?;
-    let name = format!("patronus-bench{}", std::env::consts::EXE_SUFFIX);
-    let candidates = [
-        Some(exe.clone()).filter(|e| e.file_name().is_some_and(|n| n == name.as_str())),
-        Some(exe.with_file_name(&name)),
-        exe.parent().and_then(|d| d.parent()).map(|d| d.join(&name)),
-    ];
-    if let Some(bin) = candidates.into_iter().flatten().find(|p| p.is_file()) {
+    // A test binary lies one folder below the build's programs (`deps/`), where cargo builds
+    // this crate's `patronus-bench` for its integration tests.
+    let below = || {
+        let exe = std::env::current_exe().ok()?;
+        let name = format!("patronus-bench{}", std::env::consts::EXE_SUFFIX);
+        Some(exe.parent()?.parent()?.join(name)).filter(|p| p.is_file())
+    };
+    if let Some(bin) = program_beside("patronus-bench").or_else(below) {
         let (p, announce) = ServerProcess::start_with_env(
             &bin.to_string_lossy(),
             &[],
@@ -306,7 +306,7 @@ fn raw_round_trips(
         }
         let t0 = Instant::now();
         if polling {
-            peer::spin_write(&mut s, &msg)?;
+            spin_write(&mut s, &msg)?;
         } else {
             s.write_all(&msg)?;
         }

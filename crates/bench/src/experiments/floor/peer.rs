@@ -15,6 +15,7 @@
 //! closes (the process) or it is dropped (the threads).
 
 use super::PAYLOAD;
+use crate::harness::{spin_read, spin_write};
 use anyhow::{Context as _, Result, anyhow, bail};
 use parking_lot::Mutex;
 use rnic::endpoints::OpenResponder;
@@ -202,7 +203,7 @@ fn echo(mut s: TcpStream, devices: &Devices) -> Result<()> {
         },
         b'P' => {
             s.set_nonblocking(true)?;
-            while spin_exact(&mut s, &mut buf)? {
+            while spin_read(&mut s, &mut buf)? {
                 spin_write(&mut s, &buf)?;
             }
             Ok(())
@@ -235,38 +236,6 @@ fn echo(mut s: TcpStream, devices: &Devices) -> Result<()> {
         }
         m => Err(anyhow!("unknown mode byte {m}")),
     }
-}
-
-/// Fills `buf` from a non-blocking stream by spinning; `false` if the peer closed first.
-pub(super) fn spin_exact(s: &mut TcpStream, buf: &mut [u8]) -> Result<bool> {
-    let mut got = 0;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Ok(false),
-            Ok(n) => got += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                std::hint::spin_loop();
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(true)
-}
-
-/// Writes all of `buf` to a non-blocking stream by spinning.
-pub(super) fn spin_write(s: &mut TcpStream, buf: &[u8]) -> Result<()> {
-    let mut put = 0;
-    while put < buf.len() {
-        match s.write(&buf[put..]) {
-            Ok(0) => bail!("connection closed while writing"),
-            Ok(n) => put += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                std::hint::spin_loop();
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::experiments::fig9::Kv;
 use crate::experiments::ods_rig::Workload;
 use crate::experiments::patronus_rig::lean_client;
 use crate::experiments::race_costs::RunCosts;
-use crate::harness::process::ServerProcess;
+use crate::harness::process::{ServerProcess, program_beside};
 use crate::kv::{KvOp, KvWorkload, check_value};
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::Client;
@@ -167,17 +167,7 @@ pub enum PatronusNode {
 impl PatronusNode {
     /// Starts one with a pool of `pool_mib` MiB, isolating clients as `isolation` says.
     pub fn start(pool_mib: u64, isolation: Isolation) -> Result<Self> {
-        let exe = std::env::current_exe()?;
-        let is_patronus = exe
-            .file_stem()
-            .is_some_and(|s| s.to_string_lossy() == "patronus");
-        let beside = exe.with_file_name(format!("patronus{}", std::env::consts::EXE_SUFFIX));
-        let server = if is_patronus {
-            Some(exe)
-        } else {
-            beside.is_file().then_some(beside)
-        };
-        if let Some(exe) = server {
+        if let Some(exe) = program_beside("patronus") {
             let args = [
                 "serve",
                 "--listen",
