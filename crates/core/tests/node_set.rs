@@ -281,6 +281,38 @@ fn a_stopped_node_fails_its_permissions_and_the_others_go_on(t: Link) {
     assert_eq!(set.down_nodes(), [NodeId(1)]);
 }
 
+/// `free_many` frees objects on every node in one call, one outcome each and in order: an
+/// object freed already is reported as gone, and does not keep the others from being freed.
+fn free_many_frees_across_nodes_and_reports_each(t: Link) {
+    let mut n = nodes(t, 2);
+    let mut set = connect(&mut n);
+    let mut perms = set
+        .allocate_many(&[64, 64, 64, 64, 64], LEASE, Mode::Shared)
+        .unwrap();
+    assert_eq!((live_objects(&n, 0), live_objects(&n, 1)), (3, 2));
+    // Another right over the third object, which is freed before the batch.
+    let third = perms.remove(2);
+    let again = set
+        .acquire(third.addr(), 64, LEASE, Access::ReadWrite, Mode::Shared)
+        .unwrap();
+    set.free(third).unwrap();
+    perms.insert(2, again);
+    let outcomes = set.free_many(perms);
+    assert_eq!(outcomes.len(), 5);
+    for (i, o) in outcomes.iter().enumerate() {
+        if i == 2 {
+            let e = o.as_ref().unwrap_err();
+            assert!(
+                matches!(e.client_error(), Some(ClientError::NotFound)),
+                "{e}"
+            );
+        } else {
+            assert!(o.is_ok(), "object {i}: {o:?}");
+        }
+    }
+    assert_eq!((live_objects(&n, 0), live_objects(&n, 1)), (0, 0));
+}
+
 /// A set whose every node is gone refuses allocations, naming the last node tried.
 fn with_every_node_gone_allocation_says_so(t: Link) {
     let mut n = nodes(t, 2);
@@ -314,4 +346,5 @@ both_transports!(
     an_rkey_is_valid_on_its_own_node_only,
     a_stopped_node_fails_its_permissions_and_the_others_go_on,
     with_every_node_gone_allocation_says_so,
+    free_many_frees_across_nodes_and_reports_each,
 );

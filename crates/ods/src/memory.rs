@@ -289,6 +289,14 @@ pub trait RemoteMemory {
     /// Frees the object the right covers; every right over it ends.
     fn free(&mut self, region: Self::Region) -> Result<(), MemError>;
 
+    /// Frees the object every right of `regions` covers, in as few round trips as the system
+    /// allows (Patronus: one per group of requests a connection carries at once); one outcome
+    /// per right, in order: a failure of one does not keep the others from being freed. By
+    /// default, one [`RemoteMemory::free`] after another.
+    fn free_many(&mut self, regions: Vec<Self::Region>) -> Vec<Result<(), MemError>> {
+        regions.into_iter().map(|r| self.free(r)).collect()
+    }
+
     /// Runs `ops` with one doorbell (see the module docs); one result per operation, in order.
     fn execute(&mut self, ops: &[MemOp<'_, Self::Region>]) -> Vec<Result<MemOut, MemError>>;
 

@@ -248,6 +248,14 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
         Ok(self.set.free(region)?)
     }
 
+    fn free_many(&mut self, regions: Vec<NodePerm>) -> Vec<Result<(), MemError>> {
+        self.set
+            .free_many(regions)
+            .into_iter()
+            .map(|r| r.map_err(MemError::from))
+            .collect()
+    }
+
     fn execute(&mut self, ops: &[MemOp<'_, NodePerm>]) -> Vec<Result<MemOut, MemError>> {
         let ops: Vec<NodeOp<'_>> = ops
             .iter()

@@ -6,7 +6,7 @@ use super::driver::Client;
 use super::error::{ClientError, unexpected};
 use super::lease::micros;
 use super::perm::Perm;
-use crate::proto::messages::{Access, MAX_OUTSTANDING_RPCS, Mode, Reply, Request};
+use crate::proto::messages::{Access, MAX_OUTSTANDING_RPCS, Mode, Reply, Request, Status};
 use rnic::Provider;
 use std::time::Duration;
 
@@ -161,5 +161,66 @@ impl<P: Provider> Client<P> {
             }
         }
         failed.map_or(Ok(()), Err)
+    }
+}
+
+impl<P: Provider> Client<P> {
+    /// [`Client::free`] for every permission of `perms`, in one round trip per group of up to
+    /// [`MAX_OUTSTANDING_RPCS`] (every request of a group sent before any answer is awaited):
+    /// a data structure that retires objects in batches returns them at the cost of one.
+    ///
+    /// One outcome per permission, in order: a failure of one does not keep the others from
+    /// being freed. A permission of an earlier session is freed through the current one (as
+    /// [`Client::free`] does, one round trip more); one whose free the node refuses is ended
+    /// all the same, and the refusal reported.
+    pub(crate) fn free_many(&mut self, perms: Vec<Perm>) -> Vec<Result<(), ClientError>> {
+        let mut outcomes: Vec<Option<Result<(), ClientError>>> = Vec::with_capacity(perms.len());
+        let mut current = Vec::with_capacity(perms.len());
+        for p in perms {
+            if self.current(&p).is_ok() {
+                current.push((outcomes.len(), p.id()));
+                outcomes.push(None);
+            } else {
+                outcomes.push(Some(self.free(p)));
+            }
+        }
+        for group in current.chunks(MAX_OUTSTANDING_RPCS as usize) {
+            let reqs = group
+                .iter()
+                .map(|&(_, id)| Request::Revoke { id, free: true });
+            match self.call_all(reqs) {
+                Ok(replies) => {
+                    for (&(at, id), reply) in group.iter().zip(replies) {
+                        outcomes[at] = Some(match reply {
+                            Ok(Reply::Revoked) => Ok(()),
+                            // The node refused to free it: end the permission all the same.
+                            Ok(Reply::Failed(s @ (Status::NotOwner | Status::InvalidArgument))) => {
+                                match self.rpc(Request::Revoke { id, free: false }) {
+                                    Ok(Reply::Revoked | Reply::Failed(Status::NotFound)) => {
+                                        Err(ClientError::from_status(s))
+                                    }
+                                    Ok(other) => Err(unexpected(other)),
+                                    Err(e) => Err(e),
+                                }
+                            }
+                            Ok(other) => Err(unexpected(other)),
+                            Err(e) => Err(e),
+                        });
+                    }
+                }
+                Err(e) => {
+                    // The group was started: whether each free ran is unknown.
+                    let mut e = Some(e);
+                    for &(at, _) in group {
+                        let lost = ClientError::ControlLost(rnic::WcStatus::WrFlushError);
+                        outcomes[at] = Some(Err(e.take().unwrap_or(lost)));
+                    }
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Err(ClientError::InvalidArgument("no outcome"))))
+            .collect()
     }
 }

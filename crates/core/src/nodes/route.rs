@@ -250,6 +250,41 @@ impl<P: Provider> NodeSet<P> {
         self.outcome(p.node, r, true)
     }
 
+    /// [`NodeSet::free`] of every permission of `perms`: per node, one round trip per group
+    /// of 16 (every free sent before any answer is awaited). One outcome per permission, in
+    /// order; a failure of one does not keep the others from being freed.
+    pub fn free_many(&mut self, perms: Vec<NodePerm>) -> Vec<Result<(), NodeSetError>> {
+        let mut outcomes: Vec<Option<Result<(), NodeSetError>>> =
+            (0..perms.len()).map(|_| None).collect();
+        let mut groups: Vec<(NodeId, Vec<(usize, Perm)>)> = Vec::new();
+        for (at, p) in perms.into_iter().enumerate() {
+            if let Err(e) = self.usable(p.node) {
+                outcomes[at] = Some(Err(e));
+                continue;
+            }
+            match groups.iter_mut().find(|(n, _)| *n == p.node) {
+                Some((_, g)) => g.push((at, p.perm)),
+                None => groups.push((p.node, vec![(at, p.perm)])),
+            }
+        }
+        for (node, group) in groups {
+            let (ats, group): (Vec<usize>, Vec<_>) = group.into_iter().unzip();
+            let rs = self.members[node.index()].client.free_many(group);
+            for (at, r) in ats.into_iter().zip(rs) {
+                outcomes[at] = Some(self.outcome(node, r, true));
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or(Err(NodeSetError::Node {
+                    node: NodeId(0),
+                    source: ClientError::InvalidArgument("no outcome"),
+                }))
+            })
+            .collect()
+    }
+
     /// Lets clients of `tenant` acquire the object at global address `addr` (see
     /// [`SessionControl::share`](crate::client::SessionControl::share)).
     pub fn share(
