@@ -3,7 +3,8 @@
 //! CAS with the re-read behind it — two round trips — plus a quarter of an `allocate` (KV
 //! blocks come four per round trip) and no `acquire` once the subtable's right is held (it is
 //! reused across operations). A lookup of another client's block adds one `acquire`, which a
-//! repeated lookup of the same key saves (the right is kept).
+//! repeated lookup of the same key saves (the right is kept); the writer keeps its right over
+//! the block it linked, so its own next lookup or update of the key needs none.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod race_support;
@@ -25,7 +26,12 @@ fn costs_per_operation_match_section_6_1(t: Link) {
     };
     let root = race::create(a, cfg).unwrap();
     let o = ClientOptions::default();
-    let mut w = race::open(a, root, o).unwrap();
+    // The writer's rights outlast the test (its own blocks' rights are reused below).
+    let long = ClientOptions {
+        lease: std::time::Duration::from_millis(900),
+        ..o
+    };
+    let mut w = race::open(a, root, long).unwrap();
     let mut r = race::open(b, root, o).unwrap();
     w.insert(a, &key(0), &value(0, 0)).unwrap(); // takes the subtable's right, 4 blocks
     let n = 40;
@@ -70,7 +76,9 @@ fn costs_per_operation_match_section_6_1(t: Link) {
     assert_eq!(s.acquires, 0, "kept rights are reused: {s:?}");
     assert_eq!(s.batches, 2 * 21);
 
-    // Update: a quarter allocate, a read-write right over the old block (to free it), the CAS.
+    // Update of its own blocks: a quarter allocate; the buckets (behind the new block's WRITE),
+    // the old block validated and the CAS, a batch each; the free through the read-write right
+    // the writer kept when it linked the old block (no acquire).
     let before = w.stats();
     for i in 1..=8 {
         w.update(a, &key(i), &value(i, 1)).unwrap();
@@ -81,6 +89,22 @@ fn costs_per_operation_match_section_6_1(t: Link) {
         (2, 8, 8, 8),
         "{s:?}"
     );
+    assert_eq!(s.acquires, 0, "the writer's own rights are reused: {s:?}");
+    assert_eq!(s.batches, 3 * 8, "{s:?}");
+    // Its own lookups of them: the buckets, then the block through the kept right.
+    let before = w.stats();
+    for i in 1..=8 {
+        assert_eq!(w.get(a, &key(i)).unwrap(), Some(value(i, 1)));
+    }
+    let s = w.stats().since(&before);
+    assert_eq!((s.acquires, s.batches), (0, 16), "{s:?}");
+    // Update of another client's blocks: a read-write right over each old block (to free it).
+    let before = r.stats();
+    for i in 9..=16 {
+        r.update(b, &key(i), &value(i, 1)).unwrap();
+    }
+    let s = r.stats().since(&before);
+    assert_eq!((s.frees, s.cas, s.writes), (8, 8, 8), "{s:?}");
     assert!(s.acquires >= 8 && s.acquires <= 10, "{s:?}");
     // Delete: the same without a new block.
     let before = w.stats();
@@ -96,4 +120,51 @@ fn costs_per_operation_match_section_6_1(t: Link) {
     eprintln!("costs: insert, lookup, update, delete as asserted");
 }
 
-both_transports!(costs_per_operation_match_section_6_1);
+/// With `free_batch`, the blocks updates unlink are freed together once the batch is full
+/// (and the rest at `close`); lookups see the new values throughout.
+fn retired_blocks_are_freed_in_batches(t: Link) {
+    let (_bed, mut mems) = bed(t, 1);
+    let a = &mut mems[0];
+    let cfg = RaceConfig {
+        initial_depth: 0,
+        ..RaceConfig::default()
+    };
+    let root = race::create(a, cfg).unwrap();
+    let o = ClientOptions {
+        lease: std::time::Duration::from_millis(900),
+        free_batch: 4,
+        ..ClientOptions::default()
+    };
+    let mut w = race::open(a, root, o).unwrap();
+    for i in 0..6 {
+        w.insert(a, &key(i), &value(i, 0)).unwrap();
+    }
+    let before = w.stats();
+    for i in 0..3 {
+        w.update(a, &key(i), &value(i, 1)).unwrap();
+        assert_eq!(w.get(a, &key(i)).unwrap(), Some(value(i, 1)));
+    }
+    assert_eq!(
+        w.stats().since(&before).frees,
+        0,
+        "three wait for the fourth"
+    );
+    w.update(a, &key(3), &value(3, 1)).unwrap();
+    let s = w.stats().since(&before);
+    assert_eq!(
+        (s.frees, s.acquires),
+        (4, 0),
+        "a full batch is freed: {s:?}"
+    );
+    w.update(a, &key(4), &value(4, 1)).unwrap();
+    assert_eq!(w.stats().since(&before).frees, 4);
+    for i in 0..5 {
+        assert_eq!(w.get(a, &key(i)).unwrap(), Some(value(i, 1)));
+    }
+    w.close(a).unwrap();
+}
+
+both_transports!(
+    costs_per_operation_match_section_6_1,
+    retired_blocks_are_freed_in_batches
+);

@@ -6,24 +6,26 @@
 //! goes into the block-right cache like one acquired blocking.
 
 use super::client::TableClient;
+use super::layout::Slot;
 use crate::memory::{Acquiring, MemError, RemoteMemory};
 use patronus_core::proto::messages::{Access, Mode};
 use std::task::Poll;
 
 impl<M: RemoteMemory> TableClient<M> {
-    /// Gets a right over the block at `addr` (`len` bytes, `access`, shared, `lease`)
-    /// into the block-right cache without blocking: starts its acquire (counted) or polls the
-    /// one in flight for that address. `Ready(Ok)` once an answer came (the caller looks in
-    /// the cache again: an answer to an acquire with less access or length does not do),
-    /// `Pending` while in flight, `Ready(Err)` with the acquire's error.
+    /// Gets a right over the block `entry` names (`access`, shared, `lease`) into the
+    /// block-right cache, kept for that entry, without blocking: starts its acquire (counted)
+    /// or polls the one in flight for that address. `Ready(Ok)` once an answer came (the
+    /// caller looks in the cache again: an answer to an acquire with less access, or for
+    /// another entry, does not do), `Pending` while in flight, `Ready(Err)` with the acquire's
+    /// error.
     pub(crate) fn poll_block_right(
         &mut self,
         mem: &mut M,
-        addr: u64,
-        len: u64,
+        entry: Slot,
         access: Access,
         lease: std::time::Duration,
     ) -> Poll<Result<(), MemError>> {
+        let (addr, len) = (entry.ptr(), entry.len());
         let (asked, a) = match self.acquiring.remove(&addr) {
             Some((asked, a)) => (asked, mem.poll_acquire(a)),
             None => {
@@ -35,7 +37,7 @@ impl<M: RemoteMemory> TableClient<M> {
         self.awaiting = false;
         match a {
             Acquiring::Answered(Ok(r)) => {
-                self.keep_block_right(mem, addr, r, asked);
+                self.keep_block_right(mem, addr, r, asked, entry);
                 Poll::Ready(Ok(()))
             }
             Acquiring::Answered(Err(e)) => Poll::Ready(Err(e)),

@@ -10,8 +10,9 @@
 use super::config::{ClientOptions, RaceConfig};
 use super::error::RaceError;
 use super::hash::{hash64, mask};
-use super::layout::{BLOCK_HEADER, DirEntry, Geometry, MAX_BLOCK_UNITS, UNIT};
+use super::layout::{BLOCK_HEADER, DirEntry, Geometry, MAX_BLOCK_UNITS, Slot, UNIT};
 use super::records::Root;
+use super::rights::BlockRights;
 use super::stats::{RaceStats, SplitTime};
 use crate::memory::{Acquiring, MemError, Region, RemoteMemory};
 use patronus_core::proto::messages::{Access, Mode};
@@ -54,8 +55,11 @@ pub struct TableClient<M: RemoteMemory> {
     pub(crate) subtables: HashMap<u64, M::Region>,
     /// This client's allocated, not yet linked KV blocks.
     pub(crate) spare: Vec<M::Region>,
-    /// Rights over blocks this client read (of any writer), by address.
+    /// Rights over blocks this client read (of any writer) or linked, by address.
     pub(crate) blocks: BlockRights<M::Region>,
+    /// Blocks this client unlinked, with the nonce of the write each held, waiting to be
+    /// freed in a batch (`retire`).
+    pub(crate) retired: Vec<(M::Region, u64)>,
     /// Acquires of block rights in flight, by address, with the access asked for
     /// (`acquiring.rs`).
     pub(crate) acquiring: HashMap<u64, (Access, Acquiring<M::Region>)>,
@@ -103,6 +107,7 @@ impl<M: RemoteMemory> TableClient<M> {
             subtables: HashMap::new(),
             spare: Vec::new(),
             blocks: BlockRights::new(opts.reader_cache),
+            retired: Vec::new(),
             acquiring: HashMap::new(),
             awaiting: false,
             split_awaiting: false,
@@ -171,10 +176,12 @@ impl<M: RemoteMemory> TableClient<M> {
         self.spare.iter().map(Region::addr).collect()
     }
 
-    /// Gives up every right this client holds and frees its spare blocks (allocated, never
-    /// linked). Every right is given up even if a spare cannot be freed; the first such
-    /// failure is returned.
+    /// Frees the blocks it unlinked and has not freed yet (see
+    /// [`ClientOptions::free_batch`]), gives up every right this client holds and frees its
+    /// spare blocks (allocated, never linked). Every right is given up even if a spare
+    /// cannot be freed; the first such failure is returned.
     pub fn close(mut self, mem: &mut M) -> Result<(), RaceError> {
+        self.flush_retired(mem, true);
         let mut result = Ok(());
         for r in std::mem::take(&mut self.spare) {
             let freed = self.free_spare(mem, r);
@@ -406,117 +413,28 @@ impl<M: RemoteMemory> TableClient<M> {
         self.spare.push(block);
     }
 
-    /// Gives up the right over a block that is linked now (others free it; the lease ends).
-    pub(crate) fn consume(&mut self, mem: &mut M, block: M::Region) {
-        self.give_up(mem, block);
+    /// Keeps the right over a block this client just linked, read-write, among the rights
+    /// over blocks it reads: its next lookup of the key reads the block without an acquire,
+    /// and its next update of the key frees the block without one (a reader's right over
+    /// someone else's block is kept the same way). Whoever frees the block ends the right.
+    /// `entry` is the slot word that names it.
+    pub(crate) fn consume(&mut self, mem: &mut M, block: M::Region, entry: Slot) {
+        let addr = block.addr();
+        self.keep_block_right(mem, addr, block, Access::ReadWrite, entry);
     }
 
-    /// Keeps a right over a block (read by this client) for later use; gives up the ones
-    /// pushed out of the cache.
+    /// Keeps a right over a block, taken for `entry` (see `race::rights`), for later use;
+    /// gives up the ones pushed out of the cache.
     pub(crate) fn keep_block_right(
         &mut self,
         mem: &mut M,
         addr: u64,
         r: M::Region,
         access: Access,
+        entry: Slot,
     ) {
-        for old in self.blocks.put(addr, r, access) {
+        for old in self.blocks.put(addr, r, access, entry) {
             self.give_up(mem, old);
         }
-    }
-
-    /// Frees a block through `right`; if the right ended, acquires the block again and frees
-    /// it only if it still holds the write with `nonce` (not reused since). Best effort: a
-    /// block that cannot be freed is left to its lease (and counted as not freed).
-    pub(crate) fn free_block(&mut self, mem: &mut M, right: M::Region, nonce: u64) -> bool {
-        let (addr, len) = (right.addr(), right.len());
-        self.stats.frees += 1;
-        match mem.free(right) {
-            Ok(()) => return true,
-            Err(MemError::NotFound | MemError::Rejected | MemError::Expired) => {}
-            Err(_) => return false,
-        }
-        self.stats.acquires += 1;
-        let Ok(again) = mem.acquire(
-            addr,
-            len,
-            self.opts.read_lease,
-            Access::ReadWrite,
-            Mode::Shared,
-        ) else {
-            return false; // freed already
-        };
-        let ops = [crate::memory::MemOp::Read {
-            on: &again,
-            offset: 0,
-            len: super::layout::BLOCK_HEADER as u32,
-        }];
-        let out = super::stats::exec(&mut self.stats, mem, &ops).pop();
-        match super::stats::bytes(out) {
-            Ok(h) if super::block::nonce_of(&h) == nonce => {
-                self.stats.frees += 1;
-                mem.free(again).is_ok()
-            }
-            _ => {
-                self.give_up(mem, again);
-                false
-            }
-        }
-    }
-}
-
-/// Rights over KV blocks, by address, with the access they grant; the oldest are given up
-/// past the capacity.
-pub(crate) struct BlockRights<R> {
-    map: HashMap<u64, (R, Access)>,
-    order: VecDeque<u64>,
-    cap: usize,
-}
-
-impl<R: Region> BlockRights<R> {
-    fn new(cap: usize) -> Self {
-        BlockRights {
-            map: HashMap::new(),
-            order: VecDeque::new(),
-            cap,
-        }
-    }
-
-    /// The right over `addr` if one with `access` covering `len` bytes is held.
-    pub(crate) fn get(&self, addr: u64, len: u64, access: Access) -> Option<&R> {
-        self.map
-            .get(&addr)
-            .filter(|(r, a)| r.len() >= len && (*a == access || *a == Access::ReadWrite))
-            .map(|(r, _)| r)
-    }
-
-    /// Keeps `r`; returns the rights pushed out (to give up).
-    pub(crate) fn put(&mut self, addr: u64, r: R, access: Access) -> Vec<R> {
-        let mut out: Vec<R> = self
-            .map
-            .insert(addr, (r, access))
-            .map(|(r, _)| r)
-            .into_iter()
-            .collect();
-        self.order.retain(|a| *a != addr);
-        self.order.push_back(addr);
-        // Keep at least a few: an operation holds the rights it is validating.
-        while self.order.len() > self.cap.max(8) {
-            if let Some(a) = self.order.pop_front() {
-                out.extend(self.map.remove(&a).map(|(r, _)| r));
-            }
-        }
-        out
-    }
-
-    /// Takes the right over `addr` out.
-    pub(crate) fn take(&mut self, addr: u64) -> Option<R> {
-        self.order.retain(|a| *a != addr);
-        self.map.remove(&addr).map(|(r, _)| r)
-    }
-
-    fn drain(&mut self) -> Vec<R> {
-        self.order.clear();
-        self.map.drain().map(|(_, (r, _))| r).collect()
     }
 }

@@ -120,8 +120,13 @@ pub struct ClientOptions {
     pub margin: Duration,
     /// KV blocks allocated per allocation round trip (§7.3.1: four).
     pub preallocate: usize,
-    /// Rights over other clients' blocks kept for later lookups (0: none kept).
+    /// Rights over blocks kept for later lookups and updates: other clients' blocks it read,
+    /// and its own it linked (0: none kept).
     pub reader_cache: usize,
+    /// Blocks an update or delete unlinked that are freed together, in one round trip (1:
+    /// each as soon as it is unlinked). Up to this many minus one stay allocated, unlinked,
+    /// until the batch fills, a lease among them runs low, or the client closes.
+    pub free_batch: usize,
     /// Lease of a resizer's rights over the subtables and the directory it changes. Its lock
     /// lasts `fence_gap` longer, so those rights end before anyone else can take the lock.
     pub split_lease: Duration,
@@ -151,6 +156,7 @@ impl Default for ClientOptions {
             margin: Duration::from_micros(200),
             preallocate: 4,
             reader_cache: 64,
+            free_batch: 1,
             split_lease: Duration::from_millis(2),
             fence_gap: Duration::from_millis(2),
             takeover_after: 1024,

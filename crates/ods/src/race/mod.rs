@@ -43,6 +43,8 @@ mod layout;
 mod named;
 mod ops;
 mod records;
+mod retire;
+mod rights;
 mod split;
 mod stats;
 mod table;

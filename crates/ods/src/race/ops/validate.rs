@@ -100,7 +100,7 @@ impl Validate {
     /// Whether the right over the block is held (the next step is the reading batch).
     pub fn holds_right<M: RemoteMemory>(&self, t: &TableClient<M>) -> bool {
         let s = self.at.slot;
-        t.blocks.get(s.ptr(), s.len(), self.access).is_some()
+        t.blocks.get(s, self.access).is_some()
     }
 
     pub fn step<M: RemoteMemory>(
@@ -118,7 +118,7 @@ impl Validate {
         let margin = t.opts.margin;
         let usable = t
             .blocks
-            .get(addr, len, self.access)
+            .get(slot, self.access)
             .map(|r| !mem.expires_within(r, margin));
         match usable {
             Some(true) => {}
@@ -130,7 +130,7 @@ impl Validate {
                 // flight, and the next step reads through the right.
                 // A longer lease after each refused READ: the path is slower than the last.
                 let lease = t.opts.read_lease * (1u32 << self.refusals.min(11));
-                return match t.poll_block_right(mem, addr, len, self.access, lease) {
+                return match t.poll_block_right(mem, slot, self.access, lease) {
                     Poll::Pending | Poll::Ready(Ok(())) => Poll::Pending,
                     // Freed: the slot changed, or it is a copy a split left to clear.
                     Poll::Ready(Err(MemError::NotFound | MemError::Invalid(_))) => {
@@ -148,7 +148,7 @@ impl Validate {
         }
         let (Some(st), Some(b)) = (
             t.subtables.get(&self.subtable),
-            t.blocks.get(addr, len, self.access),
+            t.blocks.get(slot, self.access),
         ) else {
             return Poll::Pending;
         };

@@ -224,7 +224,7 @@ impl<M: RemoteMemory> Insert<M> {
         mem: &mut M,
     ) -> Poll<Result<(), RaceError>> {
         if let Some(b) = self.block.take() {
-            t.consume(mem, b);
+            t.consume(mem, b, self.mine);
         }
         self.state = State::Done;
         Poll::Ready(Ok(()))

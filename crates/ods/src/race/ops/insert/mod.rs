@@ -173,7 +173,7 @@ impl<M: RemoteMemory> Insert<M> {
     /// Gives up the block (it may be another client's to free now) and starts over.
     fn lose_block(&mut self, t: &mut TableClient<M>, mem: &mut M) -> Result<(), RaceError> {
         if let Some(b) = self.block.take() {
-            t.consume(mem, b);
+            t.consume(mem, b, self.mine);
         }
         self.linked = None;
         self.written = false;

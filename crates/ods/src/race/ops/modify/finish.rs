@@ -58,7 +58,7 @@ impl<M: RemoteMemory> Modify<M> {
             compare: s.0,
             swap: self.mine.0,
         }];
-        if let Some(b) = t.blocks.get(s.ptr(), 8, Access::ReadWrite) {
+        if let Some(b) = t.blocks.get(s, Access::ReadWrite) {
             ops.push(MemOp::Read {
                 on: b,
                 offset: 0,
@@ -211,7 +211,7 @@ impl<M: RemoteMemory> Modify<M> {
         if back.is_ok_and(|v| v == self.mine.0) {
             self.linked = false;
         } else if let Some(b) = self.block.take() {
-            t.consume(mem, b);
+            t.consume(mem, b, self.mine);
             self.linked = false;
         }
         let r = self.retry(t);
@@ -318,14 +318,12 @@ impl<M: RemoteMemory> Modify<M> {
             return Poll::Ready(Ok(()));
         };
         match take_right(t, addr) {
-            Some(r) => {
-                t.free_block(mem, r, nonce);
-            }
+            Some(r) => t.retire(mem, r, nonce),
             None => {
                 t.stats.acquires += 1;
                 let lease = t.opts.read_lease;
                 if let Ok(r) = mem.acquire(addr, len, lease, Access::ReadWrite, Mode::Shared) {
-                    t.keep_block_right(mem, addr, r, Access::ReadWrite);
+                    t.keep_block_right(mem, addr, r, Access::ReadWrite, Slot::EMPTY);
                     list.push((addr, len, nonce));
                 } // else: freed already
             }

@@ -188,7 +188,7 @@ impl<M: RemoteMemory> Modify<M> {
             // A block never linked is this client's to use again; a linked one is consumed.
             if let Some(b) = self.block.take() {
                 if res.is_ok() || self.linked {
-                    t.consume(mem, b);
+                    t.consume(mem, b, self.mine);
                 } else {
                     t.return_spare(b);
                 }
