@@ -65,6 +65,8 @@ pub(crate) struct Kv {
     failed: Arc<Failures>,
     /// What completed operations cost, from the clients dropped so far.
     costs: Arc<parking_lot::Mutex<RunCosts>>,
+    /// The measured clients' options.
+    options: ClientOptions,
 }
 
 /// Operations of a run that failed: counted and reported, not hidden, and the run goes on.
@@ -82,12 +84,18 @@ impl Failures {
 }
 
 impl Kv {
-    /// The workload `w` on a RACE table.
+    /// The workload `w` on a RACE table, with Figure 9's client options.
     pub(crate) fn new(w: KvWorkload) -> Self {
+        Self::with_options(w, options())
+    }
+
+    /// The workload `w` on a RACE table, its measured clients with options `o`.
+    pub(crate) fn with_options(w: KvWorkload, o: ClientOptions) -> Self {
         Kv {
             workload: Arc::new(w),
             failed: Arc::default(),
             costs: Arc::default(),
+            options: o,
         }
     }
 
@@ -120,7 +128,7 @@ impl Kv {
     }
 }
 
-/// The table clients' options in Figure 9 (and in the Redis comparison).
+/// The table clients' options in Figure 9.
 pub fn options() -> ClientOptions {
     ClientOptions {
         // The paper's lease is 100 µs on RDMA (§7.3.1). Here many logical clients share one
@@ -154,7 +162,7 @@ impl Workload for Kv {
         root: u64,
         i: usize,
     ) -> Result<Box<dyn Logical>> {
-        let table = race::open(&mut mem, root, options())?;
+        let table = race::open(&mut mem, root, self.options)?;
         Ok(Box::new(KvClient {
             mem,
             table,

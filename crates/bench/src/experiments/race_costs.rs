@@ -67,6 +67,7 @@ impl RunCosts {
                 ("one_sided", s.one_sided_ops()),
                 ("batches", s.batches),
                 ("retries", s.retries),
+                ("refused", s.rejected),
             ] {
                 row = row.with(&format!("{name}_{what}_per_op"), round3(k.per_op(n)));
             }
@@ -80,24 +81,29 @@ impl RunCosts {
         if self.get.ops > 0 {
             let (k, s) = (&self.get, &self.get.sum);
             out.push(format!(
-                "lookup: {:.2} acquire, {:.2} one-sided ops in {:.2} batches",
+                "lookup: {:.2} acquire, {:.2} one-sided ops in {:.2} batches, {:.2} refused, \
+                 {:.2} retries",
                 k.per_op(s.acquires),
                 k.per_op(s.one_sided_ops()),
-                k.per_op(s.batches)
+                k.per_op(s.batches),
+                k.per_op(s.rejected),
+                k.per_op(s.retries)
             ));
         }
         if self.put.ops > 0 {
             let (k, s) = (&self.put, &self.put.sum);
             out.push(format!(
                 "update: {:.2} allocate ({:.2} blocks), {:.2} acquire, {:.2} free, {:.2} extend, \
-                 {:.2} one-sided ops in {:.2} batches",
+                 {:.2} one-sided ops in {:.2} batches, {:.2} refused, {:.2} retries",
                 k.per_op(s.allocations),
                 k.per_op(s.allocated),
                 k.per_op(s.acquires),
                 k.per_op(s.frees),
                 k.per_op(s.extends),
                 k.per_op(s.one_sided_ops()),
-                k.per_op(s.batches)
+                k.per_op(s.batches),
+                k.per_op(s.rejected),
+                k.per_op(s.retries)
             ));
         }
         out

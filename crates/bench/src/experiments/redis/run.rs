@@ -14,6 +14,7 @@ use anyhow::{Context as _, Result, bail};
 use patronus_core::client::Client;
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig};
 use patronus_ods::PatronusMemory;
+use patronus_ods::race::ClientOptions;
 use rnic::soft::{SoftAddress, SoftContext, SoftProvider};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -248,6 +249,21 @@ impl PatronusNode {
     }
 }
 
+/// The table clients' options against Redis: a key-value store's clients rather than Figure
+/// 9's short leases. Rights last 200 ms (a key read or written again within that needs no
+/// acquire) and up to 1,024 are kept (every key of a quick run); blocks come 16 per
+/// allocation and go 16 per free (one round trip each).
+pub fn store_options() -> ClientOptions {
+    ClientOptions {
+        lease: Duration::from_millis(200),
+        read_lease: Duration::from_millis(200),
+        reader_cache: 1024,
+        preallocate: 16,
+        free_batch: 16,
+        ..crate::experiments::fig9::options()
+    }
+}
+
 /// A RACE table loaded on a node, and the client that created it (kept connected: the table's
 /// memory is its allocations).
 pub struct RaceTable {
@@ -272,7 +288,7 @@ impl RaceTable {
         let rig = Rig::new(patronus_core::cluster::Link::Tcp);
         let dev = rig.device()?;
         let addr = node.address();
-        let kv = Kv::new(w.clone());
+        let kv = Kv::with_options(w.clone(), store_options());
         let mut owner = PatronusMemory::new(Client::connect(&dev, &addr, lean_client())?);
         let root = kv.create(&mut owner)?;
         Ok(RaceTable {
