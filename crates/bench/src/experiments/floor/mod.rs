@@ -51,6 +51,37 @@ pub struct Case {
     pub syscalls: (f64, Option<f64>),
 }
 
+/// Chunks the blocking raw round trips and blocking soft READs are measured in, alternately.
+const BLOCKING_CHUNKS: u64 = 4;
+
+impl Case {
+    /// One case of equal-sized `chunks` (their latencies together, their per-operation
+    /// figures averaged).
+    fn merged(chunks: Vec<Case>) -> Case {
+        let n = chunks.len().max(1) as f64;
+        let mut it = chunks.into_iter();
+        let Some(mut first) = it.next() else {
+            return Case {
+                name: "",
+                latency: Latency::new(),
+                peer_cpu_us: None,
+                syscalls: (0.0, None),
+            };
+        };
+        let mut cpu = first.peer_cpu_us;
+        let (mut here, mut far) = first.syscalls;
+        for c in it {
+            first.latency.merge(&c.latency);
+            cpu = cpu.zip(c.peer_cpu_us).map(|(a, b)| a + b);
+            here += c.syscalls.0;
+            far = far.zip(c.syscalls.1).map(|(a, b)| a + b);
+        }
+        first.peer_cpu_us = cpu.map(|c| c / n);
+        first.syscalls = (here / n, far.map(|f| f / n));
+        first
+    }
+}
+
 /// The floor: every case, and where the far end ran.
 #[derive(Debug)]
 pub struct Floor {
@@ -196,20 +227,18 @@ impl Far {
 pub fn measure(samples: u64) -> Result<Floor> {
     let (far, announce) = start_far()?;
     let _pin = crate::harness::process::pin_this_thread(1 - SERVER_CORE);
-    let mut cases = Vec::new();
     let per_op = |d: Option<Duration>, n: u64| d.map(|d| d.as_secs_f64() * 1e6 / n as f64);
-    // Raw round trips.
-    for (name, mode) in [(RAW_BLOCKING, b'B'), (RAW_POLLING, b'P')] {
-        let (latency, calls, cpu) = raw_round_trips(&announce, mode, samples, &far)?;
-        cases.push(Case {
+    let raw = |name, mode, n: u64| -> Result<Case> {
+        let (latency, calls, cpu) = raw_round_trips(&announce, mode, n, &far)?;
+        Ok(Case {
             name,
             latency,
-            peer_cpu_us: per_op(cpu, samples),
+            peer_cpu_us: per_op(cpu, n),
             // The echo makes one read and one write per message, blocking; spinning reads
             // are not counted at the far end.
-            syscalls: (calls as f64 / samples as f64, (mode == b'B').then_some(2.0)),
-        });
-    }
+            syscalls: (calls as f64 / n as f64, (mode == b'B').then_some(2.0)),
+        })
+    };
     // Soft READs: this end's device sleeps when idle too.
     let dev = TcpNode::open_with(
         SoftConfig::default(),
@@ -219,18 +248,36 @@ pub fn measure(samples: u64) -> Result<Floor> {
             ..TcpOptions::default()
         },
     )?;
-    for (name, batch) in [(READ_BLOCKING, 1), (READ_BATCH, BATCH)] {
-        cases.push(soft_case(
-            name,
+    // The two blocking cases the target compares run in alternating chunks, so a machine
+    // that slows down or speeds up during the measurement moves both alike.
+    let (mut raw_blocking, mut read_blocking) = (Vec::new(), Vec::new());
+    let chunk = samples.div_ceil(BLOCKING_CHUNKS);
+    for _ in 0..BLOCKING_CHUNKS {
+        raw_blocking.push(raw(RAW_BLOCKING, b'B', chunk)?);
+        let (sleeping, f) = (announce.sleeping, &far);
+        read_blocking.push(soft_case(
+            READ_BLOCKING,
             &dev,
             &announce,
-            announce.sleeping,
-            batch,
+            sleeping,
+            1,
             false,
-            samples,
-            &far,
+            chunk,
+            f,
         )?);
     }
+    let mut cases = vec![Case::merged(raw_blocking), raw(RAW_POLLING, b'P', samples)?];
+    cases.push(Case::merged(read_blocking));
+    cases.push(soft_case(
+        READ_BATCH,
+        &dev,
+        &announce,
+        announce.sleeping,
+        BATCH,
+        false,
+        samples,
+        &far,
+    )?);
     // Polling: the far engine spins (a device opened for this case only), this end busy-polls.
     let mut holder = TcpStream::connect(announce.raw)?;
     holder.write_all(b"D")?;

@@ -85,7 +85,8 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let workload = KvWorkload::new(plan.keys, 0.99, 0.5, 4096);
     println!(
         "Redis comparison: 50 % reads, Zipfian 0.99, {} keys, 4 KiB values, over TCP; \
-         {ROUNDS} rounds, each system in turn; medians",
+         {ROUNDS} rounds, each system in turn; medians. RACE clients keep rights for 200 ms \
+         (up to 1,024) and allocate and free blocks 16 per round trip",
         plan.keys
     );
     let have_redis = RedisServer::available();
