@@ -211,27 +211,56 @@ pub fn check_uncached<P: Provider>(ctx: &P::Context) -> NicReport {
     }
 }
 
-/// Loopback QPs accepted by the check's listener, handed to the connecting side.
+/// Loopback QPs accepted by the check's listener, by the number of the connection that made
+/// each, handed to the connecting side.
 struct Accepted<P: Provider> {
-    qps: Mutex<Vec<P::Qp>>,
+    qps: Mutex<HashMap<u64, P::Qp>>,
     arrived: Condvar,
 }
 
+/// The check's listener listens where the node will: a client connecting early (a node
+/// restarted under its clients) reaches it. Only the check's own connections are accepted —
+/// their private data carry the check's random token and their number; anyone else is
+/// refused (and tries again once the node listens).
 struct Acceptor<P: Provider> {
     pd: P::Pd,
     cq: P::Cq,
     accepted: Arc<Accepted<P>>,
+    token: u64,
+}
+
+/// A check connection's private data: a tag, the check's token, the connection's number.
+fn hello(token: u64, number: u64) -> [u8; 24] {
+    let mut d = [0u8; 24];
+    d[..8].copy_from_slice(b"nicCheck");
+    d[8..16].copy_from_slice(&token.to_le_bytes());
+    d[16..].copy_from_slice(&number.to_le_bytes());
+    d
+}
+
+impl<P: Provider> Acceptor<P> {
+    /// The number of one of the check's own connections, from its private data.
+    fn number(&self, private_data: &[u8]) -> Option<u64> {
+        let d: &[u8; 24] = private_data.get(..24)?.try_into().ok()?;
+        let number = u64::from_le_bytes(d[16..].try_into().ok()?);
+        (*d == hello(self.token, number)).then_some(number)
+    }
 }
 
 impl<P: Provider> AcceptPolicy<P> for Acceptor<P> {
-    fn create_qp(&self, _private_data: &[u8]) -> Result<P::Qp, String> {
+    fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String> {
+        if self.number(private_data).is_none() {
+            return Err("the memory node is starting: try again".into());
+        }
         self.pd
             .create_qp(qp_init::<P>(&self.cq))
             .map_err(|e| e.to_string())
     }
-    fn established(&self, qp: P::Qp, _private_data: &[u8]) {
-        self.accepted.qps.lock().push(qp);
-        self.accepted.arrived.notify_all();
+    fn established(&self, qp: P::Qp, private_data: &[u8]) {
+        if let Some(number) = self.number(private_data) {
+            self.accepted.qps.lock().insert(number, qp);
+            self.accepted.arrived.notify_all();
+        }
     }
 }
 
@@ -259,6 +288,9 @@ struct Bench<P: Provider> {
     _listener: P::Listener,
     address: P::Address,
     accepted: Arc<Accepted<P>>,
+    /// The token of this check's connections, and the number of the next.
+    token: u64,
+    next: std::sync::atomic::AtomicU64,
     /// Where type-1 binds are posted (any QP of the domain may carry them).
     binder: Option<Pair<P>>,
     pd: P::Pd,
@@ -289,13 +321,15 @@ impl<P: Provider> Bench<P> {
             )
             .map_err(e)?;
         let accepted = Arc::new(Accepted {
-            qps: Mutex::new(Vec::new()),
+            qps: Mutex::new(HashMap::new()),
             arrived: Condvar::new(),
         });
+        let token = rand::random::<u64>();
         let policy = Arc::new(Acceptor::<P> {
             pd: pd.clone(),
             cq: cq.clone(),
             accepted: accepted.clone(),
+            token,
         });
         let listener = ctx.listen(policy).map_err(e)?;
         let address = ctx.listener_address(&listener);
@@ -303,6 +337,8 @@ impl<P: Provider> Bench<P> {
             _listener: listener,
             address,
             accepted,
+            token,
+            next: std::sync::atomic::AtomicU64::new(0),
             binder: None,
             pd,
             cq,
@@ -486,12 +522,16 @@ impl<P: Provider> Bench<P> {
             .pd
             .create_qp(qp_init::<P>(&self.cq))
             .map_err(|e| e.to_string())?;
+        let number = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         requester
-            .connect(&self.address, &[])
+            .connect(&self.address, &hello(self.token, number))
             .map_err(|e| format!("a loopback connection: {e}"))?;
         let mut qps = self.accepted.qps.lock();
         let deadline = Instant::now() + COMPLETION_BOUND;
-        while qps.is_empty() {
+        let responder = loop {
+            if let Some(qp) = qps.remove(&number) {
+                break qp;
+            }
             if self
                 .accepted
                 .arrived
@@ -500,8 +540,7 @@ impl<P: Provider> Bench<P> {
             {
                 return Err("a loopback connection was never accepted".into());
             }
-        }
-        let responder = qps.remove(0);
+        };
         Ok(Pair {
             requester,
             responder,
@@ -613,4 +652,41 @@ fn write(at: u64, rkey: Rkey) -> Op {
 
 fn read(at: u64, rkey: Rkey) -> Op {
     Op::Read(at, rkey)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic::soft::{SoftFabric, SoftProvider};
+
+    /// The check's listener takes only its own connections: a client that reaches the port
+    /// while the check runs (a node restarted under its clients) is refused and never handed
+    /// to the check as one of its loopback QPs.
+    #[test]
+    fn only_the_checks_own_connections_are_accepted() {
+        let fabric = SoftFabric::new();
+        let ctx = fabric.open_device(rnic::soft::SoftConfig::default());
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(16).unwrap();
+        let accepted = Arc::new(Accepted::<SoftProvider> {
+            qps: Mutex::new(HashMap::new()),
+            arrived: Condvar::new(),
+        });
+        let acceptor = Acceptor::<SoftProvider> {
+            pd,
+            cq,
+            accepted: accepted.clone(),
+            token: 0xfeed,
+        };
+        for foreign in [&b""[..], b"hello from a client", &hello(0xbeef, 0)[..]] {
+            assert!(acceptor.create_qp(foreign).is_err(), "{foreign:?}");
+        }
+        let own = hello(0xfeed, 7);
+        let qp = acceptor.create_qp(&own).unwrap();
+        acceptor.established(qp, &own);
+        let stray = acceptor.create_qp(&hello(0xfeed, 8)).unwrap();
+        acceptor.established(stray, b"not the check's");
+        let qps = accepted.qps.lock();
+        assert_eq!(qps.keys().copied().collect::<Vec<_>>(), [7]);
+    }
 }

@@ -113,3 +113,54 @@ fn a_node_allowed_to_serves_and_says_so() {
     let node = MemoryNode::<SoftProvider>::start(ctx, support::node_config()).unwrap();
     assert!(!node.unenforced_window_bounds());
 }
+
+/// A client connecting to the node's address again and again while the check runs (as the
+/// clients of a restarted node do) is refused and does not break the check: every check
+/// passes. (The check once took such a connection for one of its loopback QPs and failed
+/// with a flushed bind: a restarted `serve` then refused to start.)
+#[test]
+fn clients_knocking_during_the_check_do_not_break_it() {
+    use rnic::{AccessFlags, Context, ProtectionDomain, QpInit, QpTiming, QueuePair};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // A free port for the node, known before it listens.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let node = TcpNode::open(SoftConfig::default(), port).unwrap();
+    let address = rnic::soft::SoftAddress::Tcp(port);
+    let client =
+        TcpNode::open(SoftConfig::default(), SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let knocking = stop.clone();
+    let knocker = std::thread::Builder::new()
+        .name("knocker".into())
+        .spawn(move || {
+            let pd = client.alloc_pd().unwrap();
+            let cq = client.create_cq(16).unwrap();
+            let mut knocks = 0u64;
+            while !knocking.load(Ordering::SeqCst) {
+                let qp = pd
+                    .create_qp(QpInit {
+                        send_cq: &cq,
+                        recv_cq: &cq,
+                        srq: None,
+                        max_send_wr: 4,
+                        max_recv_wr: 4,
+                        access: AccessFlags::REMOTE_READ,
+                        timing: QpTiming::default(),
+                    })
+                    .unwrap();
+                let _ = qp.connect(&address, b"a client's hello");
+                knocks += 1;
+            }
+            knocks
+        });
+    let knocker = knocker.unwrap();
+    let report = nic_check::check_uncached::<SoftProvider>(&node);
+    stop.store(true, Ordering::SeqCst);
+    let knocks = knocker.join().unwrap();
+    println!("{report}\n{knocks} connections knocked meanwhile");
+    assert!(Check::ALL.iter().all(|&c| report.enforces(c)), "{report}");
+}
