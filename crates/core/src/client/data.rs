@@ -10,68 +10,21 @@
 //! [`ClientError::OutcomeUnknown`]. READs are idempotent and retried; ops that were never
 //! posted are retried. The decision is the client core's (`core/data_path.rs`).
 
-use super::core::{Fault, NOT_POSTED, Next, RetryRounds};
 use super::driver::Client;
 use super::error::ClientError;
+use super::op::{Kind, Op, OpResult};
 use super::perm::Perm;
-use super::qps::{LaneView, SwitchKind, tagged};
+use super::qps::SwitchKind;
 use crate::proto::messages::Access;
 use crate::proto::refusal::SessionEnd;
-use rnic::{
-    MemoryBuffer, MemoryKey, MemoryRegion, Provider, QueuePair, SendOp, SendWr, Sge, WcStatus,
-};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-impl Op {
-    fn rkey(&self) -> MemoryKey {
-        let both = self.rkeys.load(Ordering::SeqCst);
-        if self.lifetime {
-            MemoryKey(both as u32)
-        } else {
-            MemoryKey((both >> 32) as u32)
-        }
-    }
-}
-
-/// What a successful op produced.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OpResult {
-    /// READ data.
-    Read(Vec<u8>),
-    /// WRITE done.
-    Written,
-    /// CAS/FAA: the previous value.
-    Atomic(u64),
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Read,
-    Write,
-    Cas { compare: u64, swap: u64 },
-    Faa { add: u64 },
-}
-
-#[derive(Debug)]
-struct Op {
-    addr: u64,
-    /// The permission's current rkeys, read when the op is posted (a QP switch under type-2
-    /// isolation refreshes them between a flush and the retry).
-    rkeys: Arc<AtomicU64>,
-    /// Use the lifetime window's rkey instead of the buffer's.
-    lifetime: bool,
-    len: u32,
-    kind: Kind,
-    payload: Vec<u8>,
-    staging: usize,
-}
+use rnic::{MemoryBuffer, Provider, QueuePair};
+use std::sync::atomic::Ordering;
 
 /// Ops collected for one doorbell; see [`Client::batch`].
 #[derive(Debug)]
 pub struct Batch<'c, P: Provider> {
-    client: &'c mut Client<P>,
-    ops: Vec<Result<Op, ClientError>>,
+    pub(super) client: &'c mut Client<P>,
+    pub(super) ops: Vec<Result<Op, ClientError>>,
 }
 
 impl<P: Provider> Client<P> {
@@ -296,144 +249,7 @@ impl<P: Provider> Batch<'_, P> {
     pub fn faa(&mut self, perm: &Perm, offset: u64, add: u64) -> &mut Self {
         self.atomic(perm, offset, Kind::Faa { add })
     }
-
-    /// Posts every op with one doorbell and waits for them; one result per op, in order.
-    pub fn execute(self) -> Vec<Result<OpResult, ClientError>> {
-        let Batch { client, ops } = self;
-        let mut results: Vec<Option<Result<OpResult, ClientError>>> = Vec::with_capacity(ops.len());
-        let mut todo = Vec::new();
-        let mut ops_ok: Vec<Option<Op>> = Vec::with_capacity(ops.len());
-        let mut cursor = 0usize;
-        // The end of the staging buffer holds posted extensions' results.
-        let staging_len = client.staging.len() - super::posted::POSTED_STAGING;
-        for (i, op) in ops.into_iter().enumerate() {
-            match op {
-                Ok(mut op) => {
-                    let start = cursor.next_multiple_of(8);
-                    if start + op.len as usize > staging_len {
-                        results.push(Some(Err(ClientError::InvalidArgument(
-                            "batch larger than the staging buffer",
-                        ))));
-                        ops_ok.push(None);
-                        continue;
-                    }
-                    op.staging = start;
-                    cursor = start + op.len as usize;
-                    results.push(None);
-                    ops_ok.push(Some(op));
-                    todo.push(i);
-                }
-                Err(e) => {
-                    results.push(Some(Err(e)));
-                    ops_ok.push(None);
-                }
-            }
-        }
-        let mut rounds = RetryRounds::default();
-        while !todo.is_empty() {
-            if let Some(broken) = client.broken_lane() {
-                // Broke since the last batch (a lost link, another user's fault): switch
-                // before posting anything.
-                if let Err(e) = client.switch_qp(broken) {
-                    let e = std::sync::Arc::new(e);
-                    for &i in &todo {
-                        results[i] = Some(Err(unrun(&e)));
-                    }
-                    break;
-                }
-            }
-            // Type 2: another user's switch may not have bound the windows to the new QP yet.
-            let lane = match client.bound_lane() {
-                Ok(lane) => lane,
-                Err(e) => {
-                    let e = std::sync::Arc::new(e);
-                    for &i in &todo {
-                        results[i] = Some(Err(unrun(&e)));
-                    }
-                    break;
-                }
-            };
-            let Ran {
-                outcome,
-                fault,
-                incarnation,
-            } = client.run(&lane, &ops_ok, &todo);
-            let may_retry = rounds.may_retry(fault);
-            let mut retry = Vec::new();
-            let mut broken = false;
-            for (i, status) in outcome {
-                let is_read = ops_ok[i]
-                    .as_ref()
-                    .is_some_and(|op| matches!(op.kind, Kind::Read));
-                // The core is asked only about failures (its lock stays off the fast path).
-                let next = if status == WcStatus::Success {
-                    Next::Retry
-                } else {
-                    client
-                        .node
-                        .lock()
-                        .core
-                        .data_next_step(status, fault, is_read)
-                };
-                match (status, next) {
-                    (WcStatus::Success, _) => {
-                        results[i] = ops_ok[i].as_ref().map(|op| Ok(client.output(op)));
-                    }
-                    (_, Next::Retry) if may_retry => {
-                        broken |= status != NOT_POSTED;
-                        retry.push(i);
-                    }
-                    (s, Next::Retry) => {
-                        broken = true;
-                        results[i] = Some(Err(ClientError::FailedAfterFailover(s)));
-                    }
-                    (s, Next::Denied) => {
-                        broken = true;
-                        results[i] = Some(Err(ClientError::Denied(s)));
-                    }
-                    (s, Next::Unknown) => {
-                        broken = true;
-                        results[i] = Some(Err(ClientError::OutcomeUnknown(s)));
-                    }
-                }
-            }
-            if broken {
-                rounds.broke(fault);
-            }
-            if broken {
-                if let Err(e) = client.switch_qp(incarnation) {
-                    let e = std::sync::Arc::new(e);
-                    for &i in &retry {
-                        results[i] = Some(Err(unrun(&e)));
-                    }
-                    break;
-                }
-            }
-            todo = retry;
-        }
-        results
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or(Err(ClientError::Internal(
-                    "an op of the batch without a result",
-                )))
-            })
-            .collect()
-    }
 }
-
-/// The error of an op left unrun (it did not execute, or is a READ) because no QP could take
-/// the broken one's place: the session's end as it is (the op's permission ended with it),
-/// else the failed switch.
-fn unrun(switch: &std::sync::Arc<ClientError>) -> ClientError {
-    match **switch {
-        ClientError::SessionEnded(why) => ClientError::SessionEnded(why),
-        _ => ClientError::FailoverFailed(switch.clone()),
-    }
-}
-
-/// How long a batch waits for completions that do not come before it calls the transport dead.
-pub(super) const DEAD_TRANSPORT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<P: Provider> Client<P> {
     /// The incarnation of this client's lane if its QP is broken (it must be replaced
@@ -494,7 +310,7 @@ impl<P: Provider> Client<P> {
         Ok(kind)
     }
 
-    fn output(&self, op: &Op) -> OpResult {
+    pub(super) fn output(&self, op: &Op) -> OpResult {
         match op.kind {
             Kind::Read => {
                 let mut data = vec![0u8; op.len as usize];
@@ -507,131 +323,4 @@ impl<P: Provider> Client<P> {
             }
         }
     }
-
-    /// Posts the ops at `indexes` on this client's lane; returns (index, status) for each,
-    /// the fault the completions show (a flush filed with a refusal as its cause counts as
-    /// that refusal: someone's access was refused ahead of it on the shared QP), and the
-    /// incarnation of the lane's QP they ran on. A transport that completes nothing for 10 s
-    /// of the timer clock is dead: what it did not complete reports `RetryExceeded`.
-    fn run(&mut self, lane: &LaneView<P>, ops: &[Option<Op>], indexes: &[usize]) -> Ran {
-        // 27 bits of epoch above 20 bits of index: a batch's ids never carry the posted
-        // extensions' tag nor the user's.
-        self.epoch = (self.epoch + 1) & EPOCH_MASK;
-        let epoch = self.epoch;
-        let lkey = self.staging_mr.lkey();
-        let base = self.staging.addr();
-        let mut wrs = Vec::with_capacity(indexes.len());
-        for &i in indexes {
-            let Some(op) = ops[i].as_ref() else { continue };
-            let local = Sge {
-                addr: base + op.staging as u64,
-                length: op.len,
-                lkey,
-            };
-            if matches!(op.kind, Kind::Write) {
-                let _ = self.staging.write(op.staging, &op.payload);
-            }
-            let wr_op = match op.kind {
-                Kind::Read => SendOp::Read {
-                    local,
-                    remote_addr: op.addr,
-                    rkey: op.rkey(),
-                },
-                Kind::Write => SendOp::Write {
-                    local,
-                    remote_addr: op.addr,
-                    rkey: op.rkey(),
-                },
-                Kind::Cas { compare, swap } => SendOp::CompareSwap {
-                    local,
-                    remote_addr: op.addr,
-                    rkey: op.rkey(),
-                    compare,
-                    swap,
-                },
-                Kind::Faa { add } => SendOp::FetchAdd {
-                    local,
-                    remote_addr: op.addr,
-                    rkey: op.rkey(),
-                    add,
-                },
-            };
-            wrs.push(SendWr {
-                wr_id: tagged(self.user, (epoch << INDEX_BITS) | i as u64),
-                signaled: true,
-                op: wr_op,
-            });
-        }
-        let qpn = lane.qp.qp_num();
-        let posted = match lane.post_send(&wrs) {
-            Ok(()) => wrs.len(),
-            Err((k, _)) => k,
-        };
-        let mut out: Vec<(usize, WcStatus)> = indexes
-            .iter()
-            .skip(posted)
-            .map(|&i| (i, NOT_POSTED))
-            .collect();
-        let mut causes = Vec::new();
-        let mut routed = std::mem::take(&mut self.routed);
-        let mut got = 0;
-        let deadline = self.clocks.timer.now().plus(DEAD_TRANSPORT);
-        let mut idle = crate::rpc::IdleWait::default();
-        while got < posted {
-            routed.clear();
-            let n = self.node.data_cq.poll(self.user, &mut routed);
-            for r in &routed {
-                if self.posted.file(&r.wc) {
-                    continue; // a posted extension's: its poll takes it
-                }
-                let id = r.wc.wr_id;
-                if r.wc.qp_num != qpn || id >> INDEX_BITS != epoch {
-                    continue; // from a QP or batch already given up on
-                }
-                got += 1;
-                causes.push(r.cause);
-                out.push(((id & INDEX_MASK) as usize, r.wc.status));
-            }
-            if n == 0 {
-                if self.clocks.timer.now() >= deadline {
-                    for &i in indexes.iter().take(posted) {
-                        if !out.iter().any(|(j, _)| *j == i) {
-                            out.push((i, WcStatus::RetryExceeded));
-                        }
-                    }
-                    break;
-                }
-                // Sleep on the CQ after a short spin: the NIC may need this core (a TCP
-                // engine thread on a small machine). At most 1 ms at a time, as polling
-                // drives the provider's timers.
-                let (cq, user) = (&self.node.data_cq, self.user);
-                idle.idle_with(|| cq.wait(user, std::time::Duration::from_millis(1)));
-            } else {
-                idle.busy();
-            }
-        }
-        routed.clear();
-        self.routed = routed;
-        let fault = Fault::of_shared(out.iter().map(|&(_, s)| s), causes.into_iter());
-        Ran {
-            outcome: out,
-            fault,
-            incarnation: lane.incarnation,
-        }
-    }
 }
-
-/// One round of a batch on the lane's QP.
-struct Ran {
-    outcome: Vec<(usize, WcStatus)>,
-    fault: Fault,
-    incarnation: u64,
-}
-
-/// Bits of a batch's work-request id that hold the op's index.
-const INDEX_BITS: u32 = 20;
-const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
-/// A batch's epoch: the id bits above the index, below the user's tag.
-/// A batch's epoch: the 27 id bits above the index (the user's tag starts at bit 47, and
-/// bit 63 marks posted extensions).
-const EPOCH_MASK: u64 = (1 << 27) - 1;

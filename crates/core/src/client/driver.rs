@@ -39,6 +39,10 @@ pub struct Client<P: Provider> {
     pub(super) staging: P::Buffer,
     pub(super) staging_mr: P::Mr,
     pub(super) epoch: u64,
+    /// A batch of this client's is posted and not yet taken (`batch_run`).
+    pub(super) batch_in_flight: bool,
+    /// Such a batch, dropped untaken: finished before the next batch.
+    pub(super) abandoned: super::op::Abandoned,
     /// Extensions posted without waiting (`Op::Extend` tickets).
     pub(super) posted: posted::PostedOps,
 }
@@ -124,6 +128,8 @@ impl<P: Provider> Client<P> {
             staging,
             staging_mr,
             epoch: 0,
+            batch_in_flight: false,
+            abandoned: Default::default(),
             posted: posted::PostedOps::default(),
             node,
         })

@@ -34,6 +34,7 @@
 //! - `qps`: the session's data QPs (lanes, spares, the recovery worker) and the data CQ that
 //!   files completions per user; `error`: [`ClientError`].
 
+mod batch_run;
 mod config;
 mod control;
 pub mod core;
@@ -44,6 +45,7 @@ mod extend;
 mod lease;
 mod many;
 mod node;
+mod op;
 mod perm;
 mod posted;
 mod pump;
@@ -55,12 +57,14 @@ mod shared_qp_tests;
 mod status;
 mod ticket;
 
+pub use batch_run::PostedBatch;
 pub use config::ClientConfig;
-pub use data::{Batch, OpResult};
+pub use data::Batch;
 pub use driver::Client;
 pub use error::ClientError;
 pub use lease::{ClientStats, LeasePolicy, RttEstimator};
 pub use node::ComputeNode;
+pub use op::OpResult;
 pub use perm::Perm;
 pub use posted::MAX_POSTED;
 pub use qps::{QpStats, SwitchKind};

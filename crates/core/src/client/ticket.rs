@@ -205,7 +205,11 @@ impl<P: Provider> Client<P> {
     /// deadline; a posted extension by the data path's dead-transport bound.
     pub fn wait(&mut self, t: Ticket) -> Result<Done, ClientError> {
         if t.is_posted() {
-            let deadline = self.clocks.timer.now().plus(super::data::DEAD_TRANSPORT);
+            let deadline = self
+                .clocks
+                .timer
+                .now()
+                .plus(super::batch_run::DEAD_TRANSPORT);
             loop {
                 if let Some(done) = self.poll(t)? {
                     return Ok(done);
