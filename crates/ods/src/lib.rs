@@ -26,5 +26,5 @@ pub mod patronus;
 pub mod queue;
 pub mod race;
 
-pub use memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
+pub use memory::{Acquiring, Executing, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
 pub use patronus::PatronusMemory;

@@ -140,6 +140,16 @@ pub enum MemError {
     Failed(String),
 }
 
+/// A batch started without waiting for its completions ([`RemoteMemory::start_execute`]).
+#[derive(Debug)]
+#[must_use = "a started batch is polled to its results"]
+pub enum Executing {
+    /// Done: one result per operation, in order.
+    Answered(Vec<Result<MemOut, MemError>>),
+    /// In flight: the implementation's ticket for it.
+    InFlight(u64),
+}
+
 /// An `acquire` started without waiting ([`RemoteMemory::start_acquire`]).
 #[derive(Debug)]
 #[must_use = "a started acquire is polled to its answer or abandoned"]
@@ -299,6 +309,23 @@ pub trait RemoteMemory {
 
     /// Runs `ops` with one doorbell (see the module docs); one result per operation, in order.
     fn execute(&mut self, ops: &[MemOp<'_, Self::Region>]) -> Vec<Result<MemOut, MemError>>;
+
+    /// Starts [`RemoteMemory::execute`] without waiting for the completions, so that one
+    /// thread keeps several clients' batches in flight (many logical clients on one thread).
+    /// At most one started batch per memory is not yet answered. By default — mechanisms
+    /// whose batches do not pipeline — the blocking batch, answered at once.
+    fn start_execute(&mut self, ops: &[MemOp<'_, Self::Region>]) -> Executing {
+        Executing::Answered(self.execute(ops))
+    }
+
+    /// Polls a started batch: `Answered` once every operation has its result (an `Answered`
+    /// is given back as it is), `InFlight` while not. Never blocks.
+    fn poll_execute(&mut self, e: Executing) -> Executing {
+        match e {
+            Executing::InFlight(_) => Executing::Answered(Vec::new()),
+            answered => answered,
+        }
+    }
 
     /// READs `len` bytes at `offset` of `region`.
     fn read(&mut self, region: &Self::Region, offset: u64, len: u32) -> Result<Vec<u8>, MemError> {

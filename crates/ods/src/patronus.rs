@@ -14,13 +14,16 @@
 //! gone is [`MemError::Failed`] with the node named, never `Rejected` or `NotFound`, so a
 //! structure does not take a lost node's objects for freed ones and retry forever.
 
-use crate::memory::{Acquiring, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory};
+use crate::memory::{
+    Acquiring, Executing, MemError, MemOp, MemOut, NamedRoots, Region, RemoteMemory,
+};
 use patronus_core::client::{Client, ClientError, OpResult};
 use patronus_core::nodes::{
-    NodeId, NodeOp, NodePerm, NodeSet, NodeSetConfig, NodeSetError, NodeTicket,
+    NodeId, NodeOp, NodePerm, NodeSet, NodeSetConfig, NodeSetError, NodeTicket, PostedNodeBatch,
 };
 use patronus_core::proto::messages::{Access, Mode};
 use rnic::{Provider, Timestamp};
+use std::collections::HashMap;
 use std::time::Duration;
 
 impl Region for NodePerm {
@@ -38,6 +41,9 @@ impl Region for NodePerm {
 #[derive(Debug)]
 pub struct PatronusMemory<P: Provider> {
     set: NodeSet<P>,
+    /// Batches started and not yet answered, by ticket.
+    posted: HashMap<u64, PostedNodeBatch>,
+    next_posted: u64,
 }
 
 impl<P: Provider> PatronusMemory<P> {
@@ -49,12 +55,20 @@ impl<P: Provider> PatronusMemory<P> {
         };
         let set = NodeSet::from_clients(vec![client], cfg)
             .expect("a set of one node is within the node count");
-        PatronusMemory { set }
+        PatronusMemory {
+            set,
+            posted: HashMap::new(),
+            next_posted: 0,
+        }
     }
 
     /// Remote memory over every node of `set`.
     pub fn over(set: NodeSet<P>) -> Self {
-        PatronusMemory { set }
+        PatronusMemory {
+            set,
+            posted: HashMap::new(),
+            next_posted: 0,
+        }
     }
 
     /// The client of the first node (the only one of [`PatronusMemory::new`]): its
@@ -256,39 +270,72 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
             .collect()
     }
 
-    fn execute(&mut self, ops: &[MemOp<'_, NodePerm>]) -> Vec<Result<MemOut, MemError>> {
-        let ops: Vec<NodeOp<'_>> = ops
-            .iter()
-            .map(|op| match *op {
-                MemOp::Read { on, offset, len } => NodeOp::Read { on, offset, len },
-                MemOp::Write { on, offset, data } => NodeOp::Write { on, offset, data },
-                MemOp::Cas {
-                    on,
-                    offset,
-                    compare,
-                    swap,
-                } => NodeOp::Cas {
-                    on,
-                    offset,
-                    compare,
-                    swap,
-                },
-                MemOp::Faa { on, offset, add } => NodeOp::Faa { on, offset, add },
-            })
-            .collect();
-        self.set
-            .execute(&ops)
-            .into_iter()
-            .map(|r| {
-                r.map(|out| match out {
-                    OpResult::Read(bytes) => MemOut::Read(bytes),
-                    OpResult::Written => MemOut::Written,
-                    OpResult::Atomic(v) => MemOut::Atomic(v),
-                })
-                .map_err(MemError::from)
-            })
-            .collect()
+    fn start_execute(&mut self, ops: &[MemOp<'_, NodePerm>]) -> Executing {
+        // At most one started batch is not yet answered: one still here was given up on by
+        // its caller, and dropping it has its client finish it before the next.
+        self.posted.clear();
+        let posted = self.set.start_execute(&node_ops(ops));
+        self.next_posted += 1;
+        let id = self.next_posted;
+        self.posted.insert(id, posted);
+        self.poll_execute(Executing::InFlight(id))
     }
+
+    fn poll_execute(&mut self, e: Executing) -> Executing {
+        let Executing::InFlight(id) = e else {
+            return e;
+        };
+        let Some(mut posted) = self.posted.remove(&id) else {
+            return Executing::Answered(Vec::new());
+        };
+        match self.set.poll_execute(&mut posted) {
+            Some(out) => Executing::Answered(mem_results(out)),
+            None => {
+                self.posted.insert(id, posted);
+                Executing::InFlight(id)
+            }
+        }
+    }
+
+    fn execute(&mut self, ops: &[MemOp<'_, NodePerm>]) -> Vec<Result<MemOut, MemError>> {
+        mem_results(self.set.execute(&node_ops(ops)))
+    }
+}
+
+/// The node set's ops for `ops`.
+fn node_ops<'a>(ops: &[MemOp<'a, NodePerm>]) -> Vec<NodeOp<'a>> {
+    ops.iter()
+        .map(|op| match *op {
+            MemOp::Read { on, offset, len } => NodeOp::Read { on, offset, len },
+            MemOp::Write { on, offset, data } => NodeOp::Write { on, offset, data },
+            MemOp::Cas {
+                on,
+                offset,
+                compare,
+                swap,
+            } => NodeOp::Cas {
+                on,
+                offset,
+                compare,
+                swap,
+            },
+            MemOp::Faa { on, offset, add } => NodeOp::Faa { on, offset, add },
+        })
+        .collect()
+}
+
+/// The node set's results as remote memory's.
+fn mem_results(out: Vec<Result<OpResult, NodeSetError>>) -> Vec<Result<MemOut, MemError>> {
+    out.into_iter()
+        .map(|r| {
+            r.map(|out| match out {
+                OpResult::Read(bytes) => MemOut::Read(bytes),
+                OpResult::Written => MemOut::Written,
+                OpResult::Atomic(v) => MemOut::Atomic(v),
+            })
+            .map_err(MemError::from)
+        })
+        .collect()
 }
 
 impl<P: Provider> NamedRoots for PatronusMemory<P> {

@@ -8,9 +8,12 @@
 //!   another, in the order of each node's first op; an op on one node is not ordered with
 //!   ops on another node that precede it in the batch but follow another op of its node.
 //! - A node's failure fails that node's ops only.
+//! - A posted batch ([`NodeSet::start_execute`]) posts every node's share at once, each with
+//!   one doorbell, and is taken whole ([`NodeSet::poll_execute`]); a node's client has at
+//!   most one posted batch not yet taken (`client::PostedBatch`).
 
 use super::{NodeId, NodePerm, NodeSet, NodeSetError};
-use crate::client::OpResult;
+use crate::client::{Batch, OpResult, PostedBatch};
 use rnic::Provider;
 
 /// One data-path op of a batch over the set, at `offset` within its permission's buffer.
@@ -122,6 +125,70 @@ impl<P: Provider> NodeSet<P> {
     /// Runs `ops`: each node's share with one doorbell, the shares one after another (see
     /// the module docs); one result per op, in order.
     pub fn execute(&mut self, ops: &[NodeOp<'_>]) -> Vec<Result<OpResult, NodeSetError>> {
+        let (mut results, groups) = self.group(ops);
+        for (node, members) in groups {
+            let out = {
+                let mut b = self.members[node.index()].client.batch();
+                add_ops(&mut b, ops, &members);
+                b.execute()
+            };
+            for (i, r) in members.into_iter().zip(out) {
+                results[i] = Some(self.outcome(node, r, false));
+            }
+        }
+        all_results(results)
+    }
+
+    /// Posts `ops` without waiting: every node's share at once, each with one doorbell (see
+    /// the module docs). [`NodeSet::poll_execute`] takes the results.
+    pub fn start_execute(&mut self, ops: &[NodeOp<'_>]) -> PostedNodeBatch {
+        let (results, groups) = self.group(ops);
+        let parts = groups
+            .into_iter()
+            .map(|(node, members)| {
+                let mut b = self.members[node.index()].client.batch();
+                add_ops(&mut b, ops, &members);
+                (node, b.start(), members)
+            })
+            .collect();
+        PostedNodeBatch { parts, results }
+    }
+
+    /// The results of a posted batch (one per op, in order) once every op has its own;
+    /// `None` while some are in flight. Never blocks.
+    pub fn poll_execute(
+        &mut self,
+        b: &mut PostedNodeBatch,
+    ) -> Option<Vec<Result<OpResult, NodeSetError>>> {
+        let mut k = 0;
+        while k < b.parts.len() {
+            let (node, posted, _) = &mut b.parts[k];
+            let node = *node;
+            match posted.poll(&mut self.members[node.index()].client) {
+                Some(out) => {
+                    let (_, _, members) = b.parts.swap_remove(k);
+                    for (i, r) in members.into_iter().zip(out) {
+                        b.results[i] = Some(self.outcome(node, r, false));
+                    }
+                }
+                None => k += 1,
+            }
+        }
+        b.parts
+            .is_empty()
+            .then(|| all_results(std::mem::take(&mut b.results)))
+    }
+
+    /// Each op's node, its ops in order, and the results of ops refused at once (their node
+    /// is down).
+    #[allow(clippy::type_complexity)]
+    fn group(
+        &self,
+        ops: &[NodeOp<'_>],
+    ) -> (
+        Vec<Option<Result<OpResult, NodeSetError>>>,
+        Vec<(NodeId, Vec<usize>)>,
+    ) {
         let mut results: Vec<Option<Result<OpResult, NodeSetError>>> =
             ops.iter().map(|_| None).collect();
         let mut groups: Vec<(NodeId, Vec<usize>)> = Vec::new();
@@ -136,36 +203,46 @@ impl<P: Provider> NodeSet<P> {
                 None => groups.push((on.node, vec![i])),
             }
         }
-        for (node, members) in groups {
-            let out = {
-                let mut b = self.members[node.index()].client.batch();
-                for &i in &members {
-                    match ops[i] {
-                        NodeOp::Read { on, offset, len } => b.read(&on.perm, offset, len),
-                        NodeOp::Write { on, offset, data } => b.write(&on.perm, offset, data),
-                        NodeOp::Cas {
-                            on,
-                            offset,
-                            compare,
-                            swap,
-                        } => b.cas(&on.perm, offset, compare, swap),
-                        NodeOp::Faa { on, offset, add } => b.faa(&on.perm, offset, add),
-                    };
-                }
-                b.execute()
-            };
-            for (i, r) in members.into_iter().zip(out) {
-                results[i] = Some(self.outcome(node, r, false));
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or(Err(NodeSetError::Node {
-                    node: NodeId(0),
-                    source: crate::client::ClientError::Internal("an op got no result"),
-                }))
-            })
-            .collect()
+        (results, groups)
     }
+}
+
+/// A batch over the set posted with [`NodeSet::start_execute`], not yet taken.
+#[derive(Debug)]
+#[must_use = "a posted batch's results are taken with `NodeSet::poll_execute`"]
+pub struct PostedNodeBatch {
+    /// Each node's share in flight, with the indexes of its ops.
+    parts: Vec<(NodeId, PostedBatch, Vec<usize>)>,
+    results: Vec<Option<Result<OpResult, NodeSetError>>>,
+}
+
+/// Adds the ops at `members` of `ops` to one node's batch.
+fn add_ops<P: Provider>(b: &mut Batch<'_, P>, ops: &[NodeOp<'_>], members: &[usize]) {
+    for &i in members {
+        match ops[i] {
+            NodeOp::Read { on, offset, len } => b.read(&on.perm, offset, len),
+            NodeOp::Write { on, offset, data } => b.write(&on.perm, offset, data),
+            NodeOp::Cas {
+                on,
+                offset,
+                compare,
+                swap,
+            } => b.cas(&on.perm, offset, compare, swap),
+            NodeOp::Faa { on, offset, add } => b.faa(&on.perm, offset, add),
+        };
+    }
+}
+
+fn all_results(
+    results: Vec<Option<Result<OpResult, NodeSetError>>>,
+) -> Vec<Result<OpResult, NodeSetError>> {
+    results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or(Err(NodeSetError::Node {
+                node: NodeId(0),
+                source: crate::client::ClientError::Internal("an op got no result"),
+            }))
+        })
+        .collect()
 }

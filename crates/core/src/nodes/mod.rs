@@ -31,7 +31,7 @@ mod route;
 pub use addr::{
     ADDR_BITS, AddrError, GlobalAddr, MAX_NODES, MAX_OFFSET, NODE_BITS, NodeId, OFFSET_BITS,
 };
-pub use batch::{NodeBatch, NodeOp};
+pub use batch::{NodeBatch, NodeOp, PostedNodeBatch};
 pub use error::NodeSetError;
 pub use perm::NodePerm;
 pub use route::{NAMES_NODE, NodeTicket};
