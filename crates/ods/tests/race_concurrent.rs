@@ -60,16 +60,19 @@ fn check_against_model(
     assert_eq!(all, want);
 }
 
-/// `ops` operations of 6 logical clients (3 on each of 2 memories) over `keys` keys.
-fn interleave(t: Link, lock: LockMode, seed: u64, ops: u64, keys: u64) {
-    let (_bed, mut mems) = bed(t, 2);
+/// `ops` operations of 6 logical clients (3 on each of 2 memories) over `keys` keys. With
+/// `pipeline`, each client has a memory of its own and starts its batches without waiting
+/// (`ClientOptions::pipeline`: a step that started one returns `Pending` until it is in).
+fn interleave(t: Link, lock: LockMode, seed: u64, ops: u64, keys: u64, pipeline: bool) {
+    let (_bed, mut mems) = bed(t, if pipeline { 6 } else { 2 });
     let root = race::create(&mut mems[0], small(lock)).unwrap();
+    let o = ClientOptions { pipeline, ..opts() };
     let mut clients: Vec<Logical> = (0..6)
         .map(|i| {
-            let m = i % 2;
+            let m = i % mems.len();
             Logical {
                 mem: m,
-                table: race::open(&mut mems[m], root, opts()).unwrap(),
+                table: race::open(&mut mems[m], root, o).unwrap(),
                 op: None,
             }
         })
@@ -204,19 +207,26 @@ fn interleave(t: Link, lock: LockMode, seed: u64, ops: u64, keys: u64) {
 }
 
 fn interleaved_clients_keep_the_table_consistent(t: Link) {
-    interleave(t, LockMode::Lease, 1, 700, 120);
+    interleave(t, LockMode::Lease, 1, 700, 120, false);
 }
 
 fn interleaved_clients_with_lock_words(t: Link) {
-    interleave(t, LockMode::Word, 2, 500, 100);
+    interleave(t, LockMode::Word, 2, 500, 100, false);
+}
+
+/// Clients whose batches are in flight together (over TCP a started batch is answered
+/// later, so other clients' steps run between its start and its results).
+fn interleaved_pipelined_clients(t: Link) {
+    interleave(t, LockMode::Lease, 6, 800, 150, true);
+    interleave(t, LockMode::Word, 7, 800, 200, true);
 }
 
 /// More seeds in-process (cheap there): few keys (much contention), many keys (many splits).
 fn more_interleavings(t: Link) {
     if t == Link::InProc {
-        interleave(t, LockMode::Lease, 3, 1000, 40);
-        interleave(t, LockMode::Lease, 4, 1500, 300);
-        interleave(t, LockMode::Word, 5, 1000, 150);
+        interleave(t, LockMode::Lease, 3, 1000, 40, false);
+        interleave(t, LockMode::Lease, 4, 1500, 300, false);
+        interleave(t, LockMode::Word, 5, 1000, 150, false);
     }
 }
 
@@ -320,6 +330,7 @@ both_transports!(
     concurrent_inserts_of_one_key_leave_one_entry,
     interleaved_clients_keep_the_table_consistent,
     interleaved_clients_with_lock_words,
+    interleaved_pipelined_clients,
     more_interleavings,
     threads_keep_the_table_consistent
 );

@@ -146,6 +146,14 @@ pub struct ClientOptions {
     pub max_attempts: u32,
     /// Polls a blocking call spends waiting on another client's split before it gives up.
     pub max_wait_polls: u64,
+    /// An operation's main batches (the buckets, a block's validation, the slot's CAS) are
+    /// started without waiting ([`RemoteMemory::start_execute`]): the step returns `Pending`
+    /// while one is in flight, so one thread keeps many logical clients' batches in flight
+    /// together (their driver polls them). Off by default: a step then waits for its batch,
+    /// as the blocking calls expect.
+    ///
+    /// [`RemoteMemory::start_execute`]: crate::memory::RemoteMemory::start_execute
+    pub pipeline: bool,
 }
 
 impl Default for ClientOptions {
@@ -163,6 +171,7 @@ impl Default for ClientOptions {
             lapse: true,
             max_attempts: 256,
             max_wait_polls: 1 << 20,
+            pipeline: false,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! What a table client counted: permission operations and one-sided operations, so a test or
 //! a benchmark can check the costs of §6.1 per operation.
 
-use crate::memory::{MemError, MemOp, MemOut, RemoteMemory};
+use crate::memory::{Executing, MemError, MemOp, MemOut, RemoteMemory};
+use std::task::Poll;
 use std::time::Duration;
 
 /// Counts of one client's remote operations (take a difference around an operation with
@@ -149,6 +150,51 @@ pub(crate) fn exec<M: RemoteMemory>(
     mem: &mut M,
     ops: &[MemOp<'_, M::Region>],
 ) -> Vec<Result<MemOut, MemError>> {
+    count(stats, ops);
+    let out = mem.execute(ops);
+    count_refused(stats, &out);
+    out
+}
+
+/// Runs `ops` as one batch, counting it — started without waiting when `pipeline`
+/// (`ClientOptions::pipeline`): `Ready` with the results, or `Pending` with the batch in
+/// `slot`, where the step that started it polls it ([`poll_started`]) when called again.
+pub(crate) fn exec_or_start<M: RemoteMemory>(
+    stats: &mut RaceStats,
+    mem: &mut M,
+    pipeline: bool,
+    slot: &mut Option<Executing>,
+    ops: &[MemOp<'_, M::Region>],
+) -> Poll<Vec<Result<MemOut, MemError>>> {
+    if !pipeline {
+        return Poll::Ready(exec(stats, mem, ops));
+    }
+    count(stats, ops);
+    *slot = Some(mem.start_execute(ops));
+    poll_started(stats, mem, slot).unwrap_or(Poll::Pending)
+}
+
+/// Polls the batch a step started (`slot`): `None` if there is none, `Some(Ready)` with its
+/// results (the slot emptied), `Some(Pending)` while in flight.
+pub(crate) fn poll_started<M: RemoteMemory>(
+    stats: &mut RaceStats,
+    mem: &mut M,
+    slot: &mut Option<Executing>,
+) -> Option<Poll<Vec<Result<MemOut, MemError>>>> {
+    let e = slot.take()?;
+    Some(match mem.poll_execute(e) {
+        Executing::Answered(out) => {
+            count_refused(stats, &out);
+            Poll::Ready(out)
+        }
+        in_flight => {
+            *slot = Some(in_flight);
+            Poll::Pending
+        }
+    })
+}
+
+fn count<R>(stats: &mut RaceStats, ops: &[MemOp<'_, R>]) {
     stats.batches += 1;
     for op in ops {
         match op {
@@ -158,12 +204,13 @@ pub(crate) fn exec<M: RemoteMemory>(
             MemOp::Faa { .. } => stats.faa += 1,
         }
     }
-    let out = mem.execute(ops);
+}
+
+fn count_refused(stats: &mut RaceStats, out: &[Result<MemOut, MemError>]) {
     stats.rejected += out
         .iter()
         .filter(|r| matches!(r, Err(MemError::Rejected | MemError::Expired)))
         .count() as u64;
-    out
 }
 
 /// A READ's bytes.

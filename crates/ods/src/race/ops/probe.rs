@@ -6,12 +6,12 @@
 //! it changes any slot of the old subtable, so a header that still claims the key proves the
 //! slots read before it were current for the key.
 
-use crate::memory::{MemError, MemOp, RemoteMemory};
+use crate::memory::{Executing, MemError, MemOp, MemOut, RemoteMemory};
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::hash::KeyHash;
 use crate::race::layout::{BucketHeader, SlotAt, word};
-use crate::race::stats::{bytes, ended, exec};
+use crate::race::stats::{bytes, ended, exec_or_start, poll_started};
 use std::task::Poll;
 
 /// Directory re-reads a probe makes before it calls the directory corrupt.
@@ -81,12 +81,25 @@ pub(crate) enum Probed {
 }
 
 /// The probe of one key.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Probe {
     pub h: KeyHash,
     /// Read the directory this deep before the next probe.
     refresh: Option<u8>,
     refreshes: u32,
+    /// The batch in flight (`ClientOptions::pipeline`), and what reading its results needs.
+    started: Option<(Executing, Reading)>,
+}
+
+/// What a probe's batch read: the subtable, the directory entry's depth, the combined
+/// buckets' first buckets, and whether a WRITE went in front.
+#[derive(Clone, Copy, Debug)]
+struct Reading {
+    subtable: u64,
+    depth: u8,
+    f1: u32,
+    f2: u32,
+    write: bool,
 }
 
 impl Probe {
@@ -95,6 +108,7 @@ impl Probe {
             h,
             refresh: None,
             refreshes: 0,
+            started: None,
         }
     }
 
@@ -105,6 +119,15 @@ impl Probe {
         mem: &mut M,
         pre: Option<(&M::Region, &[u8])>,
     ) -> Poll<Result<Probed, RaceError>> {
+        // A batch in flight: its results, read as the step that started it would have.
+        if let Some((e, reading)) = self.started.take() {
+            let mut slot = Some(e);
+            if let Some(Poll::Ready(out)) = poll_started(&mut t.stats, mem, &mut slot) {
+                return self.read(t, mem, out, reading);
+            }
+            self.started = slot.map(|e| (e, reading));
+            return Poll::Pending;
+        }
         if t.dir.entries.is_empty() && self.refresh.is_none() {
             self.refresh = Some(t.dir.depth);
         }
@@ -157,8 +180,44 @@ impl Probe {
                 len: 8,
             },
         ]);
-        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
-        if reads == 1 {
+        let reading = Reading {
+            subtable: entry.subtable,
+            depth: entry.depth,
+            f1,
+            f2,
+            write: reads == 1,
+        };
+        let mut slot = None;
+        let pipeline = t.opts.pipeline;
+        match exec_or_start(&mut t.stats, mem, pipeline, &mut slot, &ops) {
+            Poll::Ready(out) => self.read(t, mem, out, reading),
+            Poll::Pending => {
+                if let Some(e) = slot {
+                    self.started = Some((e, reading));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Reads the results of the probe's batch.
+    fn read<M: RemoteMemory>(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+        out: Vec<Result<MemOut, MemError>>,
+        reading: Reading,
+    ) -> Poll<Result<Probed, RaceError>> {
+        let Reading {
+            subtable,
+            depth,
+            f1,
+            f2,
+            write,
+        } = reading;
+        let geo = t.geo;
+        let mut out = out.into_iter();
+        if write {
             if let Some(Err(e)) = out.next() {
                 return Poll::Ready(Ok(Probed::WriteFailed(e)));
             }
@@ -167,7 +226,7 @@ impl Probe {
             (Ok(a), Ok(b), Ok(h)) => (a, b, h),
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 if ended(&e) {
-                    t.drop_subtable(mem, entry.subtable);
+                    t.drop_subtable(mem, subtable);
                     return Poll::Pending;
                 }
                 return Poll::Ready(Err(e.into()));
@@ -182,7 +241,7 @@ impl Probe {
                     "the directory does not lead to a subtable claiming the key",
                 )));
             }
-            let want = t.dir.depth.max(header.depth).max(entry.depth);
+            let want = t.dir.depth.max(header.depth).max(depth);
             self.refresh = Some(want);
             return Poll::Pending;
         }
@@ -194,7 +253,7 @@ impl Probe {
         }
         slots.sort_by_key(|s| s.pos);
         Poll::Ready(Ok(Probed::Snap(Snapshot {
-            subtable: entry.subtable,
+            subtable,
             header,
             slots,
         })))

@@ -27,13 +27,13 @@
 //! [`RaceError::Contended`]); only a *frozen* slot that still names a freed block (a copy a
 //! split left behind) is skipped.
 
-use crate::memory::{MemError, MemOp, Region, RemoteMemory};
+use crate::memory::{Executing, MemError, MemOp, MemOut, Region, RemoteMemory};
 use crate::race::block::{self, KvBlock};
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
 use crate::race::hash::KeyHash;
 use crate::race::layout::{BucketHeader, SUBTABLE_HEADER, Slot, SlotAt, word};
-use crate::race::stats::{bytes, ended, exec};
+use crate::race::stats::{bytes, ended, exec, exec_or_start, poll_started};
 use patronus_core::proto::messages::Access;
 use std::task::Poll;
 
@@ -50,7 +50,7 @@ pub(crate) enum Verdict {
 }
 
 /// The validation of one candidate slot.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Validate {
     pub at: SlotAt,
     subtable: u64,
@@ -63,6 +63,8 @@ pub(crate) struct Validate {
     renewed: u8,
     /// READs of the block refused so far (each re-acquire asks for a lease twice as long).
     refusals: u8,
+    /// The reading batch in flight (`ClientOptions::pipeline`).
+    started: Option<Executing>,
 }
 
 /// Why a candidate's block could not be read.
@@ -94,6 +96,7 @@ impl Validate {
             lost: None,
             renewed: 0,
             refusals: 0,
+            started: None,
         }
     }
 
@@ -112,6 +115,12 @@ impl Validate {
     ) -> Poll<Result<Verdict, RaceError>> {
         let slot = self.at.slot;
         let (addr, len) = (slot.ptr(), slot.len());
+        if self.started.is_some() {
+            return match poll_started(&mut t.stats, mem, &mut self.started) {
+                Some(Poll::Ready(out)) => self.judge(t, mem, out, key, h),
+                _ => Poll::Pending,
+            };
+        }
         if let Some(lost) = self.lost {
             return self.recheck(t, mem, h, lost);
         }
@@ -170,7 +179,26 @@ impl Validate {
                 len: 8,
             },
         ];
-        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
+        let pipeline = t.opts.pipeline;
+        match exec_or_start(&mut t.stats, mem, pipeline, &mut self.started, &ops) {
+            Poll::Ready(out) => self.judge(t, mem, out, key, h),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Judges the candidate from its reading batch's results (the slot, the block, a bucket
+    /// header).
+    fn judge<M: RemoteMemory>(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+        out: Vec<Result<MemOut, MemError>>,
+        key: &[u8],
+        h: &KeyHash,
+    ) -> Poll<Result<Verdict, RaceError>> {
+        let slot = self.at.slot;
+        let addr = slot.ptr();
+        let mut out = out.into_iter();
         let (now, data, hdr) = (bytes(out.next()), bytes(out.next()), bytes(out.next()));
         let (now, hdr) = match (now, hdr) {
             (Ok(n), Ok(h)) => (Slot(word(&n, 0)), BucketHeader::decode(word(&h, 0))),

@@ -36,9 +36,13 @@ impl<M: RemoteMemory> Insert<M> {
             return State::Swap { snap, at };
         }
         if snap.frozen() {
-            return State::Wait(Wait::new(self.h));
+            return State::Wait(Box::new(Wait::new(self.h)));
         }
-        State::Split(Split::new(t, snap.subtable, Some(snap.header.depth)))
+        State::Split(Box::new(Split::new(
+            t,
+            snap.subtable,
+            Some(snap.header.depth),
+        )))
     }
 
     /// The CAS of a free slot, with the buckets re-read behind it in the same batch.
@@ -108,7 +112,7 @@ impl<M: RemoteMemory> Insert<M> {
                     _ => State::Relocate(Probe::new(self.h)),
                 };
             }
-            Ok(v) if Slot(v).is_frozen() => self.state = State::Wait(Wait::new(self.h)),
+            Ok(v) if Slot(v).is_frozen() => self.state = State::Wait(Box::new(Wait::new(self.h))),
             Ok(_) => {
                 if let Err(e) = self.retry(t) {
                     return Poll::Ready(Err(e));
@@ -160,7 +164,7 @@ impl<M: RemoteMemory> Insert<M> {
                 self.retry(t)
             }
             Ok(v) if Slot(v).thawed() == self.mine && claimed => {
-                self.state = State::Wait(Wait::new(self.h));
+                self.state = State::Wait(Box::new(Wait::new(self.h)));
                 Ok(())
             }
             // Replaced or cleared by another client, who frees the block.
@@ -251,7 +255,7 @@ impl<M: RemoteMemory> Insert<M> {
             // It did not take effect: the slot is still free; try it again.
             State::Swap { snap, at }
         } else if now.is_frozen() {
-            State::Wait(Wait::new(self.h))
+            State::Wait(Box::new(Wait::new(self.h)))
         } else {
             // Someone else's now: ours never landed, or landed and was replaced (then
             // whoever replaced it frees the block). Free it either way; it is in no slot.

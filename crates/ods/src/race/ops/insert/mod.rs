@@ -75,8 +75,8 @@ enum State<M: RemoteMemory> {
     /// The CAS (of a slot of the subtable named) had an unknown outcome: probe, then read
     /// the slot.
     Resolve(Probe, u64, SlotAt),
-    Split(Split<M>),
-    Wait(Wait<M>),
+    Split(Box<Split<M>>),
+    Wait(Box<Wait<M>>),
     Done,
 }
 
@@ -325,7 +325,7 @@ impl<M: RemoteMemory> Insert<M> {
                     Poll::Pending
                 }
                 SplitOutcome::Busy | SplitOutcome::LockLost => {
-                    self.state = State::Wait(Wait::new(self.h));
+                    self.state = State::Wait(Box::new(Wait::new(self.h)));
                     Poll::Pending
                 }
             },

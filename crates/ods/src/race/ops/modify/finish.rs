@@ -3,7 +3,7 @@
 //! unknown outcome by reading, clearing other entries of the key, freeing the old blocks.
 
 use super::{Found, Modify, State};
-use crate::memory::{MemError, MemOp, RemoteMemory};
+use crate::memory::{MemError, MemOp, MemOut, RemoteMemory};
 use crate::race::block;
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
@@ -12,7 +12,7 @@ use crate::race::ops::MAX_REFUSALS;
 use crate::race::ops::probe::{Probe, Snapshot};
 use crate::race::ops::validate::take_right;
 use crate::race::ops::wait::Wait;
-use crate::race::stats::{atomic, bytes, ended, exec};
+use crate::race::stats::{atomic, bytes, ended, exec, exec_or_start, poll_started};
 use patronus_core::proto::messages::{Access, Mode};
 use std::task::Poll;
 
@@ -28,7 +28,7 @@ impl<M: RemoteMemory> Modify<M> {
         }
         let old = found.remove(0);
         if old.at.slot.is_frozen() || found.iter().any(|d| d.at.slot.is_frozen()) {
-            self.state = State::Wait(Wait::new(self.h));
+            self.state = State::Wait(Box::new(Wait::new(self.h)));
             return Poll::Pending;
         }
         self.state = State::Swap {
@@ -49,7 +49,25 @@ impl<M: RemoteMemory> Modify<M> {
         dups: Vec<Found>,
     ) -> Poll<Result<(), RaceError>> {
         let s = old.at.slot;
+        if self.swapping.is_some() {
+            return match poll_started(&mut t.stats, mem, &mut self.swapping) {
+                Some(Poll::Ready(out)) => self.swapped(t, mem, subtable, old, dups, out),
+                _ => {
+                    self.state = State::Swap {
+                        subtable,
+                        old,
+                        dups,
+                    };
+                    Poll::Pending
+                }
+            };
+        }
         let Some(st) = t.subtables.get(&subtable) else {
+            self.state = State::Swap {
+                subtable,
+                old,
+                dups,
+            };
             return Poll::Pending;
         };
         let mut ops = vec![MemOp::Cas {
@@ -65,7 +83,33 @@ impl<M: RemoteMemory> Modify<M> {
                 len: 8,
             });
         }
-        let mut out = exec(&mut t.stats, mem, &ops).into_iter();
+        let pipeline = t.opts.pipeline;
+        match exec_or_start(&mut t.stats, mem, pipeline, &mut self.swapping, &ops) {
+            Poll::Ready(out) => self.swapped(t, mem, subtable, old, dups, out),
+            Poll::Pending => {
+                self.state = State::Swap {
+                    subtable,
+                    old,
+                    dups,
+                };
+                Poll::Pending
+            }
+        }
+    }
+
+    /// What the CAS batch found: linked (free the old block, or verify it first if the guard
+    /// READ was refused), frozen (wait), lost (retry) or unknown (resolve by reading).
+    fn swapped(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+        subtable: u64,
+        old: Found,
+        dups: Vec<Found>,
+        out: Vec<Result<MemOut, MemError>>,
+    ) -> Poll<Result<(), RaceError>> {
+        let s = old.at.slot;
+        let mut out = out.into_iter();
         let cas = atomic(out.next());
         let guard = out.next().map(|r| r.map(|_| ()));
         match cas {
@@ -91,7 +135,7 @@ impl<M: RemoteMemory> Modify<M> {
                 Poll::Pending
             }
             Ok(v) if Slot(v).thawed() == s.thawed() => {
-                self.state = State::Wait(Wait::new(self.h));
+                self.state = State::Wait(Box::new(Wait::new(self.h)));
                 Poll::Pending
             }
             Ok(_) => done(self.retry(t)),
@@ -235,7 +279,7 @@ impl<M: RemoteMemory> Modify<M> {
         if now.thawed() == old.at.slot.thawed() {
             // Not applied: do it again, or wait for the split that froze it.
             self.state = if now.is_frozen() {
-                State::Wait(Wait::new(self.h))
+                State::Wait(Box::new(Wait::new(self.h)))
             } else {
                 State::Swap {
                     subtable,

@@ -15,7 +15,7 @@ use super::probe::{Probe, Probed, Snapshot};
 use super::validate::{Validate, Verdict};
 use super::wait::Wait;
 use super::{Stage, ready, try_ready};
-use crate::memory::{Region, RemoteMemory};
+use crate::memory::{Executing, Region, RemoteMemory};
 use crate::race::block::{self, KvBlock};
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
@@ -93,6 +93,8 @@ pub(crate) struct Modify<M: RemoteMemory> {
     mine: Slot,
     /// The new block may be linked: it is never reused, only consumed.
     linked: bool,
+    /// The CAS batch in flight (`ClientOptions::pipeline`).
+    swapping: Option<Executing>,
     state: State<M>,
     attempts: u32,
 }
@@ -103,7 +105,7 @@ enum State<M: RemoteMemory> {
     Check {
         snap: Snapshot,
         next: usize,
-        v: Option<Validate>,
+        v: Option<Box<Validate>>,
         found: Vec<Found>,
     },
     Swap {
@@ -131,7 +133,7 @@ enum State<M: RemoteMemory> {
         frees: Vec<(u64, u64, u64)>,
     },
     Free(Vec<(u64, u64, u64)>),
-    Wait(Wait<M>),
+    Wait(Box<Wait<M>>),
     Done,
 }
 
@@ -164,6 +166,7 @@ impl<M: RemoteMemory> Modify<M> {
             written: false,
             mine: Slot::EMPTY,
             linked: false,
+            swapping: None,
             state,
             attempts: 0,
         }
@@ -258,7 +261,13 @@ impl<M: RemoteMemory> Modify<M> {
                 if v.is_none() {
                     let cands = snap.candidates(self.h.fingerprint());
                     match cands.get(*next) {
-                        Some(at) => *v = Some(Validate::new(*at, snap.subtable, Access::ReadWrite)),
+                        Some(at) => {
+                            *v = Some(Box::new(Validate::new(
+                                *at,
+                                snap.subtable,
+                                Access::ReadWrite,
+                            )));
+                        }
                         None => {
                             let (subtable, found) = (snap.subtable, std::mem::take(found));
                             return self.decide(subtable, found);
@@ -288,8 +297,9 @@ impl<M: RemoteMemory> Modify<M> {
                 old,
                 dups,
             } => {
-                let (subtable, old, dups) = (*subtable, *old, std::mem::take(dups));
+                let (subtable, old) = (*subtable, *old);
                 try_ready!(t.ensure_subtable(mem, subtable));
+                let dups = std::mem::take(dups);
                 self.swap(t, mem, subtable, old, dups)
             }
             State::Verify {
