@@ -189,6 +189,9 @@ impl PatronusNode {
                 // Engines sleep when idle, as Redis's event loop does: CPU per op is work.
                 "--engine-spin-polls",
                 "0",
+                // A store's clients keep rights (two windows each) over many blocks.
+                "--windows-per-client",
+                &WINDOWS_PER_CLIENT.to_string(),
             ]
             .map(String::from);
             let (p, addr) =
@@ -208,6 +211,7 @@ impl PatronusNode {
                 pool_bytes: pool_mib << 20,
                 isolation,
                 max_lifetime_us: 1_000_000,
+                windows_per_client: WINDOWS_PER_CLIENT,
                 ..NodeConfig::default()
             },
         )?;
@@ -249,10 +253,15 @@ impl PatronusNode {
     }
 }
 
+/// Windows the memory node gives each client session (a PD per client): a right takes up to
+/// two, and a store's clients keep many (serve's default, 1,024, holds 512 rights).
+const WINDOWS_PER_CLIENT: u32 = 8192;
+
 /// The table clients' options against Redis: a key-value store's clients rather than Figure
 /// 9's short leases. Rights last 200 ms (a key read or written again within that needs no
 /// acquire) and up to 1,024 are kept (every key of a quick run); blocks come 16 per
-/// allocation and go 16 per free (one round trip each).
+/// allocation and go 16 per free (one round trip each); an operation's batches are started
+/// without waiting, so the clients of the driver's thread have theirs in flight together.
 pub fn store_options() -> ClientOptions {
     ClientOptions {
         lease: Duration::from_millis(200),
@@ -260,6 +269,7 @@ pub fn store_options() -> ClientOptions {
         reader_cache: 1024,
         preallocate: 16,
         free_batch: 16,
+        pipeline: true,
         ..crate::experiments::fig9::options()
     }
 }
