@@ -123,7 +123,7 @@ fn a_refused_access_fails_alone(t: Link) {
     let c = &mut cl.clients[0];
     let p = c.allocate(64, LEASE, Mode::Shared).unwrap();
     let gone = c.allocate(64, LEASE, Mode::Shared).unwrap();
-    // A copy of `gone`'s grant, used after the permission ended: its rkey is refused.
+    // A copy of `gone`'s grant, used after the permission was revoked: its rkey is refused.
     let now = c.status().clock().now();
     let stale = c.control().adopt(
         gone.grant(),
@@ -132,7 +132,7 @@ fn a_refused_access_fails_alone(t: Link) {
         now,
     );
     c.write(&p, 0, b"kept").unwrap();
-    c.free(gone).unwrap();
+    c.revoke(gone).unwrap();
     let mut b = c.batch();
     b.read(&p, 0, 4).read(&stale, 0, 4).write(&p, 8, b"after");
     let posted = b.start();
