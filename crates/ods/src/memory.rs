@@ -237,7 +237,8 @@ pub trait RemoteMemory {
     }
 
     /// Asks to be woken — on the completion channel the implementation's connection reports
-    /// to — when an answer to an acquire in flight arrives; whether any is in flight. A
+    /// to — when an answer to an acquire, or a started batch's completion, arrives; whether
+    /// any is in flight. A
     /// driver whose clients all wait for answers then sleeps on that channel instead of
     /// polling (arm, poll once more, then sleep). By default nothing is ever in flight.
     fn arm(&mut self) -> bool {

@@ -217,7 +217,9 @@ impl<P: Provider> RemoteMemory for PatronusMemory<P> {
     }
 
     fn arm(&mut self) -> bool {
-        self.set.arm()
+        // The data CQs are armed with the control CQs: a started batch's completion wakes too.
+        let acquires = self.set.arm();
+        acquires || !self.posted.is_empty()
     }
 
     fn extend(&mut self, region: &NodePerm, lease: Duration) -> Result<(), MemError> {

@@ -124,17 +124,19 @@ impl<P: Provider> ComputeNode<P> {
         channel: Option<&P::Channel>,
     ) -> Result<Self, ClientError> {
         let pd = ctx.alloc_pd()?;
-        let data_cq = Arc::new(DataCq::<P>::new(ctx.create_cq(4096)?));
+        // The handle's own when none is given: a wait for a reply on any of several shards'
+        // channels sleeps on it. The data CQ reports there too (when armed): a driver of many
+        // clients sleeps on one channel for their replies and their batches' completions.
+        let channel = match channel {
+            Some(ch) => ch.clone(),
+            None => ctx.create_channel()?,
+        };
+        let data_cq = Arc::new(DataCq::<P>::new(ctx.create_cq_on(4096, &channel)?));
         let endpoint = Endpoint {
             ctx: ctx.clone(),
             address: address.clone(),
             pd,
-            // The handle's own when none is given: a wait for a reply on any of several
-            // shards' channels sleeps on it.
-            channel: match channel {
-                Some(ch) => ch.clone(),
-                None => ctx.create_channel()?,
-            },
+            channel,
             data_cq: data_cq.clone(),
         };
         let clocks = Clocks {

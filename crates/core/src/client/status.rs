@@ -153,13 +153,14 @@ impl<P: Provider> SessionControl<'_, P> {
         self.client.reconnect()
     }
 
-    /// Arms the control CQs on the channel given to [`Client::connect_on`]: the next reply
-    /// raises an event there. Arm, poll ([`Client::poll_any`]), and only if nothing came, wait on
-    /// the channel.
+    /// Arms the control CQs and the data CQ on the channel given to [`Client::connect_on`]:
+    /// the next reply or completion raises an event there. Arm, poll ([`Client::poll_any`],
+    /// a posted batch's `poll`), and only if nothing came, wait on the channel.
     pub fn arm(&self) {
         for c in &self.client.node.lock().session.ctrl {
             c.arm();
         }
+        self.client.node.data_cq.arm();
     }
 
     /// Lets clients of `tenant` acquire the object whose buffer starts at `addr` with at most

@@ -99,6 +99,11 @@ pub(crate) struct DataCq<P: Provider> {
 }
 
 impl<P: Provider> DataCq<P> {
+    /// Asks the CQ's channel for an event at the next completion.
+    pub(crate) fn arm(&self) {
+        self.cq.req_notify();
+    }
+
     pub(crate) fn new(cq: P::Cq) -> Self {
         let cq = DataCq {
             cq,
