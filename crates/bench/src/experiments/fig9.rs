@@ -205,9 +205,11 @@ impl<M: RemoteMemory> Drop for KvClient<M> {
 
 impl<M: RemoteMemory + Send> Logical for KvClient<M> {
     /// Armed only while its operation waits for an acquire's answer (Patronus readers start
-    /// their acquires without blocking); otherwise its next step has work to do.
+    /// their acquires without blocking) or, pipelined, for a started batch; otherwise its
+    /// next step has work to do.
     fn arm(&mut self) -> bool {
-        self.op.is_some() && self.table.awaiting_answer() && self.mem.arm()
+        let waits = self.table.awaiting_answer() || self.table.options().pipeline;
+        self.op.is_some() && waits && self.mem.arm()
     }
 
     fn step(&mut self, ctx: &mut StepCtx<'_>) -> Result<()> {

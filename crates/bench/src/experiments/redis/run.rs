@@ -3,7 +3,7 @@
 
 use super::redis_server::RedisServer;
 use super::store::{KvConnection, KvRequest};
-use crate::experiments::driver::{Driven, Logical, Rig, StepCtx, drive, now, spread};
+use crate::experiments::driver::{Driven, Logical, Rig, StepCtx, drive, drive_on, now, spread};
 use crate::experiments::fig9::Kv;
 use crate::experiments::ods_rig::Workload;
 use crate::experiments::patronus_rig::lean_client;
@@ -15,6 +15,7 @@ use patronus_core::client::Client;
 use patronus_core::manager::{Isolation, MemoryNode, NodeConfig};
 use patronus_ods::PatronusMemory;
 use patronus_ods::race::ClientOptions;
+use rnic::Context as _;
 use rnic::soft::{SoftAddress, SoftContext, SoftProvider};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -324,11 +325,15 @@ pub fn race(
     ops: u64,
     budget: Duration,
 ) -> Result<RaceRun> {
+    // Every client's CQs report to one channel: the driver's thread sleeps on it while all of
+    // them wait for replies or completions, as a Redis client sleeps in its read.
+    let channel = table.dev.create_channel()?;
     let connect = || -> Result<PatronusMemory<SoftProvider>> {
-        Ok(PatronusMemory::new(Client::connect(
+        Ok(PatronusMemory::new(Client::connect_on(
             &table.dev,
             &table.addr,
             lean_client(),
+            Some(&channel),
         )?))
     };
     let kv = &table.kv;
@@ -337,7 +342,14 @@ pub fn race(
         .collect::<Result<Vec<_>>>()?;
     let cpu0 = node.cpu_time()?;
     let client0 = rnic::process_cpu_time();
-    let driven = drive(spread(logicals, 1), ops, budget, 13, "patronus race")?;
+    let driven = drive_on(
+        spread(logicals, 1),
+        vec![Some(channel)],
+        ops,
+        budget,
+        13,
+        "patronus race",
+    )?;
     let client_cpu = rnic::process_cpu_time().saturating_sub(client0);
     let cpu1 = node.cpu_time()?;
     let (failed, first) = kv.take_failures();
