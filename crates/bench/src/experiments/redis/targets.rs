@@ -103,9 +103,9 @@ pub(super) fn summarize(
         ),
         holds: false,
         detail: "not measured: a RACE client runs one operation at a time (the clients of the \
-                 benchmark's thread have their batches in flight together, but the allocation \
-                 and free round trips still block the thread), so there is no pipelined RACE \
-                 row to compare"
+                 benchmark's thread have their batches in flight together); more table clients \
+                 per thread do not raise throughput past the client core's CPU (about 110-125 \
+                 µs per operation), so there is no pipelined RACE row to compare"
             .into(),
     });
     floor.checks(&mut checks, &mut ratios);
@@ -140,7 +140,7 @@ fn node_split(r: &Row) -> String {
 fn notes() -> Vec<String> {
     vec![
         "Both systems serve the same workload: keys `key:NNN…` (16 B), 4 KiB values, 50 % reads, Zipfian 0.99, every key loaded first; reads check the value belongs to its key.".into(),
-        format!("Redis: `redis-server` with persistence off, one connection per client, GET/SET; pipelined runs send {PIPELINE} commands per round trip (each command's latency is its pipeline's). RACE: each client one operation at a time, every step one batch of one-sided operations or one permission RPC; batches and acquires are started without waiting, so the clients of the benchmark's thread have theirs in flight together (allocations and frees, 16 blocks per round trip, block the thread)."),
+        format!("Redis: `redis-server` with persistence off, one connection per client, GET/SET; pipelined runs send {PIPELINE} commands per round trip (each command's latency is its pipeline's). RACE: each client one operation at a time, every step one batch of one-sided operations or one permission RPC; batches and acquires are started without waiting, so the clients of the benchmark's thread have theirs in flight together and the thread sleeps on one channel while all of them wait (allocations and frees, 16 blocks per round trip, block it)."),
         format!("Every server is pinned to core {} with taskset and the benchmark's client thread (with its device's engines) to the other core, so a blocking round trip always crosses cores: unpinned, the scheduler sometimes put both ends on one core, where a blocking round trip costs a fraction of a cross-core one (one Redis client measured 7 K/s at 55 µs and four clients 80 K/s at 8 µs in one run).", run::SERVER_CORE),
         format!("{ROUNDS} rounds, each running every system in turn at every client count; each row is the run with the median throughput, with the medians of its latency and CPU columns and every run's throughput beside it."),
         "Node CPU per op is the server process's CPU from the scheduler's statistics over the operations, split by thread: the memory node's manager threads, its soft NIC's engine threads (the transport and the one-sided operations, which an RDMA NIC does in hardware) and the rest. The nodes run as `patronus serve` does by default (managers and engines sleep when idle); `Patronus RACE` isolates clients with a PD each (serve's default), the shared-PD node (the paper's mode) is beside it. Client CPU per op is the benchmark process's.".into(),
