@@ -330,17 +330,6 @@ fn with_every_node_gone_allocation_says_so(t: Link) {
     assert!(e.to_string().contains("unreachable"), "{e}");
 }
 
-macro_rules! both_transports {
-    ($($name:ident),* $(,)?) => {
-        mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
-        }
-        mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
-        }
-    };
-}
-
 both_transports!(
     objects_spread_and_hold_their_data,
     an_rkey_is_valid_on_its_own_node_only,

@@ -167,17 +167,6 @@ fn a_dropped_batch_is_finished_before_the_next(t: Link) {
     assert_eq!(u64::from_le_bytes(buf[8..].try_into().unwrap()), 5);
 }
 
-macro_rules! both_transports {
-    ($($name:ident),* $(,)?) => {
-        mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
-        }
-        mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
-        }
-    };
-}
-
 both_transports!(
     several_clients_batches_in_flight_together,
     one_batch_in_flight_per_client,

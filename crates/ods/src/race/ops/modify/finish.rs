@@ -52,23 +52,11 @@ impl<M: RemoteMemory> Modify<M> {
         if self.swapping.is_some() {
             return match poll_started(&mut t.stats, mem, &mut self.swapping) {
                 Some(Poll::Ready(out)) => self.swapped(t, mem, subtable, old, dups, out),
-                _ => {
-                    self.state = State::Swap {
-                        subtable,
-                        old,
-                        dups,
-                    };
-                    Poll::Pending
-                }
+                _ => self.keep_swapping(subtable, old, dups),
             };
         }
         let Some(st) = t.subtables.get(&subtable) else {
-            self.state = State::Swap {
-                subtable,
-                old,
-                dups,
-            };
-            return Poll::Pending;
+            return self.keep_swapping(subtable, old, dups);
         };
         let mut ops = vec![MemOp::Cas {
             on: st,
@@ -86,15 +74,24 @@ impl<M: RemoteMemory> Modify<M> {
         let pipeline = t.opts.pipeline;
         match exec_or_start(&mut t.stats, mem, pipeline, &mut self.swapping, &ops) {
             Poll::Ready(out) => self.swapped(t, mem, subtable, old, dups, out),
-            Poll::Pending => {
-                self.state = State::Swap {
-                    subtable,
-                    old,
-                    dups,
-                };
-                Poll::Pending
-            }
+            Poll::Pending => self.keep_swapping(subtable, old, dups),
         }
+    }
+
+    /// The swap goes on at the next step (its CAS batch in flight, or its subtable's right
+    /// not yet usable): back into its state with what it needs.
+    fn keep_swapping(
+        &mut self,
+        subtable: u64,
+        old: Found,
+        dups: Vec<Found>,
+    ) -> Poll<Result<(), RaceError>> {
+        self.state = State::Swap {
+            subtable,
+            old,
+            dups,
+        };
+        Poll::Pending
     }
 
     /// What the CAS batch found: linked (free the old block, or verify it first if the guard
