@@ -9,7 +9,8 @@ mod support;
 
 use patronus_core::cluster::Link;
 use patronus_ods::race::{
-    self, ClientOptions, Delete, Insert, LockMode, Lookup, RaceError, TableClient, Update,
+    self, ClientOptions, Delete, Insert, LockMode, Lookup, RaceError, RaceStats, TableClient,
+    Update,
 };
 use race_support::{Mem, Rng, bed, key, opts, small, value};
 use std::collections::HashMap;
@@ -64,9 +65,21 @@ fn check_against_model(
 /// `pipeline`, each client has a memory of its own and starts its batches without waiting
 /// (`ClientOptions::pipeline`: a step that started one returns `Pending` until it is in).
 fn interleave(t: Link, lock: LockMode, seed: u64, ops: u64, keys: u64, pipeline: bool) {
-    let (_bed, mut mems) = bed(t, if pipeline { 6 } else { 2 });
-    let root = race::create(&mut mems[0], small(lock)).unwrap();
     let o = ClientOptions { pipeline, ..opts() };
+    interleave_with(t, lock, seed, ops, keys, o);
+}
+
+/// [`interleave`] with the clients' options `o`; returns the clients' summed counts.
+fn interleave_with(
+    t: Link,
+    lock: LockMode,
+    seed: u64,
+    ops: u64,
+    keys: u64,
+    o: ClientOptions,
+) -> RaceStats {
+    let (_bed, mut mems) = bed(t, if o.pipeline { 6 } else { 2 });
+    let root = race::create(&mut mems[0], small(lock)).unwrap();
     let mut clients: Vec<Logical> = (0..6)
         .map(|i| {
             let m = i % mems.len();
@@ -202,8 +215,12 @@ fn interleave(t: Link, lock: LockMode, seed: u64, ops: u64, keys: u64, pipeline:
         "splits happened under the operations: {splits}"
     );
     assert!(acked.iter().all(|&n| n > 0), "{acked:?}");
+    let stats = clients
+        .iter()
+        .fold(RaceStats::default(), |s, c| s.plus(&c.table.stats()));
     let c = &mut clients[0];
     check_against_model(&mut c.table, &mut mems[c.mem], &model, keys);
+    stats
 }
 
 fn interleaved_clients_keep_the_table_consistent(t: Link) {
@@ -219,6 +236,26 @@ fn interleaved_clients_with_lock_words(t: Link) {
 fn interleaved_pipelined_clients(t: Link) {
     interleave(t, LockMode::Lease, 6, 800, 150, true);
     interleave(t, LockMode::Word, 7, 800, 200, true);
+}
+
+/// Clients that read a key's block beside its buckets where they last saw its entry
+/// (`ClientOptions::speculate`): with six clients on few keys many guesses are wrong (the
+/// entry replaced, its block freed and reused), and none may change an answer.
+fn interleaved_speculating_clients(t: Link) {
+    let mut all = RaceStats::default();
+    for (seed, pipeline, keys) in [(8, false, 60), (9, true, 150)] {
+        let o = ClientOptions {
+            pipeline,
+            speculate: true,
+            ..opts()
+        };
+        all = all.plus(&interleave_with(t, LockMode::Lease, seed, 800, keys, o));
+    }
+    // Both kinds read: right guesses that saved a batch, wrong ones that changed nothing.
+    assert!(
+        all.guesses_right > 0 && all.guesses > all.guesses_right,
+        "guesses right and wrong: {all:?}"
+    );
 }
 
 /// More seeds in-process (cheap there): few keys (much contention), many keys (many splits).
@@ -331,6 +368,7 @@ both_transports!(
     interleaved_clients_keep_the_table_consistent,
     interleaved_clients_with_lock_words,
     interleaved_pipelined_clients,
+    interleaved_speculating_clients,
     more_interleavings,
     threads_keep_the_table_consistent
 );

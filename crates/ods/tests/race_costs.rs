@@ -164,7 +164,77 @@ fn retired_blocks_are_freed_in_batches(t: Link) {
     w.close(a).unwrap();
 }
 
+/// With `speculate`, a client reads a key's block beside its buckets where it last saw the
+/// key's entry: a lookup of an unchanged entry is one round trip, an update two. When another
+/// client replaced the entry, the guess fails, the lookup validates as before and still
+/// answers the new value.
+fn guessing_clients_look_up_a_hot_key_in_one_round_trip(t: Link) {
+    let (_bed, mut mems) = bed(t, 2);
+    let (a, rest) = mems.split_first_mut().unwrap();
+    let b = &mut rest[0];
+    let cfg = RaceConfig {
+        initial_depth: 0,
+        ..RaceConfig::default()
+    };
+    let root = race::create(a, cfg).unwrap();
+    let o = ClientOptions {
+        lease: std::time::Duration::from_millis(900),
+        read_lease: std::time::Duration::from_millis(900),
+        speculate: true,
+        ..ClientOptions::default()
+    };
+    let mut w = race::open(a, root, o).unwrap();
+    let mut r = race::open(b, root, o).unwrap();
+    let n = 8;
+    for i in 0..n {
+        w.insert(a, &key(i), &value(i, 0)).unwrap();
+        w.update(a, &key(i), &value(i, 1)).unwrap(); // sees the entry: guesses from now on
+    }
+    let before = w.stats();
+    for i in 0..n {
+        w.update(a, &key(i), &value(i, 2)).unwrap();
+        assert_eq!(w.get(a, &key(i)).unwrap(), Some(value(i, 2)));
+    }
+    let s = w.stats().since(&before);
+    assert_eq!(
+        (s.batches, s.guesses, s.guesses_right, s.acquires),
+        (3 * n, 2 * n, 2 * n, 0),
+        "an update in two round trips, a lookup in one: {s:?}"
+    );
+
+    // Another client: the first lookup validates (and acquires), the next ones guess.
+    for i in 0..n {
+        assert_eq!(r.get(b, &key(i)).unwrap(), Some(value(i, 2)));
+    }
+    let before = r.stats();
+    for _ in 0..3 {
+        for i in 0..n {
+            assert_eq!(r.get(b, &key(i)).unwrap(), Some(value(i, 2)));
+        }
+    }
+    let s = r.stats().since(&before);
+    assert_eq!(
+        (s.batches, s.guesses_right, s.acquires),
+        (3 * n, 3 * n, 0),
+        "{s:?}"
+    );
+
+    // The writer replaces one key: the reader's guess fails once, its answer does not.
+    w.update(a, &key(0), &value(0, 3)).unwrap();
+    let before = r.stats();
+    assert_eq!(r.get(b, &key(0)).unwrap(), Some(value(0, 3)));
+    let s = r.stats().since(&before);
+    assert_eq!((s.guesses, s.guesses_right), (1, 0), "{s:?}");
+    assert_eq!(s.acquires, 1, "a right over the new block: {s:?}");
+    // One wrong guess among many right ones: the new entry is guessed, and right.
+    let before = r.stats();
+    assert_eq!(r.get(b, &key(0)).unwrap(), Some(value(0, 3)));
+    let s = r.stats().since(&before);
+    assert_eq!((s.batches, s.guesses_right), (1, 1), "{s:?}");
+}
+
 both_transports!(
     costs_per_operation_match_section_6_1,
-    retired_blocks_are_freed_in_batches
+    retired_blocks_are_freed_in_batches,
+    guessing_clients_look_up_a_hot_key_in_one_round_trip
 );

@@ -57,6 +57,8 @@ struct Workload {
     freeze: f64,
     /// Per started operation: chance that its client crashes during it.
     crash: f64,
+    /// Clients read a key's block beside its buckets on a guess (`ClientOptions::speculate`).
+    speculate: bool,
 }
 
 /// A logical client's operation in flight.
@@ -198,6 +200,8 @@ struct Totals {
     refused: usize,
     splits: u64,
     takeovers: u64,
+    /// Guessed blocks read, and those that saved a validation.
+    guesses: (u64, u64),
 }
 
 /// Runs `w` and checks its history; returns what it did.
@@ -216,7 +220,10 @@ fn run(mut w: Workload) -> Totals {
     let mut mems = mems.into_iter().map(Faulty::new);
     let mut first = mems.next().unwrap();
     let root = race::create(&mut first, tiny(w.lock)).unwrap();
-    let o = opts();
+    let o = race::ClientOptions {
+        speculate: w.speculate,
+        ..opts()
+    };
     let block = u64::from(tiny(w.lock).block_size);
     let open = |mut mem: FMem| {
         mem.block_len = block;
@@ -390,6 +397,8 @@ fn run(mut w: Workload) -> Totals {
         let s = c.table.stats();
         totals.splits += s.splits;
         totals.takeovers += s.takeovers;
+        totals.guesses.0 += s.guesses;
+        totals.guesses.1 += s.guesses_right;
         totals.refused += c.mem.refused;
     }
     let c = &mut clients[0];
@@ -433,6 +442,7 @@ fn workload(transport: Link, lock: LockMode, seed: u64, ops: u64) -> Workload {
         refuse: 0.0,
         freeze: 0.0,
         crash: 0.0,
+        speculate: false,
     }
 }
 
@@ -500,6 +510,26 @@ fn crashing_clients(t: Link) {
     assert!(tot.crashes > 0, "{tot:?}");
 }
 
+/// Clients that read keys' blocks on a guess of where their entries are, with every fault:
+/// a guess whose entry was replaced (and its block freed and reused) or whose READ is
+/// refused must never decide an answer.
+fn guessing_clients_with_faults(t: Link) {
+    let ops = if t == Link::InProc {
+        INPROC_OPS
+    } else {
+        TCP_OPS
+    };
+    let tot = run(Workload {
+        refuse: 0.02,
+        freeze: 0.002,
+        crash: if t == Link::InProc { 0.002 } else { 0.006 },
+        speculate: true,
+        ..workload(t, LockMode::Lease, 5, ops)
+    });
+    let (read, right) = tot.guesses;
+    assert!(right > 0 && read > right, "{tot:?}");
+}
+
 /// Clients frozen past their leases while block READs are refused, with lock words. Lost
 /// an acknowledged insert's key on the code before issue 25's third fix (seed 2 then:
 /// `key-00002`): a frozen resizer came back after clearing T''s `NewHalf` mark but before
@@ -518,7 +548,8 @@ both_transports!(
     no_faults,
     refused_reads_with_lock_words,
     frozen_clients_and_refused_reads,
-    crashing_clients
+    crashing_clients,
+    guessing_clients_with_faults
 );
 
 /// The long run (README): `PATRONUS_SOAK_OPS` operations (default 10^6) in seeded runs of

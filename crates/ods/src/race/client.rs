@@ -9,6 +9,7 @@
 
 use super::config::{ClientOptions, RaceConfig};
 use super::error::RaceError;
+use super::guesses::Guesses;
 use super::hash::{hash64, mask};
 use super::layout::{BLOCK_HEADER, DirEntry, Geometry, MAX_BLOCK_UNITS, Slot, UNIT};
 use super::records::Root;
@@ -57,6 +58,8 @@ pub struct TableClient<M: RemoteMemory> {
     pub(crate) spare: Vec<M::Region>,
     /// Rights over blocks this client read (of any writer) or linked, by address.
     pub(crate) blocks: BlockRights<M::Region>,
+    /// Where this client last saw keys' entries (`ClientOptions::speculate`).
+    pub(crate) guesses: Guesses,
     /// Blocks this client unlinked, with the nonce of the write each held, waiting to be
     /// freed in a batch (`retire`).
     pub(crate) retired: Vec<(M::Region, u64)>,
@@ -107,6 +110,7 @@ impl<M: RemoteMemory> TableClient<M> {
             subtables: HashMap::new(),
             spare: Vec::new(),
             blocks: BlockRights::new(opts.reader_cache),
+            guesses: Guesses::new(if opts.speculate { opts.reader_cache } else { 0 }),
             retired: Vec::new(),
             acquiring: HashMap::new(),
             awaiting: false,

@@ -154,6 +154,12 @@ pub struct ClientOptions {
     ///
     /// [`RemoteMemory::start_execute`]: crate::memory::RemoteMemory::start_execute
     pub pipeline: bool,
+    /// A lookup or update reads the block of the key's entry where this client last saw it
+    /// in the same batch as the key's buckets (through the right it kept for that entry),
+    /// and skips the validation batch when the buckets show the entry unchanged: a hot key's
+    /// lookup is one round trip, its update two. A wrong guess costs one READ (or, if its
+    /// right had ended, a refused READ), and pauses guessing for a while. Off by default.
+    pub speculate: bool,
 }
 
 impl Default for ClientOptions {
@@ -172,6 +178,7 @@ impl Default for ClientOptions {
             max_attempts: 256,
             max_wait_polls: 1 << 20,
             pipeline: false,
+            speculate: false,
         }
     }
 }

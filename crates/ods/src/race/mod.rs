@@ -38,6 +38,7 @@ mod config;
 mod destroy;
 mod directory;
 mod error;
+mod guesses;
 mod hash;
 mod layout;
 mod named;

@@ -1,10 +1,12 @@
 //! Rights over KV blocks this client keeps for later operations: blocks it read (of any
 //! writer) and blocks it linked itself, by address, oldest given up past the capacity.
 //!
-//! A kept right is used only after a fresh read of the buckets names its block (a probe),
-//! never on a guess: a right may have ended without this client knowing (another client
-//! freed the block), and an access through it would be refused by the NIC, which breaks the
-//! QP it was posted on (`ops::validate` reads the block again under a new right).
+//! A kept right is used after a fresh read of the buckets names its block (a probe) — or,
+//! with `ClientOptions::speculate`, on a guess, for a READ that goes in the same batch as
+//! the buckets and counts only if they name the block (`guesses`). A right may have ended
+//! without this client knowing (another client freed the block), and an access through it
+//! is then refused by the NIC, which breaks the QP it was posted on (`ops::validate` reads
+//! the block again under a new right); so guesses are read only while they have been holding.
 //!
 //! Each kept right remembers the entry (the slot word: fingerprint, length, address) that
 //! named its block when the right was taken, and is used only for that same entry. Freed

@@ -48,6 +48,11 @@ pub struct RaceStats {
     pub unknown_outcomes: u64,
     /// Polls spent waiting for another client's split.
     pub waits: u64,
+    /// Blocks read beside the buckets on a guess of where the key's entry is
+    /// (`ClientOptions::speculate`).
+    pub guesses: u64,
+    /// Of those, the guesses that held (the entry was still there: no validation batch).
+    pub guesses_right: u64,
 }
 
 impl RaceStats {
@@ -74,6 +79,8 @@ impl RaceStats {
             takeovers: d(self.takeovers, earlier.takeovers),
             unknown_outcomes: d(self.unknown_outcomes, earlier.unknown_outcomes),
             waits: d(self.waits, earlier.waits),
+            guesses: d(self.guesses, earlier.guesses),
+            guesses_right: d(self.guesses_right, earlier.guesses_right),
         }
     }
 
@@ -99,6 +106,8 @@ impl RaceStats {
             takeovers: self.takeovers + other.takeovers,
             unknown_outcomes: self.unknown_outcomes + other.unknown_outcomes,
             waits: self.waits + other.waits,
+            guesses: self.guesses + other.guesses,
+            guesses_right: self.guesses_right + other.guesses_right,
         }
     }
 

@@ -5,13 +5,23 @@
 //! so that header is read after the slots: a split changes every header (depth + 1) before
 //! it changes any slot of the old subtable, so a header that still claims the key proves the
 //! slots read before it were current for the key.
+//!
+//! With a guess (`race::guesses`), a READ of the block the guess names, through the right
+//! this client holds for that entry, goes last in the batch. The block counts only where the
+//! buckets read before it hold the guessed entry at the guessed position: the slot named that
+//! block when it was read, as in `ops::validate`'s batch (its slot re-read, block, header),
+//! so the block is judged exactly as a validation would judge it, one round trip earlier.
 
-use crate::memory::{Executing, MemError, MemOp, MemOut, RemoteMemory};
+use super::validate::Verdict;
+use crate::memory::{Executing, MemError, MemOp, MemOut, Region, RemoteMemory};
+use crate::race::block;
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
+use crate::race::guesses::Guess;
 use crate::race::hash::KeyHash;
 use crate::race::layout::{BucketHeader, SlotAt, word};
 use crate::race::stats::{bytes, ended, exec_or_start, poll_started};
+use patronus_core::proto::messages::Access;
 use std::task::Poll;
 
 /// Directory re-reads a probe makes before it calls the directory corrupt.
@@ -26,6 +36,8 @@ pub(crate) struct Snapshot {
     pub header: BucketHeader,
     /// The slots of both combined buckets, by position (each once).
     pub slots: Vec<SlotAt>,
+    /// The block a guess named, read after the buckets (see the module docs).
+    pub guessed: Option<Box<(SlotAt, Vec<u8>)>>,
 }
 
 impl Snapshot {
@@ -41,6 +53,20 @@ impl Snapshot {
     /// The slot at `pos`, if it is one of the key's.
     pub fn at(&self, pos: u32) -> Option<SlotAt> {
         self.slots.iter().find(|s| s.pos == pos).copied()
+    }
+
+    /// What the block read beside the buckets says of candidate `at`, if the guess named that
+    /// very entry: the verdict a validation of `at` would give (`None`: validate it).
+    pub fn judged(&self, at: SlotAt, key: &[u8]) -> Option<Verdict> {
+        let (g, data) = self.guessed.as_deref()?;
+        if g.pos != at.pos || g.slot.thawed() != at.slot.thawed() {
+            return None;
+        }
+        match block::decode(data) {
+            Some(b) if b.key == key => Some(Verdict::Key(b)),
+            Some(_) => Some(Verdict::Other),
+            None => None,
+        }
     }
 
     /// Whether a split froze any of the slots.
@@ -89,6 +115,9 @@ pub(crate) struct Probe {
     refreshes: u32,
     /// The batch in flight (`ClientOptions::pipeline`), and what reading its results needs.
     started: Option<(Executing, Reading)>,
+    /// The access a right over the block of the key's entry as last seen must grant to be
+    /// read beside the buckets (taken by the first batch: a probe read again reads none).
+    guess: Option<Access>,
 }
 
 /// What a probe's batch read: the subtable, the directory entry's depth, the combined
@@ -100,6 +129,8 @@ struct Reading {
     f1: u32,
     f2: u32,
     write: bool,
+    /// The key's guess, to check against the buckets, and whether its block was read last.
+    guessed: Option<(Guess, bool)>,
 }
 
 impl Probe {
@@ -109,6 +140,16 @@ impl Probe {
             refresh: None,
             refreshes: 0,
             started: None,
+            guess: None,
+        }
+    }
+
+    /// A probe that also reads the block of the key's entry as last seen, if this client
+    /// guesses (`ClientOptions::speculate`) and holds a right granting `access` for it.
+    pub fn guessing(h: KeyHash, access: Access) -> Self {
+        Probe {
+            guess: Some(access),
+            ..Probe::new(h)
         }
     }
 
@@ -180,12 +221,42 @@ impl Probe {
                 len: 8,
             },
         ]);
+        // The key's guess, checked against the buckets in any case; its block read last if
+        // guesses have been holding and this client holds a right for that very entry.
+        let mut guessed = None;
+        let guess = match self.guess.take() {
+            Some(access) if t.opts.speculate => {
+                t.guesses.guess(self.h.primary).map(|g| (g, access))
+            }
+            _ => None,
+        };
+        if let Some((g, access)) = guess.filter(|(g, _)| g.subtable == entry.subtable) {
+            let margin = t.opts.margin;
+            let right = t
+                .blocks
+                .get(g.at.slot, access)
+                .filter(|b| !mem.expires_within(b, margin));
+            let read = match right {
+                Some(b) if t.guesses.worth_reading() => {
+                    ops.push(MemOp::Read {
+                        on: b,
+                        offset: 0,
+                        len: g.at.slot.len().min(b.len()) as u32,
+                    });
+                    t.stats.guesses += 1;
+                    true
+                }
+                _ => false,
+            };
+            guessed = Some((g, read));
+        }
         let reading = Reading {
             subtable: entry.subtable,
             depth: entry.depth,
             f1,
             f2,
             write: reads == 1,
+            guessed,
         };
         let mut slot = None;
         let pipeline = t.opts.pipeline;
@@ -214,6 +285,7 @@ impl Probe {
             f1,
             f2,
             write,
+            guessed,
         } = reading;
         let geo = t.geo;
         let mut out = out.into_iter();
@@ -252,10 +324,51 @@ impl Probe {
             }
         }
         slots.sort_by_key(|s| s.pos);
+        let guessed = guessed.and_then(|(g, read)| {
+            let block = read.then(|| bytes(out.next()));
+            self.judge_guess(t, mem, g, block, &slots)
+        });
         Poll::Ready(Ok(Probed::Snap(Snapshot {
             subtable,
             header,
             slots,
+            guessed,
         })))
+    }
+
+    /// The guessed block as read, if it was and the buckets still hold the guessed entry at
+    /// its place. A guess that did not hold is forgotten; a refused READ also ends the right
+    /// it went through.
+    fn judge_guess<M: RemoteMemory>(
+        &mut self,
+        t: &mut TableClient<M>,
+        mem: &mut M,
+        g: Guess,
+        read: Option<Result<Vec<u8>, MemError>>,
+        slots: &[SlotAt],
+    ) -> Option<Box<(SlotAt, Vec<u8>)>> {
+        let held = slots
+            .iter()
+            .any(|s| s.pos == g.at.pos && s.slot.thawed() == g.at.slot.thawed());
+        t.guesses.checked(held);
+        if !held {
+            t.guesses.forget(self.h.primary);
+        }
+        let data = match read? {
+            Ok(d) => d,
+            Err(e) => {
+                if ended(&e) || e == MemError::NotFound {
+                    if let Some(old) = t.blocks.take(g.at.slot.ptr()) {
+                        t.give_up(mem, old);
+                    }
+                }
+                return None;
+            }
+        };
+        if !held {
+            return None;
+        }
+        t.stats.guesses_right += 1;
+        Some(Box::new((g.at, data)))
     }
 }

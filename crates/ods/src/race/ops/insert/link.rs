@@ -105,6 +105,7 @@ impl<M: RemoteMemory> Insert<M> {
                                 subtable,
                                 header,
                                 slots,
+                                guessed: None,
                             },
                             v: None,
                         }

@@ -7,7 +7,8 @@ use crate::memory::{MemError, MemOp, MemOut, RemoteMemory};
 use crate::race::block;
 use crate::race::client::TableClient;
 use crate::race::error::RaceError;
-use crate::race::layout::{BLOCK_HEADER, Slot};
+use crate::race::guesses::Guess;
+use crate::race::layout::{BLOCK_HEADER, Slot, SlotAt};
 use crate::race::ops::MAX_REFUSALS;
 use crate::race::ops::probe::{Probe, Snapshot};
 use crate::race::ops::validate::take_right;
@@ -112,6 +113,7 @@ impl<M: RemoteMemory> Modify<M> {
         match cas {
             Ok(v) if v == s.0 => {
                 self.linked = true;
+                self.note_entry(t, subtable, old);
                 self.state = match guard {
                     Some(Err(e)) if ended(&e) || e == MemError::NotFound => State::Verify {
                         subtable,
@@ -293,6 +295,7 @@ impl<M: RemoteMemory> Modify<M> {
         let frees = vec![(old.at.slot.ptr(), old.at.slot.len(), old.nonce)];
         if now.thawed() == self.mine {
             self.linked = true;
+            self.note_entry(t, subtable, old);
         } else if let Some(b) = self.block.take() {
             t.free_block(mem, b, self.nonce);
         }
@@ -302,6 +305,20 @@ impl<M: RemoteMemory> Modify<M> {
             frees,
         };
         Poll::Pending
+    }
+
+    /// The key's entry is now this operation's (`old`'s slot holds the new block's entry, or
+    /// none after a delete): where the next operation on the key guesses it.
+    fn note_entry(&self, t: &mut TableClient<M>, subtable: u64, old: Found) {
+        if self.mine.is_empty() {
+            t.guesses.forget(self.h.primary);
+        } else {
+            let at = SlotAt {
+                slot: self.mine,
+                ..old.at
+            };
+            t.guesses.remember(self.h.primary, Guess { subtable, at });
+        }
     }
 
     /// Clears the key's other entries (left by concurrent inserts), then frees.

@@ -1,7 +1,9 @@
 //! `Update` and `Delete`: find the key's entry (the lowest-positioned, validated under a
 //! read-write right of this client's own over its block, so it can free it), CAS the slot
 //! from that entry to the new block's (update, copy-on-write) or to empty (delete), then free
-//! the old block. Other entries of the key (left by concurrent inserts) are cleared too.
+//! the old block. Other entries of the key (left by concurrent inserts) are cleared too. A
+//! candidate whose block the probe read on a guess (`race::guesses`) is judged from that
+//! read, without a validation batch: an update of an unchanged entry is two round trips.
 //!
 //! The CAS batch also re-reads the old block through the right validated: if that READ is
 //! refused, the block was freed (and maybe reused) since validation, so the slot the CAS hit
@@ -153,7 +155,7 @@ impl<M: RemoteMemory> Modify<M> {
         let state = if new.is_some() {
             State::Block
         } else {
-            State::Probe(Probe::new(h))
+            State::Probe(Probe::guessing(h, Access::ReadWrite))
         };
         Modify {
             key: key.to_vec(),
@@ -224,7 +226,7 @@ impl<M: RemoteMemory> Modify<M> {
                     }
                 }
                 try_ready!(t.ready_own_block(mem, &mut self.block, &mut self.stale_block));
-                self.state = State::Probe(Probe::new(self.h));
+                self.state = State::Probe(Probe::guessing(self.h, Access::ReadWrite));
                 Poll::Pending
             }
             State::Probe(p) => {
@@ -261,6 +263,16 @@ impl<M: RemoteMemory> Modify<M> {
                 if v.is_none() {
                     let cands = snap.candidates(self.h.fingerprint());
                     match cands.get(*next) {
+                        // The block read beside the buckets, if a guess named this entry.
+                        Some(at) if snap.judged(*at, &self.key).is_some() => {
+                            if let Some(Verdict::Key(KvBlock { nonce, .. })) =
+                                snap.judged(*at, &self.key)
+                            {
+                                found.push(Found { at: *at, nonce });
+                            }
+                            *next += 1;
+                            return Poll::Pending;
+                        }
                         Some(at) => {
                             *v = Some(Box::new(Validate::new(
                                 *at,
