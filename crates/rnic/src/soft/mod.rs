@@ -51,7 +51,10 @@ pub use provider::{SoftAddress, SoftListener, SoftProvider};
 pub use qp::SoftQp;
 pub use queues::{SoftChannel, SoftCq, SoftSrq};
 pub use transport::inproc::{LinkMode, SoftFabric};
-pub use transport::tcp::{TcpNode, TcpOptions, TcpStats, TcpSyscalls, engine_cpu_time};
+pub use transport::tcp::{
+    TcpNode, TcpOptions, TcpStats, TcpSyscalls, TlsError, TlsOptions, certificates_from_pem,
+    engine_cpu_time, private_key_from_pem,
+};
 
 use crate::verbs::{
     AcceptPolicy, AccessFlags, AsyncEvent, Clock, Context, DeviceAttr, MwType, PdId,

@@ -7,12 +7,15 @@
 //! [`Accept`] (the server half of the handshake, in `handshake.rs`).
 //!
 //! Locks, innermost last: `reader` (held while frames are delivered, i.e. around QP locks),
-//! then the QP's locks, then `writer` (a leaf: nothing is called while holding it but socket
-//! I/O). `Link::close` takes only `writer`, so a QP may close its link from any context,
-//! including from inside a delivery on this very connection.
+//! then the QP's locks, then `writer` (nothing is called while holding it but socket I/O),
+//! then `tls` (a leaf: the connection's TLS state, taken around each socket read or write of
+//! a TLS connection, never while frames are delivered). `Link::close` takes only `writer` and
+//! `tls`, so a QP may close its link from any context, including from inside a delivery on
+//! this very connection.
 
 use super::buffer::{KEEP_BUF, RecvBuffer};
 use super::limits::{Counters, Limits};
+use super::tls::{TLS_HANDSHAKE_RECORD, TlsState};
 use crate::soft::link::{
     Link, LinkDown, LinkEnd, LinkStack, PacketSink, RetryPolicy, check_destination,
 };
@@ -79,6 +82,8 @@ pub(super) struct ConnShared {
     pub(super) counters: Arc<Counters>,
     /// Wrappers put around each connection's link (tracing, faults).
     pub(super) links: LinkStack,
+    /// TLS on the device's connections (`None`: plaintext).
+    pub(super) tls: Option<super::tls::TlsOptions>,
     /// The latest connection of each QP, so a reconnect can wait out a delivery still running
     /// on the previous connection (see [`ConnShared::replace_connection`]).
     latest: Mutex<HashMap<QpNumber, Weak<Conn>>>,
@@ -93,11 +98,17 @@ impl fmt::Debug for ConnShared {
 }
 
 impl ConnShared {
-    pub(super) fn new(limits: Limits, links: LinkStack, counters: Arc<Counters>) -> Self {
+    pub(super) fn new(
+        limits: Limits,
+        links: LinkStack,
+        counters: Arc<Counters>,
+        tls: Option<super::tls::TlsOptions>,
+    ) -> Self {
         ConnShared {
             limits,
             counters,
             links,
+            tls,
             latest: Mutex::new(HashMap::new()),
         }
     }
@@ -202,6 +213,8 @@ pub(crate) struct Conn {
     reader: Mutex<Reader>,
     read_pending: AtomicU8,
     writer: Mutex<Writer>,
+    /// TLS on this connection (`None`: plaintext from the start).
+    tls: Option<Mutex<TlsState>>,
     accepting: AtomicBool,
     /// Closed locally (`Link::close`): the QP knows; no `link_down`.
     closed: AtomicBool,
@@ -236,6 +249,7 @@ impl Conn {
         shared: Arc<ConnShared>,
         phase: Phase,
         leftover: Vec<u8>,
+        tls: Option<TlsState>,
     ) -> Arc<Conn> {
         let accepting = matches!(phase, Phase::Accepting(_));
         Arc::new_cyclic(|this| Conn {
@@ -256,6 +270,7 @@ impl Conn {
                 shut: false,
                 corks: 0,
             }),
+            tls: tls.map(Mutex::new),
             accepting: AtomicBool::new(accepting),
             closed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -278,6 +293,13 @@ impl Conn {
     }
 
     fn shutdown_stream(&self) {
+        // A TLS peer learns that the end is clean (a truncation would lack this).
+        if let Some(tls) = &self.tls
+            && let TlsState::On(c) = &mut *tls.lock()
+        {
+            c.send_close_notify();
+            let _ = self.write_tls(c);
+        }
         let _ = self.with_stream(|s| s.shutdown(Shutdown::Both));
     }
 
@@ -405,9 +427,11 @@ impl Conn {
                 return report;
             };
             let room = space.len();
-            Counters::bump(&self.shared.counters.read_calls);
-            let res = self.with_stream(|mut s| s.read(space));
-            match res.unwrap_or(Ok(0)) {
+            let res = self.read_socket(space);
+            // A TLS connection reads until the socket would block: a short read of plaintext
+            // says nothing of what is left in the socket.
+            let full = full || self.tls.is_some();
+            match res {
                 Ok(0) => {
                     let stop = if r.rx.unparsed().is_empty() {
                         Stop::Closed
@@ -438,6 +462,14 @@ impl Conn {
                         return report;
                     }
                     io::ErrorKind::Interrupted => {}
+                    io::ErrorKind::PermissionDenied => {
+                        self.stop(r, Stop::Refused(e.to_string()));
+                        return report;
+                    }
+                    io::ErrorKind::InvalidData => {
+                        self.stop(r, Stop::Protocol(e.to_string()));
+                        return report;
+                    }
                     _ => {
                         self.stop(r, Stop::Lost);
                         return report;
@@ -445,6 +477,136 @@ impl Conn {
                 },
             }
         }
+    }
+
+    /// Reads what the socket has into `space`: plaintext, through TLS if the connection has
+    /// it. An accepted connection's first read decides whether it does (the module docs of
+    /// `tls`). Errors of kind `PermissionDenied` refuse the peer (plaintext where TLS is
+    /// required), `InvalidData` is a TLS protocol error, `WouldBlock` means nothing more now.
+    fn read_socket(&self, space: &mut [u8]) -> io::Result<usize> {
+        let plain = |space: &mut [u8]| {
+            Counters::bump(&self.shared.counters.read_calls);
+            self.with_stream(|mut s| s.read(space)).unwrap_or(Ok(0))
+        };
+        let Some(tls) = &self.tls else {
+            return plain(space);
+        };
+        let mut state = tls.lock();
+        loop {
+            match &mut *state {
+                TlsState::Plain => return plain(space),
+                TlsState::Undecided {
+                    tls: _,
+                    allow_plaintext,
+                } => {
+                    let mut first = [0u8; 1];
+                    let n = self.with_stream(|s| s.peek(&mut first)).unwrap_or(Ok(0))?;
+                    if n == 0 {
+                        return Ok(0);
+                    }
+                    if first[0] == TLS_HANDSHAKE_RECORD {
+                        let TlsState::Undecided { tls, .. } =
+                            std::mem::replace(&mut *state, TlsState::Plain)
+                        else {
+                            return Err(io::ErrorKind::InvalidData.into());
+                        };
+                        *state = TlsState::On(Box::new(rustls::Connection::Server(*tls)));
+                    } else if *allow_plaintext {
+                        *state = TlsState::Plain;
+                    } else {
+                        // Answered in plaintext: the peer speaks nothing else.
+                        *state = TlsState::Plain;
+                        return Err(io::Error::new(
+                            io::ErrorKind::PermissionDenied,
+                            "this memory node requires TLS: connect with a certificate its CA \
+                             signed",
+                        ));
+                    }
+                }
+                TlsState::On(c) => {
+                    match c.reader().read(space) {
+                        Ok(n) => return Ok(n), // 0: the peer's close_notify
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e), // EOF without close_notify: a cut, not a close
+                    }
+                    Counters::bump(&self.shared.counters.read_calls);
+                    let got = self
+                        .with_stream(|mut s| c.read_tls(&mut s))
+                        .unwrap_or(Ok(0))?;
+                    if got > 0 {
+                        if let Err(e) = c.process_new_packets() {
+                            let _ = self.write_tls(c); // the alert tells the peer why
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("TLS: {e}"),
+                            ));
+                        }
+                        // Handshake flights and key updates leave at once.
+                        self.write_tls(c)?;
+                    }
+                    // got == 0: the socket's EOF, which the next `reader().read` reports.
+                }
+            }
+        }
+    }
+
+    /// Writes the TLS records `c` has pending until the socket would block.
+    fn write_tls(&self, c: &mut rustls::Connection) -> io::Result<()> {
+        while c.wants_write() {
+            Counters::bump(&self.shared.counters.write_calls);
+            let res = self.with_stream(|mut s| c.write_tls(&mut s));
+            match res.unwrap_or_else(|| Err(io::ErrorKind::BrokenPipe.into())) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(()),
+                    io::ErrorKind::Interrupted => {}
+                    _ => return Err(e),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes plaintext `bytes` to the socket, through TLS if the connection has it; returns
+    /// how many were taken (`WouldBlock`: none, the socket or TLS's buffer is full).
+    fn write_socket(&self, bytes: &[u8]) -> io::Result<usize> {
+        let plain = |bytes: &[u8]| {
+            Counters::bump(&self.shared.counters.write_calls);
+            self.with_stream(|mut s| s.write(bytes))
+                .unwrap_or_else(|| Err(io::ErrorKind::BrokenPipe.into()))
+        };
+        let Some(tls) = &self.tls else {
+            return plain(bytes);
+        };
+        let mut state = tls.lock();
+        let TlsState::On(c) = &mut *state else {
+            // A plaintext peer, or one refused before its first byte was read.
+            return plain(bytes);
+        };
+        let n = c.writer().write(bytes)?;
+        self.write_tls(c)?;
+        if n == 0 && !bytes.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+
+    /// Whether TLS records wait for the socket to take them.
+    fn tls_pending(&self) -> bool {
+        self.tls
+            .as_ref()
+            .is_some_and(|t| matches!(&*t.lock(), TlsState::On(c) if c.wants_write()))
+    }
+
+    /// Writes pending TLS records (the socket became writable).
+    fn flush_tls(&self) -> io::Result<()> {
+        if let Some(tls) = &self.tls
+            && let TlsState::On(c) = &mut *tls.lock()
+        {
+            self.write_tls(c)?;
+        }
+        Ok(())
     }
 
     /// Parses and handles every complete frame in the buffer.
@@ -649,9 +811,7 @@ impl Conn {
             let Some(rest) = w.out.get(w.sent..) else {
                 break;
             };
-            Counters::bump(&self.shared.counters.write_calls);
-            let res = self.with_stream(|mut s| s.write(rest));
-            match res.unwrap_or_else(|| Err(io::ErrorKind::BrokenPipe.into())) {
+            match self.write_socket(rest) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => w.sent += n,
                 Err(e) => match e.kind() {
@@ -661,6 +821,7 @@ impl Conn {
                 },
             }
         }
+        self.flush_tls()?;
         if w.sent == w.out.len() {
             w.out.clear();
             w.sent = 0;
@@ -677,7 +838,7 @@ impl Conn {
     /// Writes backlog after a writable event.
     pub(super) fn flush_pending(&self) {
         let mut w = self.writer.lock();
-        if w.shut || w.corks > 0 || w.sent == w.out.len() {
+        if w.shut || w.corks > 0 || (w.sent == w.out.len() && !self.tls_pending()) {
             return;
         }
         if self.flush_locked(&mut w).is_err() {
@@ -875,12 +1036,14 @@ mod tests {
                 limits,
                 LinkStack::default(),
                 Arc::default(),
+                None,
             )),
             Phase::Established {
                 sink: Arc::downgrade(&sink_dyn),
                 qpn: QPN,
             },
             Vec::new(),
+            None,
         )
     }
 

@@ -12,6 +12,7 @@
 use super::conn::{Accept, Conn, ConnShared, Owner, Phase};
 use super::keepalive;
 use super::limits::Counters;
+use super::tls::TlsState;
 use crate::verbs::ThreadCpuClock;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
@@ -96,6 +97,7 @@ impl EngineSet {
         mut stream: TcpStream,
         phase: Phase,
         leftover: Vec<u8>,
+        tls: Option<TlsState>,
     ) -> io::Result<Arc<Conn>> {
         let limits = &self.conns.limits;
         if limits.keepalive {
@@ -112,6 +114,7 @@ impl EngineSet {
             self.conns.clone(),
             phase,
             leftover,
+            tls,
         ))
     }
 }
@@ -409,9 +412,15 @@ impl Engine {
         let Some(target) = self.set.pick() else {
             return;
         };
+        let tls = self
+            .set
+            .conns
+            .tls
+            .as_ref()
+            .and_then(|t| t.accepting(self.set.conns.limits.out_limit));
         let Ok(conn) = self
             .set
-            .adopt(&target, stream, Phase::Accepting(acceptor), Vec::new())
+            .adopt(&target, stream, Phase::Accepting(acceptor), Vec::new(), tls)
         else {
             return;
         };

@@ -13,6 +13,7 @@
 
 use super::conn::{Accept, Conn, Phase, Stop};
 use super::limits::Counters;
+use super::tls::{TLS_HANDSHAKE_RECORD, TlsOptions};
 use crate::soft::device::Connecting;
 use crate::soft::link::LinkDown;
 use crate::soft::transport::{Policy, server_qp};
@@ -145,6 +146,8 @@ fn timed_out() -> io::Error {
 /// The client's side of a completed handshake.
 pub(super) struct Handshake {
     pub(super) stream: std::net::TcpStream,
+    /// TLS over `stream`, if the device's connections speak it.
+    pub(super) tls: Option<rustls::ClientConnection>,
     pub(super) peer_qp: QpNumber,
     pub(super) peer_psn: Psn,
     /// Bytes the server sent after its reply (early packets), for the connection's reader.
@@ -152,7 +155,8 @@ pub(super) struct Handshake {
 }
 
 /// The client half of the handshake, blocking (with timeouts) on the connecting thread;
-/// from `source` if given (else the system picks the source address).
+/// from `source` if given (else the system picks the source address); inside TLS if `tls`
+/// is given (the frames are the same).
 pub(super) fn client_handshake(
     addr: SocketAddr,
     source: Option<IpAddr>,
@@ -160,8 +164,9 @@ pub(super) fn client_handshake(
     psn: Psn,
     private_data: &[u8],
     deadline: &Deadline,
+    tls: Option<&TlsOptions>,
 ) -> VerbsResult<Handshake> {
-    let mut stream = open_stream(addr, source, deadline.left()?).map_err(|e| {
+    let stream = open_stream(addr, source, deadline.left()?).map_err(|e| {
         if e.kind() == io::ErrorKind::ConnectionRefused {
             VerbsError::ConnectionRefused(format!("{addr}: {e}"))
         } else {
@@ -169,6 +174,19 @@ pub(super) fn client_handshake(
         }
     })?;
     stream.set_nodelay(true)?;
+    let tls = match tls.and_then(|t| t.client.clone().map(|c| (c, t.name_for(addr.ip())))) {
+        Some((config, name)) => Some(
+            rustls::ClientConnection::new(config, name)
+                .map_err(|e| VerbsError::ConnectionRefused(format!("TLS with {addr}: {e}")))?,
+        ),
+        None => None,
+    };
+    let mut wire = Wire {
+        stream,
+        tls,
+        addr,
+        answered: false,
+    };
     let mut out = Vec::with_capacity(MAX_CM_FRAME_LEN);
     let request = Frame::<&[u8]>::Cm(CmMessage::ConnectRequest {
         version: WIRE_VERSION,
@@ -177,8 +195,7 @@ pub(super) fn client_handshake(
         private_data: private_data.to_vec(),
     });
     encode_frame(&request, &mut out);
-    stream.set_write_timeout(Some(deadline.left()?))?;
-    stream.write_all(&out).map_err(handshake_io)?;
+    wire.send(&out, deadline)?;
 
     let mut buf = vec![0u8; 2 * MAX_CM_FRAME_LEN];
     let mut have = 0usize;
@@ -189,20 +206,10 @@ pub(super) fn client_handshake(
             Ok(Some(len)) if have >= len => break len,
             Ok(_) => {}
         }
-        stream.set_read_timeout(Some(deadline.left()?))?;
         let Some(space) = buf.get_mut(have..).filter(|s| !s.is_empty()) else {
             return Err(VerbsError::Protocol("handshake reply too long".into()));
         };
-        match stream.read(space) {
-            Ok(0) => {
-                return Err(VerbsError::ConnectionRefused(format!(
-                    "{addr} closed the connection during the handshake"
-                )));
-            }
-            Ok(n) => have += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(handshake_io(e)),
-        }
+        have += wire.recv(space, deadline)?;
     };
     let frame = buf
         .get(..len)
@@ -220,8 +227,10 @@ pub(super) fn client_handshake(
         Err(e) => return Err(VerbsError::Protocol(format!("handshake reply: {e}"))),
     };
     let leftover = buf.get(len..have).unwrap_or_default().to_vec();
+    let Wire { stream, tls, .. } = wire;
     Ok(Handshake {
         stream,
+        tls,
         peer_qp,
         peer_psn,
         leftover,
@@ -235,5 +244,130 @@ fn handshake_io(e: io::Error) -> VerbsError {
             VerbsError::ConnectionRefused(format!("connection lost during the handshake: {e}"))
         }
         _ => VerbsError::Io(e),
+    }
+}
+
+/// The client handshake's byte stream: the socket, or TLS over it (blocking, each call
+/// bounded by the deadline).
+struct Wire {
+    stream: std::net::TcpStream,
+    tls: Option<rustls::ClientConnection>,
+    addr: SocketAddr,
+    /// Bytes came back from the listener (a plaintext answer is recognised before that).
+    answered: bool,
+}
+
+impl Wire {
+    fn send(&mut self, bytes: &[u8], deadline: &Deadline) -> VerbsResult<()> {
+        let Some(c) = self.tls.as_mut() else {
+            self.stream.set_write_timeout(Some(deadline.left()?))?;
+            return self.stream.write_all(bytes).map_err(handshake_io);
+        };
+        c.writer().write_all(bytes)?;
+        self.flush_tls(deadline)
+    }
+
+    fn flush_tls(&mut self, deadline: &Deadline) -> VerbsResult<()> {
+        let Some(c) = self.tls.as_mut() else {
+            return Ok(());
+        };
+        while c.wants_write() {
+            self.stream.set_write_timeout(Some(deadline.left()?))?;
+            match c.write_tls(&mut self.stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(handshake_io(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads some bytes of the listener's answer into `space` (at least one).
+    fn recv(&mut self, space: &mut [u8], deadline: &Deadline) -> VerbsResult<usize> {
+        let addr = self.addr;
+        let closed = || {
+            VerbsError::ConnectionRefused(format!(
+                "{addr} closed the connection during the handshake"
+            ))
+        };
+        if self.tls.is_none() {
+            loop {
+                self.stream.set_read_timeout(Some(deadline.left()?))?;
+                match self.stream.read(space) {
+                    Ok(0) => return Err(closed()),
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(handshake_io(e)),
+                }
+            }
+        }
+        let mut raw = vec![0u8; 16 * 1024];
+        loop {
+            if let Some(c) = self.tls.as_mut() {
+                match c.reader().read(space) {
+                    Ok(0) => return Err(closed()),
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(handshake_io(e)),
+                }
+            }
+            self.stream.set_read_timeout(Some(deadline.left()?))?;
+            let n = match self.stream.read(&mut raw) {
+                Ok(0) => return Err(closed()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(handshake_io(e)),
+            };
+            let got = raw.get(..n).unwrap_or_default();
+            if !std::mem::replace(&mut self.answered, true)
+                && got.first().is_some_and(|b| *b != TLS_HANDSHAKE_RECORD)
+            {
+                return Err(self.plaintext_answer(got.to_vec(), deadline));
+            }
+            let Some(c) = self.tls.as_mut() else {
+                return Err(closed());
+            };
+            let mut rest = got;
+            while !rest.is_empty() {
+                c.read_tls(&mut rest).map_err(handshake_io)?;
+                if let Err(e) = c.process_new_packets() {
+                    let _ = self.flush_tls(deadline); // the alert tells the listener why
+                    return Err(VerbsError::ConnectionRefused(format!(
+                        "TLS with {addr}: {e}"
+                    )));
+                }
+            }
+            self.flush_tls(deadline)?;
+        }
+    }
+
+    /// The listener answered a TLS hello in plaintext: it speaks no TLS. Its refusal (a
+    /// `ConnectReject`) is read for the reason it gives.
+    fn plaintext_answer(&mut self, mut got: Vec<u8>, deadline: &Deadline) -> VerbsError {
+        let addr = self.addr;
+        let mut chunk = [0u8; 1024];
+        let reason = loop {
+            match frame_len(&got, MAX_CM_FRAME_LEN) {
+                Ok(Some(len)) if got.len() >= len => {
+                    break match got.get(..len).map(decode_frame) {
+                        Some(Ok(Frame::Cm(CmMessage::ConnectReject { reason }))) => reason,
+                        _ => "an unexpected frame".into(),
+                    };
+                }
+                Ok(_) => {}
+                Err(e) => break format!("a malformed answer ({e})"),
+            }
+            let more = deadline
+                .left()
+                .and_then(|left| self.stream.set_read_timeout(Some(left)))
+                .and_then(|()| self.stream.read(&mut chunk));
+            match more {
+                Ok(n) if n > 0 => got.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+                _ => break "no reason given".into(),
+            }
+        };
+        VerbsError::ConnectionRefused(format!(
+            "{addr} does not speak TLS (it answered in plaintext: {reason})"
+        ))
     }
 }

@@ -41,6 +41,7 @@ mod engine;
 mod handshake;
 mod keepalive;
 mod limits;
+mod tls;
 
 use super::{Policy, check_private_data, connect_in_process};
 use crate::soft::device::{Connecting, SoftConfig, SoftContext, Transport};
@@ -63,6 +64,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use tls::TlsState;
+pub use tls::{TlsError, TlsOptions, certificates_from_pem, private_key_from_pem};
 
 /// Tuning of a TCP device. A plain struct with defaults.
 #[derive(Clone, Debug)]
@@ -98,6 +101,10 @@ pub struct TcpOptions {
     /// `timeouts.budget`, so that a vanished host is noticed within about the budget on idle
     /// connections and on the responding side too.
     pub keepalive: bool,
+    /// TLS 1.3 on every connection (`None`: plaintext). With it, listeners require TLS from
+    /// their peers (unless it allows plaintext) and connections speak only TLS; loopback
+    /// connections to the device's own listeners have no socket and need none.
+    pub tls: Option<TlsOptions>,
 }
 
 impl Default for TcpOptions {
@@ -112,6 +119,7 @@ impl Default for TcpOptions {
             links: LinkStack::default(),
             timeouts: AdaptiveTimeouts::default(),
             keepalive: true,
+            tls: None,
         }
     }
 }
@@ -219,7 +227,7 @@ impl TcpNode {
         }
         let set = Arc::new(EngineSet::new(
             engines,
-            ConnShared::new(limits, options.links, counters),
+            ConnShared::new(limits, options.links, counters, options.tls),
         ));
         let transport = Arc::new(TcpTransport {
             bind,
@@ -464,6 +472,7 @@ impl Transport for TcpTransport {
             my_psn,
             private_data,
             &deadline,
+            self.set.conns.tls.as_ref(),
         )?;
         hs.stream.set_read_timeout(None)?;
         hs.stream.set_write_timeout(None)?;
@@ -474,7 +483,11 @@ impl Transport for TcpTransport {
             sink: qp.sink(),
             qpn: qp.qpn(),
         };
-        let conn = self.set.adopt(&engine, stream, phase, hs.leftover)?;
+        let tls = hs.tls.map(|mut c| {
+            c.set_buffer_limit(Some(self.set.conns.limits.out_limit));
+            TlsState::On(Box::new(rustls::Connection::Client(c)))
+        });
+        let conn = self.set.adopt(&engine, stream, phase, hs.leftover, tls)?;
         conn.claim(qp.qpn());
         if let Err(e) = qp.establish(hs.peer_qp, my_psn, hs.peer_psn, conn.link()) {
             conn.close_local();
