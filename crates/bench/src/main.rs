@@ -21,8 +21,9 @@ struct Cli {
     /// chains), redis (RACE on Patronus against redis-server, over TCP), table5, alloc
     /// (scrubbing cost and memory per live permission), dos (an honest client's throughput
     /// around each denial-of-service abuse), isolation (permission throughput and manager CPU
-    /// in each isolation mode), splits (how long a RACE split stalls inserts), or all.
-    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "splits", "all"])]
+    /// in each isolation mode), splits (how long a RACE split stalls inserts), tls (what TLS costs
+    /// a READ and a client session over TCP), or all.
+    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "splits", "tls", "all"])]
     experiments: Vec<String>,
     /// Seconds per experiment instead of minutes (smoke-level sample counts).
     #[arg(long)]
@@ -51,6 +52,10 @@ struct Cli {
     /// --provider rdma). Sizes run 4 KiB, 64 KiB, 1, 16, 64, 256 MiB up to it.
     #[arg(long, value_name = "MIB")]
     max_region_mib: Option<usize>,
+    /// Mutual TLS 1.3 on every TCP connection of the run (a CA and a certificate made for
+    /// the run); with `--transport tcp`.
+    #[arg(long)]
+    tls: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -117,7 +122,22 @@ fn main() {
         isolation: cli.isolation.into(),
         provider,
         max_region: cli.max_region_mib.map(|m| m.saturating_mul(1 << 20)),
+        tls: None,
     };
+    let mut opts = opts;
+    if cli.tls {
+        if matches!(opts.transport, Link::InProc) {
+            eprintln!("error: --tls protects TCP connections: it needs --transport tcp");
+            std::process::exit(2);
+        }
+        match patronus_bench::harness::tls::ephemeral() {
+            Ok(t) => opts.tls = Some(t),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::exit(1);
+            }
+        }
+    }
     if let Err(e) = patronus_bench::suite::run(&cli.experiments, &opts) {
         eprintln!("error: {e:#}");
         std::process::exit(1);

@@ -19,6 +19,7 @@ fn opts(name: &str, transport: Link) -> BenchOpts {
         isolation: patronus_core::manager::Isolation::SharedPd,
         provider: ProviderChoice::Soft,
         max_region: None,
+        tls: None,
     }
 }
 
@@ -151,6 +152,26 @@ fn isolation_structure() {
     }
     assert!(exp.isolation.contains("pd-per-client"));
     assert_eq!(exp.ratios.len(), 8);
+}
+
+#[test]
+fn tls_structure() {
+    let exp = experiments::run("tls", &opts("tls", Link::Tcp)).expect("tls runs");
+    for m in [
+        "READ 64 B, plaintext",
+        "READ 64 B, TLS",
+        "client session, plaintext",
+        "client session, TLS",
+    ] {
+        let r = exp.rows.iter().find(|r| r.mechanism == m);
+        assert!(r.is_some_and(|r| r.p50_us > 0.0), "{m}: {r:?}");
+    }
+    assert_eq!(exp.checks.len(), 2);
+    assert!(
+        exp.ratios
+            .iter()
+            .all(|r| r.value.is_finite() && r.value > 0.0)
+    );
 }
 
 #[test]

@@ -520,7 +520,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         "{:<16} {:>10} {:>9} {:>9} {:>11} {:>8} {:>8} {:>7}",
         "config", "Kcycles/s", "p50 us", "p99 us", "mgr us/op", "pool B", "dirty", "stale"
     );
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     let mut churns = Vec::new();
     for size in SIZES {
         for (policy, name) in POLICIES {

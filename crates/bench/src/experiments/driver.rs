@@ -37,6 +37,7 @@ pub const CLIENT_THREADS: usize = 1;
 pub struct Rig {
     transport: Link,
     fabric: Option<SoftFabric>,
+    tls: Option<rnic::soft::TlsOptions>,
 }
 
 impl Rig {
@@ -45,6 +46,15 @@ impl Rig {
         Rig {
             transport,
             fabric: matches!(transport, Link::InProc).then(SoftFabric::new),
+            tls: None,
+        }
+    }
+
+    /// A rig on the run's transport, with its TLS (`--tls`) on every TCP device.
+    pub fn for_bench(opts: &crate::harness::BenchOpts) -> Self {
+        Rig {
+            tls: opts.tls.clone(),
+            ..Rig::new(opts.transport)
         }
     }
 
@@ -59,6 +69,7 @@ impl Rig {
                 // scheduler time slices (4 ms here) while the thread they wait for cannot run.
                 let options = TcpOptions {
                     spin_polls: 0,
+                    tls: self.tls.clone(),
                     ..TcpOptions::default()
                 };
                 TcpNode::open_with(SoftConfig::default(), loopback, options)

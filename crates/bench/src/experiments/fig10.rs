@@ -165,7 +165,7 @@ fn cost_columns(mut row: Row, s: &QueueStats) -> Row {
 /// Runs Figure 10 on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("fig10", opts.transport_name(), opts.quick);
     // Room for every item pushed in a run (the queue has no consumer): 16 B an entry.
     let pool = (plan.ops * 4 * 16).max(64 << 20);

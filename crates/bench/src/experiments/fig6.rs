@@ -229,7 +229,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         "{:<10} {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10}",
         "config", "Kops/s", "p50 us", "p99 us", "bind", "unbind", "HO", "RPC", "mgr us/op"
     );
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     for (i, cfg) in CONFIGS.iter().enumerate() {
         let row = measure(
             &rig,

@@ -204,7 +204,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         "{:<11} {:>12} {:>12} {:>8} {:>8} {:>10}",
         "scheme", "Kops/s", "Kcycles/s", "p50 us", "p99 us", "mgr us/op"
     );
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     for (i, name) in SCHEMES.iter().enumerate() {
         let scheme = [Scheme::Reacquire, Scheme::RpcExtend, Scheme::CnExtend][i];
         let node_cfg = PatronusRig::throughput_config(Techniques::ALL, 1_000_000);

@@ -137,7 +137,7 @@ struct Run {
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let started = super::driver::now();
     let plan = plan(opts);
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("fig8a", opts.transport_name(), opts.quick);
     println!(
         "Figure 8(a): {LOADERS} loaders, a resizer crashes at epoch {CRASH_EPOCH} ({} ms epochs, lock lease {} ms)",

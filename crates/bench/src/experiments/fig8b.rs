@@ -169,7 +169,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         "{:<8} {:>8} {:>10} {:>8} {:>9} {:>11} {:>10}",
         "scheme", "slow us", "Kops/s", "p50 us", "p99 us", "heartbeats", "MN us/op"
     );
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     for &slow in &slow_us {
         for scheme in [Scheme::Lease, Scheme::Polling] {
             let row = measure(&rig, scheme, slow, ops, budget)?;

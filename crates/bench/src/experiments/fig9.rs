@@ -270,7 +270,7 @@ impl<M: RemoteMemory + Send> Logical for KvClient<M> {
 /// Runs Figure 9 on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("fig9", opts.transport_name(), opts.quick);
     // Loaded blocks, their replacements while writes run, and the tables.
     let nodes = OdsRig::start(&rig, pool_bytes(plan.keys), 1_000_000, opts.isolation)?;

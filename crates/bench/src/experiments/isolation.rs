@@ -60,7 +60,7 @@ fn plan(opts: &BenchOpts) -> Plan {
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let started = std::time::Instant::now();
     let plan = plan(opts);
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("isolation", opts.transport_name(), opts.quick);
     println!(
         "Isolation modes: {FIG6} ({} clients) and {FIG9}, {} runs each, modes in rotating order",

@@ -23,13 +23,14 @@ pub mod redis;
 pub mod splits;
 pub mod table5;
 mod tickets;
+pub mod tls;
 
 use crate::harness::{BenchOpts, Experiment, ProviderChoice};
 use anyhow::{Result, bail};
 use patronus_core::manager::Isolation;
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 16] = [
     "fig1",
     "fig5",
     "fig6",
@@ -45,6 +46,7 @@ pub const ALL: [&str; 15] = [
     "dos",
     "isolation",
     "splits",
+    "tls",
 ];
 
 /// The experiments that run their Patronus node in [`BenchOpts::isolation`]; every other one
@@ -106,7 +108,7 @@ fn isolation_of(name: &str, opts: &BenchOpts) -> String {
         "fig1" => "none (raw verbs, no Patronus memory node)".to_string(),
         "dos" => "shared-pd, except the type-2 reconnect storm (type2)".to_string(),
         "isolation" => "each of shared-pd, pd-per-client and type2, in turn".to_string(),
-        "splits" => "pd-per-client (a served node's default)".to_string(),
+        "splits" | "tls" => "pd-per-client (a served node's default)".to_string(),
         _ => "shared-pd (the paper's)".to_string(),
     }
 }
@@ -132,6 +134,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "dos" => dos::run(opts),
         "isolation" => isolation::run(opts),
         "splits" => splits::run(opts),
+        "tls" => tls::run(opts),
         other => bail!("no experiment called {other:?} (have: {})", ALL.join(", ")),
     }?;
     exp.isolation = isolation_of(name, opts);

@@ -241,7 +241,7 @@ struct ClientRecord {
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let started = now();
     let plan = plan(opts);
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("splits", opts.transport_name(), opts.quick);
     println!(
         "Split latency: {CLIENTS} clients insert fresh keys, {} inserts or {:.1} s per table ({})",

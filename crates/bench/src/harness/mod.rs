@@ -12,6 +12,7 @@ mod progress;
 mod report;
 mod result;
 mod spin_io;
+pub mod tls;
 
 pub use compare::{Change, NOISE, Spread, change, trend};
 pub use cpu::{process_cpu, thread_cpu};
@@ -49,6 +50,8 @@ pub struct BenchOpts {
     /// Figure 1's largest region size in bytes; `None`: 16 MiB with `quick`, else 256 MiB, on
     /// the software RNIC, and 256 MiB on an rdma-core device.
     pub max_region: Option<usize>,
+    /// TLS on every TCP device of the run (`--tls`; [`tls::ephemeral`]).
+    pub tls: Option<rnic::soft::TlsOptions>,
 }
 
 /// Which RNIC provider an experiment runs on.

@@ -492,6 +492,7 @@ mod tests {
             isolation: patronus_core::manager::Isolation::SharedPd,
             provider: crate::harness::ProviderChoice::Soft,
             max_region: None,
+            tls: None,
         };
         let mut exp = Experiment::new("dos", "inproc", true);
         report(&mut exp, outcomes, Duration::from_millis(300), &opts);

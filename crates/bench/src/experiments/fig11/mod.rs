@@ -179,7 +179,7 @@ fn record(runs: &mut Runs, key: Key, p: Point) {
 /// Runs Figure 11 on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("fig11", opts.transport_name(), opts.quick);
     let nodes = OdsRig::start(&rig, 256 << 20, 10_000_000, opts.isolation)?;
     let photos = plan

@@ -53,7 +53,7 @@ fn plan(opts: &BenchOpts) -> Plan {
 /// Runs Figure 5 on `opts.transport`.
 pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
-    let rig = Rig::new(opts.transport);
+    let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("fig5", opts.transport_name(), opts.quick);
     // Over TCP, what a round trip costs on this machine, beside every number below.
     let round_trip_floor = match opts.transport {

@@ -426,13 +426,8 @@ impl Conn {
                 );
                 return report;
             };
-            let room = space.len();
-            let res = self.read_socket(space);
-            // A TLS connection reads until the socket would block: a short read of plaintext
-            // says nothing of what is left in the socket.
-            let full = full || self.tls.is_some();
-            match res {
-                Ok(0) => {
+            match self.read_socket(space) {
+                Ok((0, _)) => {
                     let stop = if r.rx.unparsed().is_empty() {
                         Stop::Closed
                     } else {
@@ -441,14 +436,14 @@ impl Conn {
                     self.stop(r, stop);
                     return report;
                 }
-                Ok(n) => {
+                Ok((n, drained)) => {
                     r.rx.end += n;
                     got += n;
                     if let Err(stop) = self.dispatch(r, &mut report.frames) {
                         self.stop(r, stop);
                         return report;
                     }
-                    if n < room && !full {
+                    if drained && !full {
                         return report;
                     }
                 }
@@ -480,18 +475,22 @@ impl Conn {
     }
 
     /// Reads what the socket has into `space`: plaintext, through TLS if the connection has
-    /// it. An accepted connection's first read decides whether it does (the module docs of
-    /// `tls`). Errors of kind `PermissionDenied` refuse the peer (plaintext where TLS is
-    /// required), `InvalidData` is a TLS protocol error, `WouldBlock` means nothing more now.
-    fn read_socket(&self, space: &mut [u8]) -> io::Result<usize> {
+    /// it, and whether the socket is known drained (a read from it returned less than it was
+    /// offered: later data raises a new readiness edge). An accepted connection's first read
+    /// decides whether it has TLS (the module docs of `tls`). Errors of kind
+    /// `PermissionDenied` refuse the peer (plaintext where TLS is required), `InvalidData` is
+    /// a TLS protocol error, `WouldBlock` means nothing more now.
+    fn read_socket(&self, space: &mut [u8]) -> io::Result<(usize, bool)> {
         let plain = |space: &mut [u8]| {
             Counters::bump(&self.shared.counters.read_calls);
-            self.with_stream(|mut s| s.read(space)).unwrap_or(Ok(0))
+            let n = self.with_stream(|mut s| s.read(space)).unwrap_or(Ok(0))?;
+            Ok((n, n < space.len()))
         };
         let Some(tls) = &self.tls else {
             return plain(space);
         };
         let mut state = tls.lock();
+        let mut socket_short = false;
         loop {
             match &mut *state {
                 TlsState::Plain => return plain(space),
@@ -502,7 +501,7 @@ impl Conn {
                     let mut first = [0u8; 1];
                     let n = self.with_stream(|s| s.peek(&mut first)).unwrap_or(Ok(0))?;
                     if n == 0 {
-                        return Ok(0);
+                        return Ok((0, true));
                     }
                     if first[0] == TLS_HANDSHAKE_RECORD {
                         let TlsState::Undecided { tls, .. } =
@@ -525,14 +524,21 @@ impl Conn {
                 }
                 TlsState::On(c) => {
                     match c.reader().read(space) {
-                        Ok(n) => return Ok(n), // 0: the peer's close_notify
+                        // 0: the peer's close_notify. Drained if this call's socket read was
+                        // short and all the plaintext fit.
+                        Ok(n) => return Ok((n, socket_short && n < space.len())),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                         Err(e) => return Err(e), // EOF without close_notify: a cut, not a close
                     }
                     Counters::bump(&self.shared.counters.read_calls);
-                    let got = self
-                        .with_stream(|mut s| c.read_tls(&mut s))
-                        .unwrap_or(Ok(0))?;
+                    let (got, short) = self
+                        .with_stream(|s| {
+                            let mut socket = ShortRead { s, short: false };
+                            (c.read_tls(&mut socket), socket.short)
+                        })
+                        .unwrap_or((Ok(0), true));
+                    let got = got?;
+                    socket_short = short;
                     if got > 0 {
                         if let Err(e) = c.process_new_packets() {
                             let _ = self.write_tls(c); // the alert tells the peer why
@@ -882,6 +888,21 @@ impl Conn {
 }
 
 /// The link of a QP connected over TCP.
+/// The socket as TLS reads it, noting whether a read returned less than it was offered (the
+/// socket is drained then).
+struct ShortRead<'a> {
+    s: &'a TcpStream,
+    short: bool,
+}
+
+impl Read for ShortRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.s.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct TcpLink {
     conn: Arc<Conn>,
