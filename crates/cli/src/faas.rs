@@ -29,6 +29,9 @@ pub struct FaasArgs {
     /// Act as this tenant, ID:SECRET, with --connect (default: tenant 0).
     #[arg(long, value_parser = parse_tenant)]
     tenant: Option<TenantArg>,
+    /// TLS to the node, with --connect.
+    #[command(flatten)]
+    tls: crate::tls::TlsArgs,
     #[command(subcommand)]
     command: FaasCommand,
 }
@@ -81,8 +84,12 @@ impl Node {
         match args.connect {
             Some(addr) => Ok(Node {
                 _embedded: None,
-                device: TcpNode::open(SoftConfig::default(), SocketAddr::from(([0, 0, 0, 0], 0)))
-                    .context("opening a TCP device")?,
+                device: TcpNode::open_with(
+                    SoftConfig::default(),
+                    SocketAddr::from(([0, 0, 0, 0], 0)),
+                    args.tls.tcp()?,
+                )
+                .context("opening a TCP device")?,
                 address: SoftAddress::Tcp(addr),
                 client,
             }),

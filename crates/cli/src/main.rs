@@ -11,6 +11,7 @@ mod kv;
 mod rdma;
 mod serve;
 mod status;
+mod tls;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use patronus_core::cluster::Link;
@@ -94,7 +95,13 @@ enum Command {
         /// RDMA device name with `--provider rdma` (default: the first device).
         #[arg(long)]
         device: Option<String>,
+        /// TLS to the node (soft provider).
+        #[command(flatten)]
+        tls: tls::TlsArgs,
     },
+    /// Make a test CA, a node certificate and tenant certificates (PEM) for mutual TLS
+    /// between `serve` and its clients (`--tls-*` flags; docs/operations.md, "TLS").
+    Certs(tls::CertsArgs),
     /// Use a named RACE hash table of a running `patronus serve`: create, put, get, del,
     /// scan, info, drop (each command one short-lived client; exit codes in `kv --help`).
     #[command(after_help = kv::EXIT_CODES_HELP)]
@@ -145,10 +152,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tenant,
             provider,
             device,
+            tls,
         } => match provider {
-            ProviderArg::Soft => serve::probe(connect, tenant),
+            ProviderArg::Soft => serve::probe(connect, tenant, &tls),
             ProviderArg::Rdma => rdma::probe(connect, tenant, device),
         },
+        Command::Certs(args) => tls::certs(&args),
         Command::Kv(args) => std::process::exit(kv::run(&args)),
         Command::Faas(args) => faas::run(&args),
         Command::Devices { check, device } => std::process::exit(if check {

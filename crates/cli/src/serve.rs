@@ -59,8 +59,16 @@ pub fn print_served(s: &NodeStats) {
 }
 
 /// Connects (as `tenant`, if given), allocates, writes, reads, revokes.
-pub fn probe(connect: SocketAddr, tenant: Option<TenantArg>) -> Result<()> {
-    let ctx = TcpNode::open(SoftConfig::default(), SocketAddr::from(([127, 0, 0, 1], 0)))?;
+pub fn probe(
+    connect: SocketAddr,
+    tenant: Option<TenantArg>,
+    tls: &crate::tls::TlsArgs,
+) -> Result<()> {
+    let ctx = TcpNode::open_with(
+        SoftConfig::default(),
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        tls.tcp()?,
+    )?;
     let text = probe_on::<SoftProvider>(&ctx, &SoftAddress::Tcp(connect), tenant)?;
     println!("probe ok: {text}");
     Ok(())

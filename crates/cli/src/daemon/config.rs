@@ -200,6 +200,39 @@ pub struct DaemonConfig {
     pub limits: LimitsSetting,
     /// Tenants (none: every client is the default tenant).
     pub tenant: Vec<TenantSetting>,
+    /// TLS on every client connection (soft provider).
+    pub tls: TlsSetting,
+}
+
+/// `[tls]`: the node's certificate and key, and the CA its clients' certificates must come
+/// from. All three empty: plaintext.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSetting {
+    /// The node's certificate chain (PEM).
+    pub cert: String,
+    /// Its key (PEM).
+    pub key: String,
+    /// The CA that signs clients' certificates (PEM).
+    pub client_ca: String,
+    /// Also serve clients that speak plaintext (migration only).
+    pub allow_plaintext: bool,
+}
+
+impl TlsSetting {
+    /// The transport's TLS options (`None`: plaintext).
+    pub fn options(&self) -> Result<Option<rnic::soft::TlsOptions>> {
+        if self.cert.is_empty() {
+            return Ok(None);
+        }
+        let t = rnic::soft::TlsOptions::mutual_from_pem(
+            Path::new(&self.cert),
+            Path::new(&self.key),
+            Path::new(&self.client_ca),
+        )
+        .map_err(|e| anyhow!("tls: {e}"))?;
+        Ok(Some(t.allowing_plaintext(self.allow_plaintext)))
+    }
 }
 
 impl Default for DaemonConfig {
@@ -230,6 +263,7 @@ impl Default for DaemonConfig {
             qp: QpSetting::default(),
             limits: LimitsSetting::default(),
             tenant: Vec::new(),
+            tls: TlsSetting::default(),
         }
     }
 }
@@ -259,6 +293,19 @@ impl DaemonConfig {
 
     /// Refuses settings that cannot work together, naming the key and why.
     pub fn validate(&self) -> Result<()> {
+        let t = &self.tls;
+        let set = [&t.cert, &t.key, &t.client_ca].map(|s| !s.is_empty());
+        if set.iter().any(|s| *s) && !set.iter().all(|s| *s) {
+            bail!("tls: cert, key and client_ca go together (all three, or none for plaintext)");
+        }
+        if t.allow_plaintext && t.cert.is_empty() {
+            bail!("tls.allow_plaintext: only with a certificate (without one, all is plaintext)");
+        }
+        if !t.cert.is_empty() && self.provider == ProviderSetting::Rdma {
+            bail!(
+                "tls: protects the soft provider's TCP connections; provider = \"rdma\" has none"
+            );
+        }
         if self.pool_mib == 0 {
             bail!("pool_mib: must be at least 1");
         }

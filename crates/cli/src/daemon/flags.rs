@@ -102,6 +102,21 @@ pub struct ServeFlags {
     /// Limits and quotas [file: [limits]].
     #[command(flatten)]
     pub limits: LimitArgs,
+    /// The node's certificate (PEM): with --tls-key and --tls-client-ca, every client
+    /// connection is mutually authenticated TLS 1.3 and plaintext clients are refused
+    /// [file: tls.cert].
+    #[arg(long, env = "PATRONUS_TLS_CERT")]
+    pub tls_cert: Option<String>,
+    /// The key of --tls-cert (PEM) [file: tls.key].
+    #[arg(long, env = "PATRONUS_TLS_KEY")]
+    pub tls_key: Option<String>,
+    /// The CA whose certificates clients must present (PEM) [file: tls.client_ca].
+    #[arg(long, env = "PATRONUS_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<String>,
+    /// With TLS, also serve clients that speak plaintext (migration only)
+    /// [file: tls.allow_plaintext].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "PATRONUS_TLS_ALLOW_PLAINTEXT")]
+    pub tls_allow_plaintext: Option<bool>,
 }
 
 impl ServeFlags {
@@ -137,6 +152,10 @@ impl ServeFlags {
             qp_retry_count => c.qp.retry_count,
             slab_min_class => c.slab.min_class,
             slab_max_class => c.slab.max_class,
+            tls_cert => c.tls.cert,
+            tls_key => c.tls.key,
+            tls_client_ca => c.tls.client_ca,
+            tls_allow_plaintext => c.tls.allow_plaintext,
         );
         if let Some(a) = &self.admin {
             c.admin = a.clone();

@@ -39,8 +39,16 @@ pub fn run(flags: &ServeFlags) -> Result<()> {
     let signals = Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
     match cfg.provider {
         ProviderSetting::Soft => {
+            let tls = cfg.tls.options()?;
+            if tls.is_some() {
+                tracing::info!(
+                    plaintext = cfg.tls.allow_plaintext,
+                    "TLS 1.3 with client certificates on every client connection"
+                );
+            }
             let tcp = TcpOptions {
                 spin_polls: cfg.engine_spin_polls,
+                tls,
                 ..TcpOptions::default()
             };
             let device = SoftConfig {

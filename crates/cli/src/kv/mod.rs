@@ -45,6 +45,9 @@ pub struct KvArgs {
     /// How long to wait for the memory node's answer to a control request, ms.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_ms: u64,
+    /// TLS to the node.
+    #[command(flatten)]
+    tls: crate::tls::TlsArgs,
     #[command(subcommand)]
     command: KvCommand,
 }

@@ -21,8 +21,16 @@ pub struct Session {
 impl Session {
     /// Connects to the node of `args` as its tenant.
     pub fn connect(args: &KvArgs) -> Result<Self, KvError> {
-        let ctx = TcpNode::open(SoftConfig::default(), SocketAddr::from(([127, 0, 0, 1], 0)))
-            .map_err(|e| KvError::Other(format!("opening the local TCP device: {e}")))?;
+        let tcp = args
+            .tls
+            .tcp()
+            .map_err(|e| KvError::Other(format!("{e:#}")))?;
+        let ctx = TcpNode::open_with(
+            SoftConfig::default(),
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            tcp,
+        )
+        .map_err(|e| KvError::Other(format!("opening the local TCP device: {e}")))?;
         let mut cfg = ClientConfig {
             rpc_timeout: Duration::from_millis(args.timeout_ms),
             // One short-lived process: no spare QPs prepared, no recovery thread.
