@@ -1,6 +1,7 @@
 //! TLS on the TCP transport: mutual authentication, a wrong CA on either side refused, a
-//! plaintext peer refused (or served, where allowed) with a reason both sides can read, and
-//! every kind of operation working inside TLS.
+//! plaintext peer refused (or served, where allowed) with a reason both sides can read, every
+//! kind of operation working inside TLS, and a relay on the path that flips a byte of a READ
+//! response: the altered bytes reach a plaintext client, while a TLS link fails closed.
 #![allow(clippy::unwrap_used)] // test helpers panic on unexpected failures
 
 #[path = "tcp_util.rs"]
@@ -170,4 +171,106 @@ fn a_listener_that_allows_plaintext_serves_both() {
         assert_eq!(wc.status, WcStatus::Success);
         assert_eq!(c.buf.load_u64(0).unwrap(), 77);
     }
+}
+
+/// A relay on the path between a client and a node: forwards both ways, and once armed flips
+/// the last byte of the next chunk the node sends (the end of a READ response: in plaintext
+/// its data's last byte, inside TLS its record's authentication tag).
+struct Relay {
+    addr: SoftAddress,
+    flip: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn to(node: std::net::SocketAddr) -> Relay {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = SoftAddress::Tcp(listener.local_addr().unwrap());
+        let flip = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let armed = flip.clone();
+        std::thread::Builder::new()
+            .name("relay-accept".into())
+            .spawn(move || {
+                let (client, _) = listener.accept().unwrap();
+                let server = std::net::TcpStream::connect(node).unwrap();
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::Builder::new()
+                    .name("relay-up".into())
+                    .spawn(move || {
+                        let mut buf = [0u8; 65536];
+                        while let Ok(n) = c_in.read(&mut buf) {
+                            if n == 0 || s_out.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = s_out.shutdown(std::net::Shutdown::Write);
+                    })
+                    .unwrap();
+                let (mut s_in, mut c_out) = (server, client);
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = s_in.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if armed.swap(false, Ordering::SeqCst) {
+                        buf[n - 1] ^= 0x01;
+                    }
+                    if c_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = c_out.shutdown(std::net::Shutdown::Write);
+            })
+            .unwrap();
+        Relay { addr, flip }
+    }
+
+    fn arm(&self) {
+        self.flip.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Reads 64 B through a relay that flips a byte of the response; returns the completion and
+/// whether the bytes read differ from the node's.
+fn read_through_a_flipping_relay(server: TcpOptions, client: TcpOptions) -> (WorkCompletion, bool) {
+    let s = Server::with(SoftConfig::default(), server);
+    let relay = Relay::to(s.sock);
+    let c = Client::with_options(AccessFlags::empty(), client);
+    c.qp.connect(&relay.addr, b"victim").unwrap();
+    s.wait_qps(1);
+    let (base, rkey) = (s.buf.addr(), s.mr.rkey());
+    let pattern: Vec<u8> = (0..64u8).collect();
+    s.buf.write(0, &pattern).unwrap();
+    // One clean READ first (the relay forwards faithfully until armed).
+    let wc = c.read(0, 64, base, rkey);
+    assert_eq!(wc.status, WcStatus::Success);
+    relay.arm();
+    let wc = c.read(128, 64, base, rkey);
+    let mut got = [0u8; 64];
+    c.buf.read(128, &mut got).unwrap();
+    (wc, got[..] != pattern[..])
+}
+
+#[test]
+fn a_byte_flipped_on_the_path_alters_a_plaintext_read() {
+    // Without TLS the path is not defended: the READ succeeds with the relay's byte in it.
+    let (wc, altered) = read_through_a_flipping_relay(TcpOptions::default(), TcpOptions::default());
+    assert_eq!(wc.status, WcStatus::Success);
+    assert!(altered, "the relay's flip reached the application");
+}
+
+#[test]
+fn a_byte_flipped_on_the_path_fails_a_tls_read_closed() {
+    let ca = Ca::new("test CA");
+    let (wc, altered) = read_through_a_flipping_relay(
+        tls(ca.options("node", &ca)),
+        tls(ca.options("tenant-1", &ca)),
+    );
+    assert_ne!(
+        wc.status,
+        WcStatus::Success,
+        "a READ whose response was altered must not succeed (altered: {altered})"
+    );
 }
