@@ -96,6 +96,13 @@ const PLANS: &[(&str, Plan)] = &[
     ("cargo run --release -p patronus-cli -- faas analyse", Run),
     ("cargo run --release -p patronus-cli -- devices", Run),
     (
+        "cargo run --release -p patronus-cli -- certs --out certs",
+        Skip(
+            "it writes into the working tree; crates/cli/tests/tls.rs runs certs, then serve \
+              with TLS and kv and probe with a tenant's certificate",
+        ),
+    ),
+    (
         "cargo test --release -p patronus-ods --test race_history soak -- --ignored --nocapture",
         Skip("an #[ignore]d soak of minutes; CI runs its short forms (race_history's other tests)"),
     ),
