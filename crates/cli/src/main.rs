@@ -80,6 +80,9 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// A file holding the node's admin bearer token (its `admin_token_file`).
+        #[arg(long, env = "PATRONUS_ADMIN_TOKEN_FILE", value_name = "FILE")]
+        admin_token_file: Option<String>,
     },
     /// Connect to a memory node over TCP, run a short lifecycle, print the result.
     Probe {
@@ -146,7 +149,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         ),
         Command::Serve(flags) => daemon::run(&flags),
-        Command::Status { admin, json } => status::run(admin, json),
+        Command::Status {
+            admin,
+            json,
+            admin_token_file,
+        } => status::run(admin, json, admin_token_file.as_deref()),
         Command::Probe {
             connect,
             tenant,

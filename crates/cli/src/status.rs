@@ -7,9 +7,13 @@ use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// Fetches the report from `admin` and prints it.
-pub fn run(admin: SocketAddr, json: bool) -> Result<()> {
-    let report = fetch(admin)?;
+/// Fetches the report from `admin` (with the bearer token in `token_file`, if given) and
+/// prints it.
+pub fn run(admin: SocketAddr, json: bool, token_file: Option<&str>) -> Result<()> {
+    let token = token_file
+        .map(crate::daemon::admin::read_token)
+        .transpose()?;
+    let report = fetch(admin, token.as_deref())?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -18,14 +22,17 @@ pub fn run(admin: SocketAddr, json: bool) -> Result<()> {
     Ok(())
 }
 
-/// The report a node's admin endpoint serves.
-pub fn fetch(admin: SocketAddr) -> Result<StatusReport> {
+/// The report a node's admin endpoint serves (`token`: its bearer token, if it wants one).
+pub fn fetch(admin: SocketAddr, token: Option<&str>) -> Result<StatusReport> {
     let url = format!("http://{admin}/status");
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
         .build();
-    let body = agent
-        .get(&url)
+    let mut request = agent.get(&url);
+    if let Some(t) = token {
+        request = request.set("Authorization", &format!("Bearer {t}"));
+    }
+    let body = request
         .call()
         .map_err(|e| not_answered(admin, &url, e))?
         .into_string()
@@ -37,6 +44,11 @@ pub fn fetch(admin: SocketAddr) -> Result<StatusReport> {
 /// clients connect to (its reply bytes are not worth printing).
 fn not_answered(admin: SocketAddr, url: &str, e: ureq::Error) -> anyhow::Error {
     let t = match e {
+        ureq::Error::Status(401, _) => {
+            return anyhow!(
+                "{url}: unauthorized: the node wants its admin token (--admin-token-file FILE)"
+            );
+        }
         ureq::Error::Status(code, _) => return anyhow!("{url}: HTTP status {code}"),
         ureq::Error::Transport(t) => t,
     };

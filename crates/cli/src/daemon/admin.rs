@@ -2,6 +2,8 @@
 //! JSON), `GET /healthz`, on its own thread. Loopback by default (`docs/operations.md`).
 //!
 //! Invariant: serves only what [`metrics`] and [`StatusReport`] hold — no rkeys, no secrets.
+//! With a token (`admin_token_file`), `/metrics` and `/status` answer only requests that carry
+//! it (`Authorization: Bearer …`, compared in constant time); `/healthz` stays open.
 
 use super::metrics;
 use super::report::StatusReport;
@@ -24,6 +26,30 @@ pub struct AdminState {
     pub started: Instant,
     /// Set once the node drains.
     pub draining: AtomicBool,
+    /// The bearer token `/metrics` and `/status` require, if any.
+    pub token: Option<String>,
+}
+
+/// A file's bearer token: its content without surrounding white space, not empty.
+pub fn read_token(path: &str) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow!("admin_token_file {path}: cannot read: {e}"))?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(anyhow!(
+            "admin_token_file {path}: must hold one token (no spaces), not empty"
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// Whether `authorization` (the request's header) carries `token`.
+fn authorized(token: &str, authorization: Option<&str>) -> bool {
+    use subtle::ConstantTimeEq as _;
+    let Some(given) = authorization.and_then(|a| a.strip_prefix("Bearer ")) else {
+        return false;
+    };
+    bool::from(given.trim().as_bytes().ct_eq(token.as_bytes()))
 }
 
 /// A running admin endpoint.
@@ -49,7 +75,18 @@ impl Admin {
             .name("patronus-admin".into())
             .spawn(move || {
                 for request in serving.incoming_requests() {
-                    let response = respond(&state, &registry, request.method(), request.url());
+                    let authorization = request
+                        .headers()
+                        .iter()
+                        .find(|h| h.field.equiv("Authorization"))
+                        .map(|h| h.value.as_str().to_string());
+                    let response = respond(
+                        &state,
+                        &registry,
+                        request.method(),
+                        request.url(),
+                        authorization.as_deref(),
+                    );
                     if let Err(e) = request.respond(response) {
                         tracing::debug!("admin: answering failed: {e}");
                     }
@@ -101,11 +138,28 @@ fn respond(
     registry: &prometheus_client::registry::Registry,
     method: &tiny_http::Method,
     url: &str,
+    authorization: Option<&str>,
 ) -> Response {
     if *method != tiny_http::Method::Get {
         return with_type("only GET\n".into(), "text/plain", 405);
     }
-    match url.split('?').next().unwrap_or("") {
+    let path = url.split('?').next().unwrap_or("");
+    if let Some(token) = &state.token
+        && path != "/healthz"
+        && !authorized(token, authorization)
+    {
+        let mut r = with_type(
+            "unauthorized: send `Authorization: Bearer <token>` (the node's admin_token_file)\n"
+                .into(),
+            "text/plain",
+            401,
+        );
+        if let Ok(h) = tiny_http::Header::from_bytes(&b"WWW-Authenticate"[..], &b"Bearer"[..]) {
+            r.add_header(h);
+        }
+        return r;
+    }
+    match path {
         "/metrics" => with_type(
             metrics::encode(registry),
             "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -161,6 +161,8 @@ pub struct DaemonConfig {
     pub listen: SocketAddr,
     /// Address of the admin endpoint (`/metrics`, `/status`); empty: none.
     pub admin: String,
+    /// A file holding the bearer token `/metrics` and `/status` require (empty: none).
+    pub admin_token_file: String,
     /// The RNIC.
     pub provider: ProviderSetting,
     /// RDMA device with `provider = "rdma"` (empty: the first).
@@ -241,6 +243,7 @@ impl Default for DaemonConfig {
         DaemonConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
             admin: format!("127.0.0.1:{DEFAULT_ADMIN_PORT}"),
+            admin_token_file: String::new(),
             provider: ProviderSetting::Soft,
             device: String::new(),
             pool_mib: 64,

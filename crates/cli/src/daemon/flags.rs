@@ -30,6 +30,10 @@ pub struct ServeFlags {
     /// default 127.0.0.1:9471].
     #[arg(long, env = "PATRONUS_ADMIN", value_name = "ADDR")]
     pub admin: Option<String>,
+    /// A file holding the bearer token `/metrics` and `/status` require (`/healthz` stays
+    /// open) [file: admin_token_file].
+    #[arg(long, env = "PATRONUS_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    pub admin_token_file: Option<String>,
     /// The RNIC: the software one over TCP, or an rdma-core device [file: provider].
     #[arg(long, value_enum, env = "PATRONUS_PROVIDER")]
     pub provider: Option<ProviderSetting>,
@@ -133,6 +137,7 @@ impl ServeFlags {
         }
         over!(
             listen => c.listen,
+            admin_token_file => c.admin_token_file,
             provider => c.provider,
             device => c.device,
             pool_mib => c.pool_mib,

@@ -126,6 +126,10 @@ where
         listen: listen.clone(),
         started: Instant::now(),
         draining: Default::default(),
+        token: match cfg.admin_token_file.as_str() {
+            "" => None,
+            path => Some(admin::read_token(path)?),
+        },
     });
     let admin = match cfg.admin.as_str() {
         "" => None,
