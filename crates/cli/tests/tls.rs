@@ -116,3 +116,61 @@ fn tenants_with_certificates_are_served_and_others_refused() {
     drop(node);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sighup_reloads_the_certificates() {
+    let root = std::env::temp_dir().join(format!("patronus-tls-hup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (a, b, live) = (root.join("a"), root.join("b"), root.join("live"));
+    certs(&a, &["tenant-1"]);
+    certs(&b, &["tenant-2"]);
+    std::fs::create_dir_all(&live).unwrap();
+    let install = |from: &Path| {
+        for f in ["node.pem", "node-key.pem", "ca.pem"] {
+            std::fs::copy(from.join(f), live.join(f)).unwrap();
+        }
+    };
+    install(&a);
+    let p = |f: &str| live.join(f).to_string_lossy().into_owned();
+    let (cert, key, ca) = (p("node.pem"), p("node-key.pem"), p("ca.pem"));
+    let mut node = Served::start(&[
+        "--pool-mib",
+        "16",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+    ]);
+    let addr = node.listen.to_string();
+    let (old, new) = (tls_args(&a, "tenant-1"), tls_args(&b, "tenant-2"));
+    let o = kv(&addr, &old, &["create"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = kv(&addr, &old, &["put", "apple", "red"]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // Renewed on disk: B's CA from now on.
+    install(&b);
+    node.signal("HUP");
+    let line = node.next_line();
+    assert!(line.contains("reloaded"), "{line}");
+    let o = kv(&addr, &new, &["get", "apple"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "red\n", "{}", text(&o));
+    let o = kv(&addr, &old, &["get", "apple"]);
+    assert!(
+        !o.status.success(),
+        "A's certificates no longer pass: {}",
+        text(&o)
+    );
+
+    // A broken file keeps the node on what it has.
+    std::fs::write(live.join("node-key.pem"), "not a key").unwrap();
+    node.signal("HUP");
+    let line = node.next_line();
+    assert!(line.contains("kept the current TLS files"), "{line}");
+    let o = kv(&addr, &new, &["get", "apple"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "red\n", "{}", text(&o));
+    drop(node);
+    let _ = std::fs::remove_dir_all(&root);
+}

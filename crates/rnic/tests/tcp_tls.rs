@@ -274,3 +274,29 @@ fn a_byte_flipped_on_the_path_fails_a_tls_read_closed() {
         "a READ whose response was altered must not succeed (altered: {altered})"
     );
 }
+
+#[test]
+fn a_reload_changes_new_connections_and_keeps_the_old_ones() {
+    let (a, b) = (Ca::new("CA A"), Ca::new("CA B"));
+    let node_tls = a.options("node", &a);
+    let s = Server::with(SoftConfig::default(), tls(node_tls.clone()));
+    let old = Client::with_options(AccessFlags::empty(), tls(a.options("tenant-a", &a)));
+    old.qp.connect(&s.addr, b"old").unwrap();
+    s.wait_qps(1);
+    // The node's certificate and client CA are now B's (renewed on disk, say).
+    node_tls.reload(&b.options("node", &b));
+    let stale = Client::with_options(AccessFlags::empty(), tls(a.options("tenant-a", &a)));
+    let err = stale.qp.connect(&s.addr, b"stale").unwrap_err();
+    assert!(err.to_string().contains("TLS"), "{err}");
+    let fresh = Client::with_options(AccessFlags::empty(), tls(b.options("tenant-b", &b)));
+    fresh.qp.connect(&s.addr, b"fresh").unwrap();
+    s.wait_qps(2);
+    // The connection made before the reload is still served.
+    let (base, rkey) = (s.buf.addr(), s.mr.rkey());
+    s.buf.store_u64(0, 42).unwrap();
+    for c in [&old, &fresh] {
+        let wc = c.read(0, 8, base, rkey);
+        assert_eq!(wc.status, WcStatus::Success);
+        assert_eq!(c.buf.load_u64(0).unwrap(), 42);
+    }
+}

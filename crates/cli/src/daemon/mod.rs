@@ -20,7 +20,7 @@ use config::{DaemonConfig, ProviderSetting};
 use flags::ServeFlags;
 use patronus_core::MemoryNode;
 use rnic::soft::{SoftAddress, SoftConfig, SoftProvider, TcpNode, TcpOptions};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -36,7 +36,7 @@ pub fn run(flags: &ServeFlags) -> Result<()> {
     let cfg = flags.config()?;
     init_logging();
     // Before the node announces itself: a signal sent as soon as `listening` shows is caught.
-    let signals = Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    let signals = Signals::new([SIGINT, SIGTERM, SIGHUP]).context("installing signal handlers")?;
     match cfg.provider {
         ProviderSetting::Soft => {
             let tls = cfg.tls.options()?;
@@ -48,7 +48,7 @@ pub fn run(flags: &ServeFlags) -> Result<()> {
             }
             let tcp = TcpOptions {
                 spin_polls: cfg.engine_spin_polls,
-                tls,
+                tls: tls.clone(),
                 ..TcpOptions::default()
             };
             let device = SoftConfig {
@@ -69,14 +69,14 @@ pub fn run(flags: &ServeFlags) -> Result<()> {
                 SoftAddress::Tcp(a) => a.to_string(),
                 other => format!("{other:?}"),
             };
-            serve(node, &cfg, listen, signals)
+            serve(node, &cfg, listen, signals, tls)
         }
         ProviderSetting::Rdma => {
             if cfg.huge_pages {
                 tracing::warn!("huge_pages applies to the software RNIC's pool only; ignored");
             }
             let (node, listen) = crate::rdma::start(&cfg.device, cfg.listen, cfg.node_config()?)?;
-            serve(node, &cfg, listen, signals)
+            serve(node, &cfg, listen, signals, None)
         }
     }
 }
@@ -112,6 +112,7 @@ fn serve<P: rnic::Provider>(
     cfg: &DaemonConfig,
     listen: String,
     mut signals: Signals,
+    tls: Option<rnic::soft::TlsOptions>,
 ) -> Result<()>
 where
     MemoryNode<P>: Send + Sync + 'static,
@@ -152,7 +153,16 @@ where
         tenants = cfg.tenant.len(),
         "memory node serving"
     );
-    let signal = signals.forever().next().unwrap_or(SIGTERM);
+    // SIGHUP reloads the TLS certificates, key and CA (new connections use them; sessions
+    // keep theirs); SIGINT or SIGTERM drains the node.
+    let mut signal = SIGTERM;
+    for s in signals.forever() {
+        if s != SIGHUP {
+            signal = s;
+            break;
+        }
+        reload_tls(cfg, tls.as_ref());
+    }
     let name = if signal == SIGINT {
         "SIGINT"
     } else {
@@ -189,4 +199,25 @@ where
         served.node.shutdown();
     }
     Ok(())
+}
+
+/// Reads the TLS files again and makes new connections use them (`serve` on SIGHUP); a file
+/// that does not load keeps the node on its current certificates, and says why.
+fn reload_tls(cfg: &DaemonConfig, tls: Option<&rnic::soft::TlsOptions>) {
+    let Some(tls) = tls else {
+        println!("SIGHUP: no TLS configured; nothing to reload");
+        return;
+    };
+    match cfg.tls.options() {
+        Ok(Some(next)) => {
+            tls.reload(&next);
+            println!("SIGHUP: reloaded the TLS certificate, key and client CA");
+            tracing::info!("TLS files reloaded");
+        }
+        Ok(None) => println!("SIGHUP: no TLS configured; nothing to reload"),
+        Err(e) => {
+            println!("SIGHUP: kept the current TLS files: {e:#}");
+            tracing::warn!("TLS reload failed: {e:#}");
+        }
+    }
 }

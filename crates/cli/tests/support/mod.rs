@@ -64,6 +64,22 @@ impl Served {
         }
     }
 
+    /// The next line it prints (waiting until it does).
+    pub fn next_line(&mut self) -> String {
+        let mut line = String::new();
+        self.out.read_line(&mut line).expect("serve prints a line");
+        line.trim_end().to_string()
+    }
+
+    /// Sends it `signal` (`HUP`, `TERM`, …).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal}");
+    }
+
     /// SIGTERM; the rest of its output once it exited, which it must have done successfully.
     pub fn terminate(mut self) -> String {
         let status = Command::new("kill")

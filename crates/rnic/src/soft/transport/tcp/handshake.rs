@@ -174,6 +174,7 @@ pub(super) fn client_handshake(
         }
     })?;
     stream.set_nodelay(true)?;
+    let tls = tls.map(TlsOptions::current);
     let tls = match tls.and_then(|t| t.client.clone().map(|c| (c, t.name_for(addr.ip())))) {
         Some((config, name)) => Some(
             rustls::ClientConnection::new(config, name)

@@ -13,6 +13,7 @@
 //! says so; a TLS client that reaches a plaintext-only listener gets that listener's
 //! plaintext refusal and reports that the node does not speak TLS.
 
+use arc_swap::ArcSwap;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
@@ -41,9 +42,15 @@ pub enum TlsError {
     Config(String),
 }
 
-/// TLS for a TCP device (see the module docs). Cloning shares the configurations.
+/// TLS for a TCP device (see the module docs). Cloning shares it: [`TlsOptions::reload`] on
+/// any clone changes what every clone uses for the connections made from then on.
 #[derive(Clone)]
 pub struct TlsOptions {
+    current: Arc<ArcSwap<Configs>>,
+}
+
+/// One generation of a device's TLS.
+pub(super) struct Configs {
     pub(super) server: Option<Arc<ServerConfig>>,
     pub(super) client: Option<Arc<ClientConfig>>,
     /// The name a connection verifies in the listener's certificate (`None`: the IP address
@@ -55,11 +62,12 @@ pub struct TlsOptions {
 
 impl fmt::Debug for TlsOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = self.current.load();
         f.debug_struct("TlsOptions")
-            .field("server", &self.server.is_some())
-            .field("client", &self.client.is_some())
-            .field("server_name", &self.server_name)
-            .field("allow_plaintext", &self.allow_plaintext)
+            .field("server", &c.server.is_some())
+            .field("client", &c.client.is_some())
+            .field("server_name", &c.server_name)
+            .field("allow_plaintext", &c.allow_plaintext)
             .finish()
     }
 }
@@ -125,12 +133,30 @@ impl TlsOptions {
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
             .map_err(config_err)?;
-        Ok(TlsOptions {
+        Ok(TlsOptions::of(Configs {
             server: Some(Arc::new(server)),
             client: Some(Arc::new(client)),
             server_name: None,
             allow_plaintext: false,
-        })
+        }))
+    }
+
+    fn of(c: Configs) -> Self {
+        TlsOptions {
+            current: Arc::new(ArcSwap::from_pointee(c)),
+        }
+    }
+
+    /// The configurations in use now.
+    pub(super) fn current(&self) -> Arc<Configs> {
+        self.current.load_full()
+    }
+
+    /// From now on, new connections of every clone of these options use `next`'s
+    /// certificates, keys, CA and settings (a certificate renewed on disk, say). Connections
+    /// already made keep theirs: nothing is dropped.
+    pub fn reload(&self, next: &TlsOptions) {
+        self.current.store(next.current.load_full());
     }
 
     /// [`TlsOptions::mutual`] from PEM files: the certificate chain, its key, the CA.
@@ -144,31 +170,44 @@ impl TlsOptions {
 
     /// Connections verify `name` in the listener's certificate instead of the IP address
     /// they dial (a DNS name the node's certificate carries).
-    pub fn with_server_name(mut self, name: &str) -> Result<Self, TlsError> {
+    pub fn with_server_name(self, name: &str) -> Result<Self, TlsError> {
         let name = ServerName::try_from(name.to_owned()).map_err(config_err)?;
-        self.server_name = Some(name);
-        Ok(self)
+        let c = self.current();
+        Ok(TlsOptions::of(Configs {
+            server: c.server.clone(),
+            client: c.client.clone(),
+            server_name: Some(name),
+            allow_plaintext: c.allow_plaintext,
+        }))
     }
 
     /// Listeners also serve peers that speak plaintext (a migration aid; off by default).
-    pub fn allowing_plaintext(mut self, allow: bool) -> Self {
-        self.allow_plaintext = allow;
-        self
+    pub fn allowing_plaintext(self, allow: bool) -> Self {
+        let c = self.current();
+        TlsOptions::of(Configs {
+            server: c.server.clone(),
+            client: c.client.clone(),
+            server_name: c.server_name.clone(),
+            allow_plaintext: allow,
+        })
     }
 
     /// The TLS state of a connection a listener accepted (`None`: listeners speak plaintext
     /// only); TLS buffers at most `limit` bytes the socket has not taken.
     pub(super) fn accepting(&self, limit: usize) -> Option<TlsState> {
-        let config = self.server.clone()?;
+        let c = self.current();
+        let config = c.server.clone()?;
         // Cannot fail for a configuration that built (it only allocates the state).
         let mut tls = rustls::ServerConnection::new(config).ok()?;
         tls.set_buffer_limit(Some(limit));
         Some(TlsState::Undecided {
             tls: Box::new(tls),
-            allow_plaintext: self.allow_plaintext,
+            allow_plaintext: c.allow_plaintext,
         })
     }
+}
 
+impl Configs {
     /// The name a connection to `ip` verifies.
     pub(super) fn name_for(&self, ip: std::net::IpAddr) -> ServerName<'static> {
         self.server_name
