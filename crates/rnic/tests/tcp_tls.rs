@@ -1,7 +1,8 @@
 //! TLS on the TCP transport: mutual authentication, a wrong CA on either side refused, a
 //! plaintext peer refused (or served, where allowed) with a reason both sides can read, every
-//! kind of operation working inside TLS, and a relay on the path that flips a byte of a READ
-//! response: the altered bytes reach a plaintext client, while a TLS link fails closed.
+//! kind of operation working inside TLS, and relays on the path: one flips a byte of a READ
+//! response, one injects a WRITE through an rkey it read off the victim's request. In
+//! plaintext both work; inside TLS the link fails closed and nothing lands.
 #![allow(clippy::unwrap_used)] // test helpers panic on unexpected failures
 
 #[path = "tcp_util.rs"]
@@ -299,4 +300,128 @@ fn a_reload_changes_new_connections_and_keeps_the_old_ones() {
         assert_eq!(wc.status, WcStatus::Success);
         assert_eq!(c.buf.load_u64(0).unwrap(), 42);
     }
+}
+
+/// The attacker's WRITE of `PWNED!!!`, to follow `chunk` into the node: addressed as the
+/// victim's READ in `chunk` was (its QP, its next PSN, the rkey and address it carried) when
+/// the chunk can be read; otherwise as `guess` says (inside TLS nothing can be read).
+fn forged_write_after(chunk: &[u8], guess: (QpNumber, Psn, Rkey, u64)) -> Vec<u8> {
+    use rnic::soft::wire::{Packet, Request, RequestOp, decode_frame, encode_frame, frame_len};
+    let sniffed = frame_len(chunk, 1 << 20)
+        .ok()
+        .flatten()
+        .and_then(|n| chunk.get(..n))
+        .and_then(|f| decode_frame(f).ok());
+    let (dst_qp, psn, rkey, addr) = match sniffed {
+        Some(rnic::soft::wire::Frame::Packet(Packet::Request(Request {
+            dst_qp,
+            psn,
+            op: RequestOp::Read { addr, rkey, .. },
+            ..
+        }))) => (dst_qp, psn, rkey, addr),
+        _ => guess,
+    };
+    let forged = rnic::soft::wire::Frame::Packet(Packet::Request(Request {
+        dst_qp,
+        psn: psn.next(),
+        op: RequestOp::Write {
+            addr,
+            rkey,
+            data: &b"PWNED!!!"[..],
+        },
+        ack_req: true,
+    }));
+    let mut out = Vec::new();
+    encode_frame(&forged, &mut out);
+    out
+}
+
+/// A relay that, once armed, forwards the victim's next chunk to the node and injects a
+/// forged WRITE right behind it, on the victim's own connection.
+fn injecting_relay(node: std::net::SocketAddr, guess: (QpNumber, Psn, Rkey, u64)) -> Relay {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = SoftAddress::Tcp(listener.local_addr().unwrap());
+    let flip = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let armed = flip.clone();
+    std::thread::Builder::new()
+        .name("injector".into())
+        .spawn(move || {
+            let (client, _) = listener.accept().unwrap();
+            let server = std::net::TcpStream::connect(node).unwrap();
+            let (mut s_in, mut c_out) = (server.try_clone().unwrap(), client.try_clone().unwrap());
+            std::thread::Builder::new()
+                .name("injector-down".into())
+                .spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 || c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .unwrap();
+            let (mut c_in, mut s_out) = (client, server);
+            let mut buf = [0u8; 65536];
+            while let Ok(n) = c_in.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut out = buf[..n].to_vec();
+                if armed.swap(false, Ordering::SeqCst) {
+                    out.extend(forged_write_after(&buf[..n], guess));
+                }
+                if s_out.write_all(&out).is_err() {
+                    break;
+                }
+            }
+        })
+        .unwrap();
+    Relay { addr, flip }
+}
+
+/// Reads through an injecting relay; returns the server (to look at its memory and QP).
+fn victim_read_through_an_injector(server: TcpOptions, client: TcpOptions) -> (Server, Client) {
+    let s = Server::with(SoftConfig::default(), server);
+    let (base, rkey) = (s.buf.addr(), s.mr.rkey());
+    // What an attacker inside TLS would have to guess: here it is even given the truth but
+    // the PSN.
+    let relay = injecting_relay(s.sock, (QpNumber(0), Psn::new(0), rkey, base));
+    let c = Client::with_options(AccessFlags::empty(), client);
+    c.qp.connect(&relay.addr, b"victim").unwrap();
+    s.wait_qps(1);
+    s.buf.write(0, b"original").unwrap();
+    relay.arm();
+    let _ = c.read(0, 8, base, rkey);
+    (s, c)
+}
+
+#[test]
+fn a_write_injected_into_a_plaintext_connection_with_a_sniffed_rkey_lands() {
+    // Without TLS the path is not defended: the relay reads the victim's rkey off its READ
+    // and writes through it, on the victim's own connection (whatever the isolation: the
+    // rkey is valid there).
+    let (s, _c) = victim_read_through_an_injector(TcpOptions::default(), TcpOptions::default());
+    wait_until("the forged WRITE lands", || {
+        let mut got = [0u8; 8];
+        s.buf.read(0, &mut got).unwrap();
+        &got == b"PWNED!!!"
+    });
+}
+
+#[test]
+fn a_write_injected_into_a_tls_connection_fails_it_and_lands_nowhere() {
+    let ca = Ca::new("test CA");
+    let (s, _c) = victim_read_through_an_injector(
+        tls(ca.options("node", &ca)),
+        tls(ca.options("tenant-1", &ca)),
+    );
+    let qp = s.wait_qps(1);
+    wait_until("the node's end of the victim's connection fails", || {
+        qp.state() == QpState::Error
+    });
+    let mut got = [0u8; 8];
+    s.buf.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"original", "nothing of the injection reached memory");
 }
