@@ -210,7 +210,7 @@ fn names_are_shared_by_every_client(t: Link) {
     assert_eq!(failed(a.unpublish(root)), FailCode::UnknownName);
 }
 
-both_transports!(
+patronus_core::both_transports!(
     alloc_zeroes_reuses_and_reports_exhaustion,
     bad_frees_are_refused_and_change_nothing,
     mr_alloc_registers_and_free_revokes_every_region,

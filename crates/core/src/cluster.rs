@@ -4,6 +4,20 @@
 //! contexts of one rdma-core device for the node and each client. [`EmbeddedNodes`]: several
 //! memory nodes in one process, for a [`NodeSet`] to connect to.
 
+/// Defines a `#[test]` per named test body `fn name(link: Link)`, once on each transport, as
+/// `inproc::name` and `tcp::name` (the test crates of the workspace share it).
+#[macro_export]
+macro_rules! both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod inproc {
+            $(#[test] fn $name() { super::$name($crate::cluster::Link::InProc) })*
+        }
+        mod tcp {
+            $(#[test] fn $name() { super::$name($crate::cluster::Link::Tcp) })*
+        }
+    };
+}
+
 use crate::client::{Client, ClientConfig, ClientError};
 use crate::manager::{MemoryNode, NodeConfig, NodeError};
 use crate::nodes::{NodeId, NodeSet, NodeSetConfig, NodeSetError};

@@ -330,7 +330,7 @@ fn with_every_node_gone_allocation_says_so(t: Link) {
     assert!(e.to_string().contains("unreachable"), "{e}");
 }
 
-both_transports!(
+patronus_core::both_transports!(
     objects_spread_and_hold_their_data,
     an_rkey_is_valid_on_its_own_node_only,
     a_stopped_node_fails_its_permissions_and_the_others_go_on,

@@ -167,7 +167,7 @@ fn a_dropped_batch_is_finished_before_the_next(t: Link) {
     assert_eq!(u64::from_le_bytes(buf[8..].try_into().unwrap()), 5);
 }
 
-both_transports!(
+patronus_core::both_transports!(
     several_clients_batches_in_flight_together,
     one_batch_in_flight_per_client,
     a_refused_access_fails_alone,

@@ -259,7 +259,7 @@ fn bad_input_is_refused_and_changes_nothing(t: Link) {
     assert_eq!(a.records(), 9, "only the good invocation added a record");
 }
 
-both_transports!(
+patronus_core::both_transports!(
     chains_analyse_the_table,
     another_tenant_cannot_reach_the_table,
     another_container_s_rkey_is_refused_by_the_nic,

@@ -224,4 +224,4 @@ fn outside_what_it_was_handed(t: Link) {
     }
 }
 
-both_transports!(several_inputs_in_order, outside_what_it_was_handed);
+patronus_core::both_transports!(several_inputs_in_order, outside_what_it_was_handed);

@@ -114,7 +114,7 @@ fn what_is_no_image_is_refused(t: Link) {
     );
 }
 
-both_transports!(
+patronus_core::both_transports!(
     a_photograph_becomes_a_thumbnail,
     what_is_no_image_is_refused
 );

@@ -118,4 +118,4 @@ fn analysis_chains_run_over_several_nodes(t: Link) {
     assert_eq!(permissions(&n), before, "every chain's permission is gone");
 }
 
-both_transports!(analysis_chains_run_over_several_nodes);
+patronus_core::both_transports!(analysis_chains_run_over_several_nodes);

@@ -164,7 +164,7 @@ fn a_queue_links_segments_on_every_node(t: Link) {
     assert_eq!((s.pushes, s.pops), (24, 24));
 }
 
-both_transports!(
+patronus_core::both_transports!(
     the_contract_holds_across_nodes,
     a_race_table_spreads_over_the_nodes,
     a_queue_links_segments_on_every_node,

@@ -43,4 +43,4 @@ fn four_objects_in_one_call_each_with_its_own_right(t: Link) {
     assert_eq!(other.lookup("block"), Err(MemError::NotFound));
 }
 
-both_transports!(four_objects_in_one_call_each_with_its_own_right);
+patronus_core::both_transports!(four_objects_in_one_call_each_with_its_own_right);

@@ -283,7 +283,7 @@ fn permission_operations_per_segment(t: Link) {
     }
 }
 
-both_transports!(
+patronus_core::both_transports!(
     empty_queue_pops_none_and_items_come_back_in_order,
     interleaved_clients_get_every_item_once_in_order,
     threads_get_every_item_once,

@@ -372,7 +372,7 @@ fn unknown_outcomes_are_settled_by_reading(t: Link) {
     );
 }
 
-both_transports!(
+patronus_core::both_transports!(
     crashed_producer_slot_is_skipped_after_its_lease,
     delayed_consumer_is_rejected_and_recovers,
     delayed_producer_is_refused_and_leaves_reused_memory_alone,

@@ -74,7 +74,7 @@ fn the_table_fills_up_at_its_maximum_depth(t: Link) {
     }
 }
 
-both_transports!(
+patronus_core::both_transports!(
     operations_and_splits_on_one_client,
     the_table_fills_up_at_its_maximum_depth
 );

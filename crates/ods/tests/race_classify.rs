@@ -127,7 +127,7 @@ fn only_not_found_drops_an_entry_during_a_pipelined_classification(t: Link) {
     all_there(&mut r, &mut rm, &keys);
 }
 
-both_transports!(
+patronus_core::both_transports!(
     a_resizer_keeps_a_bounded_number_of_acquires_in_flight,
     only_not_found_drops_an_entry_during_a_pipelined_classification
 );

@@ -367,7 +367,7 @@ fn concurrent_inserts_of_one_key_leave_one_entry(t: Link) {
     check_against_model(c, &mut mems[*m], &winners, keys);
 }
 
-both_transports!(
+patronus_core::both_transports!(
     concurrent_inserts_of_one_key_leave_one_entry,
     interleaved_clients_keep_the_table_consistent,
     interleaved_clients_with_lock_words,

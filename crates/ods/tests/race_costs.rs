@@ -233,7 +233,7 @@ fn guessing_clients_look_up_a_hot_key_in_one_round_trip(t: Link) {
     assert_eq!((s.batches, s.guesses_right), (1, 1), "{s:?}");
 }
 
-both_transports!(
+patronus_core::both_transports!(
     costs_per_operation_match_section_6_1,
     retired_blocks_are_freed_in_batches,
     guessing_clients_look_up_a_hot_key_in_one_round_trip

@@ -233,7 +233,7 @@ fn a_reader_whose_kept_right_is_refused_finds_its_key_rewritten_at_the_same_addr
     );
 }
 
-both_transports!(
+patronus_core::both_transports!(
     a_reader_whose_kept_right_is_refused_finds_its_key_rewritten_at_the_same_address,
     before_reuse_a_delayed_reader_sees_at_most_the_same_key,
     after_reuse_a_delayed_reader_is_refused_and_retries,

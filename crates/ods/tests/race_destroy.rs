@@ -141,7 +141,7 @@ fn destroy_finishes_an_abandoned_split_and_refuses_a_held_lock(t: Link) {
     assert_eq!(c.get(dm, &key(0)).unwrap(), Some(value(0, 0)));
 }
 
-both_transports!(
+patronus_core::both_transports!(
     close_frees_spares_whose_leases_ran_out,
     named_tables_and_destroy_frees_everything,
     destroy_finishes_an_abandoned_split_and_refuses_a_held_lock

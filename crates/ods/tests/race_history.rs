@@ -544,7 +544,7 @@ fn frozen_resizer_with_a_lock_word_and_refused_reads() {
     });
 }
 
-both_transports!(
+patronus_core::both_transports!(
     no_faults,
     refused_reads_with_lock_words,
     frozen_clients_and_refused_reads,

@@ -39,4 +39,4 @@ fn rights_that_end_before_their_first_access_are_acquired_again(t: Link) {
     assert_eq!(in_use(), before, "a failed create frees what it allocated");
 }
 
-both_transports!(rights_that_end_before_their_first_access_are_acquired_again);
+patronus_core::both_transports!(rights_that_end_before_their_first_access_are_acquired_again);

@@ -410,7 +410,7 @@ fn a_waiting_writer_only_tries_a_live_splits_lock(t: Link) {
     }
 }
 
-both_transports!(
+patronus_core::both_transports!(
     a_waiting_writer_tries_a_stopped_splits_lock_after_a_time_not_only_polls,
     a_waiting_writer_only_tries_a_live_splits_lock,
     a_resizer_with_a_lock_word_keeps_its_lock_right_alive,

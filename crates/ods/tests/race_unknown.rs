@@ -152,7 +152,7 @@ fn an_unknown_outcome_overtaken_by_another_client(t: Link) {
     clean(&mut c, &mut mem, 11);
 }
 
-both_transports!(
+patronus_core::both_transports!(
     each_operation_resolves_an_unknown_cas_by_reading,
     an_unknown_outcome_overtaken_by_another_client
 );

@@ -71,16 +71,3 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
-
-/// A test body run on both transports, as `inproc::name` and `tcp::name`.
-#[macro_export]
-macro_rules! both_transports {
-    ($($name:ident),* $(,)?) => {
-        mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
-        }
-        mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
-        }
-    };
-}

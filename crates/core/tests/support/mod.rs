@@ -16,19 +16,6 @@ pub mod client;
 
 use patronus_core::manager::NodeConfig;
 
-/// A test body run on both transports, as `inproc::name` and `tcp::name`.
-#[macro_export]
-macro_rules! both_transports {
-    ($($name:ident),* $(,)?) => {
-        mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
-        }
-        mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
-        }
-    };
-}
-
 /// The shard count the tests run the manager with unless a test names one:
 /// `PATRONUS_TEST_SHARDS` (`scripts/test` runs the core suite with 1 and again with 4), else
 /// 1. Only the tests read this variable: a shipped node's shard count is its configuration's.

@@ -41,16 +41,3 @@ pub fn bed(
         .collect();
     (Bed { cluster, clock }, mems)
 }
-
-/// A test body run on both transports, as `inproc::name` and `tcp::name`.
-#[macro_export]
-macro_rules! both_transports {
-    ($($name:ident),* $(,)?) => {
-        mod inproc {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::InProc) })*
-        }
-        mod tcp {
-            $(#[test] fn $name() { super::$name(patronus_core::cluster::Link::Tcp) })*
-        }
-    };
-}
