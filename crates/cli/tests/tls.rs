@@ -31,6 +31,22 @@ fn tls_args(dir: &Path, who: &str) -> Vec<String> {
     ]
 }
 
+/// `patronus serve` with the node certificate, key and CA of `dir` (as `certs` names them).
+fn serve_tls(dir: &Path) -> Served {
+    let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    let (cert, key, ca) = (p("node.pem"), p("node-key.pem"), p("ca.pem"));
+    Served::start(&[
+        "--pool-mib",
+        "16",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+    ])
+}
+
 fn kv(addr: &str, tls: &[String], args: &[&str]) -> Output {
     Command::new(EXE)
         .args(["kv", "--connect", addr])
@@ -55,18 +71,8 @@ fn tenants_with_certificates_are_served_and_others_refused() {
     certs(&dir, &["tenant-1"]);
     let other = dir.join("other");
     certs(&other, &["intruder"]);
-    let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
-    let (cert, key, ca) = (p("node.pem"), p("node-key.pem"), p("ca.pem"));
-    let node = Served::start(&[
-        "--pool-mib",
-        "16",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-        "--tls-client-ca",
-        &ca,
-    ]);
+    let node = serve_tls(&dir);
+    let ca = dir.join("ca.pem").to_string_lossy().into_owned();
     let addr = node.listen.to_string();
     let tenant = tls_args(&dir, "tenant-1");
 
@@ -131,18 +137,7 @@ fn sighup_reloads_the_certificates() {
         }
     };
     install(&a);
-    let p = |f: &str| live.join(f).to_string_lossy().into_owned();
-    let (cert, key, ca) = (p("node.pem"), p("node-key.pem"), p("ca.pem"));
-    let mut node = Served::start(&[
-        "--pool-mib",
-        "16",
-        "--tls-cert",
-        &cert,
-        "--tls-key",
-        &key,
-        "--tls-client-ca",
-        &ca,
-    ]);
+    let mut node = serve_tls(&live);
     let addr = node.listen.to_string();
     let (old, new) = (tls_args(&a, "tenant-1"), tls_args(&b, "tenant-2"));
     let o = kv(&addr, &old, &["create"]);

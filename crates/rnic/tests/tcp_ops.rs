@@ -24,61 +24,7 @@ fn tcp_read_write_atomics_send_recv() {
     let base = s.buf.addr();
     let rkey = s.mr.rkey();
 
-    // WRITE lands.
-    c.buf.write(0, b"0123456789abcdef").unwrap();
-    let wc = c.run(
-        1,
-        SendOp::Write {
-            local: c.sge(0, 16),
-            remote_addr: base + 100,
-            rkey,
-        },
-    );
-    assert_eq!(wc.status, WcStatus::Success);
-    let mut got = [0u8; 16];
-    s.buf.read(100, &mut got).unwrap();
-    assert_eq!(&got, b"0123456789abcdef");
-
-    // READ brings it back (and a larger READ spanning several socket writes).
-    let wc = c.read(1000, 16, base + 100, rkey);
-    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 16));
-    c.buf.read(1000, &mut got).unwrap();
-    assert_eq!(&got, b"0123456789abcdef");
-    let pattern: Vec<u8> = (0..256 * 1024).map(|i| (i * 7 % 251) as u8).collect();
-    s.buf.write(4096, &pattern).unwrap();
-    let wc = c.read(8192, pattern.len() as u32, base + 4096, rkey);
-    assert_eq!(wc.status, WcStatus::Success);
-    let mut back = vec![0u8; pattern.len()];
-    c.buf.read(8192, &mut back).unwrap();
-    assert!(back == pattern, "large READ corrupted");
-
-    // CAS and FAA.
-    s.buf.store_u64(512, 5).unwrap();
-    let wc = c.run(
-        2,
-        SendOp::CompareSwap {
-            local: c.sge(64, 8),
-            remote_addr: base + 512,
-            rkey,
-            compare: 5,
-            swap: 9,
-        },
-    );
-    assert_eq!(wc.status, WcStatus::Success);
-    assert_eq!(c.buf.load_u64(64).unwrap(), 5);
-    assert_eq!(s.buf.load_u64(512).unwrap(), 9);
-    let wc = c.run(
-        3,
-        SendOp::FetchAdd {
-            local: c.sge(72, 8),
-            remote_addr: base + 512,
-            rkey,
-            add: 10,
-        },
-    );
-    assert_eq!(wc.status, WcStatus::Success);
-    assert_eq!(c.buf.load_u64(72).unwrap(), 9);
-    assert_eq!(s.buf.load_u64(512).unwrap(), 19);
+    let pattern = one_sided_ops(&s, &c);
 
     // SEND / RECV.
     let recv_sge = Sge {

@@ -62,41 +62,8 @@ fn every_operation_works_inside_mutual_tls() {
     c.qp.connect(&s.addr, b"hello").unwrap();
     s.wait_qps(1);
     assert_eq!(s.policy.private.lock()[0], b"hello");
+    one_sided_ops(&s, &c);
     let (base, rkey) = (s.buf.addr(), s.mr.rkey());
-    c.buf.write(0, b"0123456789abcdef").unwrap();
-    let wc = c.run(
-        1,
-        SendOp::Write {
-            local: c.sge(0, 16),
-            remote_addr: base + 100,
-            rkey,
-        },
-    );
-    assert_eq!(wc.status, WcStatus::Success);
-    let mut got = [0u8; 16];
-    s.buf.read(100, &mut got).unwrap();
-    assert_eq!(&got, b"0123456789abcdef");
-    // A READ larger than TLS records and socket buffers.
-    let pattern: Vec<u8> = (0..256 * 1024).map(|i| (i * 7 % 251) as u8).collect();
-    s.buf.write(4096, &pattern).unwrap();
-    let wc = c.read(8192, pattern.len() as u32, base + 4096, rkey);
-    assert_eq!(wc.status, WcStatus::Success);
-    let mut back = vec![0u8; pattern.len()];
-    c.buf.read(8192, &mut back).unwrap();
-    assert!(back == pattern, "large READ corrupted");
-    s.buf.store_u64(512, 5).unwrap();
-    let wc = c.run(
-        2,
-        SendOp::CompareSwap {
-            local: c.sge(64, 8),
-            remote_addr: base + 512,
-            rkey,
-            compare: 5,
-            swap: 9,
-        },
-    );
-    assert_eq!(wc.status, WcStatus::Success);
-    assert_eq!(s.buf.load_u64(512).unwrap(), 9);
     // A forged rkey still breaks the QP inside TLS, as outside.
     let wc = c.read(0, 8, base, MemoryKey(rkey.0 ^ 0xff));
     assert_eq!(wc.status, WcStatus::RemoteAccessError);
@@ -174,62 +141,95 @@ fn a_listener_that_allows_plaintext_serves_both() {
     }
 }
 
-/// A relay on the path between a client and a node: forwards both ways, and once armed flips
-/// the last byte of the next chunk the node sends (the end of a READ response: in plaintext
-/// its data's last byte, inside TLS its record's authentication tag).
+/// What a relay on the path does to the next chunk once armed.
+#[derive(Clone, Copy)]
+enum Tamper {
+    /// Flips the last byte of the next chunk the node sends (the end of a READ response: in
+    /// plaintext its data's last byte, inside TLS its record's authentication tag).
+    FlipDown,
+    /// Forwards the victim's next chunk to the node with a forged WRITE right behind it, on
+    /// the victim's own connection ([`forged_write_after`], with this guess).
+    InjectUp((QpNumber, Psn, Rkey, u64)),
+}
+
+/// A relay on the path between one client and a node: forwards both ways, and once armed
+/// tampers with one chunk as its [`Tamper`] says.
 struct Relay {
     addr: SoftAddress,
-    flip: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Copies `from` to `to` until either ends; once `armed`, `edit` changes the next chunk.
+fn pipe(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    armed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    edit: impl Fn(&[u8]) -> Vec<u8>,
+) {
+    use std::io::{Read, Write};
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        let fire = armed
+            .as_ref()
+            .is_some_and(|a| a.swap(false, std::sync::atomic::Ordering::SeqCst));
+        let out = if fire {
+            edit(&buf[..n])
+        } else {
+            buf[..n].to_vec()
+        };
+        if to.write_all(&out).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
 impl Relay {
-    fn to(node: std::net::SocketAddr) -> Relay {
-        use std::io::{Read, Write};
-        use std::sync::atomic::Ordering;
+    fn start(node: std::net::SocketAddr, tamper: Tamper) -> Relay {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = SoftAddress::Tcp(listener.local_addr().unwrap());
-        let flip = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let armed = flip.clone();
+        let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = armed.clone();
         std::thread::Builder::new()
-            .name("relay-accept".into())
+            .name("relay".into())
             .spawn(move || {
                 let (client, _) = listener.accept().unwrap();
                 let server = std::net::TcpStream::connect(node).unwrap();
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (up, down) = match tamper {
+                    Tamper::FlipDown => (None, Some(flag)),
+                    Tamper::InjectUp(_) => (Some(flag), None),
+                };
+                let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 std::thread::Builder::new()
                     .name("relay-up".into())
                     .spawn(move || {
-                        let mut buf = [0u8; 65536];
-                        while let Ok(n) = c_in.read(&mut buf) {
-                            if n == 0 || s_out.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = s_out.shutdown(std::net::Shutdown::Write);
+                        pipe(c, s, up, |chunk| {
+                            let Tamper::InjectUp(guess) = tamper else {
+                                return chunk.to_vec();
+                            };
+                            let mut out = chunk.to_vec();
+                            out.extend(forged_write_after(chunk, guess));
+                            out
+                        })
                     })
                     .unwrap();
-                let (mut s_in, mut c_out) = (server, client);
-                let mut buf = [0u8; 65536];
-                while let Ok(n) = s_in.read(&mut buf) {
-                    if n == 0 {
-                        break;
+                pipe(server, client, down, |chunk| {
+                    let mut out = chunk.to_vec();
+                    if let Some(last) = out.last_mut() {
+                        *last ^= 0x01;
                     }
-                    if armed.swap(false, Ordering::SeqCst) {
-                        buf[n - 1] ^= 0x01;
-                    }
-                    if c_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = c_out.shutdown(std::net::Shutdown::Write);
+                    out
+                });
             })
             .unwrap();
-        Relay { addr, flip }
+        Relay { addr, armed }
     }
 
     fn arm(&self) {
-        self.flip.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -237,7 +237,7 @@ impl Relay {
 /// whether the bytes read differ from the node's.
 fn read_through_a_flipping_relay(server: TcpOptions, client: TcpOptions) -> (WorkCompletion, bool) {
     let s = Server::with(SoftConfig::default(), server);
-    let relay = Relay::to(s.sock);
+    let relay = Relay::start(s.sock, Tamper::FlipDown);
     let c = Client::with_options(AccessFlags::empty(), client);
     c.qp.connect(&relay.addr, b"victim").unwrap();
     s.wait_qps(1);
@@ -336,58 +336,16 @@ fn forged_write_after(chunk: &[u8], guess: (QpNumber, Psn, Rkey, u64)) -> Vec<u8
     out
 }
 
-/// A relay that, once armed, forwards the victim's next chunk to the node and injects a
-/// forged WRITE right behind it, on the victim's own connection.
-fn injecting_relay(node: std::net::SocketAddr, guess: (QpNumber, Psn, Rkey, u64)) -> Relay {
-    use std::io::{Read, Write};
-    use std::sync::atomic::Ordering;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = SoftAddress::Tcp(listener.local_addr().unwrap());
-    let flip = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let armed = flip.clone();
-    std::thread::Builder::new()
-        .name("injector".into())
-        .spawn(move || {
-            let (client, _) = listener.accept().unwrap();
-            let server = std::net::TcpStream::connect(node).unwrap();
-            let (mut s_in, mut c_out) = (server.try_clone().unwrap(), client.try_clone().unwrap());
-            std::thread::Builder::new()
-                .name("injector-down".into())
-                .spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    while let Ok(n) = s_in.read(&mut buf) {
-                        if n == 0 || c_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                })
-                .unwrap();
-            let (mut c_in, mut s_out) = (client, server);
-            let mut buf = [0u8; 65536];
-            while let Ok(n) = c_in.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                let mut out = buf[..n].to_vec();
-                if armed.swap(false, Ordering::SeqCst) {
-                    out.extend(forged_write_after(&buf[..n], guess));
-                }
-                if s_out.write_all(&out).is_err() {
-                    break;
-                }
-            }
-        })
-        .unwrap();
-    Relay { addr, flip }
-}
-
 /// Reads through an injecting relay; returns the server (to look at its memory and QP).
 fn victim_read_through_an_injector(server: TcpOptions, client: TcpOptions) -> (Server, Client) {
     let s = Server::with(SoftConfig::default(), server);
     let (base, rkey) = (s.buf.addr(), s.mr.rkey());
     // What an attacker inside TLS would have to guess: here it is even given the truth but
     // the PSN.
-    let relay = injecting_relay(s.sock, (QpNumber(0), Psn::new(0), rkey, base));
+    let relay = Relay::start(
+        s.sock,
+        Tamper::InjectUp((QpNumber(0), Psn::new(0), rkey, base)),
+    );
     let c = Client::with_options(AccessFlags::empty(), client);
     c.qp.connect(&relay.addr, b"victim").unwrap();
     s.wait_qps(1);

@@ -262,20 +262,24 @@ impl<M: RemoteMemory> Modify<M> {
             } => {
                 if v.is_none() {
                     let cands = snap.candidates(self.h.fingerprint());
-                    match cands.get(*next) {
-                        // The block read beside the buckets, if a guess named this entry.
-                        Some(at) if snap.judged(*at, &self.key).is_some() => {
-                            if let Some(Verdict::Key(KvBlock { nonce, .. })) =
-                                snap.judged(*at, &self.key)
-                            {
-                                found.push(Found { at: *at, nonce });
-                            }
+                    let at = cands.get(*next).copied();
+                    // The block read beside the buckets, if a guess named this entry.
+                    match at.and_then(|at| snap.judged(at, &self.key).map(|j| (at, j))) {
+                        Some((at, Verdict::Key(KvBlock { nonce, .. }))) => {
+                            found.push(Found { at, nonce });
                             *next += 1;
                             return Poll::Pending;
                         }
+                        Some(_) => {
+                            *next += 1;
+                            return Poll::Pending;
+                        }
+                        None => {}
+                    }
+                    match at {
                         Some(at) => {
                             *v = Some(Box::new(Validate::new(
-                                *at,
+                                at,
                                 snap.subtable,
                                 Access::ReadWrite,
                             )));
