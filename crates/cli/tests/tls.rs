@@ -31,11 +31,12 @@ fn tls_args(dir: &Path, who: &str) -> Vec<String> {
     ]
 }
 
-/// `patronus serve` with the node certificate, key and CA of `dir` (as `certs` names them).
-fn serve_tls(dir: &Path) -> Served {
+/// `patronus serve` with the node certificate, key and CA of `dir` (as `certs` names them),
+/// and `more` flags.
+fn serve_tls(dir: &Path, more: &[&str]) -> Served {
     let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
     let (cert, key, ca) = (p("node.pem"), p("node-key.pem"), p("ca.pem"));
-    Served::start(&[
+    let mut args = vec![
         "--pool-mib",
         "16",
         "--tls-cert",
@@ -44,7 +45,9 @@ fn serve_tls(dir: &Path) -> Served {
         &key,
         "--tls-client-ca",
         &ca,
-    ])
+    ];
+    args.extend_from_slice(more);
+    Served::start(&args)
 }
 
 fn kv(addr: &str, tls: &[String], args: &[&str]) -> Output {
@@ -71,7 +74,7 @@ fn tenants_with_certificates_are_served_and_others_refused() {
     certs(&dir, &["tenant-1"]);
     let other = dir.join("other");
     certs(&other, &["intruder"]);
-    let node = serve_tls(&dir);
+    let node = serve_tls(&dir, &[]);
     let ca = dir.join("ca.pem").to_string_lossy().into_owned();
     let addr = node.listen.to_string();
     let tenant = tls_args(&dir, "tenant-1");
@@ -137,7 +140,7 @@ fn sighup_reloads_the_certificates() {
         }
     };
     install(&a);
-    let mut node = serve_tls(&live);
+    let mut node = serve_tls(&live, &[]);
     let addr = node.listen.to_string();
     let (old, new) = (tls_args(&a, "tenant-1"), tls_args(&b, "tenant-2"));
     let o = kv(&addr, &old, &["create"]);
@@ -168,4 +171,52 @@ fn sighup_reloads_the_certificates() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "red\n", "{}", text(&o));
     drop(node);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_certificate_names_its_tenant() {
+    let dir = std::env::temp_dir().join(format!("patronus-tls-cn-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    certs(&dir, &["tenant-1", "tenant-2"]);
+    let node = serve_tls(
+        &dir,
+        &[
+            "--tenant",
+            "1:11",
+            "--tenant",
+            "2:22",
+            "--tenant-certificate",
+            "1:tenant-1",
+        ],
+    );
+    let addr = node.listen.to_string();
+    let (one, two) = (tls_args(&dir, "tenant-1"), tls_args(&dir, "tenant-2"));
+    let with = |tls: &[String], tenant: &str| {
+        let mut v = tls.to_vec();
+        v.extend(["--tenant".to_string(), tenant.to_string()]);
+        v
+    };
+
+    // The certificate alone: tenant 1, no secret.
+    let o = kv(&addr, &one, &["create"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = kv(&addr, &one, &["put", "apple", "red"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Tenant 1 by its secret (inside TLS) sees the same table: the certificate's client
+    // acted for tenant 1.
+    let o = kv(&addr, &with(&two, "1:11"), &["get", "apple"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "red\n", "{}", text(&o));
+    // Tenant 2 by its secret has tables of its own.
+    let o = kv(&addr, &with(&two, "2:22"), &["get", "apple"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    // A certificate no tenant maps, without a secret: not served.
+    let o = kv(&addr, &two, &["get", "apple"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("not authenticated"), "{}", text(&o));
+    // A certificate of tenant 1 cannot act for tenant 2, even with tenant 2's secret.
+    let o = kv(&addr, &with(&one, "2:22"), &["get", "apple"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("refused tenant 2"), "{}", text(&o));
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
 }

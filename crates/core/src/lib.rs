@@ -38,7 +38,8 @@ pub use client::{Batch, Client, ClientConfig, ClientError, LongLease, OpResult, 
 #[cfg(feature = "cluster")]
 pub use cluster::{ClusterError, DeviceRole, EmbeddedCluster, Link};
 pub use manager::{
-    Isolation, MemoryNode, NodeConfig, NodeError, NodeStats, TenantId, TenantSecret,
+    Isolation, MemoryNode, NodeConfig, NodeError, NodeStats, TenantCertificate, TenantId,
+    TenantSecret,
 };
 pub use nodes::{GlobalAddr, NodeId, NodePerm, NodeSet, NodeSetConfig, NodeSetError};
 pub use proto::messages::{Access, Mode, PermissionId};

@@ -6,12 +6,12 @@
 //! client                                   listener
 //!   INIT, random PSN
 //!   Request{qpn, psn, lid, mtu, rd_atom, gid, private} ─►
-//!                                            policy.create_qp_from(peer ip, private) ─► Refuse or
+//!                                            policy.create_qp_from(peer, private) ─► Refuse or
 //!                                            INIT → RTR → RTS, random PSN
 //!                     ◄─ Accept{qpn, psn, lid, mtu, rd_atom, gid}
 //!   RTR → RTS
 //!   Ready ─►
-//!                                            policy.established_from(qp, peer ip, private)
+//!                                            policy.established_from(qp, peer, private)
 //!                     ◄─ Established
 //! ```
 //! `connect` returns after `Established`, so the server's `established` hook (which posts the

@@ -268,6 +268,7 @@ fn in_process_links_keep_the_verbs_retry_count() {
         refuse: parking_lot::Mutex::new(None),
         got: parking_lot::Mutex::new(Vec::new()),
         private: parking_lot::Mutex::new(Vec::new()),
+        peers: parking_lot::Mutex::new(Vec::new()),
     });
     let listener = mn.listen(policy.clone()).unwrap();
     let cn = fabric.open_device(config());

@@ -1,8 +1,11 @@
 //! TLS on the TCP transport: mutual authentication, a wrong CA on either side refused, a
-//! plaintext peer refused (or served, where allowed) with a reason both sides can read, every
-//! kind of operation working inside TLS, and relays on the path: one flips a byte of a READ
-//! response, one injects a WRITE through an rkey it read off the victim's request. In
-//! plaintext both work; inside TLS the link fails closed and nothing lands.
+//! plaintext peer refused (or served, where allowed) with a reason both sides can read, the
+//! listener told the client certificate's name, every kind of operation working inside TLS,
+//! and relays on the path. One flips a byte of a READ response, one injects a WRITE through
+//! an rkey it read off the victim's request, one replays an earlier response: in plaintext
+//! each works; inside TLS the link fails closed, nothing lands and no READ succeeds with
+//! bytes the node did not send. A truncated response fails its READ either way; a delayed one
+//! arrives intact either way.
 #![allow(clippy::unwrap_used)] // test helpers panic on unexpected failures
 
 #[path = "tcp_util.rs"]
@@ -62,6 +65,10 @@ fn every_operation_works_inside_mutual_tls() {
     c.qp.connect(&s.addr, b"hello").unwrap();
     s.wait_qps(1);
     assert_eq!(s.policy.private.lock()[0], b"hello");
+    // The listener learns who the client is from its verified certificate.
+    let peer = s.policy.peers.lock()[0].clone();
+    assert_eq!(peer.certificate_name.as_deref(), Some("tenant-1"));
+    assert_eq!(peer.addr, Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     one_sided_ops(&s, &c);
     let (base, rkey) = (s.buf.addr(), s.mr.rkey());
     // A forged rkey still breaks the QP inside TLS, as outside.
@@ -132,6 +139,15 @@ fn a_listener_that_allows_plaintext_serves_both() {
     let secure = Client::with_options(AccessFlags::empty(), tls(ca.options("tenant-1", &ca)));
     secure.qp.connect(&s.addr, b"tls").unwrap();
     s.wait_qps(2);
+    // Only the TLS peer has a certificate name.
+    let names: Vec<_> = s
+        .policy
+        .peers
+        .lock()
+        .iter()
+        .map(|p| p.certificate_name.clone())
+        .collect();
+    assert_eq!(names, [None, Some("tenant-1".to_string())]);
     let (base, rkey) = (s.buf.addr(), s.mr.rkey());
     s.buf.store_u64(0, 77).unwrap();
     for c in [&plain, &secure] {
@@ -150,6 +166,22 @@ enum Tamper {
     /// Forwards the victim's next chunk to the node with a forged WRITE right behind it, on
     /// the victim's own connection ([`forged_write_after`], with this guess).
     InjectUp((QpNumber, Psn, Rkey, u64)),
+    /// Sends, in place of the node's next chunk, the chunk it sent before: in plaintext the
+    /// earlier response renumbered to answer the current request ([`replayed`]), inside TLS
+    /// the earlier record as it was.
+    ReplayDown,
+    /// Forwards the first half of the node's next chunk, then cuts the connection both ways.
+    TruncateDown,
+    /// Holds the node's next chunk this long, then forwards it unchanged.
+    DelayDown(std::time::Duration),
+}
+
+/// What the relay does with one chunk.
+enum Step {
+    /// Forward these bytes.
+    Send(Vec<u8>),
+    /// Forward these bytes, then cut the connection.
+    Cut(Vec<u8>),
 }
 
 /// A relay on the path between one client and a node: forwards both ways, and once armed
@@ -159,12 +191,13 @@ struct Relay {
     armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// Copies `from` to `to` until either ends; once `armed`, `edit` changes the next chunk.
+/// Copies `from` to `to` until either ends; `edit` sees every chunk, told whether it is the
+/// one to tamper with (the first once `armed`).
 fn pipe(
     mut from: std::net::TcpStream,
     mut to: std::net::TcpStream,
     armed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    edit: impl Fn(&[u8]) -> Vec<u8>,
+    mut edit: impl FnMut(&[u8], bool) -> Step,
 ) {
     use std::io::{Read, Write};
     let mut buf = [0u8; 65536];
@@ -175,16 +208,46 @@ fn pipe(
         let fire = armed
             .as_ref()
             .is_some_and(|a| a.swap(false, std::sync::atomic::Ordering::SeqCst));
-        let out = if fire {
-            edit(&buf[..n])
-        } else {
-            buf[..n].to_vec()
-        };
-        if to.write_all(&out).is_err() {
-            break;
+        match edit(&buf[..n], fire) {
+            Step::Send(out) => {
+                if to.write_all(&out).is_err() {
+                    break;
+                }
+            }
+            Step::Cut(out) => {
+                let _ = to.write_all(&out);
+                let _ = from.shutdown(std::net::Shutdown::Both);
+                let _ = to.shutdown(std::net::Shutdown::Both);
+                return;
+            }
         }
     }
     let _ = to.shutdown(std::net::Shutdown::Write);
+}
+
+/// The node's chunks as `tamper` changes them (`previous`: the chunk the node sent before).
+fn tamper_down(tamper: Tamper, chunk: &[u8], fire: bool, previous: &mut Vec<u8>) -> Step {
+    let step = match tamper {
+        _ if !fire => Step::Send(chunk.to_vec()),
+        Tamper::FlipDown => {
+            let mut out = chunk.to_vec();
+            if let Some(last) = out.last_mut() {
+                *last ^= 0x01;
+            }
+            Step::Send(out)
+        }
+        Tamper::ReplayDown => Step::Send(replayed(previous, chunk)),
+        Tamper::TruncateDown => Step::Cut(chunk[..chunk.len() / 2].to_vec()),
+        Tamper::DelayDown(d) => {
+            // The fault itself: the path holds the chunk (nothing waits on a condition).
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(d);
+            Step::Send(chunk.to_vec())
+        }
+        Tamper::InjectUp(_) => Step::Send(chunk.to_vec()),
+    };
+    *previous = chunk.to_vec();
+    step
 }
 
 impl Relay {
@@ -199,29 +262,25 @@ impl Relay {
                 let (client, _) = listener.accept().unwrap();
                 let server = std::net::TcpStream::connect(node).unwrap();
                 let (up, down) = match tamper {
-                    Tamper::FlipDown => (None, Some(flag)),
                     Tamper::InjectUp(_) => (Some(flag), None),
+                    _ => (None, Some(flag)),
                 };
                 let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 std::thread::Builder::new()
                     .name("relay-up".into())
                     .spawn(move || {
-                        pipe(c, s, up, |chunk| {
-                            let Tamper::InjectUp(guess) = tamper else {
-                                return chunk.to_vec();
-                            };
+                        pipe(c, s, up, |chunk, fire| {
                             let mut out = chunk.to_vec();
-                            out.extend(forged_write_after(chunk, guess));
-                            out
+                            if let (true, Tamper::InjectUp(guess)) = (fire, tamper) {
+                                out.extend(forged_write_after(chunk, guess));
+                            }
+                            Step::Send(out)
                         })
                     })
                     .unwrap();
-                pipe(server, client, down, |chunk| {
-                    let mut out = chunk.to_vec();
-                    if let Some(last) = out.last_mut() {
-                        *last ^= 0x01;
-                    }
-                    out
+                let mut previous = Vec::new();
+                pipe(server, client, down, |chunk, fire| {
+                    tamper_down(tamper, chunk, fire, &mut previous)
                 });
             })
             .unwrap();
@@ -233,47 +292,154 @@ impl Relay {
     }
 }
 
-/// Reads 64 B through a relay that flips a byte of the response; returns the completion and
-/// whether the bytes read differ from the node's.
-fn read_through_a_flipping_relay(server: TcpOptions, client: TcpOptions) -> (WorkCompletion, bool) {
+/// `earlier` sent again in place of `now`: when both read as responses (plaintext), the
+/// earlier one renumbered with the PSN `now` answers, so the requester takes it for the
+/// answer to its current request; otherwise (inside TLS) `earlier` as it was.
+fn replayed(earlier: &[u8], now: &[u8]) -> Vec<u8> {
+    use rnic::soft::wire::{Frame, Packet, decode_frame, encode_frame, frame_len};
+    fn frame(b: &[u8]) -> Option<rnic::soft::wire::Response<&[u8]>> {
+        let n = frame_len(b, 1 << 20).ok().flatten()?;
+        match decode_frame(b.get(..n)?).ok()? {
+            Frame::Packet(Packet::Response(r)) => Some(r),
+            _ => None,
+        }
+    }
+    let (Some(old), Some(current)) = (frame(earlier), frame(now)) else {
+        return earlier.to_vec();
+    };
+    let renumbered = Frame::Packet(Packet::Response(rnic::soft::wire::Response {
+        psn: current.psn,
+        ..old
+    }));
+    let mut out = Vec::new();
+    encode_frame(&renumbered, &mut out);
+    out
+}
+
+/// What a READ through a tampering relay came to.
+struct Tampered {
+    /// The READ the relay tampered with.
+    wc: WorkCompletion,
+    /// What it read.
+    got: [u8; 64],
+    /// What the node held at its first, untouched READ, and at this one.
+    before: [u8; 64],
+    now: [u8; 64],
+    /// How long the tampered READ took.
+    took: std::time::Duration,
+}
+
+/// Reads 64 B once through a faithful relay, changes them on the node, and reads them again
+/// with the relay armed to `tamper` with the response.
+fn read_through(tamper: Tamper, server: TcpOptions, client: TcpOptions) -> Tampered {
     let s = Server::with(SoftConfig::default(), server);
-    let relay = Relay::start(s.sock, Tamper::FlipDown);
+    let relay = Relay::start(s.sock, tamper);
     let c = Client::with_options(AccessFlags::empty(), client);
     c.qp.connect(&relay.addr, b"victim").unwrap();
     s.wait_qps(1);
     let (base, rkey) = (s.buf.addr(), s.mr.rkey());
-    let pattern: Vec<u8> = (0..64u8).collect();
-    s.buf.write(0, &pattern).unwrap();
+    let before: [u8; 64] = std::array::from_fn(|i| i as u8);
+    let now: [u8; 64] = std::array::from_fn(|i| 0x80 | i as u8);
+    s.buf.write(0, &before).unwrap();
     // One clean READ first (the relay forwards faithfully until armed).
     let wc = c.read(0, 64, base, rkey);
     assert_eq!(wc.status, WcStatus::Success);
+    s.buf.write(0, &now).unwrap();
     relay.arm();
+    #[allow(clippy::disallowed_methods)] // the relay's delay is wall-clock time
+    let start = std::time::Instant::now();
     let wc = c.read(128, 64, base, rkey);
+    let took = start.elapsed();
     let mut got = [0u8; 64];
     c.buf.read(128, &mut got).unwrap();
-    (wc, got[..] != pattern[..])
+    Tampered {
+        wc,
+        got,
+        before,
+        now,
+        took,
+    }
+}
+
+fn tls_pair() -> (TcpOptions, TcpOptions) {
+    let ca = Ca::new("test CA");
+    (
+        tls(ca.options("node", &ca)),
+        tls(ca.options("tenant-1", &ca)),
+    )
+}
+
+fn plain_pair() -> (TcpOptions, TcpOptions) {
+    (TcpOptions::default(), TcpOptions::default())
 }
 
 #[test]
 fn a_byte_flipped_on_the_path_alters_a_plaintext_read() {
     // Without TLS the path is not defended: the READ succeeds with the relay's byte in it.
-    let (wc, altered) = read_through_a_flipping_relay(TcpOptions::default(), TcpOptions::default());
-    assert_eq!(wc.status, WcStatus::Success);
-    assert!(altered, "the relay's flip reached the application");
+    let (server, client) = plain_pair();
+    let t = read_through(Tamper::FlipDown, server, client);
+    assert_eq!(t.wc.status, WcStatus::Success);
+    assert_ne!(t.got, t.now, "the relay's flip reached the application");
 }
 
 #[test]
 fn a_byte_flipped_on_the_path_fails_a_tls_read_closed() {
-    let ca = Ca::new("test CA");
-    let (wc, altered) = read_through_a_flipping_relay(
-        tls(ca.options("node", &ca)),
-        tls(ca.options("tenant-1", &ca)),
-    );
+    let (server, client) = tls_pair();
+    let t = read_through(Tamper::FlipDown, server, client);
     assert_ne!(
-        wc.status,
+        t.wc.status,
         WcStatus::Success,
-        "a READ whose response was altered must not succeed (altered: {altered})"
+        "a READ whose response was altered must not succeed"
     );
+}
+
+#[test]
+fn a_replayed_response_answers_a_plaintext_read_with_stale_bytes() {
+    // Without TLS the path is not defended: the earlier response, renumbered, is taken for
+    // the answer to the new READ.
+    let (server, client) = plain_pair();
+    let t = read_through(Tamper::ReplayDown, server, client);
+    assert_eq!(t.wc.status, WcStatus::Success);
+    assert_eq!(
+        t.got, t.before,
+        "the replayed bytes reached the application"
+    );
+}
+
+#[test]
+fn a_replayed_record_fails_a_tls_read_closed() {
+    let (server, client) = tls_pair();
+    let t = read_through(Tamper::ReplayDown, server, client);
+    assert_ne!(
+        t.wc.status,
+        WcStatus::Success,
+        "a READ answered by a replayed record must not succeed (got the old bytes: {})",
+        t.got == t.before
+    );
+}
+
+#[test]
+fn a_truncated_response_fails_the_read_with_or_without_tls() {
+    for (name, (server, client)) in [("plaintext", plain_pair()), ("TLS", tls_pair())] {
+        let t = read_through(Tamper::TruncateDown, server, client);
+        // The link is gone mid-response: the READ is flushed, never completed with part of
+        // its bytes.
+        assert_ne!(t.wc.status, WcStatus::Success, "{name}");
+        assert_ne!(t.got, t.now, "{name}: no READ completed");
+    }
+}
+
+#[test]
+fn a_delayed_response_arrives_intact_with_or_without_tls() {
+    let delay = std::time::Duration::from_millis(150);
+    for (name, (server, client)) in [("plaintext", plain_pair()), ("TLS", tls_pair())] {
+        let t = read_through(Tamper::DelayDown(delay), server, client);
+        // Late, but neither lost nor altered: the relay held it (the READ took at least the
+        // delay) and the bytes are the node's.
+        assert_eq!(t.wc.status, WcStatus::Success, "{name}");
+        assert_eq!(t.got, t.now, "{name}");
+        assert!(t.took >= delay, "{name}: took {:?}", t.took);
+    }
 }
 
 #[test]

@@ -38,6 +38,8 @@ pub struct Policy {
     pub refuse: Mutex<Option<String>>,
     pub got: Mutex<Vec<SoftQp>>,
     pub private: Mutex<Vec<Vec<u8>>>,
+    /// Who each accepted connection came from.
+    pub peers: Mutex<Vec<Peer>>,
 }
 
 impl Policy {
@@ -72,6 +74,10 @@ impl AcceptPolicy<SoftProvider> for Policy {
     fn established(&self, qp: SoftQp, private: &[u8]) {
         self.got.lock().push(qp);
         self.private.lock().push(private.to_vec());
+    }
+    fn established_from(&self, qp: SoftQp, peer: &Peer, private: &[u8]) {
+        self.peers.lock().push(peer.clone());
+        self.established(qp, private)
     }
 }
 
@@ -116,6 +122,7 @@ impl Server {
             refuse: Mutex::new(None),
             got: Mutex::new(Vec::new()),
             private: Mutex::new(Vec::new()),
+            peers: Mutex::new(Vec::new()),
         });
         let listener = ctx.listen(policy.clone()).unwrap();
         let addr = listener.address().clone();

@@ -7,7 +7,9 @@
 
 use crate::serve::parse_secret;
 use anyhow::{Result, anyhow, bail};
-use patronus_core::manager::{Isolation, NodeConfig, NodeLimits, SlabConfig, TenantSecret};
+use patronus_core::manager::{
+    Isolation, NodeConfig, NodeLimits, SlabConfig, TenantCertificate, TenantSecret,
+};
 use rnic::QpTiming;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -55,6 +57,10 @@ pub struct TenantSetting {
     pub id: u32,
     /// Its secret: a 64-bit number, decimal or 0x-hex, as a string.
     pub secret: String,
+    /// Common names of client certificates (`[tls]`) that act for this tenant without the
+    /// secret.
+    #[serde(default)]
+    pub certificates: Vec<String>,
 }
 
 /// Slab classes (`[slab]`).
@@ -362,6 +368,23 @@ impl DaemonConfig {
                 bail!("tenant.id: {} appears twice", t.id);
             }
             parse_secret(&t.secret).map_err(|e| anyhow!("tenant {} secret: {e}", t.id))?;
+            if !t.certificates.is_empty() && self.tls.cert.is_empty() {
+                bail!(
+                    "tenant {} certificates: only with [tls] (TLS verifies the client's certificate)",
+                    t.id
+                );
+            }
+        }
+        let mut names = std::collections::HashMap::new();
+        for t in &self.tenant {
+            for name in &t.certificates {
+                if let Some(other) = names.insert(name, t.id) {
+                    bail!(
+                        "tenant {} certificates: {name:?} is tenant {other}'s already",
+                        t.id
+                    );
+                }
+            }
         }
         self.node_config().map(|_| ())
     }
@@ -398,6 +421,16 @@ impl DaemonConfig {
             allow_unenforced_window_bounds: self.allow_unenforced_window_bounds,
             shards: self.shards,
             tenants: self.tenants()?,
+            tenant_certificates: self
+                .tenant
+                .iter()
+                .flat_map(|t| {
+                    t.certificates.iter().map(|name| TenantCertificate {
+                        name: name.clone(),
+                        tenant: t.id,
+                    })
+                })
+                .collect(),
             slab: SlabConfig {
                 min_class: self.slab.min_class,
                 max_class: self.slab.max_class,
@@ -501,7 +534,7 @@ mod tests {
 
     #[test]
     fn inconsistent_settings_are_refused_naming_the_key() {
-        let cases: [(&str, &str); 8] = [
+        let cases: [(&str, &str); 10] = [
             ("pool_mib = 0\n", "pool_mib"),
             ("shards = 0\n", "shards"),
             ("max_lease_ms = 10\nmin_lease_us = 20000\n", "min_lease_us"),
@@ -516,6 +549,16 @@ mod tests {
                 "appears twice",
             ),
             ("[[tenant]]\nid = 2\nsecret = \"0xZZ\"\n", "tenant 2 secret"),
+            (
+                "[[tenant]]\nid = 1\nsecret = \"1\"\ncertificates = [\"a\"]\n",
+                "only with [tls]",
+            ),
+            (
+                "[tls]\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n\
+                 [[tenant]]\nid = 1\nsecret = \"1\"\ncertificates = [\"a\"]\n\
+                 [[tenant]]\nid = 2\nsecret = \"2\"\ncertificates = [\"a\"]\n",
+                "is tenant 1's already",
+            ),
         ];
         for (text, expect) in cases {
             let cfg = DaemonConfig::parse(text).unwrap();

@@ -121,6 +121,24 @@ pub struct ServeFlags {
     /// [file: tls.allow_plaintext].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", env = "PATRONUS_TLS_ALLOW_PLAINTEXT")]
     pub tls_allow_plaintext: Option<bool>,
+    /// A client certificate's common name that acts for a tenant without its secret, as
+    /// ID:NAME (repeatable; the tenant must be configured; TLS only)
+    /// [file: tenant.certificates; env: comma-separated].
+    #[arg(long = "tenant-certificate", value_parser = parse_tenant_certificate, env = "PATRONUS_TENANT_CERTIFICATES", value_delimiter = ',')]
+    pub tenant_certificates: Vec<(u32, String)>,
+}
+
+fn parse_tenant_certificate(s: &str) -> std::result::Result<(u32, String), String> {
+    let (id, name) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{s}`: expected ID:NAME"))?;
+    let tenant = id
+        .parse::<u32>()
+        .map_err(|e| format!("tenant id `{id}`: {e}"))?;
+    if name.is_empty() {
+        return Err(format!("`{s}`: the certificate name is empty"));
+    }
+    Ok((tenant, name.to_owned()))
 }
 
 impl ServeFlags {
@@ -172,8 +190,15 @@ impl ServeFlags {
                 .map(|t| TenantSetting {
                     id: t.tenant,
                     secret: t.secret.to_string(),
+                    certificates: Vec::new(),
                 })
                 .collect();
+        }
+        for (id, name) in &self.tenant_certificates {
+            let Some(t) = c.tenant.iter_mut().find(|t| t.id == *id) else {
+                anyhow::bail!("--tenant-certificate {id}:{name}: tenant {id} is not configured");
+            };
+            t.certificates.push(name.clone());
         }
         self.limits.lay_over(&mut c.limits);
         c.validate().map_err(|e| match &self.config {

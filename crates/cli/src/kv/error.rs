@@ -153,12 +153,12 @@ impl fmt::Display for KvError {
             } => write!(
                 f,
                 "the memory node at {addr} refused tenant {t}: not authenticated (wrong \
-                 tenant id or secret)"
+                 tenant id or secret, or a client certificate that names another tenant)"
             ),
             KvError::Refused { addr, tenant: None } => write!(
                 f,
                 "the memory node at {addr} serves tenants: not authenticated without \
-                 --tenant ID:SECRET"
+                 --tenant ID:SECRET (or a client certificate the node maps to a tenant)"
             ),
             KvError::SessionEnded { addr, why } => write!(
                 f,

@@ -32,5 +32,6 @@ pub mod node;
 pub use node::Isolation;
 pub use node::{
     Held, MemoryNode, NodeConfig, NodeError, NodeLimits, NodeStats, NodeStatus, PermissionStatus,
-    SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionEnds, SessionStatus, TenantSecret,
+    SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionEnds, SessionStatus,
+    TenantCertificate, TenantSecret,
 };

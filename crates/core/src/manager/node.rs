@@ -29,7 +29,9 @@ mod runner;
 mod sessions;
 mod status;
 
-pub use config::{Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantSecret};
+pub use config::{
+    Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantCertificate, TenantSecret,
+};
 pub use sessions::SessionEnds;
 pub use status::{
     NodeStatus, PermissionStatus, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionStatus,
@@ -67,6 +69,8 @@ struct Accepted<P: Provider> {
     block: Option<u32>,
     /// Where a client's first control connection came from (counted per address).
     from: Option<std::net::IpAddr>,
+    /// The tenant a client's first control connection's certificate names (mutual TLS).
+    certified: Option<TenantId>,
 }
 /// A client's protection domain and its registration of the pool.
 type ClientDomain<P> = (<P as Provider>::Pd, Arc<<P as Provider>::Mr>);
@@ -202,6 +206,15 @@ impl<P: Provider> MemoryNode<P> {
         let device = ctx.query_device();
         if !device.mw_type1 {
             return Err(NodeError::Config("the device has no type-1 memory windows"));
+        }
+        if cfg
+            .tenant_certificates
+            .iter()
+            .any(|c| !cfg.tenants.iter().any(|t| t.tenant == c.tenant))
+        {
+            return Err(NodeError::Config(
+                "a tenant certificate names a tenant that is not configured",
+            ));
         }
         if cfg.isolation == Isolation::Type2 && !device.mw_type2 {
             // Never a silent fall-back to a weaker isolation.
@@ -353,6 +366,11 @@ impl<P: Provider> MemoryNode<P> {
             data_cq: data_cq.cq().clone(),
             timing: cfg.qp_timing,
             clock: ctx.clock(),
+            certificates: cfg
+                .tenant_certificates
+                .iter()
+                .map(|c| (c.name.clone(), c.tenant))
+                .collect(),
         });
         let listener = ctx.listen(policy)?;
         let address = ctx.listener_address(&listener);

@@ -4,7 +4,7 @@
 use super::RdmaQp;
 use crate::provider::RdmaProvider;
 use crate::wire::{Msg, proto, random_psn, recv, send, timeouts};
-use rnic::{AcceptPolicy, QpState, QueuePair, VerbsError, VerbsResult};
+use rnic::{AcceptPolicy, Peer, QpState, QueuePair, VerbsError, VerbsResult};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -45,8 +45,12 @@ pub(crate) fn serve_one(
         other => return Err(proto(&format!("expected Request, got {other:?}"))),
     };
     // The address the handshake comes from is the client host's (RDMA traffic follows it).
-    let from = stream.peer_addr().ok().map(|a| a.ip());
-    let qp = match policy.create_qp_from(from, &private) {
+    // The out-of-band exchange is plaintext TCP: no certificate names the peer.
+    let from = Peer {
+        addr: stream.peer_addr().ok().map(|a| a.ip()),
+        certificate_name: None,
+    };
+    let qp = match policy.create_qp_from(&from, &private) {
         Ok(qp) => qp,
         Err(reason) => return send(stream, &Msg::Refuse(reason)),
     };
@@ -69,6 +73,6 @@ pub(crate) fn serve_one(
         Msg::Ready => {}
         other => return Err(proto(&format!("expected Ready, got {other:?}"))),
     }
-    policy.established_from(qp, from, &private);
+    policy.established_from(qp, &from, &private);
     send(stream, &Msg::Established)
 }

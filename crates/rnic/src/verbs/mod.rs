@@ -17,7 +17,7 @@ pub use device::{AsyncEvent, DeviceAttr};
 pub use error::{Resource, VerbsError, VerbsResult};
 pub use provider::{
     AcceptPolicy, CompletionChannel, CompletionQueue, Context, MemoryBuffer, MemoryRegion,
-    MemoryWindow, ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair,
+    MemoryWindow, Peer, ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair,
     SharedReceiveQueue,
 };
 pub use types::{AccessFlags, Lkey, MemoryKey, MwType, PdId, Psn, QpNumber, Rkey, VirtAddr};

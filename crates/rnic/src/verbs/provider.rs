@@ -76,27 +76,45 @@ pub trait Context<P: Provider>: Clone + Send + Sync + Debug {
     fn listener_address(&self, listener: &P::Listener) -> P::Address;
 }
 
+/// Who an incoming connection comes from, as far as its transport knows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Peer {
+    /// The IP address it comes from (`None`: the peer is in this process).
+    pub addr: Option<IpAddr>,
+    /// The common name in the subject of the certificate the peer presented and the listener
+    /// verified against its CA (mutual TLS); `None` without TLS, or when the certificate's
+    /// subject has no common name.
+    pub certificate_name: Option<String>,
+}
+
+impl Peer {
+    /// A peer in this process (no address, no certificate).
+    pub const LOCAL: Peer = Peer {
+        addr: None,
+        certificate_name: None,
+    };
+}
+
 /// Decides, per incoming connection, which PD and queues serve it, and receives the QP.
 ///
 /// Providers call [`create_qp_from`](Self::create_qp_from) and then, once the QP is
 /// connected, [`established_from`](Self::established_from), on the same thread for one
 /// connection; a connection whose set-up fails in between is never reported established.
-/// Both default to the address-blind methods; a policy that limits connections per source
-/// address overrides them.
+/// Both default to the peer-blind methods; a policy that limits connections per source
+/// address, or knows tenants by their certificates, overrides them.
 pub trait AcceptPolicy<P: Provider>: Send + Sync {
     /// Called with the client's private data; returns the QP to connect (in RESET), or an
     /// error message that is sent back as the refusal reason.
     fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String>;
     /// Called once the QP is connected (RTS). `private_data` is the client's.
     fn established(&self, qp: P::Qp, private_data: &[u8]);
-    /// [`create_qp`](Self::create_qp), told the IP address the connection comes from
-    /// (`None`: the peer is in this process).
-    fn create_qp_from(&self, peer: Option<IpAddr>, private_data: &[u8]) -> Result<P::Qp, String> {
+    /// [`create_qp`](Self::create_qp), told who the connection comes from.
+    fn create_qp_from(&self, peer: &Peer, private_data: &[u8]) -> Result<P::Qp, String> {
         let _ = peer;
         self.create_qp(private_data)
     }
-    /// [`established`](Self::established), told the IP address the connection comes from.
-    fn established_from(&self, qp: P::Qp, peer: Option<IpAddr>, private_data: &[u8]) {
+    /// [`established`](Self::established), told who the connection comes from.
+    fn established_from(&self, qp: P::Qp, peer: &Peer, private_data: &[u8]) {
         let _ = peer;
         self.established(qp, private_data)
     }

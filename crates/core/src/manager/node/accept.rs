@@ -15,15 +15,19 @@
 //!   shard learns of it (type-2 windows of any shard are bound to it).
 //! - A client's first control connection (shard 0's) is refused when its source address has
 //!   `sessions_per_address` sessions already (`addresses.rs`); its session counts there.
+//! - A client's first control connection whose peer presented a verified certificate (mutual
+//!   TLS) with a common name the node maps to a tenant carries that tenant to its session:
+//!   its `Hello` then needs no secret (`runner.rs`).
 //! - A loopback QP (the manager's own) must present the node's loopback secret.
 
 use super::{Accepted, Intent, Role, Shared};
+use crate::manager::tenants::TenantId;
 use crate::proto::refusal::{Refusal, SessionEnd};
 use crate::rpc::ConnectionSlots;
 use rnic::{
-    AcceptPolicy, AccessFlags, Clock, ProtectionDomain, Provider, QpInit, QpTiming, QueuePair,
+    AcceptPolicy, AccessFlags, Clock, Peer, ProtectionDomain, Provider, QpInit, QpTiming, QueuePair,
 };
-use std::net::IpAddr;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One shard's control queues: a shared receive queue, or a block of slots per connection.
@@ -44,6 +48,8 @@ pub(super) struct Policy<P: Provider> {
     pub(super) timing: QpTiming,
     /// The node's clock (fault budgets refill with it).
     pub(super) clock: Arc<dyn Clock>,
+    /// Tenants by the common name of their clients' certificates.
+    pub(super) certificates: HashMap<String, TenantId>,
 }
 
 impl<P: Provider> Policy<P> {
@@ -62,14 +68,14 @@ impl<P: Provider> Policy<P> {
 
 impl<P: Provider> AcceptPolicy<P> for Policy<P> {
     fn create_qp(&self, private_data: &[u8]) -> Result<P::Qp, String> {
-        self.create_qp_from(None, private_data)
+        self.create_qp_from(&Peer::LOCAL, private_data)
     }
 
     fn established(&self, qp: P::Qp, private_data: &[u8]) {
-        self.established_from(qp, None, private_data)
+        self.established_from(qp, &Peer::LOCAL, private_data)
     }
 
-    fn create_qp_from(&self, from: Option<IpAddr>, private_data: &[u8]) -> Result<P::Qp, String> {
+    fn create_qp_from(&self, peer: &Peer, private_data: &[u8]) -> Result<P::Qp, String> {
         let intent = Intent::decode(private_data).ok_or("malformed connection intent")?;
         let init = |pd: &P::Pd, send: &P::Cq, recv: &P::Cq, srq, max_recv_wr, access| {
             pd.create_qp(QpInit {
@@ -94,7 +100,9 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                 if intent.slot > 0 || intent.client_id != 0 {
                     self.check_client(&intent)?;
                 }
-                if let Some(from) = from.filter(|_| intent.slot == 0 && intent.client_id == 0)
+                if let Some(from) = peer
+                    .addr
+                    .filter(|_| intent.slot == 0 && intent.client_id == 0)
                     && self.shared.addresses.lock().full(from)
                 {
                     return Err(format!(
@@ -175,7 +183,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
         }
     }
 
-    fn established_from(&self, qp: P::Qp, from: Option<IpAddr>, private_data: &[u8]) {
+    fn established_from(&self, qp: P::Qp, peer: &Peer, private_data: &[u8]) {
         let Some(intent) = Intent::decode(private_data) else {
             return;
         };
@@ -188,6 +196,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                         qp: qp.clone(),
                         block: None,
                         from: None,
+                        certified: None,
                     });
                 }
             }
@@ -209,16 +218,24 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                         }
                     },
                 };
-                // A client's first connection: its session counts against its address.
-                let from = from.filter(|_| k == 0 && intent.client_id == 0);
+                // A client's first connection: its session counts against its address, and
+                // its certificate may name its tenant.
+                let first = k == 0 && intent.client_id == 0;
+                let from = peer.addr.filter(|_| first);
                 if let Some(from) = from {
                     self.shared.addresses.lock().add(from);
                 }
+                let certified = peer
+                    .certificate_name
+                    .as_ref()
+                    .filter(|_| first)
+                    .and_then(|name| self.certificates.get(name).copied());
                 incoming.lock().push(Accepted {
                     intent,
                     qp,
                     block,
                     from,
+                    certified,
                 });
             }
             Role::Loopback => {
@@ -228,6 +245,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                         qp,
                         block: None,
                         from: None,
+                        certified: None,
                     });
                 }
             }

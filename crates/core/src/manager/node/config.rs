@@ -61,6 +61,10 @@ pub struct NodeConfig {
     /// Tenants and their secrets. Empty: every client acts for the one default tenant (a
     /// single application); otherwise a client must present one of these to be served.
     pub tenants: Vec<TenantSecret>,
+    /// Tenants known by their clients' certificates (mutual TLS): a client whose verified
+    /// certificate has one of these common names acts for that tenant, with no secret. Each
+    /// tenant must be one of [`NodeConfig::tenants`].
+    pub tenant_certificates: Vec<TenantCertificate>,
     /// The manager draws each bind's key byte at random (none of the window's recent ones)
     /// instead of leaving the NIC to step it by one; see `manager::keys`.
     pub random_key_bytes: bool,
@@ -204,6 +208,16 @@ impl std::fmt::Debug for TenantSecret {
     }
 }
 
+/// A tenant known by the common name of its clients' certificates (see
+/// [`NodeConfig::tenant_certificates`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantCertificate {
+    /// The common name in the certificate's subject.
+    pub name: String,
+    /// The tenant its holder acts for.
+    pub tenant: TenantId,
+}
+
 /// How clients are isolated from each other on the memory node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Isolation {
@@ -244,6 +258,7 @@ impl Default for NodeConfig {
             scrub: Scrub::Idle,
             max_wait_us: 1_000_000,
             tenants: Vec::new(),
+            tenant_certificates: Vec::new(),
             random_key_bytes: true,
             key_seed: None,
             lease_floor_us: 0,

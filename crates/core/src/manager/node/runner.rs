@@ -288,6 +288,7 @@ impl<P: Provider> Runner<P> {
             qp,
             block,
             from,
+            certified,
         } in incoming
         {
             match intent.role {
@@ -300,6 +301,7 @@ impl<P: Provider> Runner<P> {
                     self.open_session(id, qp, block, None, heard, now);
                     if let Some(session) = self.sessions.get_mut(&id) {
                         session.from = from;
+                        session.certified = certified;
                     }
                     self.end_if_broken(id);
                 }
@@ -417,12 +419,15 @@ impl<P: Provider> Runner<P> {
         let authenticated = session.tenant.is_some();
         match message.message {
             Ok((req_id, Request::Hello { tenant, secret })) => {
-                if let Err(status) = self.authenticate(client, tenant, secret) {
-                    // The secret itself is never logged.
-                    tracing::warn!(client, tenant, ?status, "hello refused");
-                    self.transmit(client, req_id, &Reply::Failed(status));
-                    return;
-                }
+                let tenant = match self.authenticate(client, tenant, secret) {
+                    Ok(tenant) => tenant,
+                    Err(status) => {
+                        // The secret itself is never logged.
+                        tracing::warn!(client, tenant, ?status, "hello refused");
+                        self.transmit(client, req_id, &Reply::Failed(status));
+                        return;
+                    }
+                };
                 if !authenticated {
                     tracing::info!(client, tenant, shard = self.shard, "client authenticated");
                 }
@@ -489,26 +494,28 @@ impl<P: Provider> Runner<P> {
         }
     }
 
-    /// Accepts a client's `Hello` as `tenant` if the secret is right (with no tenants
+    /// Accepts a client's `Hello` for `claimed` and returns the tenant it acts for: the one its
+    /// certificate names (when the node maps it; `claimed` must be that tenant or the default
+    /// one, and no secret is needed), else `claimed` if the secret is right (with no tenants
     /// configured, only the default tenant exists). A client stays with its first tenant. The
     /// first success gives the client its protection domain (a PD per client), before its
     /// data connections can be accepted (they need the secret the `Welcome` carries).
     fn authenticate(
         &mut self,
         client: ClientId,
-        tenant: TenantId,
+        claimed: TenantId,
         secret: u64,
-    ) -> Result<(), Status> {
-        let known = if self.tenants.is_empty() {
-            tenant == DEFAULT_TENANT
-        } else {
-            self.tenants.get(&tenant) == Some(&secret)
-        };
+    ) -> Result<TenantId, Status> {
         let Some(session) = self.sessions.get(&client) else {
             return Err(Status::Unauthorized);
         };
+        let (tenant, known) = match session.certified {
+            Some(t) => (t, claimed == t || claimed == DEFAULT_TENANT),
+            None if self.tenants.is_empty() => (claimed, claimed == DEFAULT_TENANT),
+            None => (claimed, self.tenants.get(&claimed) == Some(&secret)),
+        };
         match session.tenant {
-            Some(t) if t == tenant && known => return Ok(()),
+            Some(t) if t == tenant && known => return Ok(tenant),
             Some(_) => return Err(Status::Unauthorized),
             None if !known => return Err(Status::Unauthorized),
             None => {}
@@ -533,7 +540,7 @@ impl<P: Provider> Runner<P> {
             .lock()
             .insert(client, session.heard.clone());
         self.shared.tenants_of.lock().insert(client, tenant);
-        Ok(())
+        Ok(tenant)
     }
 
     /// Sends a reply and remembers it for retries of the same request.

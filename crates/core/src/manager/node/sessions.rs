@@ -42,6 +42,9 @@ pub(super) struct Session<P: Provider> {
     /// The address it came from (shard 0, network transports: counted per address until
     /// the session ends).
     pub(super) from: Option<IpAddr>,
+    /// The tenant its certificate names (shard 0, mutual TLS, a mapped common name): its
+    /// `Hello` needs no secret.
+    pub(super) certified: Option<TenantId>,
 }
 
 /// Why a session ended.
@@ -95,6 +98,7 @@ impl<P: Provider> Runner<P> {
                 heard,
                 opened: now,
                 from: None,
+                certified: None,
             },
         );
         if let Some(old) = old {

@@ -20,8 +20,7 @@ use super::link::{Link, PacketSink};
 use super::provider::SoftProvider;
 use super::qp::SoftQp;
 use super::wire::MAX_PRIVATE_DATA;
-use crate::verbs::{AcceptPolicy, QpState, QueuePair, VerbsError, VerbsResult};
-use std::net::IpAddr;
+use crate::verbs::{AcceptPolicy, Peer, QpState, QueuePair, VerbsError, VerbsResult};
 use std::sync::{Arc, Weak};
 
 /// The accept policy of a listener.
@@ -45,23 +44,24 @@ pub(crate) fn connect_in_process(
     private_data: &[u8],
     links: impl FnOnce(Weak<dyn PacketSink>, Weak<dyn PacketSink>) -> (Arc<dyn Link>, Arc<dyn Link>),
 ) -> VerbsResult<()> {
-    let server = server_qp(policy, None, private_data).map_err(VerbsError::ConnectionRefused)?;
+    let server =
+        server_qp(policy, &Peer::LOCAL, private_data).map_err(VerbsError::ConnectionRefused)?;
     let s = &*server.inner;
     let (client_link, server_link) = links(s.sink(), qp.sink());
     let client_psn = qp.new_psn();
     let server_psn = s.new_psn();
     s.establish(qp.qpn(), server_psn, client_psn, server_link)?;
     qp.establish(s.qpn(), client_psn, server_psn, client_link)?;
-    policy.established_from(server, None, private_data);
+    policy.established_from(server, &Peer::LOCAL, private_data);
     Ok(())
 }
 
 /// The listener side's first step on every transport: a QP from the accept policy, which must
-/// be in RESET. `peer`: the address the connection comes from (`None`: this process). `Err`
+/// be in RESET. `peer`: who the connection comes from. `Err`
 /// carries the refusal sent back to the connecting side.
 pub(crate) fn server_qp(
     policy: &Policy,
-    peer: Option<IpAddr>,
+    peer: &Peer,
     private_data: &[u8],
 ) -> Result<SoftQp, String> {
     let server = policy.create_qp_from(peer, private_data)?;

@@ -15,13 +15,13 @@
 
 use super::buffer::{KEEP_BUF, RecvBuffer};
 use super::limits::{Counters, Limits};
-use super::tls::{TLS_HANDSHAKE_RECORD, TlsState};
+use super::tls::{TLS_HANDSHAKE_RECORD, TlsState, certificate_name};
 use crate::soft::link::{
     Link, LinkDown, LinkEnd, LinkStack, PacketSink, RetryPolicy, check_destination,
 };
 use crate::soft::wire::codec::MAX_CM_FRAME_LEN;
 use crate::soft::wire::{Frame, Packet, WireError, decode_frame, encode_frame, frame_len};
-use crate::verbs::QpNumber;
+use crate::verbs::{Peer, QpNumber};
 use arc_swap::ArcSwapOption;
 use mio::Token;
 use mio::net::TcpStream;
@@ -279,14 +279,27 @@ impl Conn {
         })
     }
 
-    /// Runs `f` on the socket, unless the connection was already dropped by its engine.
-    /// The IP address of the other end, while the connection has its socket.
-    pub(super) fn peer_ip(&self) -> Option<std::net::IpAddr> {
-        self.with_stream(|s| s.peer_addr().ok())
+    /// Who the other end is: its IP address, while the connection has its socket, and the
+    /// common name of the certificate it presented, once TLS verified it.
+    pub(super) fn peer(&self) -> Peer {
+        let addr = self
+            .with_stream(|s| s.peer_addr().ok())
             .flatten()
-            .map(|a| a.ip())
+            .map(|a| a.ip());
+        let certificate_name = self.tls.as_ref().and_then(|tls| match &*tls.lock() {
+            TlsState::On(c) => c
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| certificate_name(leaf)),
+            _ => None,
+        });
+        Peer {
+            addr,
+            certificate_name,
+        }
     }
 
+    /// Runs `f` on the socket, unless the connection was already dropped by its engine.
     fn with_stream<R>(&self, f: impl FnOnce(&TcpStream) -> R) -> Option<R> {
         let guard = self.stream.load();
         guard.as_deref().map(f)

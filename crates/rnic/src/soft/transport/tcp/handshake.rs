@@ -59,8 +59,8 @@ impl Accept for Acceptor {
                 "unsupported wire version {version} (this node speaks {WIRE_VERSION})"
             )));
         }
-        let peer = conn.peer_ip();
-        let server = server_qp(&self.policy, peer, &private_data).map_err(Stop::Refused)?;
+        let peer = conn.peer();
+        let server = server_qp(&self.policy, &peer, &private_data).map_err(Stop::Refused)?;
         let qp = server.inner.clone();
         conn.claim(qp.qpn());
         let psn = qp.new_psn();
@@ -80,7 +80,7 @@ impl Accept for Acceptor {
         // The application learns of the QP before the client does (as in-process), so a
         // client that uses the connection right after `connect` returns finds it registered.
         Counters::bump(&conn.counters().established);
-        self.policy.established_from(server, peer, &private_data);
+        self.policy.established_from(server, &peer, &private_data);
         conn.send(&reply).map_err(|LinkDown| Stop::Lost)?;
         Ok(())
     }

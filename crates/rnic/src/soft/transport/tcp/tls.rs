@@ -25,6 +25,14 @@ use std::sync::Arc;
 /// The first byte of a TLS handshake record (a ClientHello's).
 pub(super) const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
+/// The common name in `certificate`'s subject (the first, if it has several); `None` when
+/// it has none or does not parse (it was verified already: a name is all this reads).
+pub(super) fn certificate_name(certificate: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref()).ok()?;
+    let name = parsed.subject().iter_common_name().next()?.as_str().ok()?;
+    Some(name.to_owned())
+}
+
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
