@@ -162,6 +162,29 @@ const PLANS: &[(&str, Plan)] = &[
     ),
     ("kv info", Run),
     ("kv drop", Run),
+    // The TLS walkthrough.
+    (
+        "target/release/patronus certs --out certs --tenant tenant-1",
+        Run,
+    ),
+    (
+        "target/release/patronus serve --tenant 1:0x5ec2e7 --tenant-certificate 1:tenant-1 \
+         --tls-cert certs/node.pem --tls-key certs/node-key.pem --tls-client-ca certs/ca.pem",
+        Run,
+    ),
+    (
+        "alias tkv='target/release/patronus kv --connect 127.0.0.1:7471 --table users \
+         --tls-cert certs/tenant-1.pem --tls-key certs/tenant-1-key.pem --tls-ca certs/ca.pem'",
+        Run,
+    ),
+    (
+        "tkv create && tkv put alice \"Alice Liddell\" && tkv get alice",
+        Run,
+    ),
+    (
+        "target/release/patronus kv --connect 127.0.0.1:7471 get alice; echo \"exit $?\"",
+        Run,
+    ),
 ];
 
 /// A command the README shows, with the output it shows under it (text blocks only).
@@ -184,6 +207,7 @@ fn commands(text: &str) -> Vec<Shown> {
     let mut found = Vec::new();
     let mut block: Option<&str> = None;
     let mut in_table = false;
+    let mut continued = false;
     for line in text.lines() {
         if let Some(fence) = line.strip_prefix("```") {
             block = match block {
@@ -204,10 +228,15 @@ fn commands(text: &str) -> Vec<Shown> {
             }
             Some(_) => {
                 if let Some(cmd) = line.strip_prefix("$ ") {
+                    continued = cmd.ends_with('\\');
                     found.push(Shown {
-                        command: strip_comment(cmd).to_string(),
+                        command: strip_comment(cmd).trim_end_matches('\\').to_string(),
                         output: Vec::new(),
                     });
+                } else if let (true, Some(last)) = (continued, found.last_mut()) {
+                    // `\` at the end: the command goes on on this line.
+                    continued = line.ends_with('\\');
+                    last.command.push_str(line.trim().trim_end_matches('\\'));
                 } else if let Some(last) = found.last_mut() {
                     last.output.push(line.to_string());
                 }
@@ -383,7 +412,9 @@ fn the_readme_commands_work() {
     for s in &shown {
         let is_walkthrough = s.command.starts_with("kv ")
             || s.command.starts_with("alias kv=")
-            || s.command.starts_with("target/release/patronus serve");
+            || s.command.starts_with("tkv ")
+            || s.command.starts_with("alias tkv=")
+            || s.command.starts_with("target/release/patronus");
         if plan(&s.command) == Some(Run)
             && !is_walkthrough
             && !s.command.contains("-- serve --tenant")
@@ -416,5 +447,60 @@ fn the_readme_commands_work() {
 
     let report = node.terminate();
     assert!(report.contains("shutdown: every lease ended"), "{report}");
+    tls_walkthrough(&shown, &dir);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The README's TLS walkthrough: test certificates, a node that requires TLS and names the
+/// tenant by its certificate, a client with the certificate, one without.
+fn tls_walkthrough(shown: &[Shown], dir: &Path) {
+    let find = |prefix: &str| {
+        shown
+            .iter()
+            .find(|s| s.command.starts_with(prefix))
+            .unwrap_or_else(|| panic!("the TLS walkthrough's `{prefix}…`"))
+    };
+    let certs = find("target/release/patronus certs");
+    let out = bash(dir, &certs.command.replace("target/release/patronus", EXE));
+    assert_eq!(
+        text(&out).trim_end(),
+        certs.output.join("\n").trim_end(),
+        "`{}`",
+        certs.command
+    );
+
+    let serve = find("target/release/patronus serve --tenant 1:0x5ec2e7 --tenant-certificate");
+    let in_dir = |a: &str| match a.strip_prefix("certs/") {
+        Some(file) => dir.join("certs").join(file).to_string_lossy().into_owned(),
+        None => a.to_string(),
+    };
+    let args: Vec<String> = serve
+        .command
+        .trim_start_matches("target/release/patronus serve ")
+        .split_whitespace()
+        .map(in_dir)
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let node = Served::start(&args);
+    assert_eq!(
+        redact(&node.banner.join("\n")),
+        redact(serve.output.join("\n").trim_end()),
+        "TLS serve's first lines"
+    );
+
+    let alias = localize(&find("alias tkv=").command, &node);
+    let clients = shown.iter().filter(|s| {
+        s.command.starts_with("tkv ") || s.command.starts_with("target/release/patronus kv")
+    });
+    for s in clients {
+        let out = bash(dir, &format!("{alias}\n{}", localize(&s.command, &node)));
+        assert_eq!(
+            redact(text(&out).trim_end()),
+            redact(s.output.join("\n").trim_end()),
+            "`{}` printed something else",
+            s.command
+        );
+        println!("ran `{}`: as the README shows", s.command);
+    }
+    drop(node);
 }
