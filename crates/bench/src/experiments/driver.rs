@@ -58,6 +58,11 @@ impl Rig {
         }
     }
 
+    /// Whether the rig's TCP devices speak TLS.
+    pub fn has_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// A new device: a memory node's or a compute node's.
     pub fn device(&self) -> Result<SoftContext> {
         match &self.fabric {
@@ -147,6 +152,9 @@ pub struct Driven {
     /// The Patronus client library's counts, summed over the compute nodes the logical
     /// clients belong to (`None` when no client reported any: a baseline mechanism).
     pub clients: Option<ClientStats>,
+    /// The memory node's transport system calls during the run (TCP devices only; set by
+    /// whoever knows the node's device).
+    pub node_syscalls: Option<rnic::soft::TcpSyscalls>,
 }
 
 impl Driven {
@@ -164,6 +172,14 @@ impl Driven {
         r.mn_cpu_us_per_op = us_per_op(manager + engine, self.ops);
         if let Some(c) = &self.clients {
             r = with_client_stats(r, c);
+        }
+        if let Some(s) = &self.node_syscalls {
+            let per = |n: u64| n as f64 / self.ops.max(1) as f64;
+            r = r
+                .with("mn_syscalls_per_op", per(s.total()))
+                .with("mn_reads_per_op", per(s.reads))
+                .with("mn_writes_per_op", per(s.writes))
+                .with("mn_polls_per_op", per(s.polls + s.wakes));
         }
         r
     }
@@ -323,6 +339,7 @@ pub fn drive_on(
         wall,
         latency,
         clients,
+        node_syscalls: None,
     })
 }
 

@@ -261,6 +261,10 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         exp.rows.push(row);
     }
     summarize(&mut exp, clients);
+    // With `--tls`: what TLS costs "+ Expr", against plaintext.
+    crate::experiments::tls::compare_figure(opts, &mut exp, "Figure 6 + Expr", |rig, seed| {
+        measure_expr(rig, opts.isolation, (clients, ops, budget), seed)
+    })?;
     Ok(exp)
 }
 

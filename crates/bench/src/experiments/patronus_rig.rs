@@ -180,7 +180,9 @@ impl PatronusRig {
         what: &str,
     ) -> Result<(Driven, Duration, Duration)> {
         let (m0, e0) = self.cpu();
-        let d = drive_on(
+        let calls = || rnic::soft::TcpNode::stats(&self.node_dev).map(|s| s.syscalls);
+        let calls0 = calls();
+        let mut d = drive_on(
             spread(logicals, self.client_devs.len()),
             self.channels.iter().cloned().map(Some).collect(),
             ops,
@@ -189,6 +191,9 @@ impl PatronusRig {
             what,
         )?;
         let (m1, e1) = self.cpu();
+        d.node_syscalls = calls()
+            .zip(calls0)
+            .map(|(after, before)| after.since(&before));
         Ok((d, m1.saturating_sub(m0), e1.saturating_sub(e0)))
     }
 

@@ -17,6 +17,7 @@
 //! (median).
 
 use super::floor::PAYLOAD;
+use crate::experiments::driver::Rig;
 use crate::harness::process::{SERVER_CORE, pin_this_thread};
 use crate::harness::{BenchOpts, Check, Experiment, Latency, Ratio, Row, tls::ephemeral};
 use anyhow::{Result, anyhow, bail};
@@ -38,6 +39,10 @@ pub const TARGET_READ: f64 = 1.15;
 pub const TARGET_SESSION_MS: f64 = 5.0;
 /// Chunks of each case, alternating.
 const CHUNKS: u64 = 4;
+/// Figures 5 and 6 over TLS keep at least this much of their plaintext throughput.
+pub const TARGET_FIGURES: f64 = 0.9;
+/// Rounds of a figure's TLS comparison (which side goes first alternates).
+const FIGURE_ROUNDS: u64 = 5;
 
 struct Plan {
     reads: u64,
@@ -259,4 +264,117 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
             .into(),
     );
     Ok(exp)
+}
+
+/// With `--tls`: one point of a figure (`what`, measured by `measure` on a rig, with a
+/// seed) on a plaintext rig and on the run's TLS rig, in [`FIGURE_ROUNDS`] rounds whose
+/// first side alternates; the medians' ratio and the [`TARGET_FIGURES`] check go into `exp`.
+/// Without `--tls`, nothing.
+pub(crate) fn compare_figure(
+    opts: &BenchOpts,
+    exp: &mut Experiment,
+    what: &str,
+    measure: impl Fn(&Rig, u64) -> Result<Row>,
+) -> Result<()> {
+    if opts.tls.is_none() {
+        return Ok(());
+    }
+    let rigs = [Rig::new(opts.transport), Rig::for_bench(opts)];
+    // Per side: throughput (Kops/s), and the node's manager and NIC-engine CPU per operation.
+    let mut kops: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut manager: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut engine: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut calls: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..FIGURE_ROUNDS {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for side in order {
+            let row = measure(&rigs[side], 50 + round)?;
+            kops[side].push(row.throughput_ops / 1e3);
+            manager[side].push(row.get_f64("mn_manager_cpu_us_per_op").unwrap_or(0.0));
+            engine[side].push(row.get_f64("mn_engine_cpu_us_per_op").unwrap_or(0.0));
+            calls[side].push(row.get_f64("mn_syscalls_per_op").unwrap_or(0.0));
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (plain, secure) = (median(&kops[0]), median(&kops[1]));
+    let ratio = secure / plain.max(f64::MIN_POSITIVE);
+    let cpu = |side: usize| (median(&manager[side]), median(&engine[side]));
+    let ((pm, pe), (tm, te)) = (cpu(0), cpu(1));
+    let (pc, tc) = (median(&calls[0]), median(&calls[1]));
+    println!(
+        "{what}: TLS {secure:.1} vs plaintext {plain:.1} Kops/s (medians of {FIGURE_ROUNDS} \
+         alternating rounds): {ratio:.2}x; node CPU per operation, manager + NIC engines: \
+         TLS {tm:.2} + {te:.2} us, plaintext {pm:.2} + {pe:.2} us; node system calls per \
+         operation: TLS {tc:.2}, plaintext {pc:.2}"
+    );
+    exp.ratios.push(Ratio {
+        name: format!("{what} throughput, TLS / plaintext"),
+        value: ratio,
+    });
+    exp.checks.push(Check {
+        claim: format!("{what} over TLS keeps >= {TARGET_FIGURES}x its plaintext throughput"),
+        holds: ratio >= TARGET_FIGURES,
+        detail: format!(
+            "medians of {FIGURE_ROUNDS} alternating rounds: {secure:.1} vs {plain:.1} Kops/s \
+             ({ratio:.2}x); rounds TLS {:?}, plaintext {:?}; node CPU per operation (manager + \
+             NIC engines, medians) TLS {tm:.2} + {te:.2} us, plaintext {pm:.2} + {pe:.2} us; \
+             node system calls per operation TLS {tc:.2}, plaintext {pc:.2}",
+            rounded(&kops[1]),
+            rounded(&kops[0])
+        ),
+    });
+    Ok(())
+}
+
+fn rounded(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|x| (x * 10.0).round() / 10.0).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use patronus_core::cluster::Link;
+    use std::cell::RefCell;
+
+    fn opts(tls: bool) -> BenchOpts {
+        BenchOpts {
+            quick: true,
+            transport: Link::Tcp,
+            out: std::env::temp_dir(),
+            isolation: patronus_core::manager::Isolation::SharedPd,
+            provider: Default::default(),
+            max_region: None,
+            tls: tls.then(|| ephemeral().expect("a CA")),
+        }
+    }
+
+    #[test]
+    fn a_figure_is_compared_in_alternating_rounds_only_with_tls() {
+        let mut exp = Experiment::new("fig6", "tcp", true);
+        let sides = RefCell::new(Vec::new());
+        let measure = |rig: &Rig, _seed: u64| {
+            sides.borrow_mut().push(rig.has_tls());
+            let mut row = Row::new("+ Expr", 1);
+            // TLS at 0.8x plaintext, whatever the order.
+            row.throughput_ops = if rig.has_tls() { 800.0 } else { 1000.0 };
+            Ok(row)
+        };
+        compare_figure(&opts(false), &mut exp, "Figure 6 + Expr", measure).unwrap();
+        assert!(
+            sides.borrow().is_empty() && exp.checks.is_empty(),
+            "nothing without --tls"
+        );
+
+        compare_figure(&opts(true), &mut exp, "Figure 6 + Expr", measure).unwrap();
+        let sides = sides.into_inner();
+        assert_eq!(sides.len() as u64, 2 * FIGURE_ROUNDS);
+        // Which side goes first alternates.
+        assert_eq!(&sides[..4], &[false, true, true, false]);
+        assert!((exp.ratios[0].value - 0.8).abs() < 1e-9, "{:?}", exp.ratios);
+        assert!(!exp.checks[0].holds, "0.8x is below the target");
+    }
 }

@@ -107,21 +107,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                 continue;
             }
             let (driven, mgr, engine) = if mech == "Patronus" {
-                let clients = patronus.clients(n as usize, &lean_client())?;
-                let logicals: Vec<Box<dyn Logical>> = clients
-                    .into_iter()
-                    .map(|c| {
-                        Box::new(PatronusLogical::new(c, objects.clone(), LEASE_US))
-                            as Box<dyn Logical>
-                    })
-                    .collect();
-                patronus.drive(
-                    logicals,
-                    plan.ops,
-                    plan.budget,
-                    5,
-                    &format!("fig5 {mech} x{n}"),
-                )?
+                drive_patronus(&patronus, &objects, n, &plan, 5)?
             } else {
                 let flavor = match mech {
                     "Unprot" => Flavor::Unprot,
@@ -175,7 +161,58 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     if let Some(f) = &round_trip_floor {
         f.checks(&mut exp.checks, &mut exp.ratios);
     }
+    // With `--tls`: what TLS costs at the largest client count, against plaintext.
+    let max = plan.clients.iter().copied().max().unwrap_or(1);
+    crate::experiments::tls::compare_figure(
+        opts,
+        &mut exp,
+        &format!("Figure 5 Patronus at {max} clients"),
+        |rig, seed| measure_patronus(rig, opts, max, seed),
+    )?;
     Ok(exp)
+}
+
+/// `n` Patronus clients of `patronus` accessing `objects` as Figure 5 does, until the plan's
+/// operations or time budget.
+fn drive_patronus(
+    patronus: &PatronusRig,
+    objects: &Arc<Vec<u64>>,
+    n: u32,
+    plan: &Plan,
+    seed: u64,
+) -> Result<(crate::experiments::driver::Driven, Duration, Duration)> {
+    let clients = patronus.clients(n as usize, &lean_client())?;
+    let logicals: Vec<Box<dyn Logical>> = clients
+        .into_iter()
+        .map(|c| Box::new(PatronusLogical::new(c, objects.clone(), LEASE_US)) as Box<dyn Logical>)
+        .collect();
+    patronus.drive(
+        logicals,
+        plan.ops,
+        plan.budget,
+        seed,
+        &format!("fig5 Patronus x{n}"),
+    )
+}
+
+/// Figure 5's Patronus point alone, `clients` clients, on a node of its own on `rig` (as
+/// [`run`] measures it; for comparisons such as TLS against plaintext).
+pub(crate) fn measure_patronus(
+    rig: &Rig,
+    opts: &BenchOpts,
+    clients: u32,
+    seed: u64,
+) -> Result<Row> {
+    let plan = plan(opts);
+    let node_cfg = NodeConfig {
+        isolation: opts.isolation,
+        ..PatronusRig::throughput_config(Techniques::ALL, 1_000_000)
+    };
+    let patronus = PatronusRig::start(rig, node_cfg, CLIENT_THREADS)?;
+    let objects = Arc::new(patronus.objects(plan.objects, logical::ACCESS as u64)?);
+    let (driven, mgr, engine) = drive_patronus(&patronus, &objects, clients, &plan, seed)?;
+    patronus.node.shutdown();
+    Ok(driven.row("Patronus", clients, mgr, engine))
 }
 
 impl Flavor {
