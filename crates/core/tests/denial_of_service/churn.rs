@@ -8,7 +8,7 @@ use patronus_core::cluster::Link;
 use patronus_core::manager::Isolation;
 use patronus_core::proto::messages::Mode;
 use std::time::Duration;
-use support::bed::{bed, node_cfg, wait_for};
+use support::bed::{TlsTcp, bed, node_cfg, wait_for};
 
 /// One short session: connect, allocate, write, read back, free, disconnect.
 fn session(b: &Bed, cfg: &ClientConfig, free: bool) -> Client<SoftProvider> {
@@ -197,7 +197,7 @@ fn rss_bytes() -> u64 {
 /// The soak: `sessions` connect/work/disconnect cycles against one node (a third of them
 /// leave a permission held, a third go without freeing). Prints the node's counts and the
 /// process's memory every tenth of the way; asserts they stay flat after the warm-up.
-fn soak(t: Link, iso: Isolation, sessions: usize) {
+fn soak<R: support::bed::Rig<P = SoftProvider>>(t: R, iso: Isolation, sessions: usize) {
     let mut b = bed(t, iso, 1, node_cfg(), ClientConfig::default());
     honest_round(&mut b);
     let start = footprint(&b);
@@ -262,6 +262,17 @@ fn soak(t: Link, iso: Isolation, sessions: usize) {
 #[ignore = "soak: 20,000 sessions (minutes); run by the README's soak command"]
 fn soak_tcp_pd_per_client() {
     soak(Link::Tcp, Isolation::PdPerClient, soak_sessions());
+}
+
+#[test]
+#[ignore = "soak: 20,000 sessions (minutes); run by the README's soak command"]
+fn soak_tcp_tls_pd_per_client() {
+    soak(TlsTcp, Isolation::PdPerClient, soak_sessions());
+}
+
+#[test]
+fn short_soak_over_tls() {
+    soak(TlsTcp, Isolation::PdPerClient, 200);
 }
 
 #[test]

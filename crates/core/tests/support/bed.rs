@@ -2,8 +2,8 @@
 //! memory node's published state (never a sleep).
 //!
 //! A [`Rig`] says where the cluster's devices come from: the software RNIC on either
-//! transport ([`Link`]), or the rdma-core device named by `PATRONUS_RDMA_DEVICE`
-//! ([`Rdma`]). The memory node's leases follow the bed's virtual clock on every rig: the
+//! transport ([`Link`]), over TCP with mutual TLS ([`TlsTcp`]), or the rdma-core device named
+//! by `PATRONUS_RDMA_DEVICE` ([`Rdma`]). The memory node's leases follow the bed's virtual clock on every rig: the
 //! rdma provider takes its clock from its configuration, and the NIC itself keeps no time.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers, not #[test] fns
 
@@ -59,6 +59,72 @@ impl Rig for Link {
             ..SoftConfig::default()
         };
         EmbeddedCluster::start(self, device, node, client, clients).unwrap()
+    }
+}
+
+/// The software RNIC over TCP with mutual TLS 1.3 on every connection: a CA made for the
+/// cluster signs one certificate (valid for 127.0.0.1) that every device presents.
+#[derive(Clone, Copy, Debug)]
+pub struct TlsTcp;
+
+impl TlsTcp {
+    fn options() -> rnic::soft::TlsOptions {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
+        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, "test CA");
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+        params.distinguished_name.push(DnType::CommonName, "device");
+        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        rnic::soft::TlsOptions::mutual(vec![cert.der().clone()], key, vec![ca.der().clone()])
+            .unwrap()
+    }
+}
+
+impl Rig for TlsTcp {
+    type P = rnic::soft::SoftProvider;
+    fn cluster(
+        self,
+        clock: &Arc<VirtualClock>,
+        node: NodeConfig,
+        client: ClientConfig,
+        clients: usize,
+    ) -> EmbeddedCluster<Self::P> {
+        let options = rnic::soft::TcpOptions {
+            tls: Some(TlsTcp::options()),
+            ..rnic::soft::TcpOptions::default()
+        };
+        let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        EmbeddedCluster::start_on(
+            |role| {
+                let seed = match role {
+                    DeviceRole::Node => 7,
+                    DeviceRole::Client(i) => 8 + i as u64,
+                };
+                let device = SoftConfig {
+                    clock: clock.clone(),
+                    seed: Some(seed),
+                    ..SoftConfig::default()
+                };
+                Ok(rnic::soft::TcpNode::open_with(
+                    device,
+                    loopback,
+                    options.clone(),
+                )?)
+            },
+            node,
+            client,
+            clients,
+        )
+        .unwrap()
     }
 }
 
