@@ -67,28 +67,6 @@ impl Rig for Link {
 #[derive(Clone, Copy, Debug)]
 pub struct TlsTcp;
 
-impl TlsTcp {
-    fn options() -> rnic::soft::TlsOptions {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
-        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name.push(DnType::CommonName, "test CA");
-        let ca = ca.self_signed(&ca_key).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
-        params.distinguished_name.push(DnType::CommonName, "device");
-        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        rnic::soft::TlsOptions::mutual(vec![cert.der().clone()], key, vec![ca.der().clone()])
-            .unwrap()
-    }
-}
-
 impl Rig for TlsTcp {
     type P = rnic::soft::SoftProvider;
     fn cluster(
@@ -99,7 +77,7 @@ impl Rig for TlsTcp {
         clients: usize,
     ) -> EmbeddedCluster<Self::P> {
         let options = rnic::soft::TcpOptions {
-            tls: Some(TlsTcp::options()),
+            tls: Some(rnic::soft::TlsOptions::ephemeral("device").unwrap()),
             ..rnic::soft::TcpOptions::default()
         };
         let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));

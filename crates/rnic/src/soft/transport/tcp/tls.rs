@@ -200,6 +200,31 @@ impl TlsOptions {
         })
     }
 
+    /// Mutual TLS from a CA made now: one certificate it signed, valid for 127.0.0.1 and
+    /// `localhost` with `name` as its common name, which every device with these options
+    /// presents and checks its peers' against. For tests and benchmarks on one machine.
+    #[cfg(feature = "ephemeral-certificates")]
+    pub fn ephemeral(name: &str) -> Result<Self, TlsError> {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
+        use rustls::pki_types::PrivatePkcs8KeyDer;
+        let ca_key = KeyPair::generate().map_err(config_err)?;
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(config_err)?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, format!("{name} CA"));
+        let ca = ca.self_signed(&ca_key).map_err(config_err)?;
+        let key = KeyPair::generate().map_err(config_err)?;
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_string()]).map_err(config_err)?;
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.signed_by(&key, &ca, &ca_key).map_err(config_err)?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        Self::mutual(vec![cert.der().clone()], key, vec![ca.der().clone()])
+    }
+
     /// The TLS state of a connection a listener accepted (`None`: listeners speak plaintext
     /// only); TLS buffers at most `limit` bytes the socket has not taken.
     pub(super) fn accepting(&self, limit: usize) -> Option<TlsState> {
