@@ -73,6 +73,14 @@ const PLANS: &[(&str, Plan)] = &[
         Skip("a benchmark of minutes; clippy --all-targets in .ci/run builds it"),
     ),
     (
+        "cargo bench -p patronus-core --bench manager_alone",
+        Skip("scripts/test runs every case once in test mode (cargo test --bench manager_alone)"),
+    ),
+    (
+        "scripts/manager-instructions",
+        Skip("scripts/test runs it with --quick (batches 2 and 16)"),
+    ),
+    (
         "cargo run --release -p patronus-cli -- serve --tenant 1:0x5ec2e7",
         Run,
     ),
