@@ -35,6 +35,7 @@
 //! same answer; a retried request (same client and id) that is still waiting is the same
 //! request; a failed bind fails only the grants of the protection domain it happened in.
 
+use super::fast_hash::FastMap;
 use super::keys::KeyBytes;
 use super::pool::{BufferPool, HeaderPool, MwId, Object, SlabConfig, WindowPools};
 use super::state::*;
@@ -43,7 +44,7 @@ use crate::proto::header::{Header, LIFETIME_OFFSET};
 use crate::proto::messages::{Access, Grant, Mode, PermissionId, Reply, Request, Status};
 use crate::proto::shards::{ShardError, ShardMap};
 use rnic::{AccessFlags, MemoryKey, Timestamp};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Manager configuration.
@@ -410,15 +411,15 @@ pub struct ManagerCore {
     headers: HeaderPool,
     mws: WindowPools,
     perms: PermTable,
-    objects: HashMap<u64, ObjectState>,
+    objects: FastMap<u64, ObjectState>,
     /// Stale (delayed-unbound) header windows by header address.
-    stale_headers: HashMap<u64, MwId>,
+    stale_headers: FastMap<u64, MwId>,
     /// Where each stale window sits (object address or header address).
-    stale_owner: HashMap<MwId, StaleOwner>,
+    stale_owner: FastMap<MwId, StaleOwner>,
     /// Freed objects that got stale windows, oldest first (idle unbinding walks it).
     stale_objects: VecDeque<u64>,
     deadlines: Deadlines,
-    last_start: HashMap<u64, u64>,
+    last_start: FastMap<u64, u64>,
     counters: Counters,
     /// Refusing new permissions (the node is shutting down).
     draining: bool,
@@ -431,7 +432,7 @@ pub struct ManagerCore {
     /// Key bytes of windows' next binds (random, none of the recent ones).
     keys: Option<KeyBytes>,
     /// Waiting acquires by (client, request id) → object, so a retry joins its original.
-    pub(super) waiting: HashMap<(ClientId, u64), u64>,
+    pub(super) waiting: FastMap<(ClientId, u64), u64>,
     /// Clients that left, to be cleared out at the next batch ([`ManagerCore::depart`]).
     departing: Vec<ClientId>,
     /// Departed clients whose domain waits for its windows' unbinds before it retires.
@@ -444,6 +445,8 @@ pub struct ManagerCore {
     /// The vectors of the last finished batch's stages, reused by the next (no allocation per
     /// batch once they have grown).
     spare_checks: (Vec<NicOp>, Vec<ExpiryCheck>),
+    /// The deadlines due in a turn, kept between turns (no allocation per turn).
+    spare_due: Vec<(Timestamp, Timer)>,
     spare_chain: (Vec<NicOp>, Vec<Cont>),
     /// Windows that must stop covering their memory in this batch.
     pub(super) releasing: Vec<(MwId, ClientId)>,
@@ -498,24 +501,25 @@ impl ManagerCore {
             headers: HeaderPool::new(cfg.header_base, cfg.header_count),
             mws: WindowPools::new(cfg.mw_count),
             perms: PermTable::default(),
-            objects: HashMap::new(),
-            stale_headers: HashMap::new(),
-            stale_owner: HashMap::new(),
+            objects: FastMap::default(),
+            stale_headers: FastMap::default(),
+            stale_owner: FastMap::default(),
             stale_objects: VecDeque::new(),
             deadlines: Deadlines::default(),
-            last_start: HashMap::new(),
+            last_start: FastMap::default(),
             counters: Counters::default(),
             draining: false,
             turn_us: 0,
             tenants: Tenants::default(),
             names: Default::default(),
             keys: cfg.key_seed.map(|seed| KeyBytes::new(seed, cfg.mw_count)),
-            waiting: HashMap::new(),
+            waiting: FastMap::default(),
             departing: Vec::new(),
             retiring: Vec::new(),
             retired: Vec::new(),
             ops: Vec::new(),
             spare_checks: (Vec::new(), Vec::new()),
+            spare_due: Vec::new(),
             spare_chain: (Vec::new(), Vec::new()),
             releasing: Vec::new(),
             needs: Vec::new(),
@@ -800,7 +804,10 @@ impl ManagerCore {
         ops.clear();
         expiries.clear();
         let mut checks = Checks { now, ops, expiries };
-        for (at, timer) in self.deadlines.pop_due(now) {
+        let mut due = std::mem::take(&mut self.spare_due);
+        due.clear();
+        self.deadlines.pop_due_into(now, &mut due);
+        for &(at, timer) in &due {
             match timer {
                 Timer::Waiter(object) => self.expire_waiters(object, now),
                 Timer::Lease(key) => {
@@ -829,6 +836,7 @@ impl ManagerCore {
                 }
             }
         }
+        self.spare_due = due;
         checks
     }
 

@@ -5,12 +5,14 @@
 //! - `core`: the sans-IO policy core ([`ManagerCore`]: `begin` → `plan` → `finish` per batch).
 //! - `tenants`: who owns which object, and with whom it is shared.
 //! - `keys`: random key bytes for window binds.
+//! - `fast_hash`: the hot path's hash maps (foldhash, seeded at random).
 //! - `names`: named roots, per tenant.
 //! - [`node`]: the memory node, the driver that pumps the core with verbs.
 //!
 //! The internal modules are private: what a user (or a test driving the core with a simulated
 //! NIC) needs is re-exported here.
 mod core;
+mod fast_hash;
 mod keys;
 mod names;
 mod pool;

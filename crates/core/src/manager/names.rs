@@ -9,9 +9,9 @@
 //! per shard (the table cannot be grown without bound). A name stays until withdrawn, whoever
 //! published it (names are the tenant's, like its memory).
 
+use super::fast_hash::FastMap;
 use super::tenants::TenantId;
 use crate::proto::messages::{RootName, Status};
-use std::collections::HashMap;
 
 /// Names a tenant may keep on one manager shard.
 pub const NAMES_PER_TENANT: usize = 1024;
@@ -19,8 +19,8 @@ pub const NAMES_PER_TENANT: usize = 1024;
 /// The names published on one manager shard.
 #[derive(Debug, Default)]
 pub(crate) struct RootNames {
-    objects: HashMap<(TenantId, RootName), (u64, u64)>,
-    per_tenant: HashMap<TenantId, usize>,
+    objects: FastMap<(TenantId, RootName), (u64, u64)>,
+    per_tenant: FastMap<TenantId, usize>,
 }
 
 impl RootNames {

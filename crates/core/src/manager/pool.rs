@@ -14,8 +14,9 @@
 //! - A window in the stale list still covers freed memory (delayed unbinding, §5.4 #2); it must
 //!   be unbound or handed over before that memory is reused.
 
+use super::fast_hash::{FastMap, FastSet};
 use crate::proto::header::HEADER_SIZE;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 /// Identifies a pre-allocated memory window.
 pub type MwId = u32;
@@ -78,11 +79,11 @@ pub struct BufferPool {
     end: u64,
     slabs: Vec<Slab>,
     /// Free objects per class (FIFO).
-    free: HashMap<u64, VecDeque<u64>>,
+    free: FastMap<u64, VecDeque<u64>>,
     /// Live objects by address → class.
-    live: HashMap<u64, u64>,
+    live: FastMap<u64, u64>,
     /// Free objects that may hold a former tenant's bytes, and the order they were freed in.
-    dirty: HashSet<u64>,
+    dirty: FastSet<u64>,
     dirty_order: VecDeque<u64>,
     free_bytes: u64,
     /// Pool bytes of live objects (slots included).
@@ -98,9 +99,9 @@ impl BufferPool {
             next_slab: base,
             end: base + len,
             slabs: Vec::new(),
-            free: HashMap::new(),
-            live: HashMap::new(),
-            dirty: HashSet::new(),
+            free: FastMap::default(),
+            live: FastMap::default(),
+            dirty: FastSet::default(),
             dirty_order: VecDeque::new(),
             free_bytes: len,
             live_bytes: 0,
@@ -454,7 +455,7 @@ pub struct WindowPools {
     /// Domain of each window id.
     owner: Vec<u32>,
     /// Domain of each client (absent: the shared domain).
-    clients: HashMap<u32, u32>,
+    clients: FastMap<u32, u32>,
     /// Domains whose client left, every window unbound: reused by the next client (their
     /// window ids with them), so departures do not grow the tables.
     retired: Vec<u32>,
@@ -466,7 +467,7 @@ impl WindowPools {
         WindowPools {
             pools: vec![MwPool::new(count)],
             owner: vec![0; count as usize],
-            clients: HashMap::new(),
+            clients: FastMap::default(),
             retired: Vec::new(),
         }
     }

@@ -1,10 +1,12 @@
 //! The manager's bookkeeping: permissions, objects (holders, waiters, stale windows), the
 //! deadline index, and the per-permission operation counters.
 
+use super::fast_hash::FastMap;
 use super::pool::MwId;
 use crate::proto::messages::{Access, Mode, PermissionId, Request};
 use rnic::Timestamp;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// Identifies a client (one control connection).
 pub type ClientId = u32;
@@ -168,36 +170,40 @@ pub enum Timer {
     Waiter(u64),
 }
 
-/// Ordered index of deadlines (timeouts are data, not tasks).
+/// Index of deadlines (timeouts are data, not tasks): a binary min-heap, so scheduling is
+/// O(log n) without rebalancing and finding nothing due costs one comparison. An entry
+/// scheduled twice for the same instant comes out once, as from a set.
 #[derive(Debug, Default)]
 pub struct Deadlines {
-    set: BTreeSet<(Timestamp, Timer)>,
+    heap: BinaryHeap<Reverse<(Timestamp, Timer)>>,
 }
 
 impl Deadlines {
     /// Schedules `timer` at `at`.
     pub fn insert(&mut self, at: Timestamp, timer: Timer) {
-        self.set.insert((at, timer));
+        self.heap.push(Reverse((at, timer)));
     }
-    /// Removes and returns every entry due at `now`.
-    pub fn pop_due(&mut self, now: Timestamp) -> Vec<(Timestamp, Timer)> {
-        let mut out = Vec::new();
-        while let Some(first) = self.set.first().copied() {
+    /// Appends to `due` every entry due at `now`, earliest first, each once, and removes them.
+    pub fn pop_due_into(&mut self, now: Timestamp, due: &mut Vec<(Timestamp, Timer)>) {
+        let start = due.len();
+        while let Some(&Reverse(first)) = self.heap.peek() {
             if first.0 > now {
                 break;
             }
-            self.set.pop_first();
-            out.push(first);
+            self.heap.pop();
+            // Equal entries come out one after the other.
+            if due.len() == start || due.last() != Some(&first) {
+                due.push(first);
+            }
         }
-        out
     }
     /// The earliest deadline.
     pub fn next(&self) -> Option<Timestamp> {
-        self.set.first().map(|(t, _)| *t)
+        self.heap.peek().map(|Reverse((t, _))| *t)
     }
     /// Entries scheduled (including stale ones, which are skipped when due).
     pub fn len(&self) -> usize {
-        self.set.len()
+        self.heap.len()
     }
 }
 
@@ -293,9 +299,9 @@ pub struct PermTable {
     slots: Vec<Option<Permission>>,
     free: Vec<PermKey>,
     /// Active permission by header address (for revoke / extend lookups).
-    pub by_header: HashMap<u64, PermKey>,
+    pub by_header: FastMap<u64, PermKey>,
     /// Each client's permissions (for ending them all when the client leaves).
-    by_client: HashMap<ClientId, Vec<PermKey>>,
+    by_client: FastMap<ClientId, Vec<PermKey>>,
 }
 
 impl PermTable {
@@ -358,5 +364,36 @@ impl PermTable {
             + self.by_header.capacity() * 13
             + self.by_client.capacity() * 29
             + self.by_header.len() * 4) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_come_out_due_in_order_and_once() {
+        let mut d = Deadlines::default();
+        let key = |i: u32| -> PermKey { i };
+        d.insert(Timestamp(30), Timer::Lease(key(3)));
+        d.insert(Timestamp(10), Timer::Waiter(7));
+        d.insert(Timestamp(20), Timer::Lease(key(2)));
+        d.insert(Timestamp(10), Timer::Waiter(7)); // the same entry again
+        d.insert(Timestamp(10), Timer::Lease(key(1)));
+        assert_eq!(d.next(), Some(Timestamp(10)));
+        let mut due = Vec::new();
+        d.pop_due_into(Timestamp(5), &mut due);
+        assert!(due.is_empty(), "nothing is due before the first deadline");
+        d.pop_due_into(Timestamp(20), &mut due);
+        assert_eq!(
+            due,
+            [
+                (Timestamp(10), Timer::Lease(key(1))),
+                (Timestamp(10), Timer::Waiter(7)),
+                (Timestamp(20), Timer::Lease(key(2))),
+            ]
+        );
+        assert_eq!(d.next(), Some(Timestamp(30)));
+        assert_eq!(d.len(), 1);
     }
 }

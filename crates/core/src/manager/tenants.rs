@@ -11,9 +11,9 @@
 //! here and checked against its [`TenantQuota`] before anything new is granted, so one tenant
 //! cannot take the pool, the headers or the windows from the others.
 
+use super::fast_hash::FastMap;
 use super::state::ClientId;
 use crate::proto::messages::{Access, Mode};
-use std::collections::HashMap;
 
 /// What one tenant may hold (on one manager shard: a node's quota is split over its shards).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,11 +69,11 @@ pub use crate::proto::messages::{DEFAULT_TENANT, TenantId};
 /// Ownership and sharing of objects.
 #[derive(Debug, Default)]
 pub struct Tenants {
-    clients: HashMap<ClientId, TenantId>,
+    clients: FastMap<ClientId, TenantId>,
     /// Each object's owner and the bytes it counts for.
-    owners: HashMap<u64, (TenantId, u64)>,
-    shares: HashMap<u64, Vec<(TenantId, Access)>>,
-    usage: HashMap<TenantId, Usage>,
+    owners: FastMap<u64, (TenantId, u64)>,
+    shares: FastMap<u64, Vec<(TenantId, Access)>>,
+    usage: FastMap<TenantId, Usage>,
 }
 
 impl Tenants {

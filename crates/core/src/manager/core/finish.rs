@@ -2,7 +2,7 @@
 //! completed), header writes and scrubs for the driver, and the bookkeeping of failures.
 
 use super::*;
-use std::collections::HashSet;
+use crate::manager::fast_hash::FastSet;
 
 impl ManagerCore {
     /// Stage 3: completes the batch with the results of the [`Chain`] that
@@ -53,7 +53,7 @@ impl ManagerCore {
         // owner's buffer. (On a verbs QP a failure flushes the rest of its chain anyway.)
         // Windows never leave their domain, so grants of other domains (other clients, with a
         // PD per client) are unaffected: a failure stays with the client that caused it.
-        let failed_domains: HashSet<u32> = chain
+        let failed_domains: FastSet<u32> = chain
             .ops
             .iter()
             .enumerate()
