@@ -302,6 +302,9 @@ pub struct PermTable {
     pub by_header: FastMap<u64, PermKey>,
     /// Each client's permissions (for ending them all when the client leaves).
     by_client: FastMap<ClientId, Vec<PermKey>>,
+    /// Where each record's key sits in its client's list (by key): removal is O(1) however
+    /// many permissions the client holds.
+    client_pos: Vec<u32>,
 }
 
 impl PermTable {
@@ -315,11 +318,14 @@ impl PermTable {
             }
             None => {
                 self.slots.push(Some(p));
+                self.client_pos.push(0);
                 (self.slots.len() - 1) as PermKey
             }
         };
         self.by_header.insert(header, key);
-        self.by_client.entry(client).or_default().push(key);
+        let keys = self.by_client.entry(client).or_default();
+        self.client_pos[key as usize] = keys.len() as u32;
+        keys.push(key);
         key
     }
     /// Removes a record.
@@ -327,8 +333,13 @@ impl PermTable {
         let p = self.slots.get_mut(key as usize)?.take()?;
         self.by_header.remove(&p.id.header_addr);
         if let Some(keys) = self.by_client.get_mut(&p.client) {
-            if let Some(i) = keys.iter().position(|&k| k == key) {
+            let i = self.client_pos[key as usize] as usize;
+            if keys.get(i) == Some(&key) {
                 keys.swap_remove(i);
+                // The key that took its place moved.
+                if let Some(&moved) = keys.get(i) {
+                    self.client_pos[moved as usize] = i as u32;
+                }
             }
             if keys.is_empty() {
                 self.by_client.remove(&p.client);
@@ -361,6 +372,7 @@ impl PermTable {
     pub fn metadata_bytes(&self) -> u64 {
         (self.slots.capacity() * std::mem::size_of::<Option<Permission>>()
             + self.free.capacity() * 4
+            + self.client_pos.capacity() * 4
             + self.by_header.capacity() * 13
             + self.by_client.capacity() * 29
             + self.by_header.len() * 4) as u64
