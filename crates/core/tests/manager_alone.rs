@@ -65,14 +65,14 @@ fn every_kind_is_answered_and_its_allocations_are_counted() {
                 }
             }
         }
-        // Today's counts at batch 16, rounded up: the target is none (`docs/evaluation.md`,
-        // "The manager alone"); until then, no request may cost more than it does now.
+        // None for a bare turn or an RPC extension; for the others, today's counts at batch
+        // 16, rounded up (the target is none: `docs/evaluation.md`, "The manager alone"):
+        // no request may cost more than it does now.
         let ceiling = match kind {
-            Kind::Bare => 0.25,
-            Kind::Expr => 2.5,
-            Kind::AllocateFree => 4.5,
-            Kind::AcquireRevoke => 3.0,
-            Kind::Extend => 0.5,
+            Kind::Bare | Kind::Extend => 0.0,
+            Kind::Expr => 1.2,
+            Kind::AllocateFree => 3.0,
+            Kind::AcquireRevoke => 1.5,
         };
         assert!(
             per_batch[2] <= ceiling,

@@ -11,8 +11,8 @@
 #![allow(dead_code)] // each user takes what it needs
 
 use patronus_core::manager::{
-    ClientId, Finished, ManagerConfig, ManagerCore, NicOp, NicResult, Scrub, SlabConfig,
-    Techniques, TenantQuota,
+    ClientId, Finished, ManagerConfig, ManagerCore, NicExecutor, NicOp, NicResult, Scrub,
+    SlabConfig, Techniques, TenantQuota,
 };
 use patronus_core::proto::messages::{Access, Mode, PermissionId, Reply, Request};
 use rnic::{MemoryKey, Timestamp};
@@ -69,13 +69,15 @@ impl Kind {
 
 /// A NIC that completes every op at once: binds succeed (rkey = window ‖ key byte), CASes find
 /// what they expect.
-fn nic(ops: &[NicOp]) -> Vec<NicResult> {
-    ops.iter()
-        .map(|op| match *op {
+struct InstantNic;
+
+impl NicExecutor for InstantNic {
+    fn execute(&mut self, ops: &[NicOp], results: &mut Vec<NicResult>) {
+        results.extend(ops.iter().map(|op| match *op {
             NicOp::Bind { mw, key, .. } => NicResult::Bound(MemoryKey::new(mw, key.unwrap_or(0))),
             NicOp::LifetimeCas { compare, .. } => NicResult::CasOld(compare),
-        })
-        .collect()
+        }));
+    }
 }
 
 /// The configuration: every §5.4 technique, the paper's shared PD, pools for `live` objects
@@ -108,6 +110,8 @@ pub fn config(live: usize) -> ManagerConfig {
 /// A warm manager and the state of a run over it.
 pub struct Bed {
     core: ManagerCore,
+    /// The last batch's outcome (kept: its vectors are reused, as the node's driver does).
+    finished: Finished,
     now: u64,
     requests: Vec<(ClientId, u64, Request)>,
     next_req: u64,
@@ -142,6 +146,7 @@ impl Bed {
     pub fn new(live: usize) -> Bed {
         let mut bed = Bed {
             core: ManagerCore::new(config(live)),
+            finished: Finished::default(),
             now: 1_000,
             requests: Vec::with_capacity(1024),
             next_req: 1,
@@ -161,8 +166,8 @@ impl Bed {
                 // Half the maximum: extensions stay within it.
                 bed.push(i as ClientId % CLIENTS, allocate(MAX_LIFETIME_US / 2));
             }
-            let f = bed.turn();
-            let got: Vec<_> = granted(&f).collect();
+            bed.turn();
+            let got: Vec<_> = granted(&bed.finished).collect();
             assert_eq!(got.len(), n, "the population's allocations");
             bed.live.extend(got);
             left -= n;
@@ -172,8 +177,8 @@ impl Bed {
             for i in 0..64 {
                 bed.push(i % CLIENTS, allocate(MAX_LIFETIME_US));
             }
-            let f = bed.turn();
-            let got: Vec<_> = grants(&f).collect();
+            bed.turn();
+            let got: Vec<_> = grants(&bed.finished).collect();
             assert_eq!(got.len(), 64, "the idle objects' allocations");
             bed.objects.extend(got.iter().map(|&(_, _, buffer)| buffer));
             for (client, id, _) in got {
@@ -197,22 +202,21 @@ impl Bed {
         (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
     }
 
-    /// One batch of what is queued, at the next instant.
-    fn turn(&mut self) -> Finished {
+    /// One batch of what is queued, at the next instant; its outcome is `self.finished`.
+    fn turn(&mut self) {
         self.now += TURN_US;
-        let f = self
-            .core
-            .step(Timestamp(self.now), &self.requests, &mut nic);
+        let now = Timestamp(self.now);
+        self.core
+            .step_into(now, &self.requests, &mut InstantNic, &mut self.finished);
         self.requests.clear();
-        self.replies += f.replies.len() as u64;
-        for o in &f.replies {
+        self.replies += self.finished.replies.len() as u64;
+        for o in &self.finished.replies {
             match o.reply {
                 Reply::Granted(_) => self.grants += 1,
                 Reply::Failed(_) => self.refusals += 1,
                 _ => {}
             }
         }
-        f
     }
 
     /// Runs one batch of `batch` requests of `kind` (with what ends the previous batch's
@@ -239,9 +243,9 @@ impl Bed {
             }
             Kind::AllocateFree | Kind::AcquireRevoke => {
                 // The previous batch's permissions end in this one.
-                let ending = std::mem::take(&mut self.pending);
-                for (client, id) in ending {
-                    let free = kind == Kind::AllocateFree;
+                let free = kind == Kind::AllocateFree;
+                for i in 0..self.pending.len() {
+                    let (client, id) = self.pending[i];
                     self.push(client, Request::Revoke { id, free });
                 }
                 for i in 0..batch {
@@ -252,8 +256,10 @@ impl Bed {
                     };
                     self.push(i as ClientId % CLIENTS, req);
                 }
-                let f = self.turn();
-                self.pending = granted(&f).collect();
+                self.turn();
+                // Into the emptied vector (no allocation once grown).
+                self.pending.clear();
+                self.pending.extend(granted(&self.finished));
             }
             Kind::Extend => {
                 if self.live.is_empty() {

@@ -331,13 +331,15 @@ impl Chain {
 
 /// Runs a batch's NIC work: the memory node's verbs, or a test's simulated NIC.
 pub trait NicExecutor {
-    /// Runs `ops` as one chain, in order; returns one result per op.
-    fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult>;
+    /// Runs `ops` as one chain, in order, and appends one result per op to `results` (which
+    /// the caller keeps from turn to turn: no allocation per chain once it has grown).
+    fn execute(&mut self, ops: &[NicOp], results: &mut Vec<NicResult>);
 }
 
+/// A closure that returns the results (tests' simulated NICs).
 impl<F: FnMut(&[NicOp]) -> Vec<NicResult>> NicExecutor for F {
-    fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
-        self(ops)
+    fn execute(&mut self, ops: &[NicOp], results: &mut Vec<NicResult>) {
+        results.extend(self(ops));
     }
 }
 
@@ -447,6 +449,12 @@ pub struct ManagerCore {
     spare_checks: (Vec<NicOp>, Vec<ExpiryCheck>),
     /// The deadlines due in a turn, kept between turns (no allocation per turn).
     spare_due: Vec<(Timestamp, Timer)>,
+    /// The NIC's results of a turn's checks and chain.
+    spare_results: Vec<NicResult>,
+    /// Windows whose unbind failed in a turn (retried in the next).
+    spare_release: Vec<MwId>,
+    /// Protection domains in which a bind of a turn failed.
+    spare_domains: Vec<u32>,
     spare_chain: (Vec<NicOp>, Vec<Cont>),
     /// Windows that must stop covering their memory in this batch.
     pub(super) releasing: Vec<(MwId, ClientId)>,
@@ -520,6 +528,9 @@ impl ManagerCore {
             ops: Vec::new(),
             spare_checks: (Vec::new(), Vec::new()),
             spare_due: Vec::new(),
+            spare_results: Vec::new(),
+            spare_release: Vec::new(),
+            spare_domains: Vec::new(),
             spare_chain: (Vec::new(), Vec::new()),
             releasing: Vec::new(),
             needs: Vec::new(),
@@ -790,11 +801,29 @@ impl ManagerCore {
         requests: &[(ClientId, u64, Request)],
         nic: &mut impl NicExecutor,
     ) -> Finished {
+        let mut out = Finished::default();
+        self.step_into(now, requests, nic, &mut out);
+        out
+    }
+
+    /// [`step`](Self::step) into `out` (cleared first). A driver that keeps one [`Finished`]
+    /// from turn to turn allocates nothing for a batch's stages once their vectors have grown.
+    pub fn step_into(
+        &mut self,
+        now: Timestamp,
+        requests: &[(ClientId, u64, Request)],
+        nic: &mut impl NicExecutor,
+        out: &mut Finished,
+    ) {
         let checks = self.begin(now);
-        let cas_results = nic.execute(checks.ops());
-        let chain = self.plan(checks, &cas_results, requests);
-        let results = nic.execute(chain.ops());
-        self.finish(chain, &results)
+        let mut results = std::mem::take(&mut self.spare_results);
+        results.clear();
+        nic.execute(checks.ops(), &mut results);
+        let chain = self.plan(checks, &results, requests);
+        results.clear();
+        nic.execute(chain.ops(), &mut results);
+        self.finish_into(chain, &results, out);
+        self.spare_results = results;
     }
 
     /// Stage 1: lifetime CASes for the leases due at `now`. Waiters past their deadline fail

@@ -164,6 +164,8 @@ struct Runner<P: Provider> {
     /// What runs the batches' NIC work.
     nic: nic::NodeNic<P>,
     windows_per_client: u32,
+    /// The last turn's outcome, kept so that its vectors are reused.
+    finished: super::Finished,
     /// Tenants and secrets (empty: everyone is the default tenant).
     tenants: HashMap<TenantId, u64>,
     /// Client sessions on this shard, and the client of each control QP.
@@ -430,6 +432,7 @@ impl<P: Provider> MemoryNode<P> {
                     scratch_mr,
                 },
                 windows_per_client: cfg.windows_per_client.max(2),
+                finished: super::Finished::default(),
                 tenants: cfg.tenants.iter().map(|t| (t.tenant, t.secret)).collect(),
                 sessions: HashMap::new(),
                 by_qpn: HashMap::new(),

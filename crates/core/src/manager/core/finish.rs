@@ -2,14 +2,25 @@
 //! completed), header writes and scrubs for the driver, and the bookkeeping of failures.
 
 use super::*;
-use crate::manager::fast_hash::FastSet;
 
 impl ManagerCore {
     /// Stage 3: completes the batch with the results of the [`Chain`] that
     /// [`plan`](Self::plan) returned (one per op, in order; a missing one counts as failed).
     pub fn finish(&mut self, chain: Chain, results: &[NicResult]) -> Finished {
+        let mut out = Finished::default();
+        self.finish_into(chain, results, &mut out);
+        out
+    }
+
+    /// [`finish`](Self::finish) into `out`, cleared first (its vectors keep their capacity
+    /// from turn to turn).
+    pub fn finish_into(&mut self, chain: Chain, results: &[NicResult], out: &mut Finished) {
         let now = chain.now;
-        let mut retry_release = Vec::new();
+        out.header_writes.clear();
+        out.scrubs.clear();
+        out.replies.clear();
+        let mut retry_release = std::mem::take(&mut self.spare_release);
+        retry_release.clear();
         for (i, cont) in chain.conts.iter().enumerate() {
             let result = results.get(i).copied().unwrap_or(NicResult::Failed);
             match *cont {
@@ -42,31 +53,31 @@ impl ManagerCore {
             self.replies = rest;
             self.deferred_revokes.extend(revokes);
         }
-        for mw in retry_release {
+        for mw in retry_release.drain(..) {
             self.releasing.push((mw, 0));
         }
-        let mut header_writes = Vec::new();
-        let mut scrubs = Vec::new();
+        self.spare_release = retry_release;
         // A window whose bind or unbind failed may still be bound where it was (a handover
         // source, a stale window over reused memory), so no grant whose windows come from the
         // same protection domain may go out: an earlier owner's rkey could reach the new
         // owner's buffer. (On a verbs QP a failure flushes the rest of its chain anyway.)
         // Windows never leave their domain, so grants of other domains (other clients, with a
         // PD per client) are unaffected: a failure stays with the client that caused it.
-        let failed_domains: FastSet<u32> = chain
-            .ops
-            .iter()
-            .enumerate()
-            .filter_map(|(i, op)| match op {
-                NicOp::Bind { mw, .. }
-                    if results.get(i).is_none_or(|r| *r == NicResult::Failed) =>
-                {
-                    Some(self.mws.domain_of(*mw))
+        // (Few, and none at all unless a bind failed: a vector, searched.)
+        let mut failed_domains = std::mem::take(&mut self.spare_domains);
+        failed_domains.clear();
+        for (i, op) in chain.ops.iter().enumerate() {
+            if let NicOp::Bind { mw, .. } = op
+                && results.get(i).is_none_or(|r| *r == NicResult::Failed)
+            {
+                let domain = self.mws.domain_of(*mw);
+                if !failed_domains.contains(&domain) {
+                    failed_domains.push(domain);
                 }
-                _ => None,
-            })
-            .collect();
-        for g in std::mem::take(&mut self.grants) {
+            }
+        }
+        let mut grants = std::mem::take(&mut self.grants);
+        for g in grants.drain(..) {
             let Some(p) = self.perms.get(g.key) else {
                 continue;
             };
@@ -120,10 +131,10 @@ impl ManagerCore {
             // A rebind leaves the header alone: its lifetime word may hold the client's
             // one-sided extensions, which the manager has not seen yet.
             if !g.rebind {
-                header_writes.push((p.id.header_addr, words));
+                out.header_writes.push((p.id.header_addr, words));
             }
             // Every window of earlier owners over this memory was unbound in this chain.
-            scrubs.extend(g.scrub);
+            out.scrubs.extend(g.scrub);
             let grant = Grant {
                 id: p.id,
                 buffer_addr: p.buffer.0,
@@ -160,13 +171,15 @@ impl ManagerCore {
             self.counters.granted += 1;
             self.replies.push(reply);
         }
+        // The emptied vectors go back for the next turn (unless the loop queued grants of
+        // its own, which stay for the next batch).
+        if self.grants.is_empty() {
+            self.grants = grants;
+        }
+        self.spare_domains = failed_domains;
         self.spare_chain = (chain.ops, chain.conts);
         self.retire_domains();
-        Finished {
-            header_writes,
-            scrubs,
-            replies: std::mem::take(&mut self.replies),
-        }
+        out.replies.append(&mut self.replies);
     }
 
     fn settle_grant_bind(&mut self, perm: PermKey, window: GrantWindow, result: NicResult) {

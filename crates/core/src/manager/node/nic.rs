@@ -112,8 +112,8 @@ pub(super) struct NodeNic<P: Provider> {
 }
 
 impl<P: Provider> NicExecutor for NodeNic<P> {
-    fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
-        NodeNic::execute(self, ops)
+    fn execute(&mut self, ops: &[NicOp], results: &mut Vec<NicResult>) {
+        NodeNic::execute(self, ops, results)
     }
 }
 
@@ -121,17 +121,17 @@ impl<P: Provider> NodeNic<P> {
     /// Posts `ops` as chains (binds on the bind QP, CASes on the loopback QP) and collects
     /// their results in order. Binds are local to the NIC and CASes loop back, so this waits
     /// only for the NIC, never for a client.
-    pub(super) fn execute(&mut self, ops: &[NicOp]) -> Vec<NicResult> {
-        let mut results = vec![NicResult::Failed; ops.len()];
+    pub(super) fn execute(&mut self, ops: &[NicOp], results: &mut Vec<NicResult>) {
+        let first = results.len();
+        results.resize(first + ops.len(), NicResult::Failed);
         for chunk_start in (0..ops.len()).step_by(CAS_SLOTS) {
             let end = (chunk_start + CAS_SLOTS).min(ops.len());
             self.execute_chunk(
                 &ops[chunk_start..end],
-                &mut results[chunk_start..end],
+                &mut results[first + chunk_start..first + end],
                 chunk_start,
             );
         }
-        results
     }
 
     fn execute_chunk(&mut self, ops: &[NicOp], results: &mut [NicResult], base: usize) {

@@ -131,9 +131,12 @@ impl<P: Provider> Runner<P> {
             if streak_cpu.is_none() {
                 streak_cpu = Some(thread_cpu());
             }
-            let finished = self.core.step(now, &requests, &mut self.nic);
+            // Kept from turn to turn: its vectors allocate nothing once grown.
+            let mut finished = std::mem::take(&mut self.finished);
+            self.core
+                .step_into(now, &requests, &mut self.nic, &mut finished);
             self.retire_domains();
-            for (addr, words) in finished.header_writes {
+            for &(addr, words) in &finished.header_writes {
                 let off = (addr - self.pool.addr()) as usize;
                 for (i, w) in words.iter().enumerate() {
                     let _ = self.pool.store_u64(off + 8 * i, *w);
@@ -142,7 +145,7 @@ impl<P: Provider> Runner<P> {
             // After the chain (earlier owners' windows are unbound and drained), before the
             // replies (the new owners have no rkey yet).
             self.scrub(&finished.scrubs);
-            for out in finished.replies {
+            for out in &finished.replies {
                 let extra = self
                     .batch_copies
                     .remove(&(out.client, out.req_id))
@@ -151,6 +154,7 @@ impl<P: Provider> Runner<P> {
                     self.send_reply(out.client, out.req_id, &out.reply);
                 }
             }
+            self.finished = finished;
             self.batches += 1;
             let turn_us = clock.now().0.saturating_sub(now.0);
             self.core.note_turn(turn_us);
