@@ -90,7 +90,8 @@ pub fn config(live: usize) -> ManagerConfig {
         header_base: 0x1000_0000,
         header_count: objects,
         buffer_base: 0x10_0000_0000,
-        buffer_len: (objects as u64) * 64 + (1 << 20),
+        // A 64 B object takes a 96 B slot (its header embedded before it, §5.4 contiguity).
+        buffer_len: (objects as u64) * 128 + (1 << 20),
         slab: SlabConfig {
             min_class: 64,
             max_class: 64,
