@@ -170,161 +170,40 @@ pub enum Timer {
     Waiter(u64),
 }
 
-/// Width of a slot of the deadline wheel, µs.
-const WHEEL_SLOT_US: u64 = 64;
-/// Slots of the deadline wheel: deadlines up to 64 µs × 4,096 ≈ 262 ms ahead go into it.
-const WHEEL_SLOTS: usize = 4096;
-
-/// Index of deadlines (timeouts are data, not tasks): a timing wheel for the near future and a
-/// binary heap for the rest.
-///
-/// A deadline within [`WHEEL_SLOTS`] slots of [`WHEEL_SLOT_US`] from the last turn goes into
-/// its slot in O(1), however many deadlines are scheduled (a heap of every live lease made a
-/// grant's cost grow with the population: `docs/evaluation.md`, "The manager alone"). Later
-/// ones wait in the heap and move into the wheel as their slot comes within reach. A turn
-/// visits the slots its clock passed and takes what is due; finding nothing due costs a look at
-/// one slot. Due entries come out earliest first (each slot's entries are sorted as they are
-/// taken), an entry scheduled twice for the same instant once, as from a set; an entry
-/// scheduled in the past is due at the next turn.
-#[derive(Debug)]
+/// Index of deadlines (timeouts are data, not tasks): a binary min-heap, so scheduling is
+/// O(log n) without rebalancing and finding nothing due costs one comparison. An entry
+/// scheduled twice for the same instant comes out once, as from a set.
+#[derive(Debug, Default)]
 pub struct Deadlines {
-    /// `slots[s % WHEEL_SLOTS]` holds the deadlines of absolute slot `s`, for `s` in
-    /// `cursor..cursor + WHEEL_SLOTS` (and, in the cursor's slot, any scheduled in the past).
-    slots: Vec<Vec<(Timestamp, Timer)>>,
-    /// One bit per slot: it holds entries.
-    occupied: Vec<u64>,
-    /// The absolute slot of the last turn's instant: every earlier slot is empty.
-    cursor: u64,
-    /// Entries in the wheel.
-    in_wheel: usize,
-    /// Deadlines beyond the wheel's reach.
-    later: BinaryHeap<Reverse<(Timestamp, Timer)>>,
-}
-
-impl Default for Deadlines {
-    fn default() -> Self {
-        Deadlines {
-            slots: (0..WHEEL_SLOTS).map(|_| Vec::new()).collect(),
-            occupied: vec![0; WHEEL_SLOTS / 64],
-            cursor: 0,
-            in_wheel: 0,
-            later: BinaryHeap::new(),
-        }
-    }
+    heap: BinaryHeap<Reverse<(Timestamp, Timer)>>,
 }
 
 impl Deadlines {
     /// Schedules `timer` at `at`.
     pub fn insert(&mut self, at: Timestamp, timer: Timer) {
-        let slot = (at.0 / WHEEL_SLOT_US).max(self.cursor);
-        if slot >= self.cursor + WHEEL_SLOTS as u64 {
-            self.later.push(Reverse((at, timer)));
-        } else {
-            self.put(slot, (at, timer));
-        }
+        self.heap.push(Reverse((at, timer)));
     }
-
-    fn put(&mut self, slot: u64, entry: (Timestamp, Timer)) {
-        let i = (slot % WHEEL_SLOTS as u64) as usize;
-        self.slots[i].push(entry);
-        self.occupied[i / 64] |= 1 << (i % 64);
-        self.in_wheel += 1;
-    }
-
     /// Appends to `due` every entry due at `now`, earliest first, each once, and removes them.
     pub fn pop_due_into(&mut self, now: Timestamp, due: &mut Vec<(Timestamp, Timer)>) {
         let start = due.len();
-        let end = now.0 / WHEEL_SLOT_US;
-        if end >= self.cursor && self.in_wheel > 0 {
-            // Each slot once, even after a long pause.
-            let last = end.min(self.cursor + WHEEL_SLOTS as u64 - 1);
-            for slot in self.cursor..=last {
-                let i = (slot % WHEEL_SLOTS as u64) as usize;
-                if self.occupied[i / 64] & (1 << (i % 64)) == 0 {
-                    continue;
-                }
-                let entries = &mut self.slots[i];
-                let before = entries.len();
-                // Only the slot of `now` (or, after a long pause, one that wrapped) can hold
-                // entries that are not due yet.
-                entries.retain(|&e| {
-                    if e.0 <= now {
-                        due.push(e);
-                        false
-                    } else {
-                        true
-                    }
-                });
-                self.in_wheel -= before - entries.len();
-                if entries.is_empty() {
-                    self.occupied[i / 64] &= !(1 << (i % 64));
-                }
-            }
-        }
-        if end > self.cursor {
-            self.cursor = end;
-        }
-        // Later deadlines now due, or now within the wheel's reach.
-        while let Some(&Reverse(first)) = self.later.peek() {
-            if first.0 <= now {
-                due.push(first);
-            } else if first.0.0 / WHEEL_SLOT_US < self.cursor + WHEEL_SLOTS as u64 {
-                let slot = (first.0.0 / WHEEL_SLOT_US).max(self.cursor);
-                self.put(slot, first);
-            } else {
+        while let Some(&Reverse(first)) = self.heap.peek() {
+            if first.0 > now {
                 break;
             }
-            self.later.pop();
-        }
-        let taken = &mut due[start..];
-        taken.sort_unstable();
-        let mut kept = start;
-        for k in start..due.len() {
-            if kept == start || due[kept - 1] != due[k] {
-                due[kept] = due[k];
-                kept += 1;
+            self.heap.pop();
+            // Equal entries come out one after the other.
+            if due.len() == start || due.last() != Some(&first) {
+                due.push(first);
             }
         }
-        due.truncate(kept);
     }
-
     /// The earliest deadline.
     pub fn next(&self) -> Option<Timestamp> {
-        let wheel = (self.in_wheel > 0)
-            .then(|| self.first_occupied())
-            .flatten()
-            .and_then(|i| self.slots[i].iter().map(|e| e.0).min());
-        let later = self.later.peek().map(|Reverse((t, _))| *t);
-        match (wheel, later) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.heap.peek().map(|Reverse((t, _))| *t)
     }
-
-    /// The first occupied slot from the cursor's, in wheel order.
-    fn first_occupied(&self) -> Option<usize> {
-        let words = self.occupied.len();
-        let from = (self.cursor % WHEEL_SLOTS as u64) as usize;
-        let (w0, b0) = (from / 64, from % 64);
-        // The cursor's word from its bit, the other words in order, then the cursor's word
-        // below its bit (slots that wrapped around).
-        let head = self.occupied[w0] & (!0u64 << b0);
-        if head != 0 {
-            return Some(w0 * 64 + head.trailing_zeros() as usize);
-        }
-        for k in 1..words {
-            let w = (w0 + k) % words;
-            if self.occupied[w] != 0 {
-                return Some(w * 64 + self.occupied[w].trailing_zeros() as usize);
-            }
-        }
-        let tail = self.occupied[w0] & !(!0u64 << b0);
-        (tail != 0).then(|| w0 * 64 + tail.trailing_zeros() as usize)
-    }
-
     /// Entries scheduled (including stale ones, which are skipped when due).
     pub fn len(&self) -> usize {
-        self.in_wheel + self.later.len()
+        self.heap.len()
     }
 }
 
@@ -528,59 +407,5 @@ mod tests {
         );
         assert_eq!(d.next(), Some(Timestamp(30)));
         assert_eq!(d.len(), 1);
-    }
-
-    /// The wheel against a sorted set, on a seeded mix of near, far and past deadlines, turns
-    /// of every length (longer than the wheel's reach too) and repeated entries.
-    #[test]
-    fn deadlines_agree_with_a_sorted_set() {
-        use std::collections::BTreeSet;
-        let mut rng = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % n
-        };
-        let mut wheel = Deadlines::default();
-        let mut model: BTreeSet<(Timestamp, Timer)> = BTreeSet::new();
-        let mut now = 1_000u64;
-        let mut due = Vec::new();
-        for round in 0..20_000 {
-            for _ in 0..next(4) {
-                let at = match next(10) {
-                    0 => now.saturating_sub(next(500)),         // in the past
-                    1..=6 => now + next(2_000),                 // near
-                    7 | 8 => now + next(WHEEL_SLOT_US * 5_000), // around the reach
-                    _ => now + next(1 << 30),                   // far
-                };
-                let timer = if next(2) == 0 {
-                    Timer::Lease(next(64) as PermKey)
-                } else {
-                    Timer::Waiter(next(64))
-                };
-                wheel.insert(Timestamp(at), timer);
-                model.insert((Timestamp(at), timer));
-            }
-            assert_eq!(wheel.next(), model.first().map(|e| e.0), "round {round}");
-            now += match next(20) {
-                0 => WHEEL_SLOT_US * WHEEL_SLOTS as u64 * 2, // a long pause
-                1..=3 => 0,
-                _ => next(300),
-            };
-            due.clear();
-            wheel.pop_due_into(Timestamp(now), &mut due);
-            let mut want = Vec::new();
-            while let Some(&first) = model.first() {
-                if first.0.0 > now {
-                    break;
-                }
-                model.pop_first();
-                want.push(first);
-            }
-            assert_eq!(due, want, "round {round} at {now}");
-        }
-        // The model counts each entry once; the wheel may hold repeats not yet due.
-        assert!(wheel.len() >= model.len());
     }
 }
