@@ -4,8 +4,8 @@
 //! and relays on the path. One flips a byte of a READ response, one injects a WRITE through
 //! an rkey it read off the victim's request, one replays an earlier response: in plaintext
 //! each works; inside TLS the link fails closed, nothing lands and no READ succeeds with
-//! bytes the node did not send. A truncated response fails its READ either way; a delayed one
-//! arrives intact either way.
+//! bytes the node did not send. A truncated response fails its READ either way; one held on
+//! the path (until the test lets it go) arrives intact either way.
 #![allow(clippy::unwrap_used)] // test helpers panic on unexpected failures
 
 #[path = "tcp_util.rs"]
@@ -172,8 +172,9 @@ enum Tamper {
     ReplayDown,
     /// Forwards the first half of the node's next chunk, then cuts the connection both ways.
     TruncateDown,
-    /// Holds the node's next chunk this long, then forwards it unchanged.
-    DelayDown(std::time::Duration),
+    /// Holds the node's next chunk until the test releases it ([`Relay::release`]), then
+    /// forwards it unchanged.
+    HoldDown,
 }
 
 /// What the relay does with one chunk.
@@ -189,6 +190,10 @@ enum Step {
 struct Relay {
     addr: SoftAddress,
     armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Set while it holds a chunk ([`Tamper::HoldDown`]).
+    holding: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Lets a held chunk go.
+    release: std::sync::mpsc::Sender<()>,
 }
 
 /// Copies `from` to `to` until either ends; `edit` sees every chunk, told whether it is the
@@ -225,8 +230,15 @@ fn pipe(
     let _ = to.shutdown(std::net::Shutdown::Write);
 }
 
-/// The node's chunks as `tamper` changes them (`previous`: the chunk the node sent before).
-fn tamper_down(tamper: Tamper, chunk: &[u8], fire: bool, previous: &mut Vec<u8>) -> Step {
+/// The node's chunks as `tamper` changes them (`previous`: the chunk the node sent before;
+/// `hold`: returns once the test lets a held chunk go).
+fn tamper_down(
+    tamper: Tamper,
+    chunk: &[u8],
+    fire: bool,
+    previous: &mut Vec<u8>,
+    hold: &mut dyn FnMut(),
+) -> Step {
     let step = match tamper {
         _ if !fire => Step::Send(chunk.to_vec()),
         Tamper::FlipDown => {
@@ -238,10 +250,8 @@ fn tamper_down(tamper: Tamper, chunk: &[u8], fire: bool, previous: &mut Vec<u8>)
         }
         Tamper::ReplayDown => Step::Send(replayed(previous, chunk)),
         Tamper::TruncateDown => Step::Cut(chunk[..chunk.len() / 2].to_vec()),
-        Tamper::DelayDown(d) => {
-            // The fault itself: the path holds the chunk (nothing waits on a condition).
-            #[allow(clippy::disallowed_methods)]
-            std::thread::sleep(d);
+        Tamper::HoldDown => {
+            hold();
             Step::Send(chunk.to_vec())
         }
         Tamper::InjectUp(_) => Step::Send(chunk.to_vec()),
@@ -256,6 +266,9 @@ impl Relay {
         let addr = SoftAddress::Tcp(listener.local_addr().unwrap());
         let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = armed.clone();
+        let holding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let held = holding.clone();
+        let (release, released) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("relay".into())
             .spawn(move || {
@@ -279,12 +292,33 @@ impl Relay {
                     })
                     .unwrap();
                 let mut previous = Vec::new();
+                let mut hold = || {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    held.store(true, SeqCst);
+                    let _ = released.recv();
+                    held.store(false, SeqCst);
+                };
                 pipe(server, client, down, |chunk, fire| {
-                    tamper_down(tamper, chunk, fire, &mut previous)
+                    tamper_down(tamper, chunk, fire, &mut previous, &mut hold)
                 });
             })
             .unwrap();
-        Relay { addr, armed }
+        Relay {
+            addr,
+            armed,
+            holding,
+            release,
+        }
+    }
+
+    /// Whether it holds a chunk now.
+    fn holding(&self) -> bool {
+        self.holding.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Lets the held chunk go.
+    fn release(&self) {
+        let _ = self.release.send(());
     }
 
     fn arm(&self) {
@@ -325,8 +359,6 @@ struct Tampered {
     /// What the node held at its first, untouched READ, and at this one.
     before: [u8; 64],
     now: [u8; 64],
-    /// How long the tampered READ took.
-    took: std::time::Duration,
 }
 
 /// Reads 64 B once through a faithful relay, changes them on the node, and reads them again
@@ -346,10 +378,7 @@ fn read_through(tamper: Tamper, server: TcpOptions, client: TcpOptions) -> Tampe
     assert_eq!(wc.status, WcStatus::Success);
     s.buf.write(0, &now).unwrap();
     relay.arm();
-    #[allow(clippy::disallowed_methods)] // the relay's delay is wall-clock time
-    let start = std::time::Instant::now();
     let wc = c.read(128, 64, base, rkey);
-    let took = start.elapsed();
     let mut got = [0u8; 64];
     c.buf.read(128, &mut got).unwrap();
     Tampered {
@@ -357,7 +386,6 @@ fn read_through(tamper: Tamper, server: TcpOptions, client: TcpOptions) -> Tampe
         got,
         before,
         now,
-        took,
     }
 }
 
@@ -430,15 +458,35 @@ fn a_truncated_response_fails_the_read_with_or_without_tls() {
 }
 
 #[test]
-fn a_delayed_response_arrives_intact_with_or_without_tls() {
-    let delay = std::time::Duration::from_millis(150);
+fn a_held_response_arrives_intact_with_or_without_tls() {
     for (name, (server, client)) in [("plaintext", plain_pair()), ("TLS", tls_pair())] {
-        let t = read_through(Tamper::DelayDown(delay), server, client);
-        // Late, but neither lost nor altered: the relay held it (the READ took at least the
-        // delay) and the bytes are the node's.
-        assert_eq!(t.wc.status, WcStatus::Success, "{name}");
-        assert_eq!(t.got, t.now, "{name}");
-        assert!(t.took >= delay, "{name}: took {:?}", t.took);
+        let s = Server::with(SoftConfig::default(), server);
+        let relay = Relay::start(s.sock, Tamper::HoldDown);
+        let c = Client::with_options(AccessFlags::empty(), client);
+        c.qp.connect(&relay.addr, b"victim").unwrap();
+        s.wait_qps(1);
+        let (base, rkey) = (s.buf.addr(), s.mr.rkey());
+        let now: [u8; 64] = std::array::from_fn(|i| 0x40 | i as u8);
+        s.buf.write(0, &now).unwrap();
+        relay.arm();
+        c.post(
+            7,
+            SendOp::Read {
+                local: c.sge(0, 64),
+                remote_addr: base,
+                rkey,
+            },
+        );
+        wait_until("the relay holds the response", || relay.holding());
+        // Held on the path: nothing completes, and nothing fails either.
+        assert!(drain_cq(&c.cq).is_empty(), "{name}: a READ completed early");
+        relay.release();
+        let wc = wait_wcs(&c.cq, 1).remove(0);
+        // Late, but neither lost nor altered.
+        assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success), "{name}");
+        let mut got = [0u8; 64];
+        c.buf.read(0, &mut got).unwrap();
+        assert_eq!(got, now, "{name}");
     }
 }
 

@@ -217,8 +217,8 @@ impl Client {
         }
     }
 
-    /// Posts one signalled request and waits for its completion.
-    pub fn run(&self, wr_id: u64, op: SendOp<'_, SoftMw, SoftMr>) -> WorkCompletion {
+    /// Posts one signalled request.
+    pub fn post(&self, wr_id: u64, op: SendOp<'_, SoftMw, SoftMr>) {
         self.qp
             .post_send(&[SendWr {
                 wr_id,
@@ -226,6 +226,11 @@ impl Client {
                 op,
             }])
             .unwrap();
+    }
+
+    /// Posts one signalled request and waits for its completion.
+    pub fn run(&self, wr_id: u64, op: SendOp<'_, SoftMw, SoftMr>) -> WorkCompletion {
+        self.post(wr_id, op);
         let wc = wait_wcs(&self.cq, 1).remove(0);
         assert_eq!(wc.wr_id, wr_id, "{wc:?}");
         wc
