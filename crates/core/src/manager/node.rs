@@ -24,6 +24,7 @@ mod config;
 mod faults;
 mod ids;
 mod nic;
+mod nic_sample;
 mod recent;
 mod runner;
 mod sessions;
@@ -32,6 +33,8 @@ mod status;
 pub use config::{
     Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantCertificate, TenantSecret,
 };
+pub use nic_sample::NIC_SAMPLE_EVERY;
+use nic_sample::NicSample;
 pub use sessions::SessionEnds;
 pub use status::{
     NodeStatus, PermissionStatus, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionStatus,
@@ -190,6 +193,8 @@ struct Runner<P: Provider> {
     expiry_slack_us: u64,
     batches: u64,
     busy_cpu: Duration,
+    /// NIC calls timed on a sample of the busy streaks' iterations (see [`NicSample`]).
+    nic_sample: NicSample,
     /// How long its turns took to answer requests.
     service: ServiceTimes,
 }
@@ -430,6 +435,7 @@ impl<P: Provider> MemoryNode<P> {
                     op_cq,
                     scratch,
                     scratch_mr,
+                    nic_calls: crate::rpc::Stopwatch::default(),
                 },
                 windows_per_client: cfg.windows_per_client.max(2),
                 finished: super::Finished::default(),
@@ -455,6 +461,7 @@ impl<P: Provider> MemoryNode<P> {
                 expiry_slack_us: cfg.expiry_slack_us,
                 batches: 0,
                 busy_cpu: Duration::ZERO,
+                nic_sample: NicSample::default(),
                 service: ServiceTimes::default(),
             });
         }

@@ -30,11 +30,13 @@ mod link;
 mod server;
 pub mod slot;
 mod slots;
+mod stopwatch;
 
 pub use client::{Orphan, RpcClient};
 pub use link::{Arrival, Link};
 pub use server::{ConnectionSlots, Incoming, RpcServer, SPIN_BUDGET};
 pub use slot::{SlotError, SlotReader, SlotWriter};
+pub(crate) use stopwatch::Stopwatch;
 
 use rnic::{CompletionQueue, Timestamp, VerbsError, WcStatus};
 use std::fmt::Debug;

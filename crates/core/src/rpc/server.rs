@@ -13,7 +13,7 @@
 //!   client runs. A well-behaved client never has more requests unanswered than its credits.
 
 use super::slots::Slots;
-use super::{IdleWait, Protocol, SlotError};
+use super::{IdleWait, Protocol, SlotError, Stopwatch};
 use parking_lot::Mutex;
 use rnic::{
     CompletionQueue, Context, ProtectionDomain, Provider, QpNumber, QueuePair, RecvWr,
@@ -130,6 +130,8 @@ pub struct RpcServer<P: Provider, Pr: Protocol> {
     wcs: Vec<WorkCompletion>,
     scratch: Vec<u8>,
     idle: IdleWait,
+    /// Times the NIC calls (CQ polls, posts) when armed ([`RpcServer::time_nic_calls`]).
+    nic_calls: Stopwatch,
     _protocol: std::marker::PhantomData<fn() -> Pr>,
 }
 
@@ -219,6 +221,7 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
             // 256 turns are ~25 µs in-process; over TCP each turn reads sockets, and the
             // budget ends the spin there after as long.
             idle: IdleWait::with_budget(256, SPIN_BUDGET),
+            nic_calls: Stopwatch::default(),
             _protocol: std::marker::PhantomData,
         })
     }
@@ -266,7 +269,8 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
     where
         P::Qp: 'q,
     {
-        let n = self.recv_cq.poll(&mut self.wcs);
+        let (cq, wcs) = (&self.recv_cq, &mut self.wcs);
+        let n = self.nic_calls.time(|| cq.poll(wcs));
         for i in 0..n {
             let wc = self.wcs[i];
             let slot = wc.wr_id;
@@ -288,17 +292,18 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
                 });
             }
             let wr = self.recv_wr(slot as u32);
+            let watch = &mut self.nic_calls;
             match &self.receives {
                 // Cannot fail short of a provider bug: the slot was just taken from the SRQ.
                 Receives::Shared(srq) => {
-                    let _ = srq.post_recv(&[wr]);
+                    let _ = watch.time(|| srq.post_recv(&[wr]));
                 }
                 // A flushed receive (its QP broke) is not reposted; nor is a slot whose QP
                 // failed to take it back (it is broken: the block goes with the connection).
                 // A connection not known yet gets its slot back once it is (`repost_deferred`).
                 Receives::Credits(_) if wc.status == WcStatus::Success => match qp_of(wc.qp_num) {
                     Some(qp) => {
-                        let _ = qp.post_recv(&[wr]);
+                        let _ = watch.time(|| qp.post_recv(&[wr]));
                     }
                     None => self.deferred.push((wc.qp_num, slot as u32)),
                 },
@@ -349,8 +354,22 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
         self.next_reply = (self.next_reply + 1) % self.depth;
         Pr::encode_reply(req_id, reply, &mut self.scratch);
         let len = Pr::wire_len(&self.scratch).min(self.scratch.len());
+        let bytes = &self.scratch[..len];
+        let watch = &mut self.nic_calls;
         self.memory
-            .send(qp, slot, REPLY | slot as u64, &self.scratch[..len])
+            .send_timed(qp, slot, REPLY | slot as u64, bytes, watch)
+    }
+
+    /// Starts (`true`) or stops timing this server's NIC calls: polling the receive CQ,
+    /// reposting request slots, posting replies. A serving thread arms it for a sample of its
+    /// turns (each timed call reads the clock twice).
+    pub fn time_nic_calls(&mut self, on: bool) {
+        self.nic_calls.arm(on);
+    }
+
+    /// Wall time spent in NIC calls while timed, since the last call (resets it).
+    pub fn take_nic_time(&mut self) -> Duration {
+        self.nic_calls.take()
     }
 
     /// Reaps reply completions (replies are unsignaled, so only failures show). Returns

@@ -1,6 +1,7 @@
 //! Registered message slots, the memory both ends of the control channel work in: receive
 //! slots that incoming messages land in, then as many send slots that outgoing ones leave from.
 
+use super::Stopwatch;
 use rnic::{
     AccessFlags, Context, MemoryBuffer, MemoryRegion, ProtectionDomain, Provider, QueuePair,
     RecvWr, SendOp, SendWr, Sge, VerbsError,
@@ -62,6 +63,18 @@ impl<P: Provider> Slots<P> {
         wr_id: u64,
         bytes: &[u8],
     ) -> Result<(), VerbsError> {
+        self.send_timed(qp, slot, wr_id, bytes, &mut Stopwatch::default())
+    }
+
+    /// [`Slots::send`], with the post (the NIC's part) timed by `watch`.
+    pub(super) fn send_timed(
+        &self,
+        qp: &P::Qp,
+        slot: u32,
+        wr_id: u64,
+        bytes: &[u8],
+        watch: &mut Stopwatch,
+    ) -> Result<(), VerbsError> {
         let bytes = bytes.get(..self.size).unwrap_or(bytes);
         let slot = self.count + slot % self.count;
         self.buf.write(slot as usize * self.size, bytes)?;
@@ -72,6 +85,8 @@ impl<P: Provider> Slots<P> {
                 local: (!bytes.is_empty()).then(|| self.sge(slot, bytes.len())),
             },
         };
-        qp.post_send(std::slice::from_ref(&wr)).map_err(|(_, e)| e)
+        watch
+            .time(|| qp.post_send(std::slice::from_ref(&wr)))
+            .map_err(|(_, e)| e)
     }
 }

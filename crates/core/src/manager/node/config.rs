@@ -298,6 +298,13 @@ pub struct NodeStats {
     pub manager_cpu: Duration,
     /// CPU time of the manager threads spent handling batches.
     pub busy_cpu: Duration,
+    /// Of `busy_cpu`, the time the manager threads spent inside NIC calls: polling for
+    /// requests, reposting their slots, posting the chains of binds and lifetime CASes and
+    /// waiting for them, posting replies. Wall time, estimated from one iteration in
+    /// [`NIC_SAMPLE_EVERY`](crate::manager::NIC_SAMPLE_EVERY) of the busy streaks. On the
+    /// software RNIC this is where the NIC's work runs inline; on a real one, only the driver's
+    /// share of it.
+    pub nic_calls: Duration,
     /// Batches run.
     pub batches: u64,
     /// Connected clients.
@@ -332,6 +339,7 @@ impl NodeStats {
             },
             manager_cpu: self.manager_cpu + o.manager_cpu,
             busy_cpu: self.busy_cpu + o.busy_cpu,
+            nic_calls: self.nic_calls + o.nic_calls,
             batches: self.batches + o.batches,
             clients: self.clients.max(o.clients),
             sessions_ended: self.sessions_ended.plus(&o.sessions_ended),

@@ -8,6 +8,7 @@ use super::super::pool::MwId;
 use super::super::state::ClientId;
 use super::{CAS_SLOTS, Domain, Isolation, loopback_qp};
 use crate::proto::connect::{Intent, Role};
+use crate::rpc::Stopwatch;
 use parking_lot::Mutex;
 use rnic::{
     AccessFlags, BindInfo, CompletionQueue, MemoryBuffer, MemoryRegion, MemoryWindow, MwType,
@@ -109,6 +110,9 @@ pub(super) struct NodeNic<P: Provider> {
     pub(super) op_cq: P::Cq,
     pub(super) scratch: P::Buffer,
     pub(super) scratch_mr: P::Mr,
+    /// Times the posts of the chains and the wait for their completions when armed (type-2
+    /// posts on clients' data QPs are not timed).
+    pub(super) nic_calls: Stopwatch,
 }
 
 impl<P: Provider> NicExecutor for NodeNic<P> {
@@ -214,6 +218,8 @@ impl<P: Provider> NodeNic<P> {
                 }),
             }
         }
+        // The NIC's part: posting the chains and waiting for their completions.
+        let span = self.nic_calls.start();
         for (d, chain) in binds.iter().enumerate() {
             let Some(domain) = self.domains[d].as_ref() else {
                 continue;
@@ -264,6 +270,7 @@ impl<P: Provider> NodeNic<P> {
                 };
             }
         }
+        self.nic_calls.stop(span);
     }
 
     /// A window, its domain's index and the domain.

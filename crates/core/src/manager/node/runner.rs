@@ -41,10 +41,25 @@ impl<P: Provider> Runner<P> {
         }
         while !self.shared.stop.load(Ordering::SeqCst) {
             requests.clear();
+            self.end_nic_sample();
+            let timing = self.nic_sample.next_is_timed();
+            self.time_nic_calls(timing);
+            let was_busy = streak_cpu.is_some();
             let qp_of = control_qps(&self.sessions, &self.by_qpn);
             if self.rpc.receive(&mut incoming, qp_of) > 0 && streak_cpu.is_none() {
                 // Messages answered on arrival (`Hello`, `UseQp`, retries) are work too.
                 streak_cpu = Some(thread_cpu());
+            }
+            // NIC time counts only inside busy streaks, as busy CPU does.
+            if streak_cpu.is_some() {
+                if !was_busy {
+                    // The poll that found the work ran before the streak's clock started.
+                    let _ = self.rpc.take_nic_time();
+                }
+                self.nic_sample.begin();
+            } else if timing {
+                self.time_nic_calls(false);
+                let _ = self.rpc.take_nic_time();
             }
             let now = clock.now();
             self.take_broken_qps();
@@ -90,6 +105,7 @@ impl<P: Provider> Runner<P> {
                 if let Some(start) = streak_cpu.take() {
                     self.busy_cpu += thread_cpu().saturating_sub(start);
                 }
+                self.end_nic_sample();
                 // Idle: unbind the windows left over freed memory (the next turn's batch does
                 // it), then zero memory no window covers any more — both off the grant path.
                 if self.core.unbind_idle(IDLE_SCRUB_OBJECTS) {
@@ -169,11 +185,27 @@ impl<P: Provider> Runner<P> {
         if let Some(start) = streak_cpu.take() {
             self.busy_cpu += thread_cpu().saturating_sub(start);
         }
+        self.end_nic_sample();
         self.publish_stats();
         // The thread's clock goes with it: its final time stays in the snapshot.
         if let Some(s) = self.shared.stats.lock().get_mut(self.shard) {
             s.manager_cpu = thread_cpu();
         }
+    }
+
+    /// Ends the iteration being timed, if one is: its NIC calls' time joins the sample.
+    fn end_nic_sample(&mut self) {
+        if self.nic_sample.is_open() {
+            self.time_nic_calls(false);
+            let spent = self.rpc.take_nic_time() + self.nic.nic_calls.take();
+            self.nic_sample.end(spent);
+        }
+    }
+
+    /// Starts or stops timing the NIC calls of the control channel and of the chains.
+    fn time_nic_calls(&mut self, on: bool) {
+        self.rpc.time_nic_calls(on);
+        self.nic.nic_calls.arm(on);
     }
 
     /// Zeroes buffers given as (address, length) in the pool.
@@ -237,6 +269,7 @@ impl<P: Provider> Runner<P> {
         s.counters = self.core.counters();
         s.occupancy = Some(self.core.occupancy());
         s.busy_cpu = self.busy_cpu;
+        s.nic_calls = self.nic_sample.estimate();
         s.batches = self.batches;
         s.clients = self.sessions.len();
         s.sessions_ended = self.ended;
