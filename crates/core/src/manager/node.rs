@@ -41,6 +41,7 @@ pub use status::{
 };
 
 use super::core::{ManagerConfig, ManagerCore};
+use super::fast_hash::FastMap;
 use super::state::ClientId;
 use super::tenants::{DEFAULT_TENANT, TenantId};
 use crate::proto::connect::{Intent, Role};
@@ -172,8 +173,8 @@ struct Runner<P: Provider> {
     /// Tenants and secrets (empty: everyone is the default tenant).
     tenants: HashMap<TenantId, u64>,
     /// Client sessions on this shard, and the client of each control QP.
-    sessions: HashMap<ClientId, sessions::Session<P>>,
-    by_qpn: HashMap<QpNumber, ClientId>,
+    sessions: FastMap<ClientId, sessions::Session<P>>,
+    by_qpn: FastMap<QpNumber, ClientId>,
     /// Sessions ended (counted by the shard that ended them).
     ended: SessionEnds,
     limits: NodeLimits,
@@ -183,7 +184,7 @@ struct Runner<P: Provider> {
     /// When sessions were last swept for broken QPs and timeouts.
     last_sweep: rnic::Timestamp,
     /// Extra copies of requests of the current batch (a retry arriving with its original).
-    batch_copies: HashMap<(ClientId, u64), u32>,
+    batch_copies: FastMap<(ClientId, u64), u32>,
     /// The control channel's server end: request slots in an SRQ, reply slots.
     rpc: RpcServer<P, ControlProtocol>,
     /// A control send failed: sweep the sessions for broken QPs.
@@ -440,8 +441,8 @@ impl<P: Provider> MemoryNode<P> {
                 windows_per_client: cfg.windows_per_client.max(2),
                 finished: super::Finished::default(),
                 tenants: cfg.tenants.iter().map(|t| (t.tenant, t.secret)).collect(),
-                sessions: HashMap::new(),
-                by_qpn: HashMap::new(),
+                sessions: FastMap::default(),
+                by_qpn: FastMap::default(),
                 ended: SessionEnds::default(),
                 limits: NodeLimits {
                     idle_timeout_us: cfg
@@ -453,7 +454,7 @@ impl<P: Provider> MemoryNode<P> {
                 tenant_sessions: HashMap::new(),
                 sessions_per_tenant: cfg.sessions_per_tenant(),
                 last_sweep: rnic::Timestamp::ZERO,
-                batch_copies: HashMap::new(),
+                batch_copies: FastMap::default(),
                 rpc,
                 sweep: false,
                 others: Vec::new(),

@@ -6,8 +6,8 @@ use super::*;
 
 /// The control QP of each session, by QP number (where request slots go back to).
 fn control_qps<'a, P: Provider>(
-    sessions: &'a HashMap<ClientId, super::sessions::Session<P>>,
-    by_qpn: &'a HashMap<QpNumber, ClientId>,
+    sessions: &'a FastMap<ClientId, super::sessions::Session<P>>,
+    by_qpn: &'a FastMap<QpNumber, ClientId>,
 ) -> impl Fn(QpNumber) -> Option<&'a P::Qp> {
     move |qpn| {
         by_qpn
