@@ -23,6 +23,7 @@ mod addresses;
 mod config;
 mod faults;
 mod ids;
+mod mailbox;
 mod nic;
 mod nic_sample;
 mod recent;
@@ -63,7 +64,7 @@ use std::time::Duration;
 
 /// Connections accepted and not yet adopted by a shard's thread (a control connection with
 /// its block of receive slots, under flow control).
-type Pending<P> = Mutex<Vec<Accepted<P>>>;
+type Pending<P> = mailbox::Mailbox<Accepted<P>>;
 
 /// A connection the accept policy established, for its shard to take up.
 struct Accepted<P: Provider> {
@@ -113,7 +114,7 @@ struct Shared<P: Provider> {
     /// When each authenticated client was last heard on any shard's control path, µs.
     heard: Mutex<HashMap<ClientId, Arc<AtomicU64>>>,
     /// Per shard: clients whose session another shard ended.
-    ended: Vec<Mutex<Vec<ClientId>>>,
+    ended: Vec<mailbox::Mailbox<ClientId>>,
     /// Each tenant's access-fault budget (data reconnections), and the slots clients used.
     faults: Mutex<faults::FaultBudget>,
     /// Live sessions per source address.
@@ -121,7 +122,7 @@ struct Shared<P: Provider> {
     /// Per shard: QPs the device reported broken (shard 0 reads the device's asynchronous
     /// events and tells every shard, with how each ended; a shard ends the session whose
     /// control QP it is).
-    broken: Vec<Mutex<Vec<(QpNumber, sessions::QpEnd)>>>,
+    broken: Vec<mailbox::Mailbox<(QpNumber, sessions::QpEnd)>>,
     loop_secret: u64,
 }
 
@@ -340,15 +341,15 @@ impl<P: Provider> MemoryNode<P> {
             status: Mutex::new(vec![NodeStatus::default(); shards]),
             stats: Mutex::new(vec![NodeStats::default(); shards]),
             published: Condvar::new(),
-            incoming: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            incoming: (0..shards).map(|_| Default::default()).collect(),
             secrets: Mutex::new(HashMap::new()),
             // A start of its own per run: an id of an earlier run reads as one (`ids.rs`).
             ids: Mutex::new(ids::ClientIds::new(rand::rng().random())),
             tenants_of: Mutex::new(HashMap::new()),
             client_domains: Mutex::new(HashMap::new()),
             heard: Mutex::new(HashMap::new()),
-            ended: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
-            broken: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            ended: (0..shards).map(|_| Default::default()).collect(),
+            broken: (0..shards).map(|_| Default::default()).collect(),
             faults: Mutex::new(faults::FaultBudget::new(
                 cfg.limits.fault_burst,
                 cfg.limits.faults_per_s,

@@ -20,7 +20,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Configuration of a soft device. A plain struct with defaults (quinn's `TransportConfig`).
@@ -111,6 +111,9 @@ pub(crate) struct DeviceInner {
     pub(crate) transport: Arc<dyn Transport>,
     rng: Mutex<StdRng>,
     events: Mutex<VecDeque<AsyncEvent>>,
+    /// Events are queued (set and cleared under `events`' lock): a poll of an empty queue,
+    /// which a serving thread makes every turn, takes no lock.
+    events_queued: AtomicBool,
     next_pd: AtomicU32,
     next_qpn: AtomicU32,
     pub(crate) counts: ResourceCounts,
@@ -171,6 +174,7 @@ impl SoftContext {
                 transport,
                 rng: Mutex::new(rng),
                 events: Mutex::new(VecDeque::new()),
+                events_queued: AtomicBool::new(false),
                 next_pd: AtomicU32::new(1),
                 next_qpn: AtomicU32::new(first_qpn),
                 counts: ResourceCounts::default(),
@@ -234,11 +238,20 @@ impl DeviceInner {
         let mut q = self.events.lock();
         if q.len() < 4096 {
             q.push_back(e);
+            self.events_queued.store(true, Ordering::Release);
         }
     }
 
     pub(crate) fn pop_event(&self) -> Option<AsyncEvent> {
-        self.events.lock().pop_front()
+        if !self.events_queued.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut q = self.events.lock();
+        let e = q.pop_front();
+        if q.is_empty() {
+            self.events_queued.store(false, Ordering::Relaxed);
+        }
+        e
     }
 
     pub(crate) fn new_pd_id(&self) -> u32 {

@@ -191,7 +191,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
             // Every shard may bind type-2 windows on a client's data QP.
             Role::Data => {
                 for incoming in &self.shared.incoming {
-                    incoming.lock().push(Accepted {
+                    incoming.post(Accepted {
                         intent,
                         qp: qp.clone(),
                         block: None,
@@ -230,7 +230,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     .as_ref()
                     .filter(|_| first)
                     .and_then(|name| self.certificates.get(name).copied());
-                incoming.lock().push(Accepted {
+                incoming.post(Accepted {
                     intent,
                     qp,
                     block,
@@ -240,7 +240,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
             }
             Role::Loopback => {
                 if let Some(incoming) = self.shared.incoming.get(intent.slot as usize) {
-                    incoming.lock().push(Accepted {
+                    incoming.post(Accepted {
                         intent,
                         qp,
                         block: None,

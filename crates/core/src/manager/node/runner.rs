@@ -286,7 +286,7 @@ impl<P: Provider> Runner<P> {
             windows,
             recent_requests: self.sessions.values().map(|c| c.recent.len()).sum(),
             control_blocks: self.rpc.connection_slots().map_or(0, |s| s.attached()),
-            pending_connections: self.shared.incoming[self.shard].lock().len(),
+            pending_connections: self.shared.incoming[self.shard].len(),
             client_records: [
                 self.shared.secrets.lock().len(),
                 self.shared.tenants_of.lock().len(),
@@ -313,13 +313,7 @@ impl<P: Provider> Runner<P> {
     }
 
     fn adopt_incoming(&mut self, now: rnic::Timestamp) {
-        let incoming = {
-            let mut pending = self.shared.incoming[self.shard].lock();
-            if pending.is_empty() {
-                return;
-            }
-            std::mem::take(&mut *pending)
-        };
+        let incoming = self.shared.incoming[self.shard].take();
         for Accepted {
             intent,
             qp,

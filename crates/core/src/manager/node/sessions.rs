@@ -189,7 +189,7 @@ impl<P: Provider> Runner<P> {
         self.shared.client_domains.lock().remove(&client);
         for (k, mailbox) in self.shared.ended.iter().enumerate() {
             if k != self.shard {
-                mailbox.lock().push(client);
+                mailbox.post(client);
             }
         }
         known
@@ -210,19 +210,11 @@ impl<P: Provider> Runner<P> {
                     _ => {}
                 }
             }
-            if !broken.is_empty() {
-                for mailbox in &self.shared.broken {
-                    mailbox.lock().extend_from_slice(&broken);
-                }
+            for mailbox in &self.shared.broken {
+                mailbox.post_all(&broken);
             }
         }
-        let broken = {
-            let mut mailbox = self.shared.broken[self.shard].lock();
-            if mailbox.is_empty() {
-                return;
-            }
-            std::mem::take(&mut *mailbox)
-        };
+        let broken = self.shared.broken[self.shard].take();
         for (qpn, end) in broken {
             // The number may name a newer QP by now: only a broken one ends its session.
             let client = self.by_qpn.get(&qpn).copied().filter(|c| {
@@ -242,13 +234,7 @@ impl<P: Provider> Runner<P> {
 
     /// Ends the sessions other shards ended.
     pub(super) fn take_ended_elsewhere(&mut self) {
-        let ended = {
-            let mut mailbox = self.shared.ended[self.shard].lock();
-            if mailbox.is_empty() {
-                return;
-            }
-            std::mem::take(&mut *mailbox)
-        };
+        let ended = self.shared.ended[self.shard].take();
         for client in ended {
             self.end_session(client, EndReason::Elsewhere);
         }
