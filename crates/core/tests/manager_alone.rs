@@ -65,18 +65,17 @@ fn every_kind_is_answered_and_its_allocations_are_counted() {
                 }
             }
         }
-        // None for a bare turn or an RPC extension; for the others, today's counts at batch
-        // 16, rounded up (the target is none: `docs/evaluation.md`, "The manager alone"):
-        // no request may cost more than it does now.
+        // None at steady state (`docs/evaluation.md`, "The manager alone"): a bare turn and
+        // an RPC extension allocate nothing at all; a grant may still grow a table now and
+        // then (the deadline heap, a map doubling: amortized, under 0.01 per request), never
+        // once per request or per batch.
         let ceiling = match kind {
             Kind::Bare | Kind::Extend => 0.0,
-            Kind::Expr => 1.2,
-            Kind::AllocateFree => 3.0,
-            Kind::AcquireRevoke => 1.5,
+            Kind::Expr | Kind::AllocateFree | Kind::AcquireRevoke => 0.01,
         };
         assert!(
             per_batch[2] <= ceiling,
-            "{kind:?}: {:.2} heap allocations per request at batch 16 (at most {ceiling})",
+            "{kind:?}: {:.4} heap allocations per request at batch 16 (at most {ceiling})",
             per_batch[2]
         );
         println!(

@@ -405,6 +405,22 @@ impl PendingGrant {
     }
 }
 
+/// Idle objects' lists kept for reuse, at most.
+const SPARE_HOLDER_LISTS: usize = 1024;
+
+/// The state of object `addr` in `objects`, created if it had none, with a holder list from
+/// `spare` (a free function: callers hold other fields of the core meanwhile).
+fn object_state<'a>(
+    objects: &'a mut FastMap<u64, ObjectState>,
+    spare: &mut Vec<Vec<u32>>,
+    addr: u64,
+) -> &'a mut ObjectState {
+    objects.entry(addr).or_insert_with(|| ObjectState {
+        perms: spare.pop().unwrap_or_default(),
+        ..ObjectState::default()
+    })
+}
+
 /// The manager's state machine (one shard).
 #[derive(Debug)]
 pub struct ManagerCore {
@@ -455,6 +471,10 @@ pub struct ManagerCore {
     spare_release: Vec<MwId>,
     /// Protection domains in which a bind of a turn failed.
     spare_domains: Vec<u32>,
+    /// Lists (holders, stale windows) of objects that went idle, cleared, for the next object
+    /// that needs one (at most [`SPARE_HOLDER_LISTS`]): a grant on an idle object, or the
+    /// delayed unbinding of a freed one, allocates nothing.
+    spare_holder_lists: Vec<Vec<u32>>,
     spare_chain: (Vec<NicOp>, Vec<Cont>),
     /// Windows that must stop covering their memory in this batch.
     pub(super) releasing: Vec<(MwId, ClientId)>,
@@ -531,6 +551,7 @@ impl ManagerCore {
             spare_results: Vec::new(),
             spare_release: Vec::new(),
             spare_domains: Vec::new(),
+            spare_holder_lists: Vec::new(),
             spare_chain: (Vec::new(), Vec::new()),
             releasing: Vec::new(),
             needs: Vec::new(),
@@ -669,14 +690,14 @@ impl ManagerCore {
                 continue;
             };
             let client = 0; // an unbind needs no client: the window's domain decides
-            for mw in std::mem::take(&mut obj.stale_mws) {
+            for mw in obj.stale_mws.drain(..) {
                 self.stale_owner.remove(&mw);
                 self.mws.remove_stale(mw);
                 self.releasing.push((mw, client));
                 queued = true;
             }
             if obj.is_idle() {
-                self.objects.remove(&addr);
+                self.remove_idle_object(addr);
             }
             taken += 1;
         }
@@ -718,6 +739,27 @@ impl ManagerCore {
             + self.tenants.metadata_bytes()
             + self.names.metadata_bytes()
             + self.keys.as_ref().map_or(0, KeyBytes::metadata_bytes)
+    }
+
+    /// Forgets the state of `addr` if nothing references it any more, keeping its holder
+    /// list's allocation for the next object.
+    pub(super) fn remove_idle_object(&mut self, addr: u64) {
+        if !self.objects.get(&addr).is_some_and(ObjectState::is_idle) {
+            return;
+        }
+        if let Some(state) = self.objects.remove(&addr) {
+            self.recycle_list(state.perms);
+            self.recycle_list(state.stale_mws);
+        }
+    }
+
+    /// Keeps an object's list (holders or stale windows: both `u32`s) for reuse, if there is
+    /// room and it has an allocation.
+    pub(super) fn recycle_list(&mut self, mut list: Vec<u32>) {
+        if list.capacity() > 0 && self.spare_holder_lists.len() < SPARE_HOLDER_LISTS {
+            list.clear();
+            self.spare_holder_lists.push(list);
+        }
     }
 
     /// Pool bytes held by live objects plus the header pool's bytes in use.

@@ -121,9 +121,7 @@ impl ManagerCore {
                     // Nobody learned the address of the new memory: it goes back.
                     self.buffers.free(object);
                     self.tenants.disown(object);
-                    if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
-                        self.objects.remove(&object);
-                    }
+                    self.remove_idle_object(object);
                 }
                 self.replies.push(failed);
                 continue;

@@ -47,9 +47,14 @@ impl ManagerCore {
     fn make_stale(&mut self, mw: MwId, owner: StaleOwner) {
         match owner {
             StaleOwner::Object(addr) => {
-                let obj = self.objects.entry(addr).or_default();
+                let obj = object_state(&mut self.objects, &mut self.spare_holder_lists, addr);
                 if obj.stale_mws.is_empty() {
                     self.stale_objects.push_back(addr);
+                    if obj.stale_mws.capacity() == 0
+                        && let Some(list) = self.spare_holder_lists.pop()
+                    {
+                        obj.stale_mws = list;
+                    }
                 }
                 obj.stale_mws.push(mw);
             }
@@ -71,12 +76,13 @@ impl ManagerCore {
                 self.refuse(Asker::of(&w), Status::NotFound);
             }
         }
+        // Taken out while they end (each end takes its key out of the list): no copy.
         let keys = self
             .objects
-            .get(&object)
-            .map(|o| o.perms.clone())
+            .get_mut(&object)
+            .map(|o| std::mem::take(&mut o.perms))
             .unwrap_or_default();
-        for key in keys {
+        for &key in &keys {
             // A grant of this very batch (windows not yet assigned): cancel it, or its binds
             // would still be posted over the freed memory and its reply would never leave.
             let granting = self
@@ -95,11 +101,10 @@ impl ManagerCore {
                 self.counters.ended -= 1; // never granted
             }
         }
+        self.recycle_list(keys);
         self.buffers.free(object);
         self.tenants.disown(object);
-        if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
-            self.objects.remove(&object);
-        }
+        self.remove_idle_object(object);
     }
 
     /// Grants queued requests that have become compatible, in FIFO order.
@@ -142,20 +147,21 @@ impl ManagerCore {
             };
             self.grant(now, asker, o, lease_us, (access, mode), false);
         }
-        if self.objects.get(&object).is_some_and(ObjectState::is_idle) {
-            self.objects.remove(&object);
-        }
+        self.remove_idle_object(object);
     }
 
     /// Zeroes the lifetime field of every holder of `object`, so nobody extends past its
     /// current deadline while others wait.
     pub(super) fn refuse_holders(&mut self, object: u64) {
-        let keys = self
+        // Taken out and put back: queueing CASes leaves the holders as they are.
+        let Some(keys) = self
             .objects
-            .get(&object)
-            .map(|o| o.perms.clone())
-            .unwrap_or_default();
-        for key in keys {
+            .get_mut(&object)
+            .map(|o| std::mem::take(&mut o.perms))
+        else {
+            return;
+        };
+        for &key in &keys {
             let Some(p) = self.perms.get_mut(key) else {
                 continue;
             };
@@ -174,6 +180,9 @@ impl ManagerCore {
                     expected,
                 },
             );
+        }
+        if let Some(o) = self.objects.get_mut(&object) {
+            o.perms = keys;
         }
     }
 
@@ -216,7 +225,9 @@ impl ManagerCore {
     /// Windows still releasing afterwards are unbound.
     pub(super) fn assign_windows(&mut self) {
         let handover = self.cfg.techniques.handover;
-        for (key, is_buffer, target, client) in std::mem::take(&mut self.needs) {
+        // Kept from batch to batch (put back below): no allocation per batch.
+        let mut needs = std::mem::take(&mut self.needs);
+        for (key, is_buffer, target, client) in needs.drain(..) {
             let domain = self.mws.domain_of_client(client);
             let releasing_here = self
                 .releasing
@@ -281,7 +292,10 @@ impl ManagerCore {
                 },
             ));
         }
-        for (mw, client) in std::mem::take(&mut self.releasing) {
+        if self.needs.is_empty() {
+            self.needs = needs;
+        }
+        for &(mw, client) in &self.releasing {
             self.counters.unbinds += 1;
             self.ops.push((
                 NicOp::Bind {
@@ -293,6 +307,7 @@ impl ManagerCore {
                 Cont::Release { mw },
             ));
         }
+        self.releasing.clear();
     }
 
     pub(super) fn take_stale_window(&mut self, domain: u32) -> Option<MwId> {
@@ -301,9 +316,7 @@ impl ManagerCore {
             Some(StaleOwner::Object(addr)) => {
                 if let Some(o) = self.objects.get_mut(&addr) {
                     o.stale_mws.retain(|&m| m != mw);
-                    if o.is_idle() {
-                        self.objects.remove(&addr);
-                    }
+                    self.remove_idle_object(addr);
                 }
             }
             Some(StaleOwner::Header(addr)) => {

@@ -137,7 +137,7 @@ impl ManagerCore {
         if size == 0 || size > obj.buffer().1 || lease_us == 0 {
             return self.fail(client, req_id, Status::InvalidArgument);
         }
-        let state = self.objects.entry(obj.addr).or_default();
+        let state = object_state(&mut self.objects, &mut self.spare_holder_lists, obj.addr);
         if !state.admits(mode) {
             let wait_us = wait_us.min(self.cfg.max_wait_us);
             if wait_us == 0 {
@@ -273,8 +273,8 @@ impl ManagerCore {
             return self.fail(client, req_id, Status::NoMemory);
         };
         // Reused memory: windows of earlier owners still bound over it die in this chain.
-        let state = self.objects.entry(obj.addr).or_default();
-        for mw in std::mem::take(&mut state.stale_mws) {
+        let state = object_state(&mut self.objects, &mut self.spare_holder_lists, obj.addr);
+        for mw in state.stale_mws.drain(..) {
             self.stale_owner.remove(&mw);
             self.mws.remove_stale(mw);
             self.releasing.push((mw, client));
@@ -293,13 +293,7 @@ impl ManagerCore {
             _ => {
                 // Not granted (pools exhausted): the memory goes back instead of leaking.
                 self.buffers.free(obj.addr);
-                if self
-                    .objects
-                    .get(&obj.addr)
-                    .is_some_and(ObjectState::is_idle)
-                {
-                    self.objects.remove(&obj.addr);
-                }
+                self.remove_idle_object(obj.addr);
             }
         }
     }
@@ -396,7 +390,12 @@ impl ManagerCore {
         };
         let key = self.perms.insert(p);
         self.tenants.count_permission(client, mode, true);
-        let state = self.objects.entry(obj.addr).or_default();
+        let state = object_state(&mut self.objects, &mut self.spare_holder_lists, obj.addr);
+        if state.perms.capacity() == 0
+            && let Some(list) = self.spare_holder_lists.pop()
+        {
+            state.perms = list;
+        }
         state.perms.push(key);
         state.hold(mode);
         if contiguous {
