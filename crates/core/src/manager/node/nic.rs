@@ -15,6 +15,7 @@ use rnic::{
     ProtectionDomain, Provider, QpState, QpTiming, QueuePair, SendOp, SendWr, Sge, WcStatus,
     WorkCompletion,
 };
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -143,22 +144,20 @@ impl<P: Provider> NodeNic<P> {
         if self.isolation == Isolation::Type2 {
             self.replace_windows_of_broken_qps(ops);
         }
-        let mut binds: Vec<Vec<SendWr<'_, P::Mw, P::Mr>>> =
-            (0..self.domains.len()).map(|_| Vec::new()).collect();
-        let mut cases = Vec::new();
+        // On the stack for a batch's usual handful of ops: no allocation per batch.
+        let mut cases: SmallVec<[SendWr<'_, P::Mw, P::Mr>; 16]> = SmallVec::new();
+        let mut bind_domains: SmallVec<[usize; 4]> = SmallVec::new();
         let mut expected = 0;
-        let mut mw_qp_updates = Vec::new();
+        let mut mw_qp_updates: SmallVec<[(MwId, Option<P::Qp>); 4]> = SmallVec::new();
         for (i, op) in ops.iter().enumerate() {
-            let wr_id = (self.shard as u64) << SHARD_SHIFT | (base + i) as u64;
+            let wr_id = self.wr_id(base + i);
             match *op {
                 NicOp::Bind {
                     mw,
                     target,
                     client,
                     key,
-                } if self.isolation == Isolation::Type2
-                    && self.mw_domain.get(mw as usize).is_some_and(|&d| d > 0) =>
-                {
+                } if self.is_type2_window(mw) => {
                     let (outcome, update) = self.post_type2(wr_id, mw, target, client, key);
                     mw_qp_updates.push((mw, update));
                     match outcome {
@@ -167,35 +166,12 @@ impl<P: Provider> NodeNic<P> {
                         Type2Post::Failed => {}
                     }
                 }
-                NicOp::Bind {
-                    mw, target, key, ..
-                } => {
-                    let Some((window, d, domain)) = self.window_in_domain(mw) else {
-                        continue;
-                    };
-                    binds[d].push(SendWr {
-                        wr_id,
-                        signaled: true,
-                        op: SendOp::BindMw {
-                            mw: window,
-                            bind: match target {
-                                Some(t) => BindInfo {
-                                    mr: Some(&*domain.mr),
-                                    addr: t.addr,
-                                    length: t.len,
-                                    access: t.access,
-                                    key,
-                                },
-                                None => BindInfo {
-                                    mr: None,
-                                    addr: 0,
-                                    length: 0,
-                                    access: AccessFlags::empty(),
-                                    key: None,
-                                },
-                            },
-                        },
-                    });
+                NicOp::Bind { mw, .. } => {
+                    if let Some((_, d, _)) = self.window_in_domain(mw)
+                        && !bind_domains.contains(&d)
+                    {
+                        bind_domains.push(d);
+                    }
                 }
                 NicOp::LifetimeCas {
                     addr,
@@ -220,11 +196,17 @@ impl<P: Provider> NodeNic<P> {
         }
         // The NIC's part: posting the chains and waiting for their completions.
         let span = self.nic_calls.start();
-        for (d, chain) in binds.iter().enumerate() {
+        // One chain per domain on its bind QP (one domain in the shared PD).
+        for &d in &bind_domains {
             let Some(domain) = self.domains[d].as_ref() else {
                 continue;
             };
-            if !chain.is_empty() && domain.bind_qp.post_send(chain).is_ok() {
+            let chain: SmallVec<[SendWr<'_, P::Mw, P::Mr>; 16]> = ops
+                .iter()
+                .enumerate()
+                .filter_map(|(i, op)| self.bind_wr(op, d, self.wr_id(base + i)))
+                .collect();
+            if !chain.is_empty() && domain.bind_qp.post_send(&chain).is_ok() {
                 expected += chain.len();
             }
         }
@@ -271,6 +253,58 @@ impl<P: Provider> NodeNic<P> {
             }
         }
         self.nic_calls.stop(span);
+    }
+
+    /// The work-request id of op `index` of a batch (the shard in its top byte).
+    fn wr_id(&self, index: usize) -> u64 {
+        (self.shard as u64) << SHARD_SHIFT | index as u64
+    }
+
+    /// Whether `mw` is a type-2 window of a client's domain (bound through the client's QP).
+    fn is_type2_window(&self, mw: MwId) -> bool {
+        self.isolation == Isolation::Type2
+            && self.mw_domain.get(mw as usize).is_some_and(|&d| d > 0)
+    }
+
+    /// The bind (or unbind) `op` asks for, as a work request of domain `d`'s bind QP, if `op`
+    /// is a type-1 bind of a window of that domain.
+    fn bind_wr(&self, op: &NicOp, d: usize, wr_id: u64) -> Option<SendWr<'_, P::Mw, P::Mr>> {
+        let NicOp::Bind {
+            mw, target, key, ..
+        } = *op
+        else {
+            return None;
+        };
+        if self.is_type2_window(mw) {
+            return None;
+        }
+        let (window, wd, domain) = self.window_in_domain(mw)?;
+        if wd != d {
+            return None;
+        }
+        Some(SendWr {
+            wr_id,
+            signaled: true,
+            op: SendOp::BindMw {
+                mw: window,
+                bind: match target {
+                    Some(t) => BindInfo {
+                        mr: Some(&*domain.mr),
+                        addr: t.addr,
+                        length: t.len,
+                        access: t.access,
+                        key,
+                    },
+                    None => BindInfo {
+                        mr: None,
+                        addr: 0,
+                        length: 0,
+                        access: AccessFlags::empty(),
+                        key: None,
+                    },
+                },
+            },
+        })
     }
 
     /// A window, its domain's index and the domain.
@@ -353,7 +387,7 @@ impl<P: Provider> NodeNic<P> {
         (qps, domains, self.live_windows)
     }
 
-    fn apply_mw_qp(&mut self, updates: Vec<(MwId, Option<P::Qp>)>) {
+    fn apply_mw_qp(&mut self, updates: impl IntoIterator<Item = (MwId, Option<P::Qp>)>) {
         for (mw, qp) in updates {
             match qp {
                 Some(qp) => self.mw_qp.insert(mw, qp),
