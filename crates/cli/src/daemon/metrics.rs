@@ -198,6 +198,12 @@ impl Collector for NodeCollector {
             "CPU time of the manager threads handling batches",
             s.busy_cpu.as_secs_f64(),
         )?;
+        gauge_f(
+            e,
+            "patronus_manager_nic_call_seconds",
+            "Of the busy time, wall time inside NIC calls (sampled): the software NIC's work runs there",
+            s.nic_calls.as_secs_f64(),
+        )?;
         service_histogram(e, &s.service)
     }
 }
