@@ -68,8 +68,12 @@ fn write(c: &Client<SoftProvider>, user: u16, addr: u64, rkey: rnic::MemoryKey, 
 #[test]
 fn a_fault_on_a_shared_qp_is_promoted_once_and_spares_the_other_user() {
     for isolation in [Isolation::SharedPd, Isolation::PdPerClient] {
+        // The permission must outlive the test's steps, however slow a loaded machine makes
+        // them (the default 10 ms cap expired it mid-test under load: the retried FAA was
+        // refused and the read found the lease over).
         let node = NodeConfig {
             isolation,
+            max_lifetime_us: 60_000_000,
             ..NodeConfig::default()
         };
         let cfg = ClientConfig {
@@ -126,7 +130,11 @@ fn a_fault_on_a_shared_qp_is_promoted_once_and_spares_the_other_user() {
         let retry = faa(c, OTHER_USER, p.addr() + 8, p.rkey(), 8);
         now.qp.post_send(&[retry]).unwrap();
         let again = next_completion(c, OTHER_USER);
-        assert_eq!((again.wc.wr_id, again.wc.status), (8, WcStatus::Success));
+        assert_eq!(
+            (again.wc.wr_id, again.wc.status),
+            (8, WcStatus::Success),
+            "{isolation:?}: {again:?}"
+        );
         let mut word = [0u8; 8];
         c.read(&p, 8, &mut word).unwrap();
         assert_eq!(u64::from_le_bytes(word), 1, "{isolation:?}");
