@@ -429,26 +429,23 @@ fn summarize(exp: &mut Experiment, clients: u32) {
             value: all / bare.max(1e-9),
         },
     ];
-    let mgr = |m: &str| {
+    // A row's value of `key` (NaN without the row).
+    let metric = |m: &str, key: &str| {
         exp.row(m, clients)
-            .and_then(|r| r.get_f64("mn_manager_cpu_us_per_op"))
+            .and_then(|r| r.get_f64(key))
             .unwrap_or(f64::NAN)
     };
+    let mgr = |m: &str| metric(m, "mn_manager_cpu_us_per_op");
     let (mgr_all, mgr_bare, mgr_sharded) = (mgr("+ Expr"), mgr("RPC (bare)"), mgr(SHARDED));
     // The manager's busy CPU split: inside NIC calls (the soft NIC's work, inline) and the
     // rest, its own.
-    let split = |m: &str, k: &str| {
-        exp.row(m, clients)
-            .and_then(|r| r.get_f64(k))
-            .unwrap_or(f64::NAN)
-    };
     let (own_all, nic_all) = (
-        split("+ Expr", "mn_manager_own_us_per_op"),
-        split("+ Expr", "mn_manager_nic_us_per_op"),
+        metric("+ Expr", "mn_manager_own_us_per_op"),
+        metric("+ Expr", "mn_manager_nic_us_per_op"),
     );
     let (own_bare, nic_bare) = (
-        split("RPC (bare)", "mn_manager_own_us_per_op"),
-        split("RPC (bare)", "mn_manager_nic_us_per_op"),
+        metric("RPC (bare)", "mn_manager_own_us_per_op"),
+        metric("RPC (bare)", "mn_manager_nic_us_per_op"),
     );
     let mgr_unguarded = mgr(SHARED_QUEUE);
     exp.ratios.push(Ratio {

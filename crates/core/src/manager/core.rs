@@ -406,19 +406,16 @@ impl PendingGrant {
 }
 
 /// Idle objects' lists kept for reuse, at most.
-const SPARE_HOLDER_LISTS: usize = 1024;
+const SPARE_LISTS: usize = 1024;
 
-/// The state of object `addr` in `objects`, created if it had none, with a holder list from
-/// `spare` (a free function: callers hold other fields of the core meanwhile).
-fn object_state<'a>(
-    objects: &'a mut FastMap<u64, ObjectState>,
-    spare: &mut Vec<Vec<u32>>,
-    addr: u64,
-) -> &'a mut ObjectState {
-    objects.entry(addr).or_insert_with(|| ObjectState {
-        perms: spare.pop().unwrap_or_default(),
-        ..ObjectState::default()
-    })
+/// Gives `list` an allocation kept in `spare` if it has none, before a push (the lists of
+/// objects that went idle are reused instead of allocated again).
+fn reuse_allocation(list: &mut Vec<u32>, spare: &mut Vec<Vec<u32>>) {
+    if list.capacity() == 0
+        && let Some(kept) = spare.pop()
+    {
+        *list = kept;
+    }
 }
 
 /// The manager's state machine (one shard).
@@ -472,9 +469,9 @@ pub struct ManagerCore {
     /// Protection domains in which a bind of a turn failed.
     spare_domains: Vec<u32>,
     /// Lists (holders, stale windows) of objects that went idle, cleared, for the next object
-    /// that needs one (at most [`SPARE_HOLDER_LISTS`]): a grant on an idle object, or the
+    /// that needs one (at most [`SPARE_LISTS`]): a grant on an idle object, or the
     /// delayed unbinding of a freed one, allocates nothing.
-    spare_holder_lists: Vec<Vec<u32>>,
+    spare_lists: Vec<Vec<u32>>,
     spare_chain: (Vec<NicOp>, Vec<Cont>),
     /// Windows that must stop covering their memory in this batch.
     pub(super) releasing: Vec<(MwId, ClientId)>,
@@ -551,7 +548,7 @@ impl ManagerCore {
             spare_results: Vec::new(),
             spare_release: Vec::new(),
             spare_domains: Vec::new(),
-            spare_holder_lists: Vec::new(),
+            spare_lists: Vec::new(),
             spare_chain: (Vec::new(), Vec::new()),
             releasing: Vec::new(),
             needs: Vec::new(),
@@ -741,8 +738,8 @@ impl ManagerCore {
             + self.keys.as_ref().map_or(0, KeyBytes::metadata_bytes)
     }
 
-    /// Forgets the state of `addr` if nothing references it any more, keeping its holder
-    /// list's allocation for the next object.
+    /// Forgets the state of `addr` if nothing references it any more, keeping its lists'
+    /// allocations for the next objects.
     pub(super) fn remove_idle_object(&mut self, addr: u64) {
         if !self.objects.get(&addr).is_some_and(ObjectState::is_idle) {
             return;
@@ -756,9 +753,9 @@ impl ManagerCore {
     /// Keeps an object's list (holders or stale windows: both `u32`s) for reuse, if there is
     /// room and it has an allocation.
     pub(super) fn recycle_list(&mut self, mut list: Vec<u32>) {
-        if list.capacity() > 0 && self.spare_holder_lists.len() < SPARE_HOLDER_LISTS {
+        if list.capacity() > 0 && self.spare_lists.len() < SPARE_LISTS {
             list.clear();
-            self.spare_holder_lists.push(list);
+            self.spare_lists.push(list);
         }
     }
 

@@ -47,15 +47,11 @@ impl ManagerCore {
     fn make_stale(&mut self, mw: MwId, owner: StaleOwner) {
         match owner {
             StaleOwner::Object(addr) => {
-                let obj = object_state(&mut self.objects, &mut self.spare_holder_lists, addr);
+                let obj = self.objects.entry(addr).or_default();
                 if obj.stale_mws.is_empty() {
                     self.stale_objects.push_back(addr);
-                    if obj.stale_mws.capacity() == 0
-                        && let Some(list) = self.spare_holder_lists.pop()
-                    {
-                        obj.stale_mws = list;
-                    }
                 }
+                reuse_allocation(&mut obj.stale_mws, &mut self.spare_lists);
                 obj.stale_mws.push(mw);
             }
             StaleOwner::Header(addr) => {

@@ -137,7 +137,7 @@ impl ManagerCore {
         if size == 0 || size > obj.buffer().1 || lease_us == 0 {
             return self.fail(client, req_id, Status::InvalidArgument);
         }
-        let state = object_state(&mut self.objects, &mut self.spare_holder_lists, obj.addr);
+        let state = self.objects.entry(obj.addr).or_default();
         if !state.admits(mode) {
             let wait_us = wait_us.min(self.cfg.max_wait_us);
             if wait_us == 0 {
@@ -273,7 +273,7 @@ impl ManagerCore {
             return self.fail(client, req_id, Status::NoMemory);
         };
         // Reused memory: windows of earlier owners still bound over it die in this chain.
-        let state = object_state(&mut self.objects, &mut self.spare_holder_lists, obj.addr);
+        let state = self.objects.entry(obj.addr).or_default();
         for mw in state.stale_mws.drain(..) {
             self.stale_owner.remove(&mw);
             self.mws.remove_stale(mw);
@@ -390,12 +390,8 @@ impl ManagerCore {
         };
         let key = self.perms.insert(p);
         self.tenants.count_permission(client, mode, true);
-        let state = object_state(&mut self.objects, &mut self.spare_holder_lists, obj.addr);
-        if state.perms.capacity() == 0
-            && let Some(list) = self.spare_holder_lists.pop()
-        {
-            state.perms = list;
-        }
+        let state = self.objects.entry(obj.addr).or_default();
+        reuse_allocation(&mut state.perms, &mut self.spare_lists);
         state.perms.push(key);
         state.hold(mode);
         if contiguous {

@@ -42,24 +42,21 @@ impl<P: Provider> Runner<P> {
         while !self.shared.stop.load(Ordering::SeqCst) {
             requests.clear();
             self.end_nic_sample();
+            // NIC time counts only inside busy streaks, as busy CPU does: the poll is timed
+            // when a streak is under way, and an idle poll never is.
             let timing = self.nic_sample.next_is_timed();
-            self.time_nic_calls(timing);
             let was_busy = streak_cpu.is_some();
+            self.time_nic_calls(timing && was_busy);
             let qp_of = control_qps(&self.sessions, &self.by_qpn);
             if self.rpc.receive(&mut incoming, qp_of) > 0 && streak_cpu.is_none() {
                 // Messages answered on arrival (`Hello`, `UseQp`, retries) are work too.
                 streak_cpu = Some(thread_cpu());
             }
-            // NIC time counts only inside busy streaks, as busy CPU does.
             if streak_cpu.is_some() {
-                if !was_busy {
-                    // The poll that found the work ran before the streak's clock started.
-                    let _ = self.rpc.take_nic_time();
-                }
+                // A streak that starts here: the poll that found the work ran before its
+                // clock, the rest of the iteration is timed.
+                self.time_nic_calls(timing);
                 self.nic_sample.begin();
-            } else if timing {
-                self.time_nic_calls(false);
-                let _ = self.rpc.take_nic_time();
             }
             let now = clock.now();
             self.take_broken_qps();
