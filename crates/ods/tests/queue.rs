@@ -229,6 +229,36 @@ fn drained_segments_are_freed(t: Link) {
     assert_eq!(qs[1].stats().segments_freed, 5);
 }
 
+fn destroy_frees_the_root_and_every_linked_segment(t: Link) {
+    let (bed, mems) = bed(t, 2, NodeConfig::default(), Default::default());
+    let config = QueueConfig {
+        entries: 8,
+        item_size: 8,
+    };
+    let in_use = || bed.cluster.node.fresh_stats().pool_bytes_in_use;
+    let start = in_use();
+    let mut qs = queues(mems, config, options());
+    let root = qs[0].root();
+    for seq in 0..8 * 5 + 3 {
+        qs[0].push(&Item { producer: 0, seq }.bytes(8)).unwrap();
+    }
+    for q in &mut qs {
+        q.close().unwrap();
+    }
+    let full = in_use();
+    assert!(full > start, "{start} -> {full}");
+    let mut q = qs.remove(0);
+    let freed = Queue::destroy(q.memory_mut(), root).unwrap();
+    assert_eq!(freed, 6, "five full segments and the one being filled");
+    let end = in_use();
+    assert!(end <= start, "{start} -> {full} -> {end}");
+    // Gone: neither opened nor destroyed again.
+    assert!(matches!(
+        Queue::destroy(q.memory_mut(), root),
+        Err(QueueError::NotAQueue { .. })
+    ));
+}
+
 fn permission_operations_per_segment(t: Link) {
     let (_bed, mems) = bed(t, 3, NodeConfig::default(), Default::default());
     let config = QueueConfig {
@@ -288,5 +318,6 @@ patronus_core::both_transports!(
     interleaved_clients_get_every_item_once_in_order,
     threads_get_every_item_once,
     drained_segments_are_freed,
+    destroy_frees_the_root_and_every_linked_segment,
     permission_operations_per_segment,
 );

@@ -5,7 +5,8 @@
 //! `docs/data-structures.md` ("Lock-free queue"); the byte layout is in [`layout`].
 //!
 //! - [`Queue`]: one client's handle (its remote memory, its permissions, its counts);
-//!   [`Queue::create`] makes a queue and returns its root address, [`Queue::open`] joins one.
+//!   [`Queue::create`] makes a queue and returns its root address, [`Queue::open`] joins one,
+//!   [`Queue::destroy`] frees one nobody uses any more.
 //! - [`PushOp`], [`PopOp`]: operations as state machines, one batch or one control request per
 //!   [`step`](PushOp::step), so a driver can multiplex many logical clients on one thread;
 //!   [`Queue::push`] and [`Queue::pop`] run one to completion.
@@ -44,6 +45,7 @@ macro_rules! ready {
     };
 }
 
+mod destroy;
 mod error;
 mod handle;
 pub mod layout;
