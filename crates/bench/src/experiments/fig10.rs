@@ -6,7 +6,7 @@
 use super::driver::{Logical, Rig, StepCtx, now};
 use super::ods_rig::{MECHANISMS, OdsRig, Workload, mechanism_panel, workload_checks};
 use crate::harness::{BenchOpts, Experiment, Figure, Panel, PaperRef, Ratio, Row};
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use patronus_core::manager::Isolation;
 use patronus_ods::queue::{PushOp, Queue, QueueConfig, QueueOptions, QueueStats};
 use patronus_ods::{NamedRoots, RemoteMemory};
@@ -53,6 +53,8 @@ fn plan(opts: &BenchOpts) -> Plan {
 struct Producers {
     entries: u32,
     failed: Arc<AtomicU64>,
+    /// Producers whose handle failed to close.
+    close_failed: Arc<AtomicU64>,
     /// What the producers counted (summed as each is dropped at the end of the run).
     costs: Arc<parking_lot::Mutex<QueueStats>>,
 }
@@ -89,9 +91,19 @@ impl Workload for Producers {
             queue,
             costs: self.costs.clone(),
             failed: self.failed.clone(),
+            close_failed: self.close_failed.clone(),
             op: None,
             next: (i as u64) << 40,
         }))
+    }
+
+    fn destroy<M: RemoteMemory + NamedRoots + Send + 'static>(
+        &self,
+        mem: &mut M,
+        root: u64,
+    ) -> Result<()> {
+        Queue::destroy(mem, root).context("destroying the queue")?;
+        Ok(())
     }
 }
 
@@ -102,15 +114,22 @@ struct Producer<M: RemoteMemory> {
     opened: QueueStats,
     costs: Arc<parking_lot::Mutex<QueueStats>>,
     failed: Arc<AtomicU64>,
+    /// Handles whose close failed (their spare segments stay allocated).
+    close_failed: Arc<AtomicU64>,
     op: Option<(PushOp, Instant)>,
     next: u64,
 }
 
 impl<M: RemoteMemory> Drop for Producer<M> {
+    /// Counts the run's costs, then closes the handle: its spare segments (allocated, never
+    /// linked) are freed, which destroying the queue cannot do. The clock has stopped.
     fn drop(&mut self) {
         self.costs
             .lock()
             .add(&self.queue.stats().since(&self.opened));
+        if self.queue.close().is_err() {
+            self.close_failed.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -167,8 +186,12 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
     let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("fig10", opts.transport_name(), opts.quick);
-    // Room for every item pushed in a run (the queue has no consumer): 16 B an entry.
-    let pool = (plan.ops * 4 * 16).max(64 << 20);
+    // Room for one run's queue: each run's is destroyed before the next starts, and its
+    // producers free their spare segments as they close. The queue has no consumer, so it
+    // keeps every item pushed: segments of 1024 16 B entries and a 64 B header take 32 KiB
+    // each in both allocators (a power of two), 64 entries 2 KiB, so about 32 B an item; four
+    // times that covers a run that overshoots its operation target.
+    let pool = (plan.ops * 4 * 32).max(64 << 20);
     let nodes = OdsRig::start(&rig, pool, 1_000_000, Isolation::SharedPd)?;
     println!("Figure 10: queue producers ({ITEM} B items)");
     println!(
@@ -179,6 +202,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         let producers = Producers {
             entries,
             failed: Arc::default(),
+            close_failed: Arc::default(),
             costs: Arc::default(),
         };
         let m = nodes.run(
@@ -190,6 +214,9 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
             plan.budget,
             &format!("fig10 {mech} x{n} N={entries}"),
         )?;
+        nodes
+            .destroy(mech, &producers, m.root)
+            .with_context(|| format!("freeing {mech}'s queue"))?;
         let row = cost_columns(
             m.driven.row(mech, n, m.manager, m.engine),
             &producers.costs.lock(),
@@ -197,6 +224,12 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         .with("segment_entries", entries)
         .with("sweep", sweep)
         .with("failed_ops", producers.failed.load(Ordering::Relaxed));
+        let close_failed = producers.close_failed.load(Ordering::Relaxed);
+        if close_failed > 0 {
+            println!(
+                "          {close_failed} producers failed to close (spare segments left allocated)"
+            );
+        }
         println!(
             "{:<9} {:>9} {:>8} {:>10.1} {:>9.2} {:>9.2} {:>13.3}",
             mech,

@@ -5,7 +5,7 @@
 //!
 //! The table is loaded once per mechanism and value size (every key inserted by one client)
 //! and the three workloads run on it in turn; a write replaces a key's value (copy-on-write:
-//! a new block, a CAS, the old block freed).
+//! a new block, a CAS, the old block freed). The table is destroyed once its workloads ran.
 
 use super::driver::{Logical, Rig, StepCtx, now};
 use super::ods_rig::{MECHANISMS, Measured, OdsRig, Workload, mechanism_panel, workload_checks};
@@ -156,6 +156,28 @@ impl Workload for Kv {
         Ok(root)
     }
 
+    fn destroy<M: RemoteMemory + NamedRoots + Send + 'static>(
+        &self,
+        mem: &mut M,
+        root: u64,
+    ) -> Result<()> {
+        let d = race::open(mem, root, options())?
+            .destroy(mem)
+            .context("destroying the table")?;
+        // The workloads replace values and never add or remove keys: every loaded key's
+        // block is linked, once.
+        if d.blocks != self.workload.keys || d.skipped != 0 || d.missing != 0 {
+            bail!(
+                "destroying the table of {} keys freed {} blocks ({} slots skipped, {} objects missing)",
+                self.workload.keys,
+                d.blocks,
+                d.skipped,
+                d.missing
+            );
+        }
+        Ok(())
+    }
+
     fn client<M: RemoteMemory + NamedRoots + Send + 'static>(
         &self,
         mut mem: M,
@@ -272,7 +294,6 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     let plan = plan(opts);
     let rig = Rig::for_bench(opts);
     let mut exp = Experiment::new("fig9", opts.transport_name(), opts.quick);
-    // Loaded blocks, their replacements while writes run, and the tables.
     let nodes = OdsRig::start(&rig, pool_bytes(plan.keys), 1_000_000, opts.isolation)?;
     println!("Figure 9: RACE hashing, Zipfian 0.99, {} keys", plan.keys);
     println!(
@@ -324,6 +345,14 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
                     exp.rows.push(row);
                 }
             }
+            // Freed before the next table is loaded: the baseline node holds Unprot's and
+            // RPC's tables, and [`pool_bytes`] has room for one table at a time.
+            if let Some(root) = root {
+                let kv = Kv::new(KvWorkload::new(plan.keys, 0.99, 1.0, value_size));
+                nodes
+                    .destroy(mech, &kv, root)
+                    .with_context(|| format!("freeing {mech}'s {value_size} B table"))?;
+            }
         }
     }
     nodes.shutdown();
@@ -331,10 +360,19 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     Ok(exp)
 }
 
-/// The pool for `keys` keys: loaded blocks, their replacements while writes run, and the
-/// tables.
+/// The pool of each node for `keys` keys: room for one loaded table of 4 KiB values at a
+/// time ([`run`] frees a mechanism's table before the next is loaded; the baseline node
+/// serves both Unprot and RPC). Both allocators round an object up to a power of two, so a
+/// 4,224-byte KV block takes 8 KiB. Half as much again covers the subtables, the blocks a
+/// write has allocated and not yet linked or freed, the spare blocks each writer client
+/// leaves allocated when it is dropped (up to three; nothing links them, so destroying the
+/// table does not free them), and the 64 B tables' smaller blocks (a size class of their
+/// own: the freed 8 KiB blocks are not reused for them).
 fn pool_bytes(keys: u64) -> u64 {
-    (keys * 3 * 4_224).max(64 << 20)
+    let block = (crate::kv::KEY_LEN as u64 + 4096 + u64::from(BLOCK_HEADER))
+        .next_multiple_of(64)
+        .next_power_of_two();
+    (keys * block * 3 / 2).max(64 << 20)
 }
 
 /// The row of run `m` of `kv` (mix `mix`) on `mech` with `n` clients: its throughput, latency

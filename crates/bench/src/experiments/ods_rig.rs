@@ -5,7 +5,9 @@
 //! A run builds its logical clients with a [`Workload`]: the structure is created once per
 //! run through one handle of the mechanism ([`Workload::create`]), then every logical client
 //! gets a handle of its own ([`Workload::client`]), so the same workload code runs on each
-//! mechanism. Patronus handles are pipelined on their thread's completion channel, as in the
+//! mechanism. Once a structure is no longer needed [`OdsRig::destroy`] frees it
+//! ([`Workload::destroy`]), so the nodes' pools hold only the structures still in use.
+//! Patronus handles are pipelined on their thread's completion channel, as in the
 //! other experiments; every handle has its own connection.
 
 use super::driver::{CLIENT_THREADS, Driven, Logical, Rig, drive, engine_cpu, spread};
@@ -32,6 +34,12 @@ pub trait Workload {
         root: u64,
         i: usize,
     ) -> Result<Box<dyn Logical>>;
+    /// Frees the structure at `root` through `mem` (no client uses it any more).
+    fn destroy<M: RemoteMemory + NamedRoots + Send + 'static>(
+        &self,
+        mem: &mut M,
+        root: u64,
+    ) -> Result<()>;
 }
 
 /// The memory nodes of every mechanism, and the devices clients connect from.
@@ -180,6 +188,22 @@ impl OdsRig {
             engine: e1.saturating_sub(e0),
             root,
         })
+    }
+
+    /// Frees the structure at `root` that runs of `w` on mechanism `mech` used (through a
+    /// handle of its own), once no client uses it.
+    pub fn destroy<W: Workload>(&self, mech: &str, w: &W, root: u64) -> Result<()> {
+        if mech == "Patronus" {
+            let mut mem = PatronusMemory::new(
+                self.patronus
+                    .clients(1, &lean_client())?
+                    .pop()
+                    .context("a client")?,
+            );
+            return w.destroy(&mut mem, root);
+        }
+        let mut mem = self.baseline_connector(mech)?(0)?;
+        w.destroy(&mut mem, root)
     }
 
     /// A way to connect Patronus remote memory from any thread (container `i` from the
