@@ -395,18 +395,23 @@ impl<M: RemoteMemory> Queue<M> {
         Some(self.permits.segs.remove(i).region)
     }
 
-    /// Keeps a segment permission, dropping the oldest one beyond the cache's size (its lease
-    /// runs out on its own; a freed segment's ended already).
+    /// Keeps a segment permission, giving up the oldest one beyond the cache's size as cheaply
+    /// as the mechanism allows ([`RemoteMemory::relinquish`]: with leases it runs out on its
+    /// own; without, it is released, or a queue of many small segments would hold a
+    /// registration for every segment it ever used).
     fn keep(&mut self, held: Held<M::Region>) {
         let segs = &mut self.permits.segs;
         if segs.len() >= self.opts.cached_segments {
             let oldest =
                 (0..segs.len()).reduce(|a, b| if segs[a].seg.after(segs[b].seg) { b } else { a });
             if let Some(i) = oldest {
-                segs.remove(i);
+                let evicted = segs.remove(i);
+                // A right that cannot be given up is one the node already ended (its
+                // segment freed): nothing is left to do for it.
+                let _ = self.mem.relinquish(evicted.region);
             }
         }
-        segs.push(held);
+        self.permits.segs.push(held);
     }
 
     /// Counts a batch; whether an operation in it was refused (its permission has ended).
