@@ -128,6 +128,32 @@ pub fn render(r: &StatusReport) -> String {
     ]);
     out.push_str(&format!("{node}\n"));
 
+    if !r.shares.is_empty() {
+        let mut shares = Table::new();
+        shares.load_preset(UTF8_BORDERS_ONLY).set_header([
+            "class",
+            "served",
+            "cost units",
+            "share",
+            "refused",
+            "mean wait",
+            "max wait",
+        ]);
+        let units: u64 = r.shares.iter().map(|s| s.cost_units).sum();
+        for s in &r.shares {
+            shares.add_row(vec![
+                s.class.clone(),
+                s.served.to_string(),
+                s.cost_units.to_string(),
+                format!("{:.1} %", pct(s.cost_units, units)),
+                s.refused.to_string(),
+                format!("{:.3} ms", s.mean_queue_delay_ms),
+                format!("{:.3} ms", s.max_queue_delay_ms),
+            ]);
+        }
+        out.push_str(&format!("the manager's fair shares\n{shares}\n"));
+    }
+
     let mut perms = Table::new();
     perms.load_preset(UTF8_BORDERS_ONLY).set_header([
         "client",

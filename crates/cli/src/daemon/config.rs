@@ -8,7 +8,7 @@
 use crate::serve::parse_secret;
 use anyhow::{Result, anyhow, bail};
 use patronus_core::manager::{
-    Isolation, NodeConfig, NodeLimits, SlabConfig, TenantCertificate, TenantSecret,
+    Isolation, NodeConfig, NodeLimits, SlabConfig, TenantCertificate, TenantSecret, TenantWeight,
 };
 use rnic::QpTiming;
 use serde::Deserialize;
@@ -61,6 +61,14 @@ pub struct TenantSetting {
     /// secret.
     #[serde(default)]
     pub certificates: Vec<String>,
+    /// Its share of the manager threads relative to the other tenants' (1 and up; default 1):
+    /// while several tenants' requests wait, each is served in proportion to its weight.
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Slab classes (`[slab]`).
@@ -138,6 +146,9 @@ pub struct LimitsSetting {
     pub fault_burst: u32,
     /// Access faults a tenant regains per second.
     pub faults_per_s: u32,
+    /// Cost units a round of the manager's fair queue gives all connections that have not
+    /// authenticated together (a tenant of weight 1 gets 4).
+    pub unauthenticated_quantum: u32,
 }
 
 impl Default for LimitsSetting {
@@ -155,6 +166,7 @@ impl Default for LimitsSetting {
             sessions_per_address: d.sessions_per_address,
             fault_burst: d.fault_burst,
             faults_per_s: d.faults_per_s,
+            unauthenticated_quantum: d.unauthenticated_quantum,
         }
     }
 }
@@ -368,6 +380,9 @@ impl DaemonConfig {
                 bail!("tenant.id: {} appears twice", t.id);
             }
             parse_secret(&t.secret).map_err(|e| anyhow!("tenant {} secret: {e}", t.id))?;
+            if t.weight == 0 {
+                bail!("tenant {} weight: at least 1", t.id);
+            }
             if !t.certificates.is_empty() && self.tls.cert.is_empty() {
                 bail!(
                     "tenant {} certificates: only with [tls] (TLS verifies the client's certificate)",
@@ -431,6 +446,14 @@ impl DaemonConfig {
                     })
                 })
                 .collect(),
+            tenant_weights: self
+                .tenant
+                .iter()
+                .map(|t| TenantWeight {
+                    tenant: t.id,
+                    weight: t.weight,
+                })
+                .collect(),
             slab: SlabConfig {
                 min_class: self.slab.min_class,
                 max_class: self.slab.max_class,
@@ -451,6 +474,7 @@ impl DaemonConfig {
                 sessions_per_address: l.sessions_per_address,
                 fault_burst: l.fault_burst,
                 faults_per_s: l.faults_per_s,
+                unauthenticated_quantum: l.unauthenticated_quantum,
                 ..d.limits
             },
             ..d
@@ -534,7 +558,7 @@ mod tests {
 
     #[test]
     fn inconsistent_settings_are_refused_naming_the_key() {
-        let cases: [(&str, &str); 10] = [
+        let cases: [(&str, &str); 11] = [
             ("pool_mib = 0\n", "pool_mib"),
             ("shards = 0\n", "shards"),
             ("max_lease_ms = 10\nmin_lease_us = 20000\n", "min_lease_us"),
@@ -549,6 +573,10 @@ mod tests {
                 "appears twice",
             ),
             ("[[tenant]]\nid = 2\nsecret = \"0xZZ\"\n", "tenant 2 secret"),
+            (
+                "[[tenant]]\nid = 3\nsecret = \"3\"\nweight = 0\n",
+                "tenant 3 weight",
+            ),
             (
                 "[[tenant]]\nid = 1\nsecret = \"1\"\ncertificates = [\"a\"]\n",
                 "only with [tls]",

@@ -126,6 +126,24 @@ pub struct ServeFlags {
     /// [file: tenant.certificates; env: comma-separated].
     #[arg(long = "tenant-certificate", value_parser = parse_tenant_certificate, env = "PATRONUS_TENANT_CERTIFICATES", value_delimiter = ',')]
     pub tenant_certificates: Vec<(u32, String)>,
+    /// A tenant's share of the manager threads relative to the others', as ID:WEIGHT
+    /// (repeatable; the tenant must be configured; default 1)
+    /// [file: tenant.weight; env: comma-separated].
+    #[arg(long = "tenant-weight", value_parser = parse_tenant_weight, env = "PATRONUS_TENANT_WEIGHTS", value_delimiter = ',')]
+    pub tenant_weights: Vec<(u32, u32)>,
+}
+
+fn parse_tenant_weight(s: &str) -> std::result::Result<(u32, u32), String> {
+    let (id, weight) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{s}`: expected ID:WEIGHT"))?;
+    let tenant = id
+        .parse::<u32>()
+        .map_err(|e| format!("tenant id `{id}`: {e}"))?;
+    match weight.parse::<u32>() {
+        Ok(w) if w > 0 => Ok((tenant, w)),
+        _ => Err(format!("`{s}`: the weight is a whole number from 1")),
+    }
 }
 
 fn parse_tenant_certificate(s: &str) -> std::result::Result<(u32, String), String> {
@@ -191,8 +209,15 @@ impl ServeFlags {
                     id: t.tenant,
                     secret: t.secret.to_string(),
                     certificates: Vec::new(),
+                    weight: 1,
                 })
                 .collect();
+        }
+        for (id, weight) in &self.tenant_weights {
+            let Some(t) = c.tenant.iter_mut().find(|t| t.id == *id) else {
+                anyhow::bail!("--tenant-weight {id}:{weight}: tenant {id} is not configured");
+            };
+            t.weight = *weight;
         }
         for (id, name) in &self.tenant_certificates {
             let Some(t) = c.tenant.iter_mut().find(|t| t.id == *id) else {
@@ -251,6 +276,10 @@ pub struct LimitArgs {
     /// Access faults a tenant regains per second (default 100).
     #[arg(long, env = "PATRONUS_FAULTS_PER_S")]
     pub faults_per_s: Option<u32>,
+    /// Cost units a round of the manager's fair queue gives all connections that have not
+    /// authenticated together; a tenant of weight 1 gets 4 (default 1).
+    #[arg(long, env = "PATRONUS_UNAUTHENTICATED_QUANTUM")]
+    pub unauthenticated_quantum: Option<u32>,
 }
 
 impl LimitArgs {
@@ -278,5 +307,6 @@ impl LimitArgs {
         set(self.sessions_per_address, &mut l.sessions_per_address);
         set(self.fault_burst, &mut l.fault_burst);
         set(self.faults_per_s, &mut l.faults_per_s);
+        set(self.unauthenticated_quantum, &mut l.unauthenticated_quantum);
     }
 }

@@ -4,13 +4,14 @@
 //! Invariant: no metric carries an rkey, a tenant secret or a client's address.
 
 use super::view::NodeView;
-use patronus_core::manager::{NodeStats, SERVICE_BUCKETS, ServiceTimes};
+use patronus_core::manager::{Class, ClassCounters, NodeStats, SERVICE_BUCKETS, ServiceTimes};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet as NoLabels};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The collector: reads the node's stats when scraped.
@@ -204,8 +205,66 @@ impl Collector for NodeCollector {
             "Of the busy time, wall time inside NIC calls (sampled): the software NIC's work runs there",
             s.nic_calls.as_secs_f64(),
         )?;
-        service_histogram(e, &s.service)
+        service_histogram(e, &s.service)?;
+        class_counters(e, &s.classes)
     }
+}
+
+/// The manager's fair queue, per class of senders: label `class` is `unauthenticated` or
+/// `tenant-N` (a tenant id is not a secret).
+fn class_counters(
+    e: &mut DescriptorEncoder<'_>,
+    classes: &BTreeMap<Class, ClassCounters>,
+) -> std::fmt::Result {
+    let label = |c: &Class| match c {
+        Class::Unauthenticated => "unauthenticated".to_owned(),
+        Class::Tenant(t) => format!("tenant-{t}"),
+    };
+    type Field = fn(&ClassCounters) -> f64;
+    let families: [(&str, &str, MetricType, Field); 5] = [
+        (
+            "patronus_manager_requests_served",
+            "Control messages the manager's fair queue gave a batch, per class",
+            MetricType::Counter,
+            |c| c.served as f64,
+        ),
+        (
+            "patronus_manager_cost_units",
+            "Cost units charged for them (4 for a request that binds windows or frees memory, 1 otherwise)",
+            MetricType::Counter,
+            |c| c.cost_units as f64,
+        ),
+        (
+            "patronus_manager_requests_refused",
+            "Control messages dropped because their session had its share queued already",
+            MetricType::Counter,
+            |c| c.refused as f64,
+        ),
+        (
+            "patronus_manager_queue_delay_seconds",
+            "Time served messages waited in the fair queue, summed",
+            MetricType::Counter,
+            |c| c.queue_delay_us as f64 / 1e6,
+        ),
+        (
+            "patronus_manager_max_queue_delay_seconds",
+            "Longest time a served message waited in the fair queue",
+            MetricType::Gauge,
+            |c| c.max_queue_delay_us as f64 / 1e6,
+        ),
+    ];
+    for (name, help, kind, field) in families {
+        let mut family = e.encode_descriptor(name, help, None, kind)?;
+        for (class, c) in classes {
+            let labels = [("class", label(class))];
+            let m = family.encode_family(&labels)?;
+            match kind {
+                MetricType::Counter => ConstCounter::new(field(c)).encode(m)?,
+                _ => ConstGauge::new(field(c)).encode(m)?,
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A registry holding the node's collector.

@@ -3,7 +3,7 @@
 //! Invariant: built from [`NodeStatus`], which holds no rkeys and no secrets; nothing is
 //! added here that could open memory.
 
-use patronus_core::manager::{NodeStats, NodeStatus};
+use patronus_core::manager::{Class, NodeStats, NodeStatus};
 use patronus_core::proto::messages::{Access, Mode};
 use serde::{Deserialize, Serialize};
 
@@ -105,6 +105,26 @@ pub struct StatusReport {
     pub expiring_soon: usize,
     /// Client sessions.
     pub sessions: Vec<SessionRow>,
+    /// What the manager's fair queue gave each class of senders.
+    #[serde(default)]
+    pub shares: Vec<ShareRow>,
+}
+
+/// One class of the manager's fair queue: a tenant, or the connections not authenticated.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShareRow {
+    /// `unauthenticated` or `tenant-N`.
+    pub class: String,
+    /// Control messages served.
+    pub served: u64,
+    /// Cost units charged for them.
+    pub cost_units: u64,
+    /// Messages dropped: their session had its share queued already.
+    pub refused: u64,
+    /// Mean time a served message waited in the queue, ms.
+    pub mean_queue_delay_ms: f64,
+    /// Longest, ms.
+    pub max_queue_delay_ms: f64,
 }
 
 impl StatusReport {
@@ -183,6 +203,21 @@ impl StatusReport {
                         .iter()
                         .map(|(slot, st)| format!("{slot}:{}", st.name()))
                         .collect(),
+                })
+                .collect(),
+            shares: stats
+                .classes
+                .iter()
+                .map(|(class, c)| ShareRow {
+                    class: match class {
+                        Class::Unauthenticated => "unauthenticated".into(),
+                        Class::Tenant(t) => format!("tenant-{t}"),
+                    },
+                    served: c.served,
+                    cost_units: c.cost_units,
+                    refused: c.refused,
+                    mean_queue_delay_ms: c.queue_delay_us as f64 / 1e3 / c.served.max(1) as f64,
+                    max_queue_delay_ms: c.max_queue_delay_us as f64 / 1e3,
                 })
                 .collect(),
         }

@@ -33,7 +33,7 @@ pub use tenants::{DEFAULT_TENANT, TenantId, TenantQuota, Usage};
 pub mod node;
 pub use node::Isolation;
 pub use node::{
-    Held, MemoryNode, NIC_SAMPLE_EVERY, NodeConfig, NodeError, NodeLimits, NodeStats, NodeStatus,
-    PermissionStatus, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionEnds,
-    SessionStatus, TenantCertificate, TenantSecret,
+    Class, ClassCounters, Held, MemoryNode, NIC_SAMPLE_EVERY, NodeConfig, NodeError, NodeLimits,
+    NodeStats, NodeStatus, PermissionStatus, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes,
+    SessionEnds, SessionStatus, TenantCertificate, TenantSecret, TenantWeight,
 };

@@ -21,6 +21,7 @@
 mod accept;
 mod addresses;
 mod config;
+mod fair;
 mod faults;
 mod ids;
 mod mailbox;
@@ -33,7 +34,9 @@ mod status;
 
 pub use config::{
     Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantCertificate, TenantSecret,
+    TenantWeight,
 };
+pub use fair::{Class, ClassCounters};
 pub use nic_sample::NIC_SAMPLE_EVERY;
 use nic_sample::NicSample;
 pub use sessions::SessionEnds;
@@ -199,6 +202,10 @@ struct Runner<P: Provider> {
     nic_sample: NicSample,
     /// How long its turns took to answer requests.
     service: ServiceTimes,
+    /// Control messages received and not yet handled, by class (see [`fair`]).
+    fair: fair::FairQueue<Incoming<Request>>,
+    /// The messages of the turn's batch, drawn from `fair` (kept: it allocates once).
+    drawn: Vec<Incoming<Request>>,
 }
 
 impl<P: Provider> MemoryNode<P> {
@@ -223,6 +230,15 @@ impl<P: Provider> MemoryNode<P> {
         {
             return Err(NodeError::Config(
                 "a tenant certificate names a tenant that is not configured",
+            ));
+        }
+        if cfg.tenant_weights.iter().any(|w| {
+            w.weight == 0
+                || !(cfg.tenants.iter().any(|t| t.tenant == w.tenant)
+                    || (cfg.tenants.is_empty() && w.tenant == DEFAULT_TENANT))
+        }) {
+            return Err(NodeError::Config(
+                "a tenant weight is 0 or names a tenant that is not configured",
             ));
         }
         if cfg.isolation == Isolation::Type2 && !device.mw_type2 {
@@ -294,6 +310,13 @@ impl<P: Provider> MemoryNode<P> {
                 "control credits below the requests the client library keeps in flight",
             ));
         }
+        // A session's messages waiting in the fair queue: its credits (a well-behaved client
+        // never has more unanswered), or the library's bound with one shared receive queue.
+        let per_session_queue = if credits > 0 {
+            credits
+        } else {
+            crate::proto::messages::MAX_OUTSTANDING_RPCS
+        };
         // Every connection's slots complete on one queue per shard: fit the connections to the
         // device's completion-queue size (Soft-RoCE allows 32,767 entries, one short of the
         // default 1,024 connections x 32 credits); beyond them a connection is refused.
@@ -465,6 +488,12 @@ impl<P: Provider> MemoryNode<P> {
                 busy_cpu: Duration::ZERO,
                 nic_sample: NicSample::default(),
                 service: ServiceTimes::default(),
+                fair: fair::FairQueue::new(
+                    per_session_queue,
+                    cfg.limits.unauthenticated_quantum,
+                    cfg.tenant_weights.iter().map(|w| (w.tenant, w.weight)),
+                ),
+                drawn: Vec::with_capacity(cfg.max_batch.max(1)),
             });
         }
         let mut threads = Vec::with_capacity(shards);

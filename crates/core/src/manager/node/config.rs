@@ -6,10 +6,12 @@ use super::super::core::{Occupancy, Scrub};
 use super::super::pool::SlabConfig;
 use super::super::state::{Counters, Techniques};
 use super::super::tenants::{TenantId, TenantQuota};
+use super::fair::{Class, ClassCounters};
 use super::sessions::SessionEnds;
 use super::status::ServiceTimes;
 use crate::proto::shards::ShardError;
 use rnic::{QpTiming, VerbsError};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Memory-node configuration.
@@ -82,6 +84,20 @@ pub struct NodeConfig {
     pub shards: usize,
     /// What a client may hold and how long a silent one is kept (see `docs/threat-model.md`).
     pub limits: NodeLimits,
+    /// Tenants' shares of the manager threads, relative to each other (a tenant not named
+    /// here weighs 1): while several tenants' requests wait, each is served in proportion to
+    /// its weight (deficit round robin, charged by what requests cost). Each must name a
+    /// configured tenant (or the default tenant, when none is).
+    pub tenant_weights: Vec<TenantWeight>,
+}
+
+/// A tenant's weight in the manager's fair queue ([`NodeConfig::tenant_weights`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantWeight {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its weight, at least 1.
+    pub weight: u32,
 }
 
 /// Limits that keep one client from holding the node's resources for good.
@@ -122,6 +138,10 @@ pub struct NodeLimits {
     /// Clients (sessions) connected at once from one IP address, so that one host cannot
     /// take every connection (clients in the node's own process are not counted).
     pub sessions_per_address: u32,
+    /// Cost units a round of the manager's fair queue gives all unauthenticated sessions
+    /// together (a tenant of weight 1 gets 4; see `manager::node::fair`): what connections
+    /// that have not said `Hello` may take of the manager while tenants are busy.
+    pub unauthenticated_quantum: u32,
 }
 
 impl Default for NodeLimits {
@@ -136,6 +156,7 @@ impl Default for NodeLimits {
             fault_burst: 1024,
             faults_per_s: 100,
             sessions_per_address: 512,
+            unauthenticated_quantum: 1,
         }
     }
 }
@@ -265,6 +286,7 @@ impl Default for NodeConfig {
             lease_floor_turns: 2,
             shards: 1,
             limits: NodeLimits::default(),
+            tenant_weights: Vec::new(),
         }
     }
 }
@@ -288,7 +310,7 @@ pub enum NodeError {
 }
 
 /// What the node reports about itself (summed over its shards).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct NodeStats {
     /// Operation counters.
     pub counters: Counters,
@@ -326,6 +348,9 @@ pub struct NodeStats {
     pub shards: usize,
     /// How long the manager took to answer requests.
     pub service: ServiceTimes,
+    /// What the manager's fair queue gave each class of senders (each tenant, and the
+    /// sessions not yet authenticated).
+    pub classes: BTreeMap<Class, ClassCounters>,
 }
 
 impl NodeStats {
@@ -350,6 +375,14 @@ impl NodeStats {
             metadata_bytes: self.metadata_bytes + o.metadata_bytes,
             shards: self.shards + o.shards,
             service: self.service.plus(&o.service),
+            classes: {
+                let mut sum = self.classes.clone();
+                for (class, c) in &o.classes {
+                    let e = sum.entry(*class).or_default();
+                    *e = e.plus(c);
+                }
+                sum
+            },
         }
     }
 }

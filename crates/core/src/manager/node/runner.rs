@@ -80,9 +80,16 @@ impl<P: Provider> Runner<P> {
             if self.shared.publish[self.shard].load(Ordering::SeqCst) {
                 self.publish_stats();
             }
+            // Queued by class, then drawn in fair shares: the batch (see `fair`).
             for message in incoming.drain(..) {
+                self.enqueue(message, now);
+            }
+            let mut drawn = std::mem::take(&mut self.drawn);
+            self.fair.next_batch(self.max_batch, now, &mut drawn);
+            for message in drawn.drain(..) {
                 self.on_receive(message, now, &mut requests);
             }
+            self.drawn = drawn;
             // Replies are unsignaled: their CQ holds only failures, looked for every 64
             // batches and whenever the manager is about to sleep.
             if self.batches % 64 == 0 {
@@ -98,7 +105,7 @@ impl<P: Provider> Runner<P> {
                 .next_deadline()
                 .is_some_and(|d| d.plus_us(self.expiry_slack_us) <= now)
                 || self.core.has_pending_work();
-            if requests.is_empty() && !due {
+            if requests.is_empty() && !due && self.fair.is_empty() {
                 if let Some(start) = streak_cpu.take() {
                     self.busy_cpu += thread_cpu().saturating_sub(start);
                 }
@@ -299,6 +306,7 @@ impl<P: Provider> Runner<P> {
         s.pool_bytes_in_use = self.core.pool_bytes_in_use();
         s.metadata_bytes = self.core.metadata_bytes();
         s.service = self.service;
+        s.classes = self.fair.counters().collect();
         drop(all);
         if self.shared.want_status[self.shard].swap(false, Ordering::SeqCst) {
             let status = self.status();
@@ -428,6 +436,25 @@ impl<P: Provider> Runner<P> {
         self.nic
             .install_domain(Domain { pd, mr, bind_qp }, ids, windows);
         Ok(())
+    }
+
+    /// Queues a received message under its sender's class: its session's tenant, or the
+    /// unauthenticated sessions' (a message from a QP that is no session's is dropped).
+    fn enqueue(&mut self, message: Incoming<Request>, now: rnic::Timestamp) {
+        let Some(&client) = self.by_qpn.get(&message.qp_num) else {
+            return;
+        };
+        let Some(session) = self.sessions.get(&client) else {
+            return;
+        };
+        let class = session.tenant.map_or(Class::Unauthenticated, Class::Tenant);
+        let cost = fair::cost_of(&message.message);
+        if !self.fair.push(class, client, message, cost, now) {
+            tracing::debug!(
+                client,
+                "control message dropped: the session has its share queued"
+            );
+        }
     }
 
     fn on_receive(

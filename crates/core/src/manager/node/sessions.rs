@@ -141,6 +141,8 @@ impl<P: Provider> Runner<P> {
             return;
         };
         self.by_qpn.remove(&session.control.qp_num());
+        // What it asked and was not yet drawn is not answered (its QP is broken off).
+        self.fair.forget(client);
         // Breaking the QP off tells a client that is still there (an idle one) at its next
         // request; a closed one's QP is broken already.
         self.refuse_connection(&session.control, session.block);
