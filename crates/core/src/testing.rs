@@ -22,7 +22,7 @@ const EXTEND: u64 = SLOT_SIZE as u64;
 pub struct RawControl<P: Provider> {
     qp: P::Qp,
     cq: P::Cq,
-    _buf: P::Buffer,
+    buf: P::Buffer,
     mr: P::Mr,
     addr: u64,
     depth: u32,
@@ -89,7 +89,7 @@ impl<P: Provider> RawControl<P> {
         Ok(RawControl {
             qp,
             cq,
-            _buf: buf,
+            buf,
             mr,
             addr,
             depth,
@@ -105,7 +105,24 @@ impl<P: Provider> RawControl<P> {
         channel: Option<&P::Channel>,
         depth: u32,
     ) -> Result<Self, VerbsError> {
-        let mut c = Self::connect(ctx, node, channel, depth)?;
+        Self::authenticated_as(ctx, node, channel, depth, 0, 0)
+    }
+
+    /// Connects and authenticates as `tenant` with `secret` (the `Hello` is sent; its reply
+    /// is never taken).
+    pub fn authenticated_as(
+        ctx: &P::Context,
+        node: &P::Address,
+        channel: Option<&P::Channel>,
+        depth: u32,
+        tenant: u32,
+        secret: u64,
+    ) -> Result<Self, VerbsError> {
+        let c = Self::connect(ctx, node, channel, depth)?;
+        let mut slot = vec![0u8; SLOT_SIZE];
+        ControlProtocol::encode_request(1, &Request::Hello { tenant, secret }, &mut slot);
+        c.buf.write(HELLO as usize, &slot)?;
+        let mut c = c;
         c.post(HELLO, 1);
         Ok(c)
     }

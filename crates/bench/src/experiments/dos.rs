@@ -16,7 +16,10 @@
 //! - **flood**: raw-verbs control connections posting requests as fast as their send queues
 //!   take them (a `Hello`, then a bogus `Extend` over and over, reconnecting when the QP
 //!   breaks), once with per-connection credits (flow control, the default) and once with the
-//!   paper's one shared receive queue (`limits.control_credits = 0`);
+//!   paper's one shared receive queue (`limits.control_credits = 0`) — the flooder in the
+//!   honest client's tenant (a node without tenants) in both — then from another tenant
+//!   (the manager's fair queue shares it between the two) and without ever saying `Hello`
+//!   (the unauthenticated connections' small budget);
 //! - **hoard**: with two tenants configured, the hog allocates until its quota refuses and
 //!   keeps trying (memory, then shared permissions on its own objects);
 //! - **faults**: a client writing through a corrupted rkey in a loop, throttled by its
@@ -73,18 +76,22 @@ enum Abuse {
     Churn,
     FloodCredits,
     FloodShared,
+    FloodTenant,
+    FloodNoHello,
     Hoard,
     Faults,
     Storm,
 }
 
 impl Abuse {
-    const ALL: [Abuse; 8] = [
+    const ALL: [Abuse; 10] = [
         Abuse::Spin,
         Abuse::Twin,
         Abuse::Churn,
         Abuse::FloodCredits,
         Abuse::FloodShared,
+        Abuse::FloodTenant,
+        Abuse::FloodNoHello,
         Abuse::Hoard,
         Abuse::Faults,
         Abuse::Storm,
@@ -97,6 +104,8 @@ impl Abuse {
             Abuse::Churn => "churn",
             Abuse::FloodCredits => "flood, credits",
             Abuse::FloodShared => "flood, shared RQ",
+            Abuse::FloodTenant => "flood, other tenant",
+            Abuse::FloodNoHello => "flood, no Hello",
             Abuse::Hoard => "hoard",
             Abuse::Faults => "faults",
             Abuse::Storm => "storm (type 2)",
@@ -105,7 +114,10 @@ impl Abuse {
 
     /// Whether the node serves two tenants (the abuser's and the honest client's).
     fn tenants(self) -> bool {
-        matches!(self, Abuse::Hoard | Abuse::Faults)
+        matches!(
+            self,
+            Abuse::Hoard | Abuse::Faults | Abuse::FloodTenant | Abuse::FloodNoHello
+        )
     }
 
     fn node(self) -> NodeConfig {
@@ -182,7 +194,16 @@ impl Abuse {
             Abuse::Spin => Ok(abusers::spin(stop)),
             Abuse::Twin => abusers::twin(ctx, node, cfg, stop),
             Abuse::Churn => abusers::churn(ctx, node, cfg, stop),
-            Abuse::FloodCredits | Abuse::FloodShared => flooder::flood(ctx, node, stop),
+            Abuse::FloodCredits | Abuse::FloodShared => {
+                flooder::flood(ctx, node, flooder::Hello::Default, stop)
+            }
+            Abuse::FloodTenant => flooder::flood(
+                ctx,
+                node,
+                flooder::Hello::Tenant(ABUSER.tenant, ABUSER.secret),
+                stop,
+            ),
+            Abuse::FloodNoHello => flooder::flood(ctx, node, flooder::Hello::Never, stop),
             Abuse::Hoard => abusers::hoard(ctx, node, cfg, stop),
             Abuse::Faults | Abuse::Storm => abusers::faults(ctx, node, cfg, stop),
         }

@@ -25,8 +25,25 @@ const IDLE_WAIT: Duration = Duration::from_micros(100);
 
 type Connection = RawControl<SoftProvider>;
 
+/// How the flooder's connections introduce themselves.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Hello {
+    /// As the default tenant (a node without tenants: the honest client's own).
+    Default,
+    /// As this tenant, with this secret.
+    Tenant(u32, u64),
+    /// Never: the connections stay unauthenticated (every request is refused, each costs the
+    /// node its handling; the node closes them at its hello timeout and they come back).
+    Never,
+}
+
 /// Floods the node's control path from `ctx` until `stop`.
-pub(super) fn flood(ctx: &SoftContext, node: &SoftAddress, stop: &AtomicBool) -> Result<Tally> {
+pub(super) fn flood(
+    ctx: &SoftContext,
+    node: &SoftAddress,
+    hello: Hello,
+    stop: &AtomicBool,
+) -> Result<Tally> {
     let mut t = Tally::new("requests");
     let channel = ctx.create_channel()?;
     let mut conns: Vec<Option<Connection>> = (0..CONNECTIONS).map(|_| None).collect();
@@ -39,7 +56,15 @@ pub(super) fn flood(ctx: &SoftContext, node: &SoftAddress, stop: &AtomicBool) ->
                 broke += 1;
             }
             if slot.is_none() {
-                match Connection::authenticated(ctx, node, Some(&channel), DEPTH) {
+                let ch = Some(&channel);
+                let connected = match hello {
+                    Hello::Default => Connection::authenticated(ctx, node, ch, DEPTH),
+                    Hello::Tenant(t, secret) => {
+                        Connection::authenticated_as(ctx, node, ch, DEPTH, t, secret)
+                    }
+                    Hello::Never => Connection::connect(ctx, node, ch, DEPTH),
+                };
+                match connected {
                     Ok(c) => {
                         *slot = Some(c);
                         opened += 1;

@@ -258,6 +258,41 @@ fn checks(all: &[Outcome], transport: Link) -> Vec<Check> {
             RPC_TIMEOUT.as_millis()
         ),
     });
+    if let (Some(tenant), Some(no_hello)) = (get(Abuse::FloodTenant), get(Abuse::FloodNoHello)) {
+        checks.push(Check {
+            claim: "a control-path flood from another tenant fails no honest round and leaves \
+                    the honest tenant ≥ 90 % of a fair share (the twin's): the manager's fair \
+                    queue shares it by tenant"
+                .into(),
+            holds: failed(tenant) == 0 && sh(tenant) >= 0.9 * sh(twin),
+            detail: format!(
+                "the flooder posted {} requests ({:.0}/s) over {} connections; honest share \
+                 {} with {} failed rounds; {baselines}",
+                tenant.tally.done,
+                per_s(tenant, tenant.tally.done),
+                extra(tenant, "connections"),
+                pct(sh(tenant)),
+                failed(tenant),
+            ),
+        });
+        checks.push(Check {
+            claim: "connections that never say Hello, flooding the control path, fail no \
+                    honest round and cost the honest client no more than a compute-bound \
+                    neighbour (its share ≥ the spinner's)"
+                .into(),
+            holds: no_worse_than_cpu(no_hello),
+            detail: format!(
+                "they posted {} requests ({:.0}/s) over {} connections ({} broke); honest \
+                 share {} with {} failed rounds; {baselines}",
+                no_hello.tally.done,
+                per_s(no_hello, no_hello.tally.done),
+                extra(no_hello, "connections"),
+                extra(no_hello, "broken"),
+                pct(sh(no_hello)),
+                failed(no_hello),
+            ),
+        });
+    }
     let quotas_reached =
         extra(hoard, "memory_refused") > 0 && extra(hoard, "permissions_refused") > 0;
     let fair = sh(hoard) >= 0.8 * sh(twin);
@@ -509,7 +544,7 @@ mod tests {
                 assert_eq!(s.points.len(), Abuse::ALL.len(), "{}", s.name);
             }
         }
-        assert_eq!(exp.checks.len(), 8);
+        assert_eq!(exp.checks.len(), 10);
         assert!(exp.checks.iter().all(|c| c.holds), "{:#?}", exp.checks);
         assert!(exp.ratios[0].name.starts_with("flood"));
         let shared = exp.row("flood, shared RQ", 2).expect("a row");
@@ -527,7 +562,7 @@ mod tests {
             .filter(|c| !c.holds)
             .map(|c| c.claim.as_str())
             .collect();
-        assert_eq!(failing.len(), 5, "{failing:#?}");
+        assert_eq!(failing.len(), 7, "{failing:#?}");
         let flood = exp
             .checks
             .iter()
