@@ -133,13 +133,19 @@ pub struct ServeFlags {
     pub tenant_weights: Vec<(u32, u32)>,
 }
 
-fn parse_tenant_weight(s: &str) -> std::result::Result<(u32, u32), String> {
-    let (id, weight) = s
+/// Splits `ID:REST` (`rest` names the second part in errors) into the tenant id and the rest.
+fn split_tenant<'a>(s: &'a str, rest: &str) -> std::result::Result<(u32, &'a str), String> {
+    let (id, value) = s
         .split_once(':')
-        .ok_or_else(|| format!("`{s}`: expected ID:WEIGHT"))?;
+        .ok_or_else(|| format!("`{s}`: expected ID:{rest}"))?;
     let tenant = id
         .parse::<u32>()
         .map_err(|e| format!("tenant id `{id}`: {e}"))?;
+    Ok((tenant, value))
+}
+
+fn parse_tenant_weight(s: &str) -> std::result::Result<(u32, u32), String> {
+    let (tenant, weight) = split_tenant(s, "WEIGHT")?;
     match weight.parse::<u32>() {
         Ok(w) if w > 0 => Ok((tenant, w)),
         _ => Err(format!("`{s}`: the weight is a whole number from 1")),
@@ -147,12 +153,7 @@ fn parse_tenant_weight(s: &str) -> std::result::Result<(u32, u32), String> {
 }
 
 fn parse_tenant_certificate(s: &str) -> std::result::Result<(u32, String), String> {
-    let (id, name) = s
-        .split_once(':')
-        .ok_or_else(|| format!("`{s}`: expected ID:NAME"))?;
-    let tenant = id
-        .parse::<u32>()
-        .map_err(|e| format!("tenant id `{id}`: {e}"))?;
+    let (tenant, name) = split_tenant(s, "NAME")?;
     if name.is_empty() {
         return Err(format!("`{s}`: the certificate name is empty"));
     }
@@ -308,5 +309,30 @@ impl LimitArgs {
         set(self.fault_burst, &mut l.fault_burst);
         set(self.faults_per_s, &mut l.faults_per_s);
         set(self.unauthenticated_quantum, &mut l.unauthenticated_quantum);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_flags_parse_or_say_what_is_wrong() {
+        assert_eq!(parse_tenant_weight("3:2"), Ok((3, 2)));
+        assert_eq!(
+            parse_tenant_certificate("1:tenant-1"),
+            Ok((1, "tenant-1".to_owned()))
+        );
+        for (bad, says) in [
+            ("3", "expected ID:WEIGHT"),
+            ("x:2", "tenant id `x`"),
+            ("3:0", "from 1"),
+            ("3:-1", "from 1"),
+        ] {
+            let e = parse_tenant_weight(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = parse_tenant_certificate("1:").unwrap_err();
+        assert!(e.contains("empty"), "{e}");
     }
 }
