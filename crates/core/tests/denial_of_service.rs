@@ -23,6 +23,8 @@ mod flood;
 mod frames;
 #[path = "denial_of_service/hoard.rs"]
 mod hoard;
+#[path = "denial_of_service/session_rate.rs"]
+mod session_rate;
 #[path = "denial_of_service/storm.rs"]
 mod storm;
 #[path = "denial_of_service/stray_replies.rs"]

@@ -140,8 +140,18 @@ pub struct LimitsSetting {
     pub quota_exclusive: u32,
     /// Clients each tenant may have connected (0: an equal share of the connections).
     pub sessions_per_tenant: u32,
-    /// Clients that may be connected at once from one IP address.
+    /// Clients that may be connected at once from one IP address (counted by prefix).
     pub sessions_per_address: u32,
+    /// Bits of an IPv4 address `sessions_per_address` counts by (32: each address).
+    pub address_prefix_v4: u8,
+    /// Bits of an IPv6 address it counts by (64: each /64).
+    pub address_prefix_v6: u8,
+    /// New sessions the node accepts a second, all clients together.
+    pub new_sessions_per_s: u32,
+    /// New sessions it accepts at once.
+    pub new_session_burst: u32,
+    /// New sessions each tenant may open a second (0: an equal share of `new_sessions_per_s`).
+    pub tenant_new_sessions_per_s: u32,
     /// Access faults a tenant may cause at once.
     pub fault_burst: u32,
     /// Access faults a tenant regains per second.
@@ -164,6 +174,11 @@ impl Default for LimitsSetting {
             quota_exclusive: 0,
             sessions_per_tenant: 0,
             sessions_per_address: d.sessions_per_address,
+            address_prefix_v4: d.address_prefix_v4,
+            address_prefix_v6: d.address_prefix_v6,
+            new_sessions_per_s: d.new_sessions_per_s,
+            new_session_burst: d.new_session_burst,
+            tenant_new_sessions_per_s: 0,
             fault_burst: d.fault_burst,
             faults_per_s: d.faults_per_s,
             unauthenticated_quantum: d.unauthenticated_quantum,
@@ -319,6 +334,13 @@ impl DaemonConfig {
         if set.iter().any(|s| *s) && !set.iter().all(|s| *s) {
             bail!("tls: cert, key and client_ca go together (all three, or none for plaintext)");
         }
+        let l = &self.limits;
+        if l.address_prefix_v4 > 32 || l.address_prefix_v6 > 128 {
+            bail!("limits.address_prefix_v4/_v6: at most 32 and 128 bits");
+        }
+        if l.new_sessions_per_s == 0 || l.new_session_burst == 0 {
+            bail!("limits.new_sessions_per_s and new_session_burst: at least 1 (0 admits nobody)");
+        }
         if t.allow_plaintext && t.cert.is_empty() {
             bail!("tls.allow_plaintext: only with a certificate (without one, all is plaintext)");
         }
@@ -472,6 +494,11 @@ impl DaemonConfig {
                 max_connections: l.max_connections,
                 sessions_per_tenant: nonzero(l.sessions_per_tenant),
                 sessions_per_address: l.sessions_per_address,
+                address_prefix_v4: l.address_prefix_v4,
+                address_prefix_v6: l.address_prefix_v6,
+                new_sessions_per_s: l.new_sessions_per_s,
+                new_session_burst: l.new_session_burst,
+                tenant_new_sessions_per_s: nonzero(l.tenant_new_sessions_per_s),
                 fault_burst: l.fault_burst,
                 faults_per_s: l.faults_per_s,
                 unauthenticated_quantum: l.unauthenticated_quantum,
@@ -558,7 +585,7 @@ mod tests {
 
     #[test]
     fn inconsistent_settings_are_refused_naming_the_key() {
-        let cases: [(&str, &str); 11] = [
+        let cases: [(&str, &str); 13] = [
             ("pool_mib = 0\n", "pool_mib"),
             ("shards = 0\n", "shards"),
             ("max_lease_ms = 10\nmin_lease_us = 20000\n", "min_lease_us"),
@@ -567,6 +594,8 @@ mod tests {
                 "slab.min_class",
             ),
             ("[qp]\nretry_count = 9\n", "retry_count"),
+            ("[limits]\naddress_prefix_v4 = 33\n", "address_prefix_v4"),
+            ("[limits]\nnew_sessions_per_s = 0\n", "new_sessions_per_s"),
             ("admin = \"localhost\"\n", "admin"),
             (
                 "[[tenant]]\nid = 1\nsecret = \"12\"\n[[tenant]]\nid = 1\nsecret = \"13\"\n",

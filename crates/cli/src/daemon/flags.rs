@@ -271,6 +271,23 @@ pub struct LimitArgs {
     /// Clients that may be connected at once from one IP address (default 512).
     #[arg(long, env = "PATRONUS_SESSIONS_PER_ADDRESS")]
     pub sessions_per_address: Option<u32>,
+    /// Bits of an IPv4 address the per-address limit counts by (default 32: each address; 24:
+    /// each /24). Every loopback address counts as one.
+    #[arg(long, env = "PATRONUS_ADDRESS_PREFIX_V4")]
+    pub address_prefix_v4: Option<u8>,
+    /// Bits of an IPv6 address the per-address limit counts by (default 64).
+    #[arg(long, env = "PATRONUS_ADDRESS_PREFIX_V6")]
+    pub address_prefix_v6: Option<u8>,
+    /// New sessions the node accepts a second, all clients together (default 200); past it
+    /// (and its burst), first connections are refused at the handshake.
+    #[arg(long, env = "PATRONUS_NEW_SESSIONS_PER_S")]
+    pub new_sessions_per_s: Option<u32>,
+    /// New sessions the node accepts at once (default 400).
+    #[arg(long, env = "PATRONUS_NEW_SESSION_BURST")]
+    pub new_session_burst: Option<u32>,
+    /// New sessions each tenant may open a second (default: an equal share of the node's).
+    #[arg(long, env = "PATRONUS_TENANT_NEW_SESSIONS_PER_S")]
+    pub tenant_new_sessions_per_s: Option<u32>,
     /// Access faults (data reconnections) a tenant may cause at once (default 1024).
     #[arg(long, env = "PATRONUS_FAULT_BURST")]
     pub fault_burst: Option<u32>,
@@ -309,6 +326,18 @@ impl LimitArgs {
         set(self.fault_burst, &mut l.fault_burst);
         set(self.faults_per_s, &mut l.faults_per_s);
         set(self.unauthenticated_quantum, &mut l.unauthenticated_quantum);
+        set(self.new_sessions_per_s, &mut l.new_sessions_per_s);
+        set(self.new_session_burst, &mut l.new_session_burst);
+        set(
+            self.tenant_new_sessions_per_s,
+            &mut l.tenant_new_sessions_per_s,
+        );
+        if let Some(bits) = self.address_prefix_v4 {
+            l.address_prefix_v4 = bits;
+        }
+        if let Some(bits) = self.address_prefix_v6 {
+            l.address_prefix_v6 = bits;
+        }
     }
 }
 

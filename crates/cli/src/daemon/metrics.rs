@@ -137,6 +137,18 @@ impl Collector for NodeCollector {
             "Data QP replacements refused (a tenant's fault budget ran out)",
             s.reconnects_refused,
         )?;
+        counter(
+            e,
+            "patronus_sessions_refused_node_rate",
+            "New sessions refused at the handshake: the node's session rate was spent",
+            s.sessions_rate_refused.0,
+        )?;
+        counter(
+            e,
+            "patronus_sessions_refused_tenant_rate",
+            "Hellos refused as overloaded: the tenant's session rate was spent",
+            s.sessions_rate_refused.1,
+        )?;
         let occ = s.occupancy.unwrap_or_default();
         gauge(
             e,

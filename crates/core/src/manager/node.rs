@@ -29,8 +29,10 @@ mod nic;
 mod nic_sample;
 mod recent;
 mod runner;
+mod session_rate;
 mod sessions;
 mod status;
+mod token_bucket;
 
 pub use config::{
     Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantCertificate, TenantSecret,
@@ -122,6 +124,8 @@ struct Shared<P: Provider> {
     faults: Mutex<faults::FaultBudget>,
     /// Live sessions per source address.
     addresses: Mutex<addresses::AddressSessions>,
+    /// How fast new sessions may open (node-wide and per tenant).
+    session_rate: Mutex<session_rate::SessionRate>,
     /// Per shard: QPs the device reported broken (shard 0 reads the device's asynchronous
     /// events and tells every shard, with how each ended; a shard ends the session whose
     /// control QP it is).
@@ -379,6 +383,19 @@ impl<P: Provider> MemoryNode<P> {
             )),
             addresses: Mutex::new(addresses::AddressSessions::new(
                 cfg.limits.sessions_per_address,
+                cfg.limits.address_prefix_v4,
+                cfg.limits.address_prefix_v6,
+                cfg.limits.loopback_hosts,
+            )),
+            session_rate: Mutex::new(session_rate::SessionRate::new(
+                session_rate::Rate {
+                    burst: cfg.limits.new_session_burst.max(1),
+                    per_s: cfg.limits.new_sessions_per_s,
+                },
+                session_rate::Rate {
+                    burst: cfg.tenant_new_sessions_per_s().saturating_mul(2),
+                    per_s: cfg.tenant_new_sessions_per_s(),
+                },
             )),
             loop_secret: rand::rng().random::<u64>() | 1,
         });

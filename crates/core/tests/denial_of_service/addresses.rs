@@ -16,9 +16,11 @@ use support::bed::{bed, node_cfg, wait_for};
 const LIMIT: u32 = 4;
 
 fn one_host_cannot_take_every_connection(iso: Isolation) {
+    // 127.0.0.2 plays another host.
     let node = NodeConfig {
         limits: NodeLimits {
             sessions_per_address: LIMIT,
+            loopback_hosts: true,
             ..NodeLimits::default()
         },
         ..node_cfg()
@@ -88,6 +90,66 @@ fn one_host_cannot_take_every_connection(iso: Isolation) {
     drop(held);
     wait_back_to(&b, start, 0);
     honest_round(&mut b);
+}
+
+/// A host that connects from many of its addresses (127.0.0.2, .3, …) is still one host: by
+/// default every loopback address is counted as this machine, so the limit holds.
+fn many_addresses_of_one_host_are_one(iso: Isolation) {
+    let node = NodeConfig {
+        limits: NodeLimits {
+            sessions_per_address: LIMIT,
+            ..NodeLimits::default()
+        },
+        ..node_cfg()
+    };
+    // The bed's honest client (127.0.0.1) is one of the host's sessions.
+    let mut b = bed(Link::Tcp, iso, 1, node, Default::default());
+    honest_round(&mut b);
+    let start = footprint(&b);
+    let addr = b.cluster.node.address().clone();
+    let device = |last: u8| {
+        let ip: IpAddr = [127, 0, 0, last].into();
+        TcpNode::open_with(
+            SoftConfig::default(),
+            SocketAddr::new(ip, 0),
+            TcpOptions {
+                source: Some(ip),
+                ..TcpOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let devices: Vec<_> = (2..12).map(device).collect();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for ctx in &devices {
+        match RawControl::<SoftProvider>::connect(ctx, &addr, None, 4) {
+            Ok(c) => held.push(c),
+            Err(VerbsError::ConnectionRefused(reason)) => {
+                assert!(
+                    reason.contains("too many clients connected from"),
+                    "{reason}"
+                );
+                refused += 1;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+        honest_round(&mut b);
+    }
+    assert_eq!(
+        held.len() as u32,
+        LIMIT - 1,
+        "ten addresses of one host got the host's share, no more"
+    );
+    assert_eq!(refused, 10 - (LIMIT - 1));
+    drop(held);
+    wait_back_to(&b, start, 0);
+    honest_round(&mut b);
+}
+
+#[test]
+fn loopback_addresses_are_one_host() {
+    many_addresses_of_one_host_are_one(Isolation::SharedPd);
 }
 
 #[test]

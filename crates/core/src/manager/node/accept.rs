@@ -14,7 +14,9 @@
 //!   when clients are isolated by PD, with every remote right (windows gate access). Every
 //!   shard learns of it (type-2 windows of any shard are bound to it).
 //! - A client's first control connection (shard 0's) is refused when its source address has
-//!   `sessions_per_address` sessions already (`addresses.rs`); its session counts there.
+//!   `sessions_per_address` sessions already (`addresses.rs`); its session counts there. It
+//!   also takes a token from the node's session rate (`session_rate.rs`): without one it is
+//!   refused.
 //! - A client's first control connection whose peer presented a verified certificate (mutual
 //!   TLS) with a common name the node maps to a tenant carries that tenant to its session:
 //!   its `Hello` then needs no secret (`runner.rs`).
@@ -111,6 +113,21 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                 }
                 if q.slots.as_ref().is_some_and(|s| s.available() == 0) {
                     return Err("the memory node serves no more control connections".into());
+                }
+                // A new session (a client's first connection) takes a token of the node's
+                // session rate, whoever opens it.
+                if intent.slot == 0
+                    && intent.client_id == 0
+                    && !self
+                        .shared
+                        .session_rate
+                        .lock()
+                        .admit_connection(self.clock.now())
+                {
+                    return Err(
+                        "too many new sessions: the memory node accepts no more this instant; try again shortly"
+                            .into(),
+                    );
                 }
                 let credits = q.slots.as_ref().map_or(1, ConnectionSlots::credits);
                 init(

@@ -136,8 +136,28 @@ pub struct NodeLimits {
     /// configured, an equal share of `max_connections`; without, `max_connections`.
     pub sessions_per_tenant: Option<u32>,
     /// Clients (sessions) connected at once from one IP address, so that one host cannot
-    /// take every connection (clients in the node's own process are not counted).
+    /// take every connection (clients in the node's own process are not counted). Addresses
+    /// are counted by prefix (`address_prefix_v4`, `address_prefix_v6`); every loopback
+    /// address is one.
     pub sessions_per_address: u32,
+    /// Bits of an IPv4 address that `sessions_per_address` counts by (32: each address; 24:
+    /// each /24 network).
+    pub address_prefix_v4: u8,
+    /// Bits of an IPv6 address it counts by (64: a host's usual /64).
+    pub address_prefix_v6: u8,
+    /// Count loopback addresses (127.0.0.0/8, ::1) like any other, by prefix, instead of all
+    /// as this one host: for tests and set-ups that play several hosts on one machine.
+    pub loopback_hosts: bool,
+    /// New sessions (clients' first control connections) the node accepts a second, all
+    /// clients together, and at once: past them, first connections are refused at the
+    /// handshake until the bucket refills.
+    pub new_sessions_per_s: u32,
+    /// See `new_sessions_per_s`.
+    pub new_session_burst: u32,
+    /// New sessions each tenant may open a second (the burst is twice this): past it, a
+    /// session's first `Hello` is refused (`Overloaded`). `None`: with tenants configured, an
+    /// equal share of `new_sessions_per_s`; without, `new_sessions_per_s`.
+    pub tenant_new_sessions_per_s: Option<u32>,
     /// Cost units a round of the manager's fair queue gives all unauthenticated sessions
     /// together (a tenant of weight 1 gets 4; see `manager::node::fair`): what connections
     /// that have not said `Hello` may take of the manager while tenants are busy.
@@ -156,6 +176,12 @@ impl Default for NodeLimits {
             fault_burst: 1024,
             faults_per_s: 100,
             sessions_per_address: 512,
+            address_prefix_v4: 32,
+            address_prefix_v6: 64,
+            loopback_hosts: false,
+            new_sessions_per_s: 200,
+            new_session_burst: 400,
+            tenant_new_sessions_per_s: None,
             unauthenticated_quantum: 1,
         }
     }
@@ -208,6 +234,16 @@ impl NodeConfig {
         self.limits
             .sessions_per_tenant
             .unwrap_or(self.limits.max_connections / n)
+            .max(1)
+    }
+
+    /// New sessions each tenant may open a second (see
+    /// [`NodeLimits::tenant_new_sessions_per_s`]).
+    pub fn tenant_new_sessions_per_s(&self) -> u32 {
+        let n = (self.tenants.len() as u32).max(1);
+        self.limits
+            .tenant_new_sessions_per_s
+            .unwrap_or(self.limits.new_sessions_per_s / n)
             .max(1)
     }
 }
@@ -337,6 +373,9 @@ pub struct NodeStats {
     pub data_reconnects: u64,
     /// See `data_reconnects`.
     pub reconnects_refused: u64,
+    /// New sessions refused for the node's session rate (at the handshake), and for their
+    /// tenant's (at `Hello`).
+    pub sessions_rate_refused: (u64, u64),
     /// What the node holds for its clients (a leak check: back to its starting values once
     /// every client left and its memory was freed).
     pub held: Held,
@@ -370,6 +409,10 @@ impl NodeStats {
             sessions_ended: self.sessions_ended.plus(&o.sessions_ended),
             data_reconnects: self.data_reconnects + o.data_reconnects,
             reconnects_refused: self.reconnects_refused + o.reconnects_refused,
+            sessions_rate_refused: (
+                self.sessions_rate_refused.0 + o.sessions_rate_refused.0,
+                self.sessions_rate_refused.1 + o.sessions_rate_refused.1,
+            ),
             held: self.held.plus(&o.held),
             pool_bytes_in_use: self.pool_bytes_in_use + o.pool_bytes_in_use,
             metadata_bytes: self.metadata_bytes + o.metadata_bytes,

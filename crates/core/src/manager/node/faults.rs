@@ -11,25 +11,19 @@
 
 use super::super::state::ClientId;
 use super::super::tenants::TenantId;
+use super::token_bucket::TokenBucket;
 use rnic::Timestamp;
 use std::collections::HashMap;
 
 /// Data slots a client may use (an intent's slot is a byte).
 const SLOTS: usize = 256;
 
-/// One tenant's bucket.
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    tokens: f64,
-    at: Timestamp,
-}
-
 /// The budgets, and the data slots each client has connected.
 #[derive(Debug)]
 pub(super) struct FaultBudget {
     burst: u32,
     per_s: u32,
-    buckets: HashMap<TenantId, Bucket>,
+    buckets: HashMap<TenantId, TokenBucket>,
     slots: HashMap<ClientId, [u64; SLOTS / 64]>,
     /// Reconnections counted, and refused.
     pub(super) reconnects: u64,
@@ -64,16 +58,12 @@ impl FaultBudget {
             return true;
         }
         self.reconnects += 1;
-        let (burst, per_s) = (f64::from(self.burst), f64::from(self.per_s));
-        let b = self.buckets.entry(tenant).or_insert(Bucket {
-            tokens: burst,
-            at: now,
-        });
-        let elapsed_s = now.0.saturating_sub(b.at.0) as f64 / 1e6;
-        b.tokens = (b.tokens + elapsed_s * per_s).min(burst);
-        b.at = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
+        let (burst, per_s) = (self.burst, self.per_s);
+        let b = self
+            .buckets
+            .entry(tenant)
+            .or_insert_with(|| TokenBucket::full(burst, now));
+        if b.take(now, burst, per_s) {
             true
         } else {
             self.refused += 1;

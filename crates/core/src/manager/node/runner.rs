@@ -281,6 +281,8 @@ impl<P: Provider> Runner<P> {
             // Node-wide counts: reported once.
             let faults = self.shared.faults.lock();
             (s.data_reconnects, s.reconnects_refused) = (faults.reconnects, faults.refused);
+            let rate = self.shared.session_rate.lock();
+            s.sessions_rate_refused = (rate.refused_node, rate.refused_tenant);
         }
         let (data_qps, client_domains, windows) = self.nic.held();
         s.held = Held {
@@ -474,7 +476,7 @@ impl<P: Provider> Runner<P> {
         let authenticated = session.tenant.is_some();
         match message.message {
             Ok((req_id, Request::Hello { tenant, secret })) => {
-                let tenant = match self.authenticate(client, tenant, secret) {
+                let tenant = match self.authenticate(client, tenant, secret, now) {
                     Ok(tenant) => tenant,
                     Err(status) => {
                         // The secret itself is never logged.
@@ -554,12 +556,14 @@ impl<P: Provider> Runner<P> {
     /// one, and no secret is needed), else `claimed` if the secret is right (with no tenants
     /// configured, only the default tenant exists). A client stays with its first tenant. The
     /// first success gives the client its protection domain (a PD per client), before its
-    /// data connections can be accepted (they need the secret the `Welcome` carries).
+    /// data connections can be accepted (they need the secret the `Welcome` carries). A first
+    /// success takes a token of its tenant's session rate (`Overloaded` without one).
     fn authenticate(
         &mut self,
         client: ClientId,
         claimed: TenantId,
         secret: u64,
+        now: rnic::Timestamp,
     ) -> Result<TenantId, Status> {
         let Some(session) = self.sessions.get(&client) else {
             return Err(Status::Unauthorized);
@@ -578,6 +582,10 @@ impl<P: Provider> Runner<P> {
         let sessions = self.tenant_sessions.get(&tenant).copied().unwrap_or(0);
         if sessions >= self.sessions_per_tenant {
             return Err(Status::QuotaExceeded);
+        }
+        // A tenant's new sessions spend its own rate (`session_rate.rs`).
+        if !self.shared.session_rate.lock().admit_hello(tenant, now) {
+            return Err(Status::Overloaded);
         }
         if self.nic.isolation != Isolation::SharedPd && self.add_client_domain(client).is_err() {
             // No isolated domain, no service: never a silent fall-back to a weaker isolation.
