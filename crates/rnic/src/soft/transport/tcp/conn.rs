@@ -17,10 +17,12 @@ use super::buffer::{KEEP_BUF, RecvBuffer};
 use super::limits::{Counters, Limits};
 use super::tls::{TLS_HANDSHAKE_RECORD, TlsState, certificate_name};
 use crate::soft::link::{
-    Link, LinkDown, LinkEnd, LinkStack, PacketSink, RetryPolicy, check_destination,
+    Admission, Link, LinkDown, LinkEnd, LinkStack, PacketSink, RetryPolicy, check_destination,
 };
 use crate::soft::wire::codec::MAX_CM_FRAME_LEN;
-use crate::soft::wire::{Frame, Packet, WireError, decode_frame, encode_frame, frame_len};
+use crate::soft::wire::{
+    Frame, Packet, WireError, decode_frame, decode_head, encode_frame, frame_len,
+};
 use crate::verbs::{Peer, QpNumber};
 use arc_swap::ArcSwapOption;
 use mio::Token;
@@ -32,6 +34,11 @@ use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+
+/// Frames up to this length are buffered without asking their QP first: no larger than a
+/// resting buffer or two, they cost no more than the buffer every connection has. A longer
+/// one is decided from its header ([`PacketSink::admit`]) before the buffer grows for it.
+pub(super) const ADMIT_FREE: usize = 64 * 1024;
 
 /// Bytes an application thread reads in one `poll_receive` before leaving the rest to the engine.
 pub(super) const APP_READ_BUDGET: usize = 256 * 1024;
@@ -180,6 +187,23 @@ struct Reader {
     rx: RecvBuffer,
     phase: Phase,
     down_reported: bool,
+    /// The frame at `rx.start` passed its header check: its buffer may grow to its length.
+    admitted: bool,
+    /// Bytes still to drop of a frame the QP decided on from its header.
+    discard: usize,
+}
+
+impl Reader {
+    /// How far the buffer may grow for the frame being received: its declared length once
+    /// admitted (within the phase's maximum), a small frame's otherwise.
+    fn growth_limit(&self, established_max: usize) -> usize {
+        let max = self.phase.max_frame(established_max);
+        if self.admitted {
+            max
+        } else {
+            max.min(ADMIT_FREE)
+        }
+    }
 }
 
 struct Writer {
@@ -262,6 +286,8 @@ impl Conn {
                 rx: RecvBuffer::with_leftover(leftover),
                 phase,
                 down_reported: false,
+                admitted: false,
+                discard: 0,
             }),
             read_pending: AtomicU8::new(0),
             writer: Mutex::new(Writer {
@@ -424,7 +450,7 @@ impl Conn {
                 report.more = true;
                 return report;
             }
-            let max = r.phase.max_frame(self.shared.limits.max_frame);
+            let max = r.growth_limit(self.shared.limits.max_frame);
             if !r.rx.make_room(max) {
                 self.stop(
                     r,
@@ -432,6 +458,7 @@ impl Conn {
                 );
                 return report;
             }
+            Counters::raise(&self.shared.counters.rx_high_water, r.rx.buf.len());
             let Some(space) = r.rx.room() else {
                 self.stop(
                     r,
@@ -628,20 +655,50 @@ impl Conn {
         Ok(())
     }
 
-    /// Parses and handles every complete frame in the buffer.
+    /// Parses and handles every complete frame in the buffer. A frame longer than
+    /// [`ADMIT_FREE`] is first decided from its header by its QP: delivered once complete,
+    /// or dropped as it arrives, or refused (the connection fails) — never buffered past a
+    /// small frame's size before its QP admitted it.
     fn dispatch(&self, r: &mut Reader, frames: &mut usize) -> Result<(), Stop> {
         loop {
             if self.is_dead() {
                 break;
             }
+            if r.discard > 0 {
+                let n = r.discard.min(r.rx.unparsed().len());
+                r.rx.start += n;
+                r.discard -= n;
+                if r.discard > 0 {
+                    break;
+                }
+                continue;
+            }
             let max = r.phase.max_frame(self.shared.limits.max_frame);
-            let Reader { rx, phase, .. } = &mut *r;
+            let Reader {
+                rx,
+                phase,
+                admitted,
+                discard,
+                ..
+            } = &mut *r;
             let avail = rx.unparsed();
             // The declared length is checked against the maximum before anything is buffered
             // for the frame.
             let Some(len) = frame_len(avail, max)? else {
                 break;
             };
+            if len > ADMIT_FREE && !*admitted && avail.len() < len {
+                match self.admit(phase, avail, len)? {
+                    None => break, // the header is not complete yet
+                    Some(Admission::Deliver) => *admitted = true,
+                    Some(Admission::Discard) => {
+                        Counters::bump(&self.shared.counters.discarded_frames);
+                        *discard = len;
+                        continue;
+                    }
+                    Some(Admission::Refuse(why)) => return Err(Stop::Protocol(why.into())),
+                }
+            }
             let Some(bytes) = avail.get(..len) else {
                 break; // incomplete
             };
@@ -649,6 +706,7 @@ impl Conn {
             self.on_frame(phase, frame)?;
             *frames += 1;
             rx.start += len;
+            *admitted = false;
             if self.write_failed.load(Ordering::SeqCst)
                 && self.frames_after_failure.fetch_add(1, Ordering::SeqCst) + 1
                     >= FRAMES_AFTER_WRITE_FAILURE
@@ -658,6 +716,24 @@ impl Conn {
         }
         r.rx.reset_if_empty();
         Ok(())
+    }
+
+    /// Asks the QP whether the large frame starting `avail` (declaring `len` bytes) can be
+    /// legal, from its header (`None`: the header has not all arrived). Before set-up, every
+    /// frame is small (the phase's maximum is a handshake frame's).
+    fn admit(&self, phase: &Phase, avail: &[u8], len: usize) -> Result<Option<Admission>, Stop> {
+        let Phase::Established { sink, qpn } = phase else {
+            return Ok(Some(Admission::Deliver));
+        };
+        let Some(head) = decode_head(avail, len)? else {
+            return Ok(None);
+        };
+        check_destination(&head, *qpn).map_err(|e| Stop::Protocol(e.to_string()))?;
+        if self.closed.load(Ordering::SeqCst) {
+            return Ok(Some(Admission::Discard));
+        }
+        let sink = sink.upgrade().ok_or(Stop::Orphan)?;
+        Ok(Some(sink.admit(&head)))
     }
 
     fn on_frame(&self, phase: &mut Phase, frame: Frame<&[u8]>) -> Result<(), Stop> {

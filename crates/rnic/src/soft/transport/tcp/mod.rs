@@ -16,7 +16,8 @@
 //!   for `spin_polls` idle rounds after work, then park in a blocking poll.
 //! - **Connections** (`conn`, the TCP link): one reader at a time per connection, parsing from one
 //!   per-connection buffer (frames are delivered in order whoever reads); the length prefix is
-//!   checked against the maximum frame before anything is buffered for the frame. Writes from
+//!   checked against the maximum frame before anything is buffered for the frame, and a large
+//!   frame's header by its QP (`PacketSink::admit`) before its payload is. Writes from
 //!   application threads (requests) and engines (responses) share the socket under a leaf
 //!   mutex; what the socket does not take waits in a bounded backlog that the engine flushes.
 //! - **Handshake** (`handshake`): the client half on the connecting thread, blocking with
@@ -147,6 +148,14 @@ pub struct TcpStats {
     pub closed: u64,
     /// Connections the engines serve now.
     pub live: u64,
+    /// The largest receive buffer any connection has had, in bytes: the most a peer made the
+    /// device buffer for one frame. A frame longer than 64 KiB is buffered only after its QP
+    /// found it legal from its header (a WRITE within its region, a SEND within its receive,
+    /// READ data as asked for), so this stays below the largest legal message plus 64 KiB.
+    pub rx_buffer_high_water: u64,
+    /// Large frames their QP decided on from the header alone (answered with a NAK or an RNR
+    /// NAK, or dropped as duplicates), whose payload was dropped as it arrived.
+    pub discarded_frames: u64,
     /// System calls the transport made on established connections and in its engines, so
     /// a benchmark can count them per operation: `read`s (engines and polling threads),
     /// `write`s, the engines' `epoll_wait`s, and wake-ups of an engine by another thread.
@@ -274,6 +283,8 @@ impl TcpNode {
             overflow_closes: get(&c.overflow_closes),
             lost: get(&c.lost),
             closed: get(&c.closed),
+            rx_buffer_high_water: get(&c.rx_high_water),
+            discarded_frames: get(&c.discarded_frames),
             syscalls: TcpSyscalls {
                 reads: get(&c.read_calls),
                 writes: get(&c.write_calls),
