@@ -79,7 +79,10 @@ impl Provider for SoftProvider {
 
 impl Context<SoftProvider> for SoftContext {
     fn query_device(&self) -> DeviceAttr {
-        self.inner.config.attr.clone()
+        DeviceAttr {
+            qp_rate_limit: self.inner.transport.enforces_service(),
+            ..self.inner.config.attr.clone()
+        }
     }
     fn device_key(&self) -> u64 {
         self.inner.key

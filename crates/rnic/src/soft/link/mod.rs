@@ -87,6 +87,10 @@ pub trait Link: Send + Sync + Debug {
     fn cork(&self) {}
     /// Ends one [`Link::cork`]; the last one sends what was held back.
     fn uncork(&self) {}
+    /// How the link's receiver serves the QP's incoming requests from now on (its weight and
+    /// rate limit, [`QpService`](crate::verbs::QpService)). Links whose requests are served
+    /// on the requester's thread (in-process, loopback) ignore it.
+    fn set_service(&self, _service: &crate::verbs::QpService) {}
 }
 
 /// A [`Link::cork`] held until dropped.
@@ -166,6 +170,9 @@ impl<L: Link + ?Sized> Link for Arc<L> {
     }
     fn uncork(&self) {
         (**self).uncork();
+    }
+    fn set_service(&self, service: &crate::verbs::QpService) {
+        (**self).set_service(service);
     }
 }
 

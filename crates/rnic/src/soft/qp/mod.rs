@@ -35,9 +35,9 @@ use super::provider::{SoftAddress, SoftProvider};
 use super::queues::{CqInner, Progress, SoftCq, SoftSrq};
 use super::wire::{Packet, PayloadLen, Request, RequestOp, Response, ResponseKind};
 use crate::verbs::{
-    AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpState,
-    QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpService,
+    QpState, QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use parking_lot::{Mutex, RwLock};
 use requester::{Payload, PendingSpec, Requester, RequesterAction};
@@ -78,6 +78,8 @@ pub(crate) struct QpInner {
     req: Mutex<Option<Requester>>,
     rx: Mutex<Rx>,
     link: RwLock<Option<Arc<dyn Link>>>,
+    /// How the device serves this QP's incoming requests; handed to each link it connects on.
+    service: Mutex<QpService>,
     /// The connected peer QP (responses are addressed to it).
     peer: AtomicU32,
     /// On the watch list of the send CQ / of the receive CQ (when it is another CQ): one
@@ -191,6 +193,7 @@ impl QpInner {
                 recv_queue: VecDeque::new(),
             }),
             link: RwLock::new(None),
+            service: Mutex::new(QpService::default()),
             peer: AtomicU32::new(0),
             armed_on_send: AtomicBool::new(false),
             armed_on_recv: AtomicBool::new(false),
@@ -525,7 +528,12 @@ impl Connecting for QpInner {
             rx.responder = ResponderState::new(recv_psn);
         }
         let policy: RetryPolicy = link.retry_policy();
-        *self.link.write() = Some(link);
+        {
+            // Under the service lock, so a `set_service` meanwhile reaches this link too.
+            let service = self.service.lock();
+            link.set_service(&service);
+            *self.link.write() = Some(link);
+        }
         self.peer.store(peer_qp.0, Ordering::SeqCst);
         self.set_state(QpState::ReadyToReceive);
         let mut requester = Requester::with_policy(peer_qp, send_psn, self.timing, policy);
@@ -629,6 +637,25 @@ impl QueuePair<SoftProvider> for SoftQp {
 
     fn set_error(&self) {
         self.inner.enter_error(None);
+    }
+
+    /// Kept by the QP and handed to its link (now and on every later connection), whose
+    /// receiver enforces it: the TCP transport's engines do; a loopback connection to the
+    /// device's own listener runs requests on the requester's thread and ignores it.
+    fn set_service(&self, service: QpService) -> VerbsResult<()> {
+        service.validate()?;
+        let q = &self.inner;
+        if !q.dev.transport.enforces_service() {
+            return Err(VerbsError::Unsupported(
+                "QP service weights and rate limits need the TCP transport",
+            ));
+        }
+        let mut current = q.service.lock();
+        *current = service;
+        if let Some(link) = q.link.read().as_ref() {
+            link.set_service(&service);
+        }
+        Ok(())
     }
 
     fn modify_access(&self, access: AccessFlags) -> VerbsResult<()> {
