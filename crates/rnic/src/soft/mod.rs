@@ -52,8 +52,8 @@ pub use qp::SoftQp;
 pub use queues::{SoftChannel, SoftCq, SoftSrq};
 pub use transport::inproc::{LinkMode, SoftFabric};
 pub use transport::tcp::{
-    TcpNode, TcpOptions, TcpStats, TcpSyscalls, TlsError, TlsOptions, certificates_from_pem,
-    engine_cpu_time, private_key_from_pem,
+    TcpNode, TcpOptions, TcpQpStats, TcpStats, TcpSyscalls, TlsError, TlsOptions,
+    certificates_from_pem, engine_cpu_time, private_key_from_pem,
 };
 
 use crate::verbs::{

@@ -43,6 +43,8 @@ pub(super) struct Counters {
     pub(super) rx_high_water: AtomicU64,
     /// Large frames their QP decided on from the header, whose payload was dropped unbuffered.
     pub(super) discarded_frames: AtomicU64,
+    /// Requests delivered to the device's QPs.
+    pub(super) served: AtomicU64,
 }
 
 impl Counters {

@@ -36,12 +36,15 @@
 //!   enters ERR closes its connection. The kernel's keepalive and user timeout (`keepalive`)
 //!   cover a vanished host on idle connections and on the responding side.
 
+mod bucket;
 mod buffer;
 mod conn;
 mod engine;
 mod handshake;
 mod keepalive;
 mod limits;
+mod sched;
+mod service;
 mod tls;
 
 use super::{Policy, check_private_data, connect_in_process};
@@ -162,6 +165,24 @@ pub struct TcpStats {
     pub syscalls: TcpSyscalls,
 }
 
+/// What the engines served one QP's connection (see [`TcpNode::qp_stats`]): the requests it
+/// received, counted as they were delivered to its responder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TcpQpStats {
+    /// Requests delivered (duplicates included: each was served).
+    pub served_ops: u64,
+    /// Their frame bytes.
+    pub served_bytes: u64,
+    /// Times a request had to wait for the QP's rate limit.
+    pub throttled: u64,
+    /// Where this QP's latest request stands in the order the device served requests: the
+    /// device's count of served requests (all QPs) when it was served. Once a run is over,
+    /// `served_ops / last_served_at` is the QP's share of everything served up to its last
+    /// request, whatever the timing of whoever reads the counters.
+    pub last_served_at: u64,
+}
+
 /// System calls of a TCP device's transport (see [`TcpStats::syscalls`]); handshakes, accepts
 /// and socket set-up are not counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -236,7 +257,13 @@ impl TcpNode {
         }
         let set = Arc::new(EngineSet::new(
             engines,
-            ConnShared::new(limits, options.links, counters, options.tls),
+            ConnShared::new(
+                limits,
+                options.links,
+                counters,
+                options.tls,
+                config.clock.clone(),
+            ),
         ));
         let transport = Arc::new(TcpTransport {
             bind,
@@ -267,6 +294,21 @@ impl TcpNode {
     pub fn engine_cpu_times(ctx: &SoftContext) -> Option<Vec<Duration>> {
         let t = TcpTransport::of(ctx)?;
         Some(t.set.engines.iter().map(|e| e.cpu_time()).collect())
+    }
+
+    /// What the device served the current connection of its QP `qpn` (`None` if `ctx` is not
+    /// a TCP device or the QP has no connection of it; a loopback connection has none).
+    pub fn qp_stats(ctx: &SoftContext, qpn: crate::verbs::QpNumber) -> Option<TcpQpStats> {
+        let t = TcpTransport::of(ctx)?;
+        let conn = t.set.conns.connection_of(qpn)?;
+        let s = &conn.service.served;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        Some(TcpQpStats {
+            served_ops: get(&s.ops),
+            served_bytes: get(&s.bytes),
+            throttled: get(&s.throttled),
+            last_served_at: get(&s.last_at),
+        })
     }
 
     /// The device's connection counters, or `None` if `ctx` is not a TCP device.
@@ -421,6 +463,10 @@ fn no_engine() -> VerbsError {
 }
 
 impl Transport for TcpTransport {
+    fn enforces_service(&self) -> bool {
+        true
+    }
+
     fn listen(&self, policy: Policy) -> VerbsResult<SoftListener> {
         use socket2::{Domain, Protocol, Socket, Type};
         let socket = Socket::new(
