@@ -139,6 +139,9 @@ impl RdmaContext {
             mw_type1: cap(sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW),
             mw_type2: cap(sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A)
                 || cap(sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B),
+            // Weights and operation rates have no rdma-core equivalent; byte rates map to
+            // packet pacing where the device has it (`RdmaQp::set_service`).
+            qp_rate_limit: false,
         };
         dev.set_async_nonblocking()
             .map_err(|e| io_err("async event descriptor", e))?;

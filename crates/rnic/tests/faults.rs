@@ -538,6 +538,11 @@ impl RecvSource for Recvs {
             Some(self.0.remove(0))
         }
     }
+    fn next_capacity(&mut self) -> Option<usize> {
+        self.0
+            .first()
+            .map(|r| r.sge.map_or(0, |s| s.length as usize))
+    }
 }
 
 fn ctx<'a>(w: &'a FW, qpn: QpNumber) -> ResponderCtx<'a> {
@@ -723,4 +728,130 @@ fn forged_response_closes_the_requester() {
     let mut out = Vec::new();
     req.release(QpNumber(2), &mut |wc| out.push((wc.wr_id, wc.status)));
     assert_eq!(out, vec![(3, WcStatus::Success)]);
+}
+
+/// What the TCP link asks before it buffers a large payload (`ResponderState::admit`, from the
+/// request's header alone) agrees with executing the whole request: whenever it decides, it
+/// decides what execution would (same response, same error, same next PSN), and it leaves to
+/// execution only WRITEs that pass every check their header can tell.
+#[test]
+fn deciding_from_the_header_agrees_with_executing() {
+    use rnic::soft::wire::PayloadLen;
+    let w = FW::new();
+    let (_mw, rkey) = w.window1(OFF, 64, R | W);
+    let qpn = QpNumber(91);
+    let start = Psn::new(40);
+    let wrong = MemoryKey::new(rkey.index(), rkey.key_byte().wrapping_add(1));
+    let cases: Vec<(&str, Request, bool)> = vec![
+        (
+            "in the window",
+            write_req(qpn, start, w.maddr(OFF), rkey, &[1; 64]),
+            false,
+        ),
+        (
+            "past the window",
+            write_req(qpn, start, w.maddr(OFF), rkey, &[1; 65]),
+            true,
+        ),
+        (
+            "wrong key",
+            write_req(qpn, start, w.maddr(OFF), wrong, &[1; 8]),
+            true,
+        ),
+        (
+            "out of sequence",
+            write_req(qpn, start.add(3), w.maddr(OFF), rkey, &[1; 8]),
+            true,
+        ),
+        (
+            "duplicate",
+            write_req(qpn, Psn::new(39), w.maddr(OFF), rkey, &[1; 8]),
+            true,
+        ),
+        (
+            "SEND, no receive",
+            Request {
+                dst_qp: qpn,
+                psn: start,
+                op: RequestOp::Send {
+                    data: vec![2; 32],
+                    invalidate: None,
+                },
+                ack_req: true,
+            },
+            true,
+        ),
+        (
+            "SEND longer than the receive of 16",
+            Request {
+                dst_qp: qpn,
+                psn: start,
+                op: RequestOp::Send {
+                    data: vec![2; 32],
+                    invalidate: None,
+                },
+                ack_req: true,
+            },
+            true,
+        ),
+        (
+            "SEND within the receive of 16",
+            Request {
+                dst_qp: qpn,
+                psn: start,
+                op: RequestOp::Send {
+                    data: vec![2; 16],
+                    invalidate: None,
+                },
+                ack_req: true,
+            },
+            false,
+        ),
+    ];
+    for (what, req, decided) in cases {
+        let head: Request<PayloadLen> = Request {
+            dst_qp: req.dst_qp,
+            psn: req.psn,
+            op: req.op.map_data(|d| PayloadLen(d.len())),
+            ack_req: req.ack_req,
+        };
+        let mut by_head = ResponderState::new(start);
+        let mut whole = ResponderState::new(start);
+        let ctx = ctx(&w, qpn);
+        // One receive of 16 bytes posted.
+        let recvs = || {
+            Recvs(vec![RecvWr {
+                wr_id: 3,
+                sge: Some(rnic::Sge {
+                    addr: w.maddr(OFF),
+                    length: 16,
+                    lkey: rnic::MemoryRegion::lkey(&w.mmr),
+                }),
+            }])
+        };
+        let none = || Recvs(Vec::new());
+        let (mut a, mut b) = if what.contains("receive of") {
+            (recvs(), recvs())
+        } else {
+            (none(), none())
+        };
+        match by_head.admit(&ctx, &head, &mut a) {
+            None => assert!(!decided, "{what}: left to execution"),
+            Some(out) => {
+                assert!(decided, "{what}: decided from the header");
+                let full = whole.handle(&ctx, &req, &mut b);
+                assert_eq!(
+                    (out.response, out.error),
+                    (full.response, full.error),
+                    "{what}"
+                );
+                assert_eq!(
+                    out.recv_completion.map(|wc| (wc.wr_id, wc.status)),
+                    full.recv_completion.map(|wc| (wc.wr_id, wc.status)),
+                    "{what}"
+                );
+                assert_eq!(by_head.expected_psn(), whole.expected_psn(), "{what}");
+            }
+        }
+    }
 }

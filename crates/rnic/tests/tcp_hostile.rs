@@ -480,3 +480,215 @@ fn tcp_huge_declared_frames_close_the_connection_before_buffering() {
         assert_eq!(stats.protocol_errors, 2, "{stats:?}");
     }
 }
+
+/// The header of a WRITE or SEND frame whose payload would be `payload` bytes: the frame of
+/// `op` (with an empty payload) with its length prefix and payload length field raised. The
+/// payload itself is left to the caller.
+fn large_header(dst: QpNumber, psn: Psn, op: RequestOp<&[u8]>, payload: u32) -> Vec<u8> {
+    let len_field = match op {
+        RequestOp::Write { .. } => 28..32,
+        RequestOp::Send { .. } => 20..24,
+        _ => panic!("no payload"),
+    };
+    let mut bytes = request(dst, psn, op);
+    let declared = bytes.len() as u32 + payload;
+    bytes[0..4].copy_from_slice(&declared.to_be_bytes());
+    bytes[len_field].copy_from_slice(&payload.to_be_bytes());
+    bytes
+}
+
+/// Sends `header`, then up to [`FLOOD`] bytes of its payload (stopping if the node closes),
+/// then reads until the node closes the connection; returns the frames it sent.
+fn flood_after(raw: &mut Raw, header: &[u8]) -> Vec<Frame<Vec<u8>>> {
+    let chunk = vec![0x5au8; 64 * 1024];
+    let mut sent = raw.send(header).map(|()| 0);
+    while let Ok(n) = sent
+        && n < FLOOD
+    {
+        sent = raw.send(&chunk).map(|()| n + chunk.len());
+    }
+    raw.read_until_closed()
+}
+
+fn high_water(s: &Server) -> u64 {
+    TcpNode::stats(&s.ctx).unwrap().rx_buffer_high_water
+}
+
+/// The QP decides on a large frame from its header, as a NIC does: a WRITE beyond the region
+/// its rkey grants, a WRITE with a made-up rkey and a SEND longer than the posted receive are
+/// refused (NAK, QP in ERR, connection closed) before their payload is buffered, though each
+/// declares far less than the device's 1 GiB maximum message; a READ request (which carries
+/// no payload) declaring a large frame is a protocol error.
+#[test]
+fn tcp_large_frames_are_judged_by_their_header_before_buffering() {
+    let s = Server::new();
+    let pattern = fill(&s);
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+    let base = s.buf.addr();
+    let rkey = s.mr.rkey();
+    let big = 512u32 << 20;
+    let cases: Vec<(&str, RequestOp<&[u8]>, NakCode)> = vec![
+        (
+            "WRITE past its region",
+            RequestOp::Write {
+                addr: base,
+                rkey,
+                data: &[],
+            },
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "WRITE with a made-up rkey",
+            RequestOp::Write {
+                addr: base,
+                rkey: MemoryKey(0xdead_beef),
+                data: &[],
+            },
+            NakCode::RemoteAccessError,
+        ),
+        (
+            "SEND longer than its receive",
+            RequestOp::Send {
+                data: &[],
+                invalidate: None,
+            },
+            NakCode::InvalidRequest,
+        ),
+    ];
+    for (n, (what, op, nak)) in (1..).zip(cases) {
+        let mut raw = Raw::connect(s.sock);
+        let (sqpn, _) = raw.handshake(2000 + n as u32, 7);
+        let sqp = s.wait_qps(n + 1);
+        sqp.post_recv(&[RecvWr {
+            wr_id: 99,
+            sge: Some(Sge {
+                addr: base + 8192,
+                length: 4096,
+                lkey: s.mr.lkey(),
+            }),
+        }])
+        .unwrap();
+        let frames = flood_after(&mut raw, &large_header(sqpn, Psn::new(7), op, big));
+        let naks: Vec<_> = frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Packet(Packet::Response(r)) => Some(r.kind.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(naks, vec![ResponseKind::Nak(nak)], "{what}");
+        wait_until("the refusing QP in ERR", || sqp.state() == QpState::Error);
+        assert!(
+            high_water(&s) <= 64 * 1024,
+            "{what}: {} bytes buffered for a refused frame",
+            high_water(&s)
+        );
+    }
+    // The SEND consumed its receive, with a length error, as a whole one would have.
+    let wcs = drain_cq(&s.cq);
+    assert!(
+        wcs.iter()
+            .any(|wc| wc.wr_id == 99 && wc.status == WcStatus::LocalLengthError),
+        "{wcs:?}"
+    );
+
+    // A READ request carries no payload: a large frame of one is malformed from its header.
+    let mut raw = Raw::connect(s.sock);
+    let (sqpn, _) = raw.handshake(3000, 7);
+    let mut header = request(
+        sqpn,
+        Psn::new(7),
+        RequestOp::Read {
+            addr: base,
+            rkey,
+            len: 8,
+        },
+    );
+    header[0..4].copy_from_slice(&big.to_be_bytes());
+    let errors = TcpNode::stats(&s.ctx).unwrap().protocol_errors;
+    assert!(flood_after(&mut raw, &header).is_empty());
+    wait_until("a protocol error counted", || {
+        TcpNode::stats(&s.ctx).unwrap().protocol_errors == errors + 1
+    });
+    assert!(high_water(&s) <= 64 * 1024, "{}", high_water(&s));
+
+    assert_eq!(snapshot(&s)[..8192], pattern[..8192], "memory changed");
+    legit_round_trip(&s, &c, 0, 0x17);
+}
+
+/// A large SEND that finds no receive gets its RNR NAK from the header; its payload is
+/// dropped as it arrives, the connection stays in step and serves the retry once a receive
+/// is posted. A large legal WRITE is buffered up to its own length only.
+#[test]
+fn tcp_large_frames_answered_from_the_header_keep_the_stream_in_step() {
+    let s = Server::new();
+    let mut raw = Raw::connect(s.sock);
+    let (sqpn, _) = raw.handshake(4000, 7);
+    let sqp = s.wait_qps(1);
+    let len = 256 * 1024u32;
+    let payload = vec![0x3cu8; len as usize];
+    let send = |raw: &mut Raw, psn: u32| {
+        let op = RequestOp::Send {
+            data: &[][..],
+            invalidate: None,
+        };
+        raw.send(&large_header(sqpn, Psn::new(psn), op, len))
+            .unwrap();
+        raw.send(&payload).unwrap();
+    };
+    send(&mut raw, 7);
+    match raw.read_frame() {
+        RawRead::Frame(Frame::Packet(Packet::Response(r))) => {
+            assert_eq!(r.kind, ResponseKind::Nak(NakCode::ReceiverNotReady));
+        }
+        other => panic!("expected an RNR NAK: {other:?}"),
+    }
+    wait_until("the payload dropped", || {
+        TcpNode::stats(&s.ctx).unwrap().discarded_frames == 1
+    });
+    assert_eq!(sqp.state(), QpState::ReadyToSend);
+    sqp.post_recv(&[RecvWr {
+        wr_id: 5,
+        sge: Some(Sge {
+            addr: s.buf.addr(),
+            length: len,
+            lkey: s.mr.lkey(),
+        }),
+    }])
+    .unwrap();
+    send(&mut raw, 7);
+    match raw.read_frame() {
+        RawRead::Frame(Frame::Packet(Packet::Response(r))) => {
+            assert_eq!((r.psn, r.kind), (Psn::new(7), ResponseKind::Ack));
+        }
+        other => panic!("expected an ACK: {other:?}"),
+    }
+    let wc = wait_wcs(&s.cq, 1).remove(0);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.byte_len),
+        (5, WcStatus::Success, len)
+    );
+    let mut got = vec![0u8; len as usize];
+    s.buf.read(0, &mut got).unwrap();
+    assert_eq!(got, payload);
+
+    // A legal WRITE of half the region: buffered whole, and no more.
+    let write = RequestOp::Write {
+        addr: s.buf.addr(),
+        rkey: s.mr.rkey(),
+        data: &[][..],
+    };
+    raw.send(&large_header(sqpn, Psn::new(8), write, 512 * 1024))
+        .unwrap();
+    raw.send(&vec![0x77u8; 512 * 1024]).unwrap();
+    match raw.read_frame() {
+        RawRead::Frame(Frame::Packet(Packet::Response(r))) => {
+            assert_eq!((r.psn, r.kind), (Psn::new(8), ResponseKind::Ack));
+        }
+        other => panic!("expected an ACK: {other:?}"),
+    }
+    let hw = high_water(&s);
+    assert!((512 * 1024..=512 * 1024 + 64).contains(&hw), "{hw}");
+    assert_eq!(sqp.state(), QpState::ReadyToSend);
+}

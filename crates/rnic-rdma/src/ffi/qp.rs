@@ -221,6 +221,19 @@ impl Qp {
         check(unsafe { sys::ibv_modify_qp(self.ptr.as_ptr(), &mut attr, m.mask as c_int) })
     }
 
+    /// `ibv_modify_qp_rate_limit`: paces the QP's outgoing packets at `kbps` kilobits per
+    /// second (0: unlimited) with bursts of up to `max_burst` bytes (0: the device's default).
+    pub fn set_rate_limit(&self, kbps: u32, max_burst: u32) -> io::Result<()> {
+        let mut attr = sys::ibv_qp_rate_limit_attr {
+            rate_limit: kbps,
+            max_burst_sz: max_burst,
+            typical_pkt_sz: 0,
+            comp_mask: 0,
+        };
+        // SAFETY: valid QP; attr is fully initialized and outlives the call.
+        check(unsafe { sys::ibv_modify_qp_rate_limit(self.ptr.as_ptr(), &mut attr) })
+    }
+
     /// `ibv_post_send` of `wrs` as one list (one doorbell); returns the index of the first
     /// rejected request with the error.
     pub fn post_send(&self, wrs: &[RawSendWr<'_>]) -> Result<(), (usize, io::Error)> {

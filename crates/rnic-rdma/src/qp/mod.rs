@@ -29,8 +29,8 @@ use crate::work::translate;
 use parking_lot::Mutex;
 use rdma_mummy_sys as sys;
 use rnic::{
-    AccessFlags, QpInit, QpNumber, QpState, QpTiming, QueuePair, RecvWr, Resource, SendWr,
-    VerbsError, VerbsResult,
+    AccessFlags, QpInit, QpNumber, QpService, QpState, QpTiming, QueuePair, RecvWr, Resource,
+    SendWr, VerbsError, VerbsResult,
 };
 use std::fmt;
 use std::net::SocketAddr;
@@ -255,6 +255,45 @@ impl QueuePair<RdmaProvider> for RdmaQp {
         }
         *current = access;
         Ok(())
+    }
+
+    /// Maps the service to `ibv_modify_qp_rate_limit`, which paces the QP's outgoing packets
+    /// (a responder's READ responses and acknowledgements, a requester's requests) in bytes:
+    /// a byte rate becomes `rate_limit` in kbps (rounded up) and its burst `max_burst_sz`.
+    /// Weights other than 1 and operation rates have no rdma-core equivalent: `Unsupported`,
+    /// as is a device (or libibverbs) without packet pacing.
+    fn set_service(&self, service: QpService) -> VerbsResult<()> {
+        service.validate()?;
+        if service.weight != 1 {
+            return Err(VerbsError::Unsupported(
+                "rdma-core has no per-QP service weight",
+            ));
+        }
+        let bytes = match service.rate {
+            None => None,
+            Some(r) if r.ops.is_some() => {
+                return Err(VerbsError::Unsupported(
+                    "RDMA NICs pace QPs in bytes; there is no operation rate",
+                ));
+            }
+            Some(r) => r.bytes,
+        };
+        let (kbps, burst) = bytes.map_or((0, 0), |b| {
+            let kbps = b.per_sec.saturating_mul(8).div_ceil(1000).max(1);
+            (
+                u32::try_from(kbps).unwrap_or(u32::MAX),
+                u32::try_from(b.burst).unwrap_or(u32::MAX),
+            )
+        });
+        self.inner
+            .raw
+            .set_rate_limit(kbps, burst)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => VerbsError::Unsupported(
+                    "this device or libibverbs has no QP rate limit (packet pacing)",
+                ),
+                _ => verbs_error("ibv_modify_qp_rate_limit", Resource::QueuePair, e),
+            })
     }
 
     fn post_send(&self, wrs: &[SendWr<'_, RdmaMw, RdmaMr>]) -> Result<(), (usize, VerbsError)> {

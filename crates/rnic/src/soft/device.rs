@@ -80,6 +80,10 @@ pub(crate) trait Transport: Send + Sync + fmt::Debug + std::any::Any {
         to: &SoftAddress,
         private_data: &[u8],
     ) -> VerbsResult<()>;
+    /// Whether the transport enforces `QpService` (`DeviceAttr::qp_rate_limit`).
+    fn enforces_service(&self) -> bool {
+        false
+    }
 }
 
 /// A QP being connected, as a transport sees it (on either side of the handshake).

@@ -52,8 +52,8 @@ pub use qp::SoftQp;
 pub use queues::{SoftChannel, SoftCq, SoftSrq};
 pub use transport::inproc::{LinkMode, SoftFabric};
 pub use transport::tcp::{
-    TcpNode, TcpOptions, TcpStats, TcpSyscalls, TlsError, TlsOptions, certificates_from_pem,
-    engine_cpu_time, private_key_from_pem,
+    TcpNode, TcpOptions, TcpQpStats, TcpStats, TcpSyscalls, TlsError, TlsOptions,
+    certificates_from_pem, engine_cpu_time, private_key_from_pem,
 };
 
 use crate::verbs::{
@@ -79,7 +79,10 @@ impl Provider for SoftProvider {
 
 impl Context<SoftProvider> for SoftContext {
     fn query_device(&self) -> DeviceAttr {
-        self.inner.config.attr.clone()
+        DeviceAttr {
+            qp_rate_limit: self.inner.transport.enforces_service(),
+            ..self.inner.config.attr.clone()
+        }
     }
     fn device_key(&self) -> u64 {
         self.inner.key

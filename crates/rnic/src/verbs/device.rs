@@ -30,6 +30,11 @@ pub struct DeviceAttr {
     pub mw_type1: bool,
     /// Supports type-2 memory windows.
     pub mw_type2: bool,
+    /// Enforces the whole [`QpService`](super::QpService) (`QueuePair::set_service`): weighted
+    /// service of QPs and their responder rate limits in operations and bytes. A device
+    /// without it refuses what it cannot enforce with `VerbsError::Unsupported` (an rdma-core
+    /// device maps a byte rate to packet pacing, see `rnic-rdma`).
+    pub qp_rate_limit: bool,
 }
 
 impl Default for DeviceAttr {
@@ -47,6 +52,7 @@ impl Default for DeviceAttr {
             global_atomics: false,
             mw_type1: true,
             mw_type2: true,
+            qp_rate_limit: false,
         }
     }
 }

@@ -35,6 +35,9 @@ pub enum VerbsError {
     /// An argument is out of range or inconsistent (`EINVAL`).
     #[error("invalid argument: {0}")]
     InvalidArgument(&'static str),
+    /// The device or transport does not offer this (`EOPNOTSUPP`).
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
     /// Objects from different protection domains were combined (`EPERM`).
     #[error("protection domain mismatch")]
     PdMismatch,

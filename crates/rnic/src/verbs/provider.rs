@@ -331,4 +331,10 @@ pub trait QueuePair<P: Provider>: Clone + Send + Sync + Debug {
     ) -> Result<(), (usize, super::error::VerbsError)>;
     /// Posts receives to this QP's own receive queue (`ibv_post_recv`).
     fn post_recv(&self, wrs: &[RecvWr]) -> VerbsResult<()>;
+    /// Sets how the device serves this QP's incoming requests: its weight among the QPs it
+    /// serves and an optional responder rate limit (modelled on `ibv_modify_qp_rate_limit`).
+    /// Takes effect at once, also on a connected QP, and stays across reconnects.
+    /// `InvalidArgument` for an invalid service ([`QpService::validate`](super::QpService)),
+    /// `Unsupported` where the device does not enforce it (`DeviceAttr::qp_rate_limit`).
+    fn set_service(&self, service: super::QpService) -> VerbsResult<()>;
 }

@@ -128,6 +128,9 @@ impl<L: Link> Link for FaultyLink<L> {
     fn uncork(&self) {
         self.inner.uncork();
     }
+    fn set_service(&self, service: &crate::verbs::QpService) {
+        self.inner.set_service(service);
+    }
 }
 
 #[cfg(test)]

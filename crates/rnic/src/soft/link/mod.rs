@@ -28,7 +28,7 @@ pub mod queued;
 pub mod retry;
 pub mod tracing;
 
-use crate::soft::wire::Packet;
+use crate::soft::wire::{Packet, PayloadLen};
 use crate::verbs::QpNumber;
 use faulty::{FaultyLink, LinkFaults};
 pub use retry::{AdaptiveTimeouts, RetryPolicy};
@@ -87,6 +87,10 @@ pub trait Link: Send + Sync + Debug {
     fn cork(&self) {}
     /// Ends one [`Link::cork`]; the last one sends what was held back.
     fn uncork(&self) {}
+    /// How the link's receiver serves the QP's incoming requests from now on (its weight and
+    /// rate limit, [`QpService`](crate::verbs::QpService)). Links whose requests are served
+    /// on the requester's thread (in-process, loopback) ignore it.
+    fn set_service(&self, _service: &crate::verbs::QpService) {}
 }
 
 /// A [`Link::cork`] held until dropped.
@@ -111,8 +115,31 @@ impl<L: Link + ?Sized> Drop for Corked<'_, L> {
 pub trait PacketSink: Send + Sync + Debug {
     /// Handles a packet from the peer.
     fn deliver(&self, packet: &Packet<&[u8]>);
+    /// Decides from a packet's header, before the link buffers its payload, whether the
+    /// packet can be legal on this QP now (a NIC checks headers before it places data): a
+    /// WRITE within a region its rkey grants, a SEND no longer than the receive it lands in,
+    /// READ data as long as the outstanding READ asked for. A link that buffers payloads
+    /// (TCP) asks before it grows its buffer for a large one; links that move whole packets
+    /// never ask. Whatever a refusal would answer (a NAK, an RNR) the QP answers here, from
+    /// the header, exactly as it would have with the payload.
+    fn admit(&self, _head: &Packet<PayloadLen>) -> Admission {
+        Admission::Deliver
+    }
     /// The link to the peer is gone, closed in order or failed.
     fn link_down(&self, end: LinkEnd);
+}
+
+/// What a QP decided from a packet's header ([`PacketSink::admit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// It may be legal: receive the whole packet and deliver it.
+    Deliver,
+    /// The QP dealt with it from its header (answered a NAK or an RNR NAK, or drops it as a
+    /// duplicate or a packet for a QP no longer connected): the link drops the payload as it
+    /// arrives, without buffering it, and delivers nothing.
+    Discard,
+    /// It cannot be legal on this connection: the link fails (the QP goes to ERR).
+    Refuse(&'static str),
 }
 
 /// How a link ended.
@@ -143,6 +170,9 @@ impl<L: Link + ?Sized> Link for Arc<L> {
     }
     fn uncork(&self) {
         (**self).uncork();
+    }
+    fn set_service(&self, service: &crate::verbs::QpService) {
+        (**self).set_service(service);
     }
 }
 

@@ -64,4 +64,7 @@ impl<L: Link> Link for TracingLink<L> {
     fn uncork(&self) {
         self.inner.uncork();
     }
+    fn set_service(&self, service: &crate::verbs::QpService) {
+        self.inner.set_service(service);
+    }
 }

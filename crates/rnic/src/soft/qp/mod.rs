@@ -26,16 +26,18 @@ pub mod responder;
 pub mod rto;
 
 use super::device::{Connecting, DeviceInner};
-use super::link::{Corked, Link, LinkDown, LinkEnd, PacketSink, RetryPolicy, check_destination};
+use super::link::{
+    Admission, Corked, Link, LinkDown, LinkEnd, PacketSink, RetryPolicy, check_destination,
+};
 use super::mpt::BindRequest;
 use super::objects::{SoftMr, SoftMw, SoftPd};
 use super::provider::{SoftAddress, SoftProvider};
 use super::queues::{CqInner, Progress, SoftCq, SoftSrq};
-use super::wire::{Packet, Request, RequestOp, Response, ResponseKind};
+use super::wire::{Packet, PayloadLen, Request, RequestOp, Response, ResponseKind};
 use crate::verbs::{
-    AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpState,
-    QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpService,
+    QpState, QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use parking_lot::{Mutex, RwLock};
 use requester::{Payload, PendingSpec, Requester, RequesterAction};
@@ -76,6 +78,8 @@ pub(crate) struct QpInner {
     req: Mutex<Option<Requester>>,
     rx: Mutex<Rx>,
     link: RwLock<Option<Arc<dyn Link>>>,
+    /// How the device serves this QP's incoming requests; handed to each link it connects on.
+    service: Mutex<QpService>,
     /// The connected peer QP (responses are addressed to it).
     peer: AtomicU32,
     /// On the watch list of the send CQ / of the receive CQ (when it is another CQ): one
@@ -134,12 +138,24 @@ impl RecvSource for SrqSource<'_> {
     fn take(&mut self) -> Option<RecvWr> {
         self.0.inner.queue.lock().pop_front()
     }
+    fn next_capacity(&mut self) -> Option<usize> {
+        let queue = self.0.inner.queue.lock();
+        queue.front().map(recv_capacity)
+    }
 }
 struct QueueSource<'a>(&'a mut VecDeque<RecvWr>);
 impl RecvSource for QueueSource<'_> {
     fn take(&mut self) -> Option<RecvWr> {
         self.0.pop_front()
     }
+    fn next_capacity(&mut self) -> Option<usize> {
+        self.0.front().map(recv_capacity)
+    }
+}
+
+/// Bytes a receive can take.
+fn recv_capacity(wr: &RecvWr) -> usize {
+    wr.sge.map_or(0, |s| s.length as usize)
 }
 
 impl QpInner {
@@ -177,6 +193,7 @@ impl QpInner {
                 recv_queue: VecDeque::new(),
             }),
             link: RwLock::new(None),
+            service: Mutex::new(QpService::default()),
             peer: AtomicU32::new(0),
             armed_on_send: AtomicBool::new(false),
             armed_on_recv: AtomicBool::new(false),
@@ -317,6 +334,36 @@ impl QpInner {
     }
 
     fn handle_request(&self, req: &Request<&[u8]>) {
+        self.respond(|responder, ctx, recvs| Some(responder.handle(ctx, req, recvs)));
+    }
+
+    /// Decides on a request from its header ([`ResponderState::admit`]); an outcome decided
+    /// there is sent and applied as [`handle_request`](Self::handle_request) would.
+    fn admit_request(&self, req: &Request<PayloadLen>) -> Admission {
+        let mut decided = false;
+        self.respond(|responder, ctx, recvs| {
+            let out = responder.admit(ctx, req, recvs);
+            decided = out.is_some();
+            out
+        });
+        if decided {
+            Admission::Discard
+        } else {
+            Admission::Deliver
+        }
+    }
+
+    /// Runs the responder (`run`) under the QP's responder locks and applies its outcome, if
+    /// any: the receive completion, the response, ERR and the hang-up. Requests reaching a QP
+    /// that is not connected are dropped.
+    fn respond(
+        &self,
+        run: impl FnOnce(
+            &mut ResponderState,
+            &ResponderCtx<'_>,
+            &mut dyn RecvSource,
+        ) -> Option<responder::Outcome>,
+    ) {
         match self.state() {
             QpState::ReadyToReceive | QpState::ReadyToSend => {}
             _ => return, // a responder not (or no longer) connected drops requests
@@ -335,10 +382,13 @@ impl QpInner {
             recv_queue,
         } = &mut *rx;
         let outcome = match &self.srq {
-            Some(srq) => responder.handle(&ctx, req, &mut SrqSource(srq)),
-            None => responder.handle(&ctx, req, &mut QueueSource(recv_queue)),
+            Some(srq) => run(responder, &ctx, &mut SrqSource(srq)),
+            None => run(responder, &ctx, &mut QueueSource(recv_queue)),
         };
         drop(access);
+        let Some(outcome) = outcome else {
+            return;
+        };
         if let Some(wc) = outcome.recv_completion {
             self.recv_cq.inner.push(wc);
         }
@@ -478,7 +528,12 @@ impl Connecting for QpInner {
             rx.responder = ResponderState::new(recv_psn);
         }
         let policy: RetryPolicy = link.retry_policy();
-        *self.link.write() = Some(link);
+        {
+            // Under the service lock, so a `set_service` meanwhile reaches this link too.
+            let service = self.service.lock();
+            link.set_service(&service);
+            *self.link.write() = Some(link);
+        }
         self.peer.store(peer_qp.0, Ordering::SeqCst);
         self.set_state(QpState::ReadyToReceive);
         let mut requester = Requester::with_policy(peer_qp, send_psn, self.timing, policy);
@@ -509,6 +564,27 @@ impl PacketSink for QpInner {
         match packet {
             Packet::Request(r) => self.handle_request(r),
             Packet::Response(r) => self.handle_response(r),
+        }
+    }
+
+    fn admit(&self, head: &Packet<PayloadLen>) -> Admission {
+        if check_destination(head, self.qpn).is_err() {
+            return Admission::Refuse("packet for another QP");
+        }
+        match head {
+            Packet::Request(r) => match self.state() {
+                QpState::ReadyToReceive | QpState::ReadyToSend => self.admit_request(r),
+                _ => Admission::Discard, // dropped, as `handle_request` would
+            },
+            Packet::Response(r) => match (&r.kind, self.state()) {
+                (ResponseKind::ReadData(PayloadLen(len)), QpState::ReadyToSend) => self
+                    .req
+                    .lock()
+                    .as_ref()
+                    .map_or(Admission::Discard, |q| q.admit_read_data(r.psn, *len)),
+                (ResponseKind::ReadData(_), _) => Admission::Discard,
+                _ => Admission::Deliver, // fixed-size: nothing to buffer beyond the header
+            },
         }
     }
 
@@ -561,6 +637,25 @@ impl QueuePair<SoftProvider> for SoftQp {
 
     fn set_error(&self) {
         self.inner.enter_error(None);
+    }
+
+    /// Kept by the QP and handed to its link (now and on every later connection), whose
+    /// receiver enforces it: the TCP transport's engines do; a loopback connection to the
+    /// device's own listener runs requests on the requester's thread and ignores it.
+    fn set_service(&self, service: QpService) -> VerbsResult<()> {
+        service.validate()?;
+        let q = &self.inner;
+        if !q.dev.transport.enforces_service() {
+            return Err(VerbsError::Unsupported(
+                "QP service weights and rate limits need the TCP transport",
+            ));
+        }
+        let mut current = q.service.lock();
+        *current = service;
+        if let Some(link) = q.link.read().as_ref() {
+            link.set_service(&service);
+        }
+        Ok(())
     }
 
     fn modify_access(&self, access: AccessFlags) -> VerbsResult<()> {

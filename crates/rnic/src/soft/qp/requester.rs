@@ -13,7 +13,7 @@
 //!   the ack timer gets round-trip samples from requests sent once only (Karn's algorithm).
 
 use super::ack_timer::{AckTimer, Expiry};
-use crate::soft::link::RetryPolicy;
+use crate::soft::link::{Admission, RetryPolicy};
 use crate::soft::wire::{NakCode, Request, RequestOp, ResponseKind};
 use crate::verbs::{Psn, QpNumber, QpTiming, Sge, Timestamp, WcOpcode, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
@@ -278,6 +278,33 @@ impl Requester {
         }
         self.deadline = self.awaiting_response().then(|| self.timer.deadline(now));
         RequesterAction::None
+    }
+
+    /// Decides on READ data of `len` bytes answering `psn` from its header: delivered if it
+    /// answers an outstanding READ of exactly that length, discarded if it answers a request
+    /// already answered (a late duplicate, which [`on_response`](Self::on_response) ignores
+    /// too), refused otherwise (it would fail the QP as a bad response).
+    pub fn admit_read_data(&self, psn: Psn, len: usize) -> Admission {
+        let unanswered = self
+            .outstanding
+            .iter()
+            .find(|p| p.remote.is_some() && p.result.is_none());
+        let Some((head_psn, _)) = unanswered.and_then(|p| p.remote.as_ref()) else {
+            return Admission::Discard;
+        };
+        if psn.distance(*head_psn) < 0 {
+            return Admission::Discard;
+        }
+        let asked = self
+            .outstanding
+            .iter()
+            .find(|p| p.remote.as_ref().is_some_and(|(p, _)| *p == psn));
+        match asked {
+            Some(p) if p.opcode == WcOpcode::Read && p.byte_len as usize == len => {
+                Admission::Deliver
+            }
+            _ => Admission::Refuse("READ data that no outstanding READ of this length asked for"),
+        }
     }
 
     /// Runs the ack / RNR timer. The owner calls it at every poll (the ack timer learns from

@@ -11,7 +11,7 @@
 //! means a broken link or a forged packet, and it closes the QP.
 
 use crate::soft::mpt::{AccessError, ProtectionTable, RemoteOp};
-use crate::soft::wire::{NakCode, Request, RequestOp, ResponseKind};
+use crate::soft::wire::{NakCode, PayloadLen, Request, RequestOp, ResponseKind};
 use crate::verbs::{
     AccessFlags, AsyncEvent, MemoryKey, PdId, Psn, QpNumber, RecvWr, WcOpcode, WcStatus,
     WorkCompletion,
@@ -51,6 +51,11 @@ pub struct ResponderCtx<'a> {
 pub trait RecvSource {
     /// Takes the next posted receive, if any.
     fn take(&mut self) -> Option<RecvWr>;
+    /// The capacity of the receive [`take`](Self::take) would return (`None`: none posted).
+    /// A source that cannot look ahead says `usize::MAX`: every SEND may fit.
+    fn next_capacity(&mut self) -> Option<usize> {
+        Some(usize::MAX)
+    }
 }
 
 /// What handling one request produced.
@@ -138,6 +143,84 @@ impl ResponderState {
             }
         }
         out.with_psn(psn)
+    }
+}
+
+impl ResponderState {
+    /// Decides on a request from its header, before its payload is buffered: `None` if it
+    /// may be executed (the caller receives the payload and calls [`handle`](Self::handle)),
+    /// else the outcome `handle` would have produced with the payload. The answer never
+    /// depends on payload bytes: a duplicate or out-of-sequence request is answered from its
+    /// PSN alone, and a new one fails here only on what its length, rkey and address decide
+    /// (rights, range, the receive a SEND would land in). Nothing touches memory.
+    pub fn admit(
+        &mut self,
+        ctx: &ResponderCtx<'_>,
+        req: &Request<PayloadLen>,
+        recvs: &mut dyn RecvSource,
+    ) -> Option<Outcome> {
+        let psn = req.psn;
+        if psn.distance(self.expected_psn) != 0 {
+            let empty: Request<&[u8]> = Request {
+                dst_qp: req.dst_qp,
+                psn,
+                op: req.op.map_data(|_| &[][..]),
+                ack_req: req.ack_req,
+            };
+            return Some(self.handle(ctx, &empty, recvs));
+        }
+        let refused = match &req.op {
+            RequestOp::Write {
+                addr,
+                rkey,
+                data: PayloadLen(len),
+            } => {
+                if !ctx.qp_access.contains(AccessFlags::REMOTE_WRITE) || *len > ctx.max_msg as usize
+                {
+                    Some(invalid(ctx))
+                } else if *len == 0 {
+                    None
+                } else {
+                    ctx.mpt
+                        .check_remote(*rkey, *addr, *len as u64, RemoteOp::Write, ctx.pd, ctx.qpn)
+                        .err()
+                        .map(|e| access_error(ctx, e))
+                }
+            }
+            RequestOp::Send {
+                data: PayloadLen(len),
+                ..
+            } => {
+                if *len > ctx.max_msg as usize {
+                    Some(invalid(ctx))
+                } else {
+                    match recvs.next_capacity() {
+                        None => {
+                            self.rnr_pending = Some(psn);
+                            Some(Outcome {
+                                response: Some((psn, ResponseKind::Nak(NakCode::ReceiverNotReady))),
+                                ..Outcome::default()
+                            })
+                        }
+                        Some(capacity) if *len > capacity => recvs.take().map(|recv| {
+                            let mut out = invalid(ctx);
+                            out.recv_completion = Some(WorkCompletion {
+                                wr_id: recv.wr_id,
+                                status: WcStatus::LocalLengthError,
+                                opcode: WcOpcode::Recv,
+                                byte_len: u32::try_from(*len).unwrap_or(u32::MAX),
+                                qp_num: ctx.qpn,
+                                invalidated_rkey: None,
+                            });
+                            out
+                        }),
+                        Some(_) => None,
+                    }
+                }
+            }
+            _ => None,
+        };
+        refused.map(|o| o.with_psn(psn))
     }
 }
 

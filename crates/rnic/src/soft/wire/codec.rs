@@ -977,5 +977,12 @@ fn encode_response<D: AsRef<[u8]>>(w: &mut FrameWriter<'_>, len: u32, r: &Respon
     }
 }
 
+mod head;
+pub use head::decode_head;
+
+/// The length of a payload whose bytes have not arrived (see [`decode_head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PayloadLen(pub usize);
+
 #[cfg(test)]
 mod tests;

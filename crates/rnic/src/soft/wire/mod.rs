@@ -9,7 +9,7 @@
 
 pub mod codec;
 
-pub use codec::{WireError, decode_frame, encode_frame, frame_len};
+pub use codec::{PayloadLen, WireError, decode_frame, decode_head, encode_frame, frame_len};
 
 use crate::verbs::{Psn, QpNumber, Rkey};
 

@@ -2,8 +2,9 @@
 //!
 //! Invariant: `start <= end <= buf.len()`; `buf[start..end]` is unparsed input. The buffer grows
 //! only up to the declared length of the frame being received, after that length was checked
-//! against the maximum frame, and only as bytes arrive — a peer cannot make us allocate for a
-//! frame it has not sent.
+//! against the limit the caller passes (a small frame's, until the frame's QP admitted it from
+//! its header: see `conn`), and only as bytes arrive — a peer cannot make us allocate for a
+//! frame it has not sent, nor for one that cannot be legal on its connection.
 
 use crate::soft::wire::frame_len;
 

@@ -15,13 +15,17 @@
 
 use super::buffer::{KEEP_BUF, RecvBuffer};
 use super::limits::{Counters, Limits};
+use super::sched::TurnBudget;
+use super::service::ConnService;
 use super::tls::{TLS_HANDSHAKE_RECORD, TlsState, certificate_name};
 use crate::soft::link::{
-    Link, LinkDown, LinkEnd, LinkStack, PacketSink, RetryPolicy, check_destination,
+    Admission, Link, LinkDown, LinkEnd, LinkStack, PacketSink, RetryPolicy, check_destination,
 };
 use crate::soft::wire::codec::MAX_CM_FRAME_LEN;
-use crate::soft::wire::{Frame, Packet, WireError, decode_frame, encode_frame, frame_len};
-use crate::verbs::{Peer, QpNumber};
+use crate::soft::wire::{
+    Frame, Packet, WireError, decode_frame, decode_head, encode_frame, frame_len,
+};
+use crate::verbs::{Clock, Peer, QpNumber, QpService, Timestamp};
 use arc_swap::ArcSwapOption;
 use mio::Token;
 use mio::net::TcpStream;
@@ -32,6 +36,11 @@ use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+
+/// Frames up to this length are buffered without asking their QP first: no larger than a
+/// resting buffer or two, they cost no more than the buffer every connection has. A longer
+/// one is decided from its header ([`PacketSink::admit`]) before the buffer grows for it.
+pub(super) const ADMIT_FREE: usize = 64 * 1024;
 
 /// Bytes an application thread reads in one `poll_receive` before leaving the rest to the engine.
 pub(super) const APP_READ_BUDGET: usize = 256 * 1024;
@@ -84,6 +93,8 @@ pub(super) struct ConnShared {
     pub(super) links: LinkStack,
     /// TLS on the device's connections (`None`: plaintext).
     pub(super) tls: Option<super::tls::TlsOptions>,
+    /// The device clock: rate limits are measured with it.
+    pub(super) clock: Arc<dyn Clock>,
     /// The latest connection of each QP, so a reconnect can wait out a delivery still running
     /// on the previous connection (see [`ConnShared::replace_connection`]).
     latest: Mutex<HashMap<QpNumber, Weak<Conn>>>,
@@ -103,14 +114,21 @@ impl ConnShared {
         links: LinkStack,
         counters: Arc<Counters>,
         tls: Option<super::tls::TlsOptions>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         ConnShared {
             limits,
             counters,
             links,
             tls,
+            clock,
             latest: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The connection `qpn` has now, if any.
+    pub(super) fn connection_of(&self, qpn: QpNumber) -> Option<Arc<Conn>> {
+        self.latest.lock().get(&qpn).and_then(Weak::upgrade)
     }
 
     /// Records `next` as the connection of `qpn` and waits until no frame of its previous
@@ -180,6 +198,23 @@ struct Reader {
     rx: RecvBuffer,
     phase: Phase,
     down_reported: bool,
+    /// The frame at `rx.start` passed its header check: its buffer may grow to its length.
+    admitted: bool,
+    /// Bytes still to drop of a frame the QP decided on from its header.
+    discard: usize,
+}
+
+impl Reader {
+    /// How far the buffer may grow for the frame being received: its declared length once
+    /// admitted (within the phase's maximum), a small frame's otherwise.
+    fn growth_limit(&self, established_max: usize) -> usize {
+        let max = self.phase.max_frame(established_max);
+        if self.admitted {
+            max
+        } else {
+            max.min(ADMIT_FREE)
+        }
+    }
 }
 
 struct Writer {
@@ -199,6 +234,9 @@ pub(super) struct ReadReport {
     pub(super) frames: usize,
     /// Stopped at the budget with the socket possibly still readable.
     pub(super) more: bool,
+    /// Stopped at a request its QP's rate limit holds back until this time (the socket is
+    /// not read meanwhile).
+    pub(super) wait: Option<Timestamp>,
 }
 
 /// A TCP connection carrying one QP's frames.
@@ -227,6 +265,8 @@ pub(crate) struct Conn {
     write_failed: AtomicBool,
     /// Frames delivered since the write side failed.
     frames_after_failure: AtomicUsize,
+    /// The QP's weight and rate limit, and what it was served.
+    pub(super) service: ConnService,
 }
 
 impl fmt::Debug for Conn {
@@ -262,6 +302,8 @@ impl Conn {
                 rx: RecvBuffer::with_leftover(leftover),
                 phase,
                 down_reported: false,
+                admitted: false,
+                discard: 0,
             }),
             read_pending: AtomicU8::new(0),
             writer: Mutex::new(Writer {
@@ -276,6 +318,7 @@ impl Conn {
             failed: AtomicBool::new(false),
             write_failed: AtomicBool::new(false),
             frames_after_failure: AtomicUsize::new(0),
+            service: ConnService::default(),
         })
     }
 
@@ -354,6 +397,14 @@ impl Conn {
             .wrap(Arc::new(TcpLink { conn: self.clone() }))
     }
 
+    /// Applies the QP's service to this connection; a request held back by the previous
+    /// rate limit is looked at again at once.
+    pub(super) fn set_service(&self, service: &QpService) {
+        if self.service.set(service, self.shared.clock.now()) {
+            self.kick();
+        }
+    }
+
     /// No longer waiting for a handshake (the engine stops counting it as one).
     pub(super) fn end_handshake(&self) {
         self.accepting.store(false, Ordering::SeqCst);
@@ -369,7 +420,7 @@ impl Conn {
     /// `full`: read until the socket would block. Otherwise a short read ends the pass (an
     /// application thread polls again anyway; an engine always passes `true`) — unless a
     /// full read was asked for by a thread that found the reader busy.
-    pub(super) fn try_read(&self, budget: usize, full: bool) -> ReadReport {
+    pub(super) fn try_read(&self, budget: TurnBudget, full: bool) -> ReadReport {
         let mut report = ReadReport::default();
         self.ask_read(full);
         let mut full = full;
@@ -386,6 +437,10 @@ impl Conn {
             let step = self.drain_locked(&mut r, budget, full);
             drop(r);
             report.frames += step.frames;
+            if step.wait.is_some() {
+                report.wait = step.wait;
+                return report;
+            }
             if step.more {
                 report.more = true;
                 return report;
@@ -404,27 +459,27 @@ impl Conn {
         self.read_pending.fetch_or(ask, Ordering::SeqCst);
     }
 
-    fn drain_locked(&self, r: &mut Reader, budget: usize, full: bool) -> ReadReport {
+    fn drain_locked(&self, r: &mut Reader, budget: TurnBudget, full: bool) -> ReadReport {
         let mut report = ReadReport::default();
+        let mut budget = budget;
         if matches!(r.phase, Phase::Dead) {
             return report;
         }
         // The responses to every request this pass delivers leave together, in one write.
         let _batch = WriteBatch::new(self);
-        if let Err(stop) = self.dispatch(r, &mut report.frames) {
+        if let Err(stop) = self.dispatch(r, &mut budget, &mut report) {
             self.stop(r, stop);
             return report;
         }
-        let mut got = 0usize;
         loop {
-            if self.is_dead() || matches!(r.phase, Phase::Dead) {
+            if self.is_dead() || matches!(r.phase, Phase::Dead) || report.wait.is_some() {
                 return report;
             }
-            if got >= budget {
+            if !budget.may_read() {
                 report.more = true;
                 return report;
             }
-            let max = r.phase.max_frame(self.shared.limits.max_frame);
+            let max = r.growth_limit(self.shared.limits.max_frame);
             if !r.rx.make_room(max) {
                 self.stop(
                     r,
@@ -432,6 +487,7 @@ impl Conn {
                 );
                 return report;
             }
+            Counters::raise(&self.shared.counters.rx_high_water, r.rx.buf.len());
             let Some(space) = r.rx.room() else {
                 self.stop(
                     r,
@@ -451,8 +507,8 @@ impl Conn {
                 }
                 Ok((n, drained)) => {
                     r.rx.end += n;
-                    got += n;
-                    if let Err(stop) = self.dispatch(r, &mut report.frames) {
+                    budget.read(n);
+                    if let Err(stop) = self.dispatch(r, &mut budget, &mut report) {
                         self.stop(r, stop);
                         return report;
                     }
@@ -628,27 +684,81 @@ impl Conn {
         Ok(())
     }
 
-    /// Parses and handles every complete frame in the buffer.
-    fn dispatch(&self, r: &mut Reader, frames: &mut usize) -> Result<(), Stop> {
+    /// Parses and handles every complete frame in the buffer. A frame longer than
+    /// [`ADMIT_FREE`] is first decided from its header by its QP: delivered once complete,
+    /// or dropped as it arrives, or refused (the connection fails) — never buffered past a
+    /// small frame's size before its QP admitted it.
+    ///
+    /// A turn serves at most what `budget` allows (`report.more` is set when frames are left
+    /// for the next), and a request its QP's rate limit holds back stays in the buffer
+    /// (`report.wait` says until when).
+    fn dispatch(
+        &self,
+        r: &mut Reader,
+        budget: &mut TurnBudget,
+        report: &mut ReadReport,
+    ) -> Result<(), Stop> {
         loop {
             if self.is_dead() {
                 break;
             }
+            if r.discard > 0 {
+                let n = r.discard.min(r.rx.unparsed().len());
+                r.rx.start += n;
+                r.discard -= n;
+                if r.discard > 0 {
+                    break;
+                }
+                continue;
+            }
             let max = r.phase.max_frame(self.shared.limits.max_frame);
-            let Reader { rx, phase, .. } = &mut *r;
+            let Reader {
+                rx,
+                phase,
+                admitted,
+                discard,
+                ..
+            } = &mut *r;
             let avail = rx.unparsed();
             // The declared length is checked against the maximum before anything is buffered
             // for the frame.
             let Some(len) = frame_len(avail, max)? else {
                 break;
             };
+            if len > ADMIT_FREE && !*admitted && avail.len() < len {
+                match self.admit(phase, avail, len)? {
+                    None => break, // the header is not complete yet
+                    Some(Admission::Deliver) => *admitted = true,
+                    Some(Admission::Discard) => {
+                        Counters::bump(&self.shared.counters.discarded_frames);
+                        *discard = len;
+                        continue;
+                    }
+                    Some(Admission::Refuse(why)) => return Err(Stop::Protocol(why.into())),
+                }
+            }
             let Some(bytes) = avail.get(..len) else {
                 break; // incomplete
             };
+            if !budget.may_serve() {
+                report.more = true;
+                break;
+            }
             let frame = decode_frame(bytes)?;
+            let request = matches!(frame, Frame::Packet(Packet::Request(_)));
+            if request && let Err(until) = self.service.admit(len, || self.shared.clock.now()) {
+                report.wait = Some(until);
+                break;
+            }
             self.on_frame(phase, frame)?;
-            *frames += 1;
+            if request {
+                let seq = self.shared.counters.served.fetch_add(1, Ordering::Relaxed) + 1;
+                self.service.count(len, seq);
+            }
+            budget.served();
+            report.frames += 1;
             rx.start += len;
+            *admitted = false;
             if self.write_failed.load(Ordering::SeqCst)
                 && self.frames_after_failure.fetch_add(1, Ordering::SeqCst) + 1
                     >= FRAMES_AFTER_WRITE_FAILURE
@@ -658,6 +768,24 @@ impl Conn {
         }
         r.rx.reset_if_empty();
         Ok(())
+    }
+
+    /// Asks the QP whether the large frame starting `avail` (declaring `len` bytes) can be
+    /// legal, from its header (`None`: the header has not all arrived). Before set-up, every
+    /// frame is small (the phase's maximum is a handshake frame's).
+    fn admit(&self, phase: &Phase, avail: &[u8], len: usize) -> Result<Option<Admission>, Stop> {
+        let Phase::Established { sink, qpn } = phase else {
+            return Ok(Some(Admission::Deliver));
+        };
+        let Some(head) = decode_head(avail, len)? else {
+            return Ok(None);
+        };
+        check_destination(&head, *qpn).map_err(|e| Stop::Protocol(e.to_string()))?;
+        if self.closed.load(Ordering::SeqCst) {
+            return Ok(Some(Admission::Discard));
+        }
+        let sink = sink.upgrade().ok_or(Stop::Orphan)?;
+        Ok(Some(sink.admit(&head)))
     }
 
     fn on_frame(&self, phase: &mut Phase, frame: Frame<&[u8]>) -> Result<(), Stop> {
@@ -937,8 +1065,10 @@ impl Link for TcpLink {
     }
 
     fn poll_receive(&self) {
-        let report = self.conn.try_read(APP_READ_BUDGET, false);
-        if report.more {
+        let report = self
+            .conn
+            .try_read(TurnBudget::bytes_only(APP_READ_BUDGET), false);
+        if report.more || report.wait.is_some() {
             self.conn.kick(); // leave the rest to the engine
         }
     }
@@ -955,6 +1085,10 @@ impl Link for TcpLink {
 
     fn uncork(&self) {
         self.conn.uncork();
+    }
+
+    fn set_service(&self, service: &QpService) {
+        self.conn.set_service(service);
     }
 }
 
@@ -1071,6 +1205,7 @@ mod tests {
                 LinkStack::default(),
                 Arc::default(),
                 None,
+                crate::verbs::RealClock::shared(),
             )),
             Phase::Established {
                 sink: Arc::downgrade(&sink_dyn),
@@ -1101,7 +1236,7 @@ mod tests {
         // to it).
         conn.ask_read(true);
         // The application thread's poll: a short read on its own.
-        conn.try_read(APP_READ_BUDGET, false);
+        conn.try_read(TurnBudget::bytes_only(APP_READ_BUDGET), false);
         assert_eq!(sink.delivered.load(Ordering::SeqCst), 1);
         assert!(
             sink.down.load(Ordering::SeqCst) && conn.is_dead(),
@@ -1139,7 +1274,7 @@ mod tests {
         );
         assert!(conn.is_draining() && !sink.down.load(Ordering::SeqCst));
         // The engine's look at the connection it was kicked for.
-        conn.try_read(APP_READ_BUDGET, true);
+        conn.try_read(TurnBudget::bytes_only(APP_READ_BUDGET), true);
         assert_eq!(sink.delivered.load(Ordering::SeqCst), 1);
         assert!(sink.down.load(Ordering::SeqCst) && conn.is_dead());
         assert_eq!(

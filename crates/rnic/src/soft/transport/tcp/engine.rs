@@ -1,5 +1,12 @@
 //! NIC engine threads: one `mio` poll loop each, non-blocking sockets, spin-then-park.
 //!
+//! Service is weighted round robin (`sched`): each loop iteration gives every connection with
+//! work one turn, bounded in frames and bytes by its QP's weight; one with more left is
+//! visited again in the next iteration. A connection whose QP's rate limit holds a request
+//! back (`service`) is not read until its time: the engine keeps it on a timer list and parks
+//! no longer than the earliest of them (times are the device clock's), so a throttled
+//! connection costs neither a spinning engine nor unread data growing in our buffers.
+//!
 //! An engine owns its listeners and connections (by token). Other threads talk to it only
 //! through its inbox ([`Command`]) and its waker; they may also register sockets with its
 //! registry directly (epoll registration is thread-safe), so an engine must service a
@@ -13,12 +20,12 @@ use super::conn::{Accept, Conn, ConnShared, Owner, Phase};
 use super::keepalive;
 use super::limits::Counters;
 use super::tls::TlsState;
-use crate::verbs::ThreadCpuClock;
+use crate::verbs::{ThreadCpuClock, Timestamp};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use parking_lot::Mutex;
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::io;
 use std::sync::Arc;
@@ -27,10 +34,6 @@ use std::time::Duration;
 
 /// The token of an engine's waker; sockets get tokens from 1 up, never reused.
 const WAKER: Token = Token(0);
-
-/// Bytes an engine reads from one connection before turning to others (it comes back to the
-/// connection in the next loop iteration without waiting for an event).
-pub(super) const ENGINE_READ_BUDGET: usize = 1 << 20;
 
 /// Empty spin rounds (a few microseconds) before a spinning engine starts yielding its core
 /// between polls: right after work it polls flat out, since the next frame of a busy connection
@@ -248,6 +251,12 @@ struct Engine {
     handshakes: VecDeque<Arc<Conn>>,
     /// Connections that stopped reading at their budget; serviced again without an event.
     again: Vec<Arc<Conn>>,
+    /// The tokens in `again`: such a connection gets its next turn there, once per loop
+    /// iteration, not also from its readiness events (which would give a connection whose
+    /// peer keeps raising them more than its weighted share).
+    queued: HashSet<Token>,
+    /// Connections whose QP's rate limit holds a request back, and until when.
+    timers: HashMap<Token, (Timestamp, Arc<Conn>)>,
 }
 
 /// Body of an engine thread.
@@ -262,6 +271,8 @@ pub(super) fn run(poll: Poll, me: Arc<EngineShared>, set: Arc<EngineSet>) {
         listeners: HashMap::new(),
         handshakes: VecDeque::new(),
         again: Vec::new(),
+        queued: HashSet::new(),
+        timers: HashMap::new(),
     };
     engine.run_loop();
     engine.shutdown();
@@ -276,10 +287,12 @@ impl Engine {
                 return;
             }
             // Spin with zero-timeout polls while there was recent work, then park in a
-            // blocking poll: an idle engine costs no CPU.
+            // blocking poll: an idle engine costs no CPU. Rate-limited connections whose time
+            // has come are served first; the next one due bounds the park.
+            let mut useful = self.serve_due();
             let park = self.again.is_empty() && idle >= self.set.conns.limits.spin_polls;
             let timeout = if park {
-                None
+                self.next_due()
             } else {
                 if idle > YIELD_AFTER {
                     // Spinning without work for a while: let other runnable threads on this
@@ -295,15 +308,46 @@ impl Engine {
                 }
                 return; // the poll instance is broken; connections are torn down below
             }
-            let mut useful = false;
             for ev in events.iter() {
                 useful |= self.on_event(ev);
             }
             for conn in std::mem::take(&mut self.again) {
+                self.queued.remove(&conn.token());
                 useful |= self.service(&conn, true, true, true);
             }
             idle = if useful { 0 } else { idle.saturating_add(1) };
         }
+    }
+
+    /// Serves the rate-limited connections whose time has come, earliest first (then oldest
+    /// connection first); returns whether it did.
+    fn serve_due(&mut self) -> bool {
+        if self.timers.is_empty() {
+            return false;
+        }
+        let now = self.set.conns.clock.now();
+        let mut due: Vec<(Timestamp, usize, Arc<Conn>)> = self
+            .timers
+            .values()
+            .filter(|(t, _)| *t <= now)
+            .map(|(t, c)| (*t, c.token().0, c.clone()))
+            .collect();
+        due.sort_by_key(|(t, token, _)| (*t, *token));
+        let mut useful = false;
+        for (_, _, conn) in due {
+            self.timers.remove(&conn.token());
+            useful |= self.service(&conn, true, true, true);
+        }
+        useful
+    }
+
+    /// How long a parking engine may wait: until the earliest rate-limit timer (`None`: no
+    /// timer, wait for an event).
+    fn next_due(&self) -> Option<Duration> {
+        let first = self.timers.values().map(|(t, _)| *t).min()?;
+        let now = self.set.conns.clock.now();
+        // At least a millisecond: `epoll_wait` counts in them, and a shorter wait would spin.
+        Some(first.since(now).max(Duration::from_millis(1)))
     }
 
     /// Handles one readiness event; returns whether it led to real work.
@@ -439,10 +483,15 @@ impl Engine {
         if writable {
             conn.flush_pending();
         }
+        // A connection waiting for its next turn gets it in the `again` pass.
+        let readable = readable && !self.queued.contains(&conn.token());
         if readable && !conn.is_dead() {
-            let report = conn.try_read(ENGINE_READ_BUDGET, full);
+            let report = conn.try_read(conn.service.turn(), full);
             useful = report.frames > 0;
-            if report.more {
+            if let Some(until) = report.wait {
+                self.timers.insert(conn.token(), (until, conn.clone()));
+            } else if report.more {
+                self.queued.insert(conn.token());
                 self.again.push(conn.clone());
             }
         }
@@ -454,6 +503,7 @@ impl Engine {
     }
 
     fn remove(&mut self, conn: &Arc<Conn>) {
+        self.timers.remove(&conn.token());
         conn.teardown();
         if self.conns.remove(&conn.token()).is_some() {
             Counters::bump(&self.set.counters().closed);
@@ -466,6 +516,8 @@ impl Engine {
         self.listeners.clear();
         self.handshakes.clear();
         self.again.clear();
+        self.queued.clear();
+        self.timers.clear();
         let commands = std::mem::take(&mut *self.me.inbox.lock());
         for cmd in commands {
             if let Command::AddConn(c) | Command::Kick(c) = cmd {

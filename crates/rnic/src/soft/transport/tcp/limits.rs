@@ -39,10 +39,21 @@ pub(super) struct Counters {
     pub(super) poll_calls: AtomicU64,
     /// Wake-ups of an engine by another thread (a write to its waker's eventfd).
     pub(super) wake_calls: AtomicU64,
+    /// Largest receive buffer any connection has had, in bytes.
+    pub(super) rx_high_water: AtomicU64,
+    /// Large frames their QP decided on from the header, whose payload was dropped unbuffered.
+    pub(super) discarded_frames: AtomicU64,
+    /// Requests delivered to the device's QPs.
+    pub(super) served: AtomicU64,
 }
 
 impl Counters {
     pub(super) fn bump(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Raises a high-water mark to `v`.
+    pub(super) fn raise(c: &AtomicU64, v: usize) {
+        c.fetch_max(u64::try_from(v).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 }

@@ -16,7 +16,8 @@
 //!   for `spin_polls` idle rounds after work, then park in a blocking poll.
 //! - **Connections** (`conn`, the TCP link): one reader at a time per connection, parsing from one
 //!   per-connection buffer (frames are delivered in order whoever reads); the length prefix is
-//!   checked against the maximum frame before anything is buffered for the frame. Writes from
+//!   checked against the maximum frame before anything is buffered for the frame, and a large
+//!   frame's header by its QP (`PacketSink::admit`) before its payload is. Writes from
 //!   application threads (requests) and engines (responses) share the socket under a leaf
 //!   mutex; what the socket does not take waits in a bounded backlog that the engine flushes.
 //! - **Handshake** (`handshake`): the client half on the connecting thread, blocking with
@@ -35,12 +36,15 @@
 //!   enters ERR closes its connection. The kernel's keepalive and user timeout (`keepalive`)
 //!   cover a vanished host on idle connections and on the responding side.
 
+mod bucket;
 mod buffer;
 mod conn;
 mod engine;
 mod handshake;
 mod keepalive;
 mod limits;
+mod sched;
+mod service;
 mod tls;
 
 use super::{Policy, check_private_data, connect_in_process};
@@ -147,10 +151,36 @@ pub struct TcpStats {
     pub closed: u64,
     /// Connections the engines serve now.
     pub live: u64,
+    /// The largest receive buffer any connection has had, in bytes: the most a peer made the
+    /// device buffer for one frame. A frame longer than 64 KiB is buffered only after its QP
+    /// found it legal from its header (a WRITE within its region, a SEND within its receive,
+    /// READ data as asked for), so this stays below the largest legal message plus 64 KiB.
+    pub rx_buffer_high_water: u64,
+    /// Large frames their QP decided on from the header alone (answered with a NAK or an RNR
+    /// NAK, or dropped as duplicates), whose payload was dropped as it arrived.
+    pub discarded_frames: u64,
     /// System calls the transport made on established connections and in its engines, so
     /// a benchmark can count them per operation: `read`s (engines and polling threads),
     /// `write`s, the engines' `epoll_wait`s, and wake-ups of an engine by another thread.
     pub syscalls: TcpSyscalls,
+}
+
+/// What the engines served one QP's connection (see [`TcpNode::qp_stats`]): the requests it
+/// received, counted as they were delivered to its responder.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TcpQpStats {
+    /// Requests delivered (duplicates included: each was served).
+    pub served_ops: u64,
+    /// Their frame bytes.
+    pub served_bytes: u64,
+    /// Times a request had to wait for the QP's rate limit.
+    pub throttled: u64,
+    /// Where this QP's latest request stands in the order the device served requests: the
+    /// device's count of served requests (all QPs) when it was served. Once a run is over,
+    /// `served_ops / last_served_at` is the QP's share of everything served up to its last
+    /// request, whatever the timing of whoever reads the counters.
+    pub last_served_at: u64,
 }
 
 /// System calls of a TCP device's transport (see [`TcpStats::syscalls`]); handshakes, accepts
@@ -227,7 +257,13 @@ impl TcpNode {
         }
         let set = Arc::new(EngineSet::new(
             engines,
-            ConnShared::new(limits, options.links, counters, options.tls),
+            ConnShared::new(
+                limits,
+                options.links,
+                counters,
+                options.tls,
+                config.clock.clone(),
+            ),
         ));
         let transport = Arc::new(TcpTransport {
             bind,
@@ -260,6 +296,21 @@ impl TcpNode {
         Some(t.set.engines.iter().map(|e| e.cpu_time()).collect())
     }
 
+    /// What the device served the current connection of its QP `qpn` (`None` if `ctx` is not
+    /// a TCP device or the QP has no connection of it; a loopback connection has none).
+    pub fn qp_stats(ctx: &SoftContext, qpn: crate::verbs::QpNumber) -> Option<TcpQpStats> {
+        let t = TcpTransport::of(ctx)?;
+        let conn = t.set.conns.connection_of(qpn)?;
+        let s = &conn.service.served;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        Some(TcpQpStats {
+            served_ops: get(&s.ops),
+            served_bytes: get(&s.bytes),
+            throttled: get(&s.throttled),
+            last_served_at: get(&s.last_at),
+        })
+    }
+
     /// The device's connection counters, or `None` if `ctx` is not a TCP device.
     pub fn stats(ctx: &SoftContext) -> Option<TcpStats> {
         let t = TcpTransport::of(ctx)?;
@@ -274,6 +325,8 @@ impl TcpNode {
             overflow_closes: get(&c.overflow_closes),
             lost: get(&c.lost),
             closed: get(&c.closed),
+            rx_buffer_high_water: get(&c.rx_high_water),
+            discarded_frames: get(&c.discarded_frames),
             syscalls: TcpSyscalls {
                 reads: get(&c.read_calls),
                 writes: get(&c.write_calls),
@@ -410,6 +463,10 @@ fn no_engine() -> VerbsError {
 }
 
 impl Transport for TcpTransport {
+    fn enforces_service(&self) -> bool {
+        true
+    }
+
     fn listen(&self, policy: Policy) -> VerbsResult<SoftListener> {
         use socket2::{Domain, Protocol, Socket, Type};
         let socket = Socket::new(
