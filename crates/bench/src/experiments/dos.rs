@@ -11,7 +11,8 @@
 //! - **spin** (a baseline): a thread that never blocks and never touches the node. On 2 cores
 //!   any busy abuser takes CPU from the honest client and the manager, whatever it does; this
 //!   row shows what that alone costs;
-//! - **twin** (a baseline): a second client doing the honest rounds, a fair share of the node;
+//! - **twin** (a baseline): a second client doing the honest rounds, in another tenant: a
+//!   fair share of the node;
 //! - **churn**: clients connecting, working and disconnecting as fast as they can;
 //! - **flood**: raw-verbs control connections posting requests as fast as their send queues
 //!   take them (a `Hello`, then a bogus `Extend` over and over, reconnecting when the QP
@@ -32,16 +33,18 @@ mod flooder;
 mod notes;
 mod report;
 
+use super::driver::Rig;
 use crate::harness::{BenchOpts, Experiment, Latency, process_cpu, thread_cpu};
 use abusers::Tally;
 use anyhow::{Context as _, Result, anyhow, bail};
 use patronus_core::client::{Client, ClientConfig, ClientError};
-use patronus_core::cluster::EmbeddedCluster;
+use patronus_core::cluster::{DeviceRole, EmbeddedCluster};
 use patronus_core::manager::{
-    Held, Isolation, MemoryNode, NodeConfig, NodeLimits, NodeStats, SlabConfig, TenantSecret,
+    Class, ClassCounters, Held, Isolation, MemoryNode, NodeConfig, NodeLimits, NodeStats,
+    SlabConfig, TenantSecret,
 };
 use patronus_core::proto::messages::Mode;
-use rnic::soft::{SoftConfig, SoftContext, SoftProvider, TcpNode};
+use rnic::soft::{SoftContext, SoftProvider, TcpNode};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,7 +119,7 @@ impl Abuse {
     fn tenants(self) -> bool {
         matches!(
             self,
-            Abuse::Hoard | Abuse::Faults | Abuse::FloodTenant | Abuse::FloodNoHello
+            Abuse::Twin | Abuse::Hoard | Abuse::Faults | Abuse::FloodTenant | Abuse::FloodNoHello
         )
     }
 
@@ -155,6 +158,20 @@ impl Abuse {
             cfg.tenants = vec![ABUSER, HONEST];
         }
         cfg
+    }
+
+    /// The honest client's class in the manager's fair queue.
+    fn honest_class(self) -> Class {
+        Class::Tenant(if self.tenants() { HONEST.tenant } else { 0 })
+    }
+
+    /// The abuser's.
+    fn abuser_class(self) -> Class {
+        match self {
+            Abuse::FloodNoHello => Class::Unauthenticated,
+            _ if self.tenants() => Class::Tenant(ABUSER.tenant),
+            _ => Class::Tenant(0),
+        }
     }
 
     /// The configuration of the abuser's clients (of those that use the client library).
@@ -253,6 +270,25 @@ struct NodeDelta {
     /// What the node held before the first window and after the last.
     held_start: Held,
     held_end: Held,
+    /// What the manager's fair queue gave the honest tenant and the abuser's class during the
+    /// abuse (with two tenants configured; without, both are the default tenant's).
+    honest_share: ClassCounters,
+    abuser_share: ClassCounters,
+}
+
+/// `later`'s counters less `earlier`'s for `class` (the maximum wait is `later`'s).
+fn class_delta(earlier: &NodeStats, later: &NodeStats, class: Class) -> ClassCounters {
+    let (a, b) = (
+        earlier.classes.get(&class).copied().unwrap_or_default(),
+        later.classes.get(&class).copied().unwrap_or_default(),
+    );
+    ClassCounters {
+        served: b.served - a.served,
+        cost_units: b.cost_units - a.cost_units,
+        refused: b.refused - a.refused,
+        queue_delay_us: b.queue_delay_us - a.queue_delay_us,
+        max_queue_delay_us: b.max_queue_delay_us,
+    }
 }
 
 /// One abuse, measured.
@@ -296,7 +332,14 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
         "refusd"
     );
     let mut outcomes = Vec::new();
-    for abuse in Abuse::ALL {
+    // `PATRONUS_DOS_ROWS=flood,spin` runs only the rows whose name contains one of these (to
+    // profile one abuse); the checks then need rows that did not run and are left out.
+    let rows = std::env::var("PATRONUS_DOS_ROWS").ok();
+    let chosen = |a: Abuse| {
+        rows.as_deref()
+            .is_none_or(|r| r.split(',').any(|w| a.name().contains(w.trim())))
+    };
+    for abuse in Abuse::ALL.into_iter().filter(|a| chosen(*a)) {
         let o = measure(opts, abuse, window).with_context(|| abuse.name())?;
         println!(
             "{:<17} | {:>6.1} {:>6.1} {:>6.1}      | {:>6.2} {:>6.2} | {:>6} | {:<34} | {:>6} {:>6} {:>6}",
@@ -322,9 +365,18 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
 
 /// One abuse in its own cluster: the honest client's three windows around the abuser's run.
 fn measure(opts: &BenchOpts, abuse: Abuse, window: Duration) -> Result<Outcome> {
-    let mut cluster = EmbeddedCluster::start(
-        opts.transport,
-        SoftConfig::default(),
+    // The devices of the other experiments (`Rig`): over TCP their engines park as soon as
+    // they run out of work (on 2 cores, engines that spin before parking hold a core the
+    // honest client or the manager needs), and they speak TLS with `--tls`. The rig (and its
+    // in-process fabric) outlives the cluster.
+    let rig = Rig::for_bench(opts);
+    let node_dev = rig.device()?;
+    let client_devs = [rig.device()?, rig.device()?];
+    let mut cluster = EmbeddedCluster::<SoftProvider>::start_on(
+        |role| match role {
+            DeviceRole::Node => Ok(node_dev.clone()),
+            DeviceRole::Client(i) => Ok(client_devs[i % client_devs.len()].clone()),
+        },
         abuse.node(),
         abuse.honest_client(),
         2,
@@ -382,6 +434,8 @@ fn measure(opts: &BenchOpts, abuse: Abuse, window: Duration) -> Result<Outcome> 
         cpu_during: s2.cpu.saturating_sub(s1.cpu),
         held_start: s0.stats.held,
         held_end: s3.stats.held,
+        honest_share: class_delta(&s1.stats, &s2.stats, abuse.honest_class()),
+        abuser_share: class_delta(&s1.stats, &s2.stats, abuse.abuser_class()),
     };
     Ok(Outcome {
         abuse,
