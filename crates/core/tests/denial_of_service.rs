@@ -29,6 +29,8 @@ mod session_rate;
 mod storm;
 #[path = "denial_of_service/stray_replies.rs"]
 mod stray_replies;
+#[path = "denial_of_service/unauthenticated.rs"]
+mod unauthenticated;
 
 use patronus_core::manager::{Held, MemoryNode, NodeStats};
 use rnic::soft::{DeviceResources, SoftContext, SoftProvider};

@@ -147,3 +147,30 @@ fn type2_isolation_needs_type2_windows() {
     };
     assert!(MemoryNode::<SoftProvider>::start(ctx, shared).is_ok());
 }
+
+/// Tenant rate limits are enforced by the NIC: a device that cannot (the in-process soft NIC)
+/// refuses them at start, instead of dropping them silently; over TCP the node starts.
+#[test]
+fn tenant_rates_need_a_device_that_enforces_them() {
+    use patronus_core::manager::{MemoryNode, NodeError, TenantRate, TenantSecret};
+    use rnic::soft::{SoftFabric, SoftProvider, TcpNode};
+    let node = || NodeConfig {
+        tenants: vec![TenantSecret {
+            tenant: 1,
+            secret: 1,
+        }],
+        tenant_rates: vec![TenantRate {
+            tenant: 1,
+            ops_per_s: Some(1000),
+            bytes_per_s: None,
+        }],
+        ..crate::support::node_config()
+    };
+    let inproc = SoftFabric::new().open_device(SoftConfig::default());
+    match MemoryNode::<SoftProvider>::start(inproc, node()) {
+        Err(NodeError::Config(why)) => assert!(why.contains("rate limits"), "{why}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    let tcp = TcpNode::open(SoftConfig::default(), ([127, 0, 0, 1], 0).into()).unwrap();
+    assert!(MemoryNode::<SoftProvider>::start(tcp, node()).is_ok());
+}

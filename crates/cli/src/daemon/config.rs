@@ -8,7 +8,8 @@
 use crate::serve::parse_secret;
 use anyhow::{Result, anyhow, bail};
 use patronus_core::manager::{
-    Isolation, NodeConfig, NodeLimits, SlabConfig, TenantCertificate, TenantSecret, TenantWeight,
+    Isolation, NodeConfig, NodeLimits, SlabConfig, TenantCertificate, TenantRate, TenantSecret,
+    TenantWeight,
 };
 use rnic::QpTiming;
 use serde::Deserialize;
@@ -65,6 +66,13 @@ pub struct TenantSetting {
     /// while several tenants' requests wait, each is served in proportion to its weight.
     #[serde(default = "one")]
     pub weight: u32,
+    /// One-sided operations each of its data QPs may have served a second (0: no limit;
+    /// needs the soft provider over TCP).
+    #[serde(default)]
+    pub ops_per_s: u64,
+    /// Request bytes each of its data QPs may have served a second (0: no limit).
+    #[serde(default)]
+    pub bytes_per_s: u64,
 }
 
 fn one() -> u32 {
@@ -159,6 +167,9 @@ pub struct LimitsSetting {
     /// Cost units a round of the manager's fair queue gives all connections that have not
     /// authenticated together (a tenant of weight 1 gets 4).
     pub unauthenticated_quantum: u32,
+    /// Messages a second the NIC serves a control connection before its Hello (soft provider
+    /// over TCP).
+    pub unauthenticated_ops_per_s: u32,
 }
 
 impl Default for LimitsSetting {
@@ -182,6 +193,7 @@ impl Default for LimitsSetting {
             fault_burst: d.fault_burst,
             faults_per_s: d.faults_per_s,
             unauthenticated_quantum: d.unauthenticated_quantum,
+            unauthenticated_ops_per_s: d.unauthenticated_ops_per_s,
         }
     }
 }
@@ -405,6 +417,12 @@ impl DaemonConfig {
             if t.weight == 0 {
                 bail!("tenant {} weight: at least 1", t.id);
             }
+            if (t.ops_per_s > 0 || t.bytes_per_s > 0) && self.provider == ProviderSetting::Rdma {
+                bail!(
+                    "tenant {} ops_per_s/bytes_per_s: enforced by the soft provider's NIC only",
+                    t.id
+                );
+            }
             if !t.certificates.is_empty() && self.tls.cert.is_empty() {
                 bail!(
                     "tenant {} certificates: only with [tls] (TLS verifies the client's certificate)",
@@ -476,6 +494,16 @@ impl DaemonConfig {
                     weight: t.weight,
                 })
                 .collect(),
+            tenant_rates: self
+                .tenant
+                .iter()
+                .filter(|t| t.ops_per_s > 0 || t.bytes_per_s > 0)
+                .map(|t| TenantRate {
+                    tenant: t.id,
+                    ops_per_s: (t.ops_per_s > 0).then_some(t.ops_per_s),
+                    bytes_per_s: (t.bytes_per_s > 0).then_some(t.bytes_per_s),
+                })
+                .collect(),
             slab: SlabConfig {
                 min_class: self.slab.min_class,
                 max_class: self.slab.max_class,
@@ -502,6 +530,7 @@ impl DaemonConfig {
                 fault_burst: l.fault_burst,
                 faults_per_s: l.faults_per_s,
                 unauthenticated_quantum: l.unauthenticated_quantum,
+                unauthenticated_ops_per_s: l.unauthenticated_ops_per_s,
                 ..d.limits
             },
             ..d

@@ -211,6 +211,8 @@ impl ServeFlags {
                     secret: t.secret.to_string(),
                     certificates: Vec::new(),
                     weight: 1,
+                    ops_per_s: 0,
+                    bytes_per_s: 0,
                 })
                 .collect();
         }
@@ -298,6 +300,10 @@ pub struct LimitArgs {
     /// authenticated together; a tenant of weight 1 gets 4 (default 1).
     #[arg(long, env = "PATRONUS_UNAUTHENTICATED_QUANTUM")]
     pub unauthenticated_quantum: Option<u32>,
+    /// Messages a second the NIC serves a control connection before its Hello (default 100;
+    /// soft provider over TCP).
+    #[arg(long, env = "PATRONUS_UNAUTHENTICATED_OPS_PER_S")]
+    pub unauthenticated_ops_per_s: Option<u32>,
 }
 
 impl LimitArgs {
@@ -326,6 +332,10 @@ impl LimitArgs {
         set(self.fault_burst, &mut l.fault_burst);
         set(self.faults_per_s, &mut l.faults_per_s);
         set(self.unauthenticated_quantum, &mut l.unauthenticated_quantum);
+        set(
+            self.unauthenticated_ops_per_s,
+            &mut l.unauthenticated_ops_per_s,
+        );
         set(self.new_sessions_per_s, &mut l.new_sessions_per_s);
         set(self.new_session_burst, &mut l.new_session_burst);
         set(

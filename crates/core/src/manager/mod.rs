@@ -35,5 +35,5 @@ pub use node::Isolation;
 pub use node::{
     Class, ClassCounters, Held, MemoryNode, NIC_SAMPLE_EVERY, NodeConfig, NodeError, NodeLimits,
     NodeStats, NodeStatus, PermissionStatus, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes,
-    SessionEnds, SessionStatus, TenantCertificate, TenantSecret, TenantWeight,
+    SessionEnds, SessionStatus, TenantCertificate, TenantRate, TenantSecret, TenantWeight,
 };

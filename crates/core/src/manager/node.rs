@@ -29,14 +29,15 @@ mod nic;
 mod nic_sample;
 mod recent;
 mod runner;
+mod service;
 mod session_rate;
 mod sessions;
 mod status;
 mod token_bucket;
 
 pub use config::{
-    Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantCertificate, TenantSecret,
-    TenantWeight,
+    Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantCertificate, TenantRate,
+    TenantSecret, TenantWeight,
 };
 pub use fair::{Class, ClassCounters};
 pub use nic_sample::NIC_SAMPLE_EVERY;
@@ -126,6 +127,8 @@ struct Shared<P: Provider> {
     addresses: Mutex<addresses::AddressSessions>,
     /// How fast new sessions may open (node-wide and per tenant).
     session_rate: Mutex<session_rate::SessionRate>,
+    /// How the NIC serves each connection (weights and rate limits).
+    services: service::Services,
     /// Per shard: QPs the device reported broken (shard 0 reads the device's asynchronous
     /// events and tells every shard, with how each ended; a shard ends the session whose
     /// control QP it is).
@@ -243,6 +246,12 @@ impl<P: Provider> MemoryNode<P> {
         }) {
             return Err(NodeError::Config(
                 "a tenant weight is 0 or names a tenant that is not configured",
+            ));
+        }
+        if !cfg.tenant_rates.is_empty() && !device.qp_rate_limit {
+            // A configured rate is never silently dropped.
+            return Err(NodeError::Config(
+                "tenant rate limits need a device that enforces QP rate limits (the soft NIC over TCP)",
             ));
         }
         if cfg.isolation == Isolation::Type2 && !device.mw_type2 {
@@ -387,6 +396,13 @@ impl<P: Provider> MemoryNode<P> {
                 cfg.limits.address_prefix_v6,
                 cfg.limits.loopback_hosts,
             )),
+            services: service::Services::new(
+                device.qp_rate_limit,
+                per_session_queue,
+                cfg.limits.unauthenticated_ops_per_s,
+                &cfg.tenant_weights,
+                &cfg.tenant_rates,
+            ),
             session_rate: Mutex::new(session_rate::SessionRate::new(
                 session_rate::Rate {
                     burst: cfg.limits.new_session_burst.max(1),

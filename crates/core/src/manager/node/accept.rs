@@ -130,14 +130,32 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     );
                 }
                 let credits = q.slots.as_ref().map_or(1, ConnectionSlots::credits);
-                init(
+                let qp = init(
                     &self.client_pd,
                     &q.send_cq,
                     &q.recv_cq,
                     q.srq.as_ref(),
                     credits,
                     AccessFlags::empty(),
-                )
+                )?;
+                // Before its Hello, a client's first connection is served at the small
+                // unauthenticated rate (`service.rs`); a connection naming a client is its
+                // tenant's.
+                let service = if intent.client_id == 0 {
+                    self.shared.services.unauthenticated()
+                } else {
+                    let tenant = self
+                        .shared
+                        .tenants_of
+                        .lock()
+                        .get(&intent.client_id)
+                        .copied();
+                    tenant.and_then(|t| self.shared.services.control(t))
+                };
+                if let Some(service) = service {
+                    qp.set_service(service).map_err(|e| e.to_string())?;
+                }
+                Ok(qp)
             }
             Role::Data => {
                 self.check_client(&intent)?;
@@ -173,14 +191,19 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     .lock()
                     .get(&intent.client_id)
                     .map(|(pd, _)| pd.clone());
-                init(
+                let qp = init(
                     own.as_ref().unwrap_or(&self.client_pd),
                     &self.data_cq,
                     &self.data_cq,
                     None,
                     16,
                     AccessFlags::REMOTE_ALL,
-                )
+                )?;
+                // The tenant's weight and one-sided rate, per data QP (`service.rs`).
+                if let Some(service) = self.shared.services.data(tenant) {
+                    qp.set_service(service).map_err(|e| e.to_string())?;
+                }
+                Ok(qp)
             }
             Role::Loopback => {
                 if intent.secret != self.shared.loop_secret

@@ -89,6 +89,22 @@ pub struct NodeConfig {
     /// its weight (deficit round robin, charged by what requests cost). Each must name a
     /// configured tenant (or the default tenant, when none is).
     pub tenant_weights: Vec<TenantWeight>,
+    /// Tenants' one-sided rate limits, enforced by the NIC per data QP (a burst of a tenth of
+    /// a second's worth). Needs a device that enforces QP rate limits
+    /// (`DeviceAttr::qp_rate_limit`: the soft NIC over TCP); the node refuses to start
+    /// without one. A tenant's weight also weighs its connections in the NIC's engines.
+    pub tenant_rates: Vec<TenantRate>,
+}
+
+/// A tenant's one-sided rate limits, per data QP ([`NodeConfig::tenant_rates`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantRate {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// One-sided operations each of its data QPs may have served a second (`None`: no limit).
+    pub ops_per_s: Option<u64>,
+    /// Request bytes each of its data QPs may have served a second (`None`: no limit).
+    pub bytes_per_s: Option<u64>,
 }
 
 /// A tenant's weight in the manager's fair queue ([`NodeConfig::tenant_weights`]).
@@ -132,6 +148,10 @@ pub struct NodeLimits {
     pub fault_burst: u32,
     /// See `fault_burst`.
     pub faults_per_s: u32,
+    /// Messages a second a control connection that has not authenticated may have the NIC
+    /// serve (a burst of its credits first, enough for its `Hello`), where the device
+    /// enforces QP rate limits (the soft NIC over TCP).
+    pub unauthenticated_ops_per_s: u32,
     /// Clients (sessions) each tenant may have connected at once. `None`: with tenants
     /// configured, an equal share of `max_connections`; without, `max_connections`.
     pub sessions_per_tenant: Option<u32>,
@@ -175,6 +195,7 @@ impl Default for NodeLimits {
             sessions_per_tenant: None,
             fault_burst: 1024,
             faults_per_s: 100,
+            unauthenticated_ops_per_s: 100,
             sessions_per_address: 512,
             address_prefix_v4: 32,
             address_prefix_v6: 64,
@@ -323,6 +344,7 @@ impl Default for NodeConfig {
             shards: 1,
             limits: NodeLimits::default(),
             tenant_weights: Vec::new(),
+            tenant_rates: Vec::new(),
         }
     }
 }

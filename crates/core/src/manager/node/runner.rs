@@ -597,6 +597,12 @@ impl<P: Provider> Runner<P> {
             return Err(Status::Unauthorized);
         };
         session.tenant = Some(tenant);
+        // Its control connection leaves the unauthenticated rate for its tenant's service.
+        if let Some(service) = self.shared.services.control(tenant)
+            && let Err(e) = session.control.set_service(service)
+        {
+            tracing::warn!(client, tenant, %e, "the control QP's service could not be set");
+        }
         // Before the `Welcome`: the client's connections to the other shards find it.
         self.shared
             .heard

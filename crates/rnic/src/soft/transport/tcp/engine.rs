@@ -364,6 +364,14 @@ impl Engine {
         let Some(conn) = self.conns.get(&token).cloned() else {
             return false; // a connection already removed (or not yet added: it is serviced then)
         };
+        // A peer that closed (or failed) while its requests waited for its rate limit's
+        // tokens: they are not served (its requester is gone, and nothing it sent was
+        // acknowledged), and the connection ends now rather than once the tokens are back —
+        // with a standing clock, never.
+        if (ev.is_read_closed() || ev.is_error()) && self.timers.contains_key(&token) {
+            self.remove(&conn);
+            return true;
+        }
         let readable = ev.is_readable() || ev.is_read_closed() || ev.is_error();
         let writable = ev.is_writable() || ev.is_write_closed() || ev.is_error();
         // A read shorter than the room left drained the socket: anything arriving later
