@@ -153,6 +153,14 @@ where
         tenants = cfg.tenant.len(),
         "memory node serving"
     );
+    if open_to_anyone(&cfg.listen, cfg.tenant.len()) {
+        tracing::warn!(
+            listen = %cfg.listen,
+            "no tenants configured on a non-loopback address: anyone who can reach it is the \
+             one default tenant and may take every object, window and byte of the pool \
+             (configure [[tenant]] or --tenant ID:SECRET)"
+        );
+    }
     // SIGHUP reloads the TLS certificates, key and CA (new connections use them; sessions
     // keep theirs); SIGINT or SIGTERM drains the node.
     let mut signal = SIGTERM;
@@ -219,5 +227,28 @@ fn reload_tls(cfg: &DaemonConfig, tls: Option<&rnic::soft::TlsOptions>) {
             println!("SIGHUP: kept the current TLS files: {e:#}");
             tracing::warn!("TLS reload failed: {e:#}");
         }
+    }
+}
+
+/// Whether a node listening on `listen` with `tenants` configured tenants serves anyone who
+/// can reach it as the one default tenant: no tenants, and an address that is not loopback
+/// (an unspecified address listens on every interface).
+fn open_to_anyone(listen: &std::net::SocketAddr, tenants: usize) -> bool {
+    tenants == 0 && !listen.ip().is_loopback()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_to_anyone;
+
+    #[test]
+    fn only_a_reachable_node_without_tenants_is_open_to_anyone() {
+        let open = |a: &str, tenants| open_to_anyone(&a.parse().unwrap(), tenants);
+        assert!(!open("127.0.0.1:7471", 0));
+        assert!(!open("[::1]:7471", 0));
+        assert!(open("0.0.0.0:7471", 0));
+        assert!(open("10.1.2.3:7471", 0));
+        assert!(open("[::]:7471", 0));
+        assert!(!open("0.0.0.0:7471", 2));
     }
 }
