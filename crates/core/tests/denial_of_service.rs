@@ -15,6 +15,8 @@ mod support;
 mod addresses;
 #[path = "denial_of_service/churn.rs"]
 mod churn;
+#[path = "denial_of_service/client_quota.rs"]
+mod client_quota;
 #[path = "denial_of_service/faults.rs"]
 mod faults;
 #[path = "denial_of_service/flood.rs"]

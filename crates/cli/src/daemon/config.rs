@@ -146,6 +146,9 @@ pub struct LimitsSetting {
     pub quota_permissions: u32,
     /// Live exclusive permissions each tenant may hold (0: as `quota_permissions`).
     pub quota_exclusive: u32,
+    /// What one client may hold, as a percentage of the node: memory of the live objects it
+    /// allocated, live permissions (0: no per-client limit).
+    pub client_share_percent: u32,
     /// Clients each tenant may have connected (0: an equal share of the connections).
     pub sessions_per_tenant: u32,
     /// Clients that may be connected at once from one IP address (counted by prefix).
@@ -183,6 +186,7 @@ impl Default for LimitsSetting {
             quota_memory_mib: 0,
             quota_permissions: 0,
             quota_exclusive: 0,
+            client_share_percent: 50,
             sessions_per_tenant: 0,
             sessions_per_address: d.sessions_per_address,
             address_prefix_v4: d.address_prefix_v4,
@@ -349,6 +353,9 @@ impl DaemonConfig {
         let l = &self.limits;
         if l.address_prefix_v4 > 32 || l.address_prefix_v6 > 128 {
             bail!("limits.address_prefix_v4/_v6: at most 32 and 128 bits");
+        }
+        if l.client_share_percent > 100 {
+            bail!("limits.client_share_percent: at most 100");
         }
         if l.new_sessions_per_s == 0 || l.new_session_burst == 0 {
             bail!("limits.new_sessions_per_s and new_session_burst: at least 1 (0 admits nobody)");
@@ -549,6 +556,9 @@ impl DaemonConfig {
             });
         }
         cfg.tenant_quota().map_err(|e| anyhow!("limits: {e}"))?;
+        if l.client_share_percent > 0 {
+            cfg.limits.client_quota = Some(cfg.client_share(l.client_share_percent));
+        }
         Ok(cfg)
     }
 }
@@ -613,8 +623,20 @@ mod tests {
     }
 
     #[test]
+    fn one_client_may_hold_half_the_node_by_default() {
+        let cfg = DaemonConfig::default().node_config().unwrap();
+        let q = cfg.limits.client_quota.expect("a per-client quota");
+        let whole = cfg.client_share(100);
+        assert_eq!(q.memory_bytes, whole.memory_bytes / 2);
+        assert_eq!(q.permissions, whole.permissions / 2);
+        assert!(whole.memory_bytes <= cfg.pool_bytes);
+        let off = DaemonConfig::parse("[limits]\nclient_share_percent = 0\n").unwrap();
+        assert_eq!(off.node_config().unwrap().limits.client_quota, None);
+    }
+
+    #[test]
     fn inconsistent_settings_are_refused_naming_the_key() {
-        let cases: [(&str, &str); 13] = [
+        let cases: [(&str, &str); 14] = [
             ("pool_mib = 0\n", "pool_mib"),
             ("shards = 0\n", "shards"),
             ("max_lease_ms = 10\nmin_lease_us = 20000\n", "min_lease_us"),
@@ -625,6 +647,10 @@ mod tests {
             ("[qp]\nretry_count = 9\n", "retry_count"),
             ("[limits]\naddress_prefix_v4 = 33\n", "address_prefix_v4"),
             ("[limits]\nnew_sessions_per_s = 0\n", "new_sessions_per_s"),
+            (
+                "[limits]\nclient_share_percent = 101\n",
+                "client_share_percent",
+            ),
             ("admin = \"localhost\"\n", "admin"),
             (
                 "[[tenant]]\nid = 1\nsecret = \"12\"\n[[tenant]]\nid = 1\nsecret = \"13\"\n",

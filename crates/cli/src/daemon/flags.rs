@@ -296,6 +296,9 @@ pub struct LimitArgs {
     /// Access faults a tenant regains per second (default 100).
     #[arg(long, env = "PATRONUS_FAULTS_PER_S")]
     pub faults_per_s: Option<u32>,
+    /// What one client may hold, as a percentage of the node (default 50; 0: no limit).
+    #[arg(long, env = "PATRONUS_CLIENT_SHARE_PERCENT")]
+    pub client_share_percent: Option<u32>,
     /// Cost units a round of the manager's fair queue gives all connections that have not
     /// authenticated together; a tenant of weight 1 gets 4 (default 1).
     #[arg(long, env = "PATRONUS_UNAUTHENTICATED_QUANTUM")]
@@ -332,6 +335,7 @@ impl LimitArgs {
         set(self.fault_burst, &mut l.fault_burst);
         set(self.faults_per_s, &mut l.faults_per_s);
         set(self.unauthenticated_quantum, &mut l.unauthenticated_quantum);
+        set(self.client_share_percent, &mut l.client_share_percent);
         set(
             self.unauthenticated_ops_per_s,
             &mut l.unauthenticated_ops_per_s,

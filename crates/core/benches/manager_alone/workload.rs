@@ -105,6 +105,7 @@ pub fn config(live: usize) -> ManagerConfig {
         lease_floor_us: 0,
         lease_floor_turns: 0,
         quota: TenantQuota::UNLIMITED,
+        client_quota: TenantQuota::UNLIMITED,
     }
 }
 

@@ -85,6 +85,9 @@ pub struct ManagerConfig {
     /// What each tenant may hold on this manager (see [`TenantQuota::per_shard`] for a node's
     /// quota split over its shards).
     pub quota: TenantQuota,
+    /// What each client may hold on this manager, whatever its tenant (a node's quota split
+    /// over its shards like `quota`).
+    pub client_quota: TenantQuota,
 }
 
 impl ManagerConfig {
@@ -120,6 +123,7 @@ impl ManagerConfig {
             buffer_watermark: self.buffer_watermark / shards as u64,
             key_seed: self.key_seed.map(|s| s.wrapping_add(k as u64)),
             quota: self.quota.per_shard(shards),
+            client_quota: self.client_quota.per_shard(shards),
             ..self.clone()
         }
     }

@@ -50,7 +50,7 @@ pub use status::{
 use super::core::{ManagerConfig, ManagerCore};
 use super::fast_hash::FastMap;
 use super::state::ClientId;
-use super::tenants::{DEFAULT_TENANT, TenantId};
+use super::tenants::{DEFAULT_TENANT, TenantId, TenantQuota};
 use crate::proto::connect::{Intent, Role};
 use crate::proto::header::HEADER_SIZE;
 use crate::proto::messages::{ControlProtocol, Reply, Request, Status};
@@ -299,6 +299,7 @@ impl<P: Provider> MemoryNode<P> {
             lease_floor_us: cfg.lease_floor_us,
             lease_floor_turns: cfg.lease_floor_turns,
             quota: cfg.tenant_quota()?,
+            client_quota: cfg.limits.client_quota.unwrap_or(TenantQuota::UNLIMITED),
         };
         let map = whole.shard_map(shards)?;
         let client_pd = ctx.alloc_pd()?;

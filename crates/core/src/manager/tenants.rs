@@ -9,7 +9,11 @@
 //!
 //! Each tenant's usage (bytes of objects it owns, live permissions, exclusive ones) is kept
 //! here and checked against its [`TenantQuota`] before anything new is granted, so one tenant
-//! cannot take the pool, the headers or the windows from the others.
+//! cannot take the pool, the headers or the windows from the others. Each client's usage (bytes
+//! of live objects it allocated, its live permissions) is kept too and checked against a
+//! per-client quota, so that within one tenant — above all the default tenant of a node
+//! without tenants, whose objects outlive their clients — one client cannot take everything.
+//! A client's usage is forgotten when it leaves; its objects stay its tenant's.
 
 use super::fast_hash::FastMap;
 use super::state::ClientId;
@@ -70,10 +74,12 @@ pub use crate::proto::messages::{DEFAULT_TENANT, TenantId};
 #[derive(Debug, Default)]
 pub struct Tenants {
     clients: FastMap<ClientId, TenantId>,
-    /// Each object's owner and the bytes it counts for.
-    owners: FastMap<u64, (TenantId, u64)>,
+    /// Each object's owner, the bytes it counts for and the client that allocated it.
+    owners: FastMap<u64, (TenantId, u64, ClientId)>,
     shares: FastMap<u64, Vec<(TenantId, Access)>>,
     usage: FastMap<TenantId, Usage>,
+    /// What each connected client holds (bytes of live objects it allocated, permissions).
+    by_client: FastMap<ClientId, Usage>,
 }
 
 impl Tenants {
@@ -82,9 +88,10 @@ impl Tenants {
         self.clients.insert(client, tenant);
     }
 
-    /// `client` left (its objects stay its tenant's).
+    /// `client` left (its objects stay its tenant's, and count against no client).
     pub fn forget_client(&mut self, client: ClientId) {
         self.clients.remove(&client);
+        self.by_client.remove(&client);
     }
 
     /// The tenant `client` acts for.
@@ -95,18 +102,29 @@ impl Tenants {
     /// `client`'s tenant now owns `object`, which counts `bytes` against its quota.
     pub fn own(&mut self, object: u64, client: ClientId, bytes: u64) {
         let t = self.tenant_of(client);
-        if let Some((old, old_bytes)) = self.owners.insert(object, (t, bytes)) {
-            self.usage_mut(old).memory_bytes -= old_bytes;
+        if let Some(old) = self.owners.insert(object, (t, bytes, client)) {
+            self.release_bytes(old);
         }
         self.usage_mut(t).memory_bytes += bytes;
+        if self.clients.contains_key(&client) {
+            self.by_client.entry(client).or_default().memory_bytes += bytes;
+        }
     }
 
     /// `object` was freed: it belongs to nobody and is shared with nobody.
     pub fn disown(&mut self, object: u64) {
-        if let Some((t, bytes)) = self.owners.remove(&object) {
-            self.usage_mut(t).memory_bytes -= bytes;
+        if let Some(old) = self.owners.remove(&object) {
+            self.release_bytes(old);
         }
         self.shares.remove(&object);
+    }
+
+    /// An object's bytes no longer count for its tenant, nor for its client (if still here).
+    fn release_bytes(&mut self, (tenant, bytes, client): (TenantId, u64, ClientId)) {
+        self.usage_mut(tenant).memory_bytes -= bytes;
+        if let Some(u) = self.by_client.get_mut(&client) {
+            u.memory_bytes = u.memory_bytes.saturating_sub(bytes);
+        }
     }
 
     /// Whether `client`'s tenant owns `object`.
@@ -114,9 +132,8 @@ impl Tenants {
         self.owners.get(&object).map(|o| o.0) == Some(self.tenant_of(client))
     }
 
-    /// A permission of `client` in `mode` began (`true`) or ended.
-    pub fn count_permission(&mut self, client: ClientId, mode: Mode, began: bool) {
-        let u = self.usage_mut(self.tenant_of(client));
+    /// Counts a permission that began or ended in `u`.
+    fn count(u: &mut Usage, mode: Mode, began: bool) {
         let exclusive = u32::from(mode == Mode::Exclusive);
         if began {
             u.permissions += 1;
@@ -127,29 +144,44 @@ impl Tenants {
         }
     }
 
+    /// A permission of `client` in `mode` began (`true`) or ended.
+    pub fn count_permission(&mut self, client: ClientId, mode: Mode, began: bool) {
+        let t = self.tenant_of(client);
+        Self::count(self.usage_mut(t), mode, began);
+        if self.clients.contains_key(&client) {
+            Self::count(self.by_client.entry(client).or_default(), mode, began);
+        }
+    }
+
     /// Whether `client`'s tenant may hold `bytes` more memory and (when `permission`) one
-    /// more permission in `mode`, within `quota`.
+    /// more permission in `mode`, within `quota`, and `client` itself within `client_quota`.
     pub fn within(
         &self,
         client: ClientId,
-        quota: &TenantQuota,
+        (quota, client_quota): (&TenantQuota, &TenantQuota),
         bytes: u64,
         permission: Option<Mode>,
     ) -> bool {
-        let u = self
-            .usage
-            .get(&self.tenant_of(client))
-            .copied()
-            .unwrap_or_default();
-        let memory = u.memory_bytes.saturating_add(bytes) <= quota.memory_bytes;
-        let permissions = match permission {
-            None => true,
-            Some(mode) => {
-                u.permissions < quota.permissions
-                    && (mode == Mode::Shared || u.exclusive < quota.exclusive)
-            }
+        let fits = |u: Usage, q: &TenantQuota| {
+            let memory = u.memory_bytes.saturating_add(bytes) <= q.memory_bytes;
+            let permissions = match permission {
+                None => true,
+                Some(mode) => {
+                    u.permissions < q.permissions
+                        && (mode == Mode::Shared || u.exclusive < q.exclusive)
+                }
+            };
+            memory && permissions
         };
-        memory && permissions
+        let tenant = self.usage.get(&self.tenant_of(client)).copied();
+        let own = self.by_client.get(&client).copied();
+        fits(tenant.unwrap_or_default(), quota) && fits(own.unwrap_or_default(), client_quota)
+    }
+
+    /// What `client` holds (while it is here).
+    #[cfg(test)]
+    pub fn client_usage(&self, client: ClientId) -> Usage {
+        self.by_client.get(&client).copied().unwrap_or_default()
     }
 
     /// What `tenant` holds.
@@ -190,7 +222,8 @@ impl Tenants {
         (self.clients.capacity() * 9
             + self.owners.capacity() * 21
             + self.shares.capacity() * 33
-            + self.usage.capacity() * 21) as u64
+            + self.usage.capacity() * 21
+            + self.by_client.capacity() * 21) as u64
     }
 }
 
@@ -221,5 +254,49 @@ mod tests {
         t.disown(0x100);
         assert!(!t.may_acquire(1, 0x100, Access::Read) && !t.may_acquire(3, 0x100, Access::Read));
         assert_eq!(t.tenant_of(99), DEFAULT_TENANT);
+    }
+
+    #[test]
+    fn a_client_is_held_to_its_own_quota_and_forgotten_when_it_leaves() {
+        let mut t = Tenants::default();
+        t.set_client(1, DEFAULT_TENANT);
+        t.set_client(2, DEFAULT_TENANT);
+        let each = TenantQuota {
+            memory_bytes: 100,
+            permissions: 2,
+            exclusive: 1,
+        };
+        let q = (&TenantQuota::UNLIMITED, &each);
+        t.own(0x100, 1, 64);
+        t.count_permission(1, Mode::Exclusive, true);
+        assert!(
+            !t.within(1, q, 64, None),
+            "client 1's memory share is spent"
+        );
+        assert!(t.within(2, q, 64, None), "client 2 has its own");
+        assert!(!t.within(1, q, 0, Some(Mode::Exclusive)), "one exclusive");
+        assert!(t.within(1, q, 0, Some(Mode::Shared)));
+        t.count_permission(1, Mode::Shared, true);
+        assert!(!t.within(1, q, 0, Some(Mode::Shared)), "two permissions");
+        t.disown(0x100);
+        assert_eq!(
+            t.client_usage(1).memory_bytes,
+            0,
+            "a freed object counts no more"
+        );
+        t.own(0x200, 1, 96);
+        t.forget_client(1);
+        assert_eq!(
+            t.client_usage(1),
+            Usage::default(),
+            "forgotten when it leaves"
+        );
+        assert_eq!(
+            t.usage(DEFAULT_TENANT).memory_bytes,
+            96,
+            "its object stays the tenant's"
+        );
+        t.disown(0x200);
+        assert_eq!(t.usage(DEFAULT_TENANT).memory_bytes, 0);
     }
 }

@@ -336,6 +336,7 @@ pub fn test_config(techniques: Techniques) -> ManagerConfig {
         lease_floor_us: 0,
         lease_floor_turns: 2,
         quota: TenantQuota::UNLIMITED,
+        client_quota: TenantQuota::UNLIMITED,
     }
 }
 

@@ -4,6 +4,11 @@
 use super::*;
 
 impl ManagerCore {
+    /// The quotas a grant is checked against: the tenant's and the client's own.
+    fn quotas(&self) -> (&TenantQuota, &TenantQuota) {
+        (&self.cfg.quota, &self.cfg.client_quota)
+    }
+
     pub(super) fn handle_request(
         &mut self,
         now: Timestamp,
@@ -265,7 +270,7 @@ impl ManagerCore {
         let bytes = self.buffers.footprint_for(size).unwrap_or(u64::MAX);
         if !self
             .tenants
-            .within(client, &self.cfg.quota, bytes, Some(mode))
+            .within(client, self.quotas(), bytes, Some(mode))
         {
             return self.fail(client, req_id, Status::QuotaExceeded);
         }
@@ -311,7 +316,7 @@ impl ManagerCore {
     ) -> bool {
         let client = asker.client;
         // A renewal replaces a permission the tenant holds: it needs no room of its own.
-        if !replacing && !self.tenants.within(client, &self.cfg.quota, 0, Some(mode)) {
+        if !replacing && !self.tenants.within(client, self.quotas(), 0, Some(mode)) {
             self.refuse(asker, Status::QuotaExceeded);
             return false;
         }

@@ -143,6 +143,12 @@ pub struct NodeLimits {
     /// add up to more than it has, so a tenant within its quota is never refused because of
     /// another.
     pub tenant_quota: Option<TenantQuota>,
+    /// What one client may hold at once, whatever its tenant: bytes of the live objects it
+    /// allocated, live permissions, exclusive ones (its objects stay its tenant's, and count
+    /// against no client, once it leaves). `None`: no per-client limit. `patronus serve`
+    /// without tenants sets a share of the node ([`NodeConfig::client_share`]), since the
+    /// default tenant's objects outlive their clients and anyone may connect.
+    pub client_quota: Option<TenantQuota>,
     /// Access faults (data reconnections) a tenant may cause at once, and how many a second
     /// it regains: past them its reconnections are refused until the budget refills.
     pub fault_burst: u32,
@@ -192,6 +198,7 @@ impl Default for NodeLimits {
             control_credits: crate::proto::messages::MAX_OUTSTANDING_RPCS,
             max_connections: 1024,
             tenant_quota: None,
+            client_quota: None,
             sessions_per_tenant: None,
             fault_burst: 1024,
             faults_per_s: 100,
@@ -247,6 +254,31 @@ impl NodeConfig {
             ));
         }
         Ok(quota)
+    }
+
+    /// `percent` of what the node can hold (three quarters of the pool, as a single tenant's
+    /// default quota, and the permissions its headers and windows allow): a per-client quota
+    /// ([`NodeLimits::client_quota`]).
+    pub fn client_share(&self, percent: u32) -> TenantQuota {
+        let whole = NodeConfig {
+            tenants: vec![TenantSecret {
+                tenant: 1,
+                secret: 0,
+            }],
+            limits: NodeLimits {
+                tenant_quota: None,
+                ..self.limits
+            },
+            ..self.clone()
+        };
+        let q = whole.tenant_quota().unwrap_or(TenantQuota::UNLIMITED);
+        let pct = u64::from(percent.min(100));
+        let part = |v: u64| (v * pct / 100).max(1);
+        TenantQuota {
+            memory_bytes: part(q.memory_bytes),
+            permissions: part(u64::from(q.permissions)) as u32,
+            exclusive: part(u64::from(q.exclusive)) as u32,
+        }
     }
 
     /// Sessions each tenant may have (see [`NodeLimits::sessions_per_tenant`]).
