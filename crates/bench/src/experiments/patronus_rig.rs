@@ -172,6 +172,9 @@ impl PatronusRig {
             limits: NodeLimits {
                 fault_burst: u32::MAX,
                 faults_per_s: u32::MAX,
+                // `PATRONUS_FAIR_SHARES=off` turns the manager's fair queue off, to measure
+                // what it costs (docs/evaluation.md).
+                fair_shares: std::env::var("PATRONUS_FAIR_SHARES").map_or(true, |v| v != "off"),
                 ..defaults.limits
             },
             ..defaults

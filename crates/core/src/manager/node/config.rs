@@ -188,6 +188,9 @@ pub struct NodeLimits {
     /// together (a tenant of weight 1 gets 4; see `manager::node::fair`): what connections
     /// that have not said `Hello` may take of the manager while tenants are busy.
     pub unauthenticated_quantum: u32,
+    /// The manager's fair queue (on by default). Off, each turn handles what it received in
+    /// arrival order, as before the queue existed: only to measure what fairness costs.
+    pub fair_shares: bool,
 }
 
 impl Default for NodeLimits {
@@ -211,6 +214,7 @@ impl Default for NodeLimits {
             new_session_burst: 400,
             tenant_new_sessions_per_s: None,
             unauthenticated_quantum: 1,
+            fair_shares: true,
         }
     }
 }

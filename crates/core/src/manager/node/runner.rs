@@ -80,16 +80,22 @@ impl<P: Provider> Runner<P> {
             if self.shared.publish[self.shard].load(Ordering::SeqCst) {
                 self.publish_stats();
             }
-            // Queued by class, then drawn in fair shares: the batch (see `fair`).
-            for message in incoming.drain(..) {
-                self.enqueue(message, now);
+            if self.limits.fair_shares {
+                // Queued by class, then drawn in fair shares: the batch (see `fair`).
+                for message in incoming.drain(..) {
+                    self.enqueue(message, now);
+                }
+                let mut drawn = std::mem::take(&mut self.drawn);
+                self.fair.next_batch(self.max_batch, now, &mut drawn);
+                for message in drawn.drain(..) {
+                    self.on_receive(message, now, &mut requests);
+                }
+                self.drawn = drawn;
+            } else {
+                for message in incoming.drain(..) {
+                    self.on_receive(message, now, &mut requests);
+                }
             }
-            let mut drawn = std::mem::take(&mut self.drawn);
-            self.fair.next_batch(self.max_batch, now, &mut drawn);
-            for message in drawn.drain(..) {
-                self.on_receive(message, now, &mut requests);
-            }
-            self.drawn = drawn;
             // Replies are unsignaled: their CQ holds only failures, looked for every 64
             // batches and whenever the manager is about to sleep.
             if self.batches % 64 == 0 {
