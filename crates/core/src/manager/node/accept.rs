@@ -23,6 +23,7 @@
 //! - A loopback QP (the manager's own) must present the node's loopback secret.
 
 use super::{Accepted, Intent, Role, Shared};
+use crate::manager::state::ClientId;
 use crate::manager::tenants::TenantId;
 use crate::proto::refusal::{Refusal, SessionEnd};
 use crate::rpc::ConnectionSlots;
@@ -58,6 +59,11 @@ impl<P: Provider> Policy<P> {
     /// Whether `intent` carries the secret of an authenticated client; else the refusal
     /// (`proto/refusal.rs`): a live client's id with another secret, or an id with no live
     /// session (ended, and why if the secret is that session's; or of an earlier run).
+    /// The tenant an authenticated client acts for.
+    fn tenant_of(&self, client: ClientId) -> Option<TenantId> {
+        self.shared.tenants_of.lock().get(&client).copied()
+    }
+
     fn check_client(&self, intent: &Intent) -> Result<(), String> {
         let live = self.shared.secrets.lock().get(&intent.client_id).copied();
         self.shared
@@ -144,13 +150,8 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                 let service = if intent.client_id == 0 {
                     self.shared.services.unauthenticated()
                 } else {
-                    let tenant = self
-                        .shared
-                        .tenants_of
-                        .lock()
-                        .get(&intent.client_id)
-                        .copied();
-                    tenant.and_then(|t| self.shared.services.control(t))
+                    self.tenant_of(intent.client_id)
+                        .and_then(|t| self.shared.services.control(t))
                 };
                 if let Some(service) = service {
                     qp.set_service(service).map_err(|e| e.to_string())?;
@@ -159,13 +160,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
             }
             Role::Data => {
                 self.check_client(&intent)?;
-                let tenant = self
-                    .shared
-                    .tenants_of
-                    .lock()
-                    .get(&intent.client_id)
-                    .copied();
-                let Some(tenant) = tenant else {
+                let Some(tenant) = self.tenant_of(intent.client_id) else {
                     // Its session ended since the check (its secret is forgotten first).
                     self.check_client(&intent)?;
                     return Err(Refusal::SessionEnded(SessionEnd::Unknown).text());

@@ -364,6 +364,24 @@ use field::{flags, frame_type, nak, opcode};
 /// Mask of the 24 bits a QPN or PSN may use.
 const U24_MASK: u32 = 0x00ff_ffff;
 
+/// A SEND's key to invalidate: the one it carries with the invalidate flag; without the
+/// flag the field must be zero.
+fn invalidate_of(
+    rkey: crate::verbs::Rkey,
+    fl: u8,
+) -> Result<Option<crate::verbs::Rkey>, WireError> {
+    if fl & flags::SEND_INVALIDATE != 0 {
+        Ok(Some(rkey))
+    } else if rkey.0 != 0 {
+        Err(WireError::BadField {
+            field: "invalidate_rkey",
+            problem: "nonzero without the invalidate flag",
+        })
+    } else {
+        Ok(None)
+    }
+}
+
 fn usize_from(v: u32) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
@@ -594,17 +612,7 @@ fn decode_packet<'a>(v: &FrameView<'a>, op: u8) -> Result<Packet<&'a [u8]>, Wire
         }
         opcode::SEND => {
             use field::send as f;
-            let rkey = v.rkey(f::INVALIDATE_RKEY)?;
-            let invalidate = if fl & flags::SEND_INVALIDATE != 0 {
-                Some(rkey)
-            } else if rkey.0 != 0 {
-                return Err(WireError::BadField {
-                    field: "invalidate_rkey",
-                    problem: "nonzero without the invalidate flag",
-                });
-            } else {
-                None
-            };
+            let invalidate = invalidate_of(v.rkey(f::INVALIDATE_RKEY)?, fl)?;
             let len = usize_from(v.u32(f::DATA_LEN)?);
             let data = v.tail(f::DATA_START, len, "data_len")?;
             request(RequestOp::Send { data, invalidate })

@@ -8,7 +8,9 @@
 //! field equal to what the length prefix leaves for the payload. A fixed-size frame whose
 //! prefix declares any other size fails at once.
 
-use super::{FrameView, PayloadLen, field, frame_type, nak_from_u8, opcode, usize_from};
+use super::{
+    FrameView, PayloadLen, field, frame_type, invalidate_of, nak_from_u8, opcode, usize_from,
+};
 use super::{WireError, flags};
 use crate::soft::wire::{Packet, Request, RequestOp, Response, ResponseKind, WIRE_VERSION};
 use crate::verbs::{Psn, QpNumber};
@@ -101,17 +103,7 @@ pub fn decode_head(buf: &[u8], declared: usize) -> Result<Option<Packet<PayloadL
         }
         opcode::SEND => {
             use field::send as f;
-            let rkey = v.rkey(f::INVALIDATE_RKEY)?;
-            let invalidate = if fl & flags::SEND_INVALIDATE != 0 {
-                Some(rkey)
-            } else if rkey.0 != 0 {
-                return Err(WireError::BadField {
-                    field: "invalidate_rkey",
-                    problem: "nonzero without the invalidate flag",
-                });
-            } else {
-                None
-            };
+            let invalidate = invalidate_of(v.rkey(f::INVALIDATE_RKEY)?, fl)?;
             let data = data_len(f::DATA_LEN)?;
             request(RequestOp::Send { data, invalidate })
         }
