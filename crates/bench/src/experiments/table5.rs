@@ -153,11 +153,22 @@ struct Neighbours {
 /// or run twice: the counter's old value is the count of increments acknowledged before,
 /// plus at most the increments reported `OutcomeUnknown` since (each ran once or not at all).
 #[allow(clippy::disallowed_methods)] // an experiment driver measures wall time
-fn neighbour(mut c: Client<SoftProvider>, stop: &AtomicBool) -> Result<Neighbours> {
+fn neighbour(
+    mut c: Client<SoftProvider>,
+    stop: &AtomicBool,
+    busy: std::sync::mpsc::Sender<()>,
+) -> Result<Neighbours> {
     let p = c.allocate(8, Duration::from_secs(60), Mode::Exclusive)?;
     let mut seen = Neighbours::default();
     let (mut done, mut unknown) = (0u64, 0u64);
+    let mut busy = Some(busy);
     while !stop.load(Ordering::Relaxed) {
+        // Busy from its first op: the faults start only once every neighbour is.
+        if done > 0
+            && let Some(tx) = busy.take()
+        {
+            let _ = tx.send(());
+        }
         let t0 = Instant::now();
         match c.faa(&p, 0, 1) {
             Ok(old) if (done..=done + unknown).contains(&old) => {
@@ -186,14 +197,23 @@ fn measure(opts: &BenchOpts, name: &'static str, spares: usize, faults: usize) -
     let (_cluster, cn) = handle(opts, spares)?;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
         let busy: Vec<_> = (0..NEIGHBOURS)
             .map(|_| {
                 let c = cn.client()?;
-                let stop = &stop;
-                Ok(s.spawn(move || neighbour(c, stop)))
+                let (stop, tx) = (&stop, tx.clone());
+                Ok(s.spawn(move || neighbour(c, stop, tx)))
             })
             .collect::<Result<_>>()?;
-        let faulted = faults_among(&cn, name, spares, faults);
+        drop(tx);
+        // The neighbours must be busy before the first fault (a fast run of faults could
+        // otherwise end before a neighbour's first op); blocked on the channel, not spinning.
+        let all_busy = (0..NEIGHBOURS).all(|_| rx.recv_timeout(Duration::from_secs(30)).is_ok());
+        let faulted = if all_busy {
+            faults_among(&cn, name, spares, faults)
+        } else {
+            Err(anyhow::anyhow!("a neighbour did not get busy within 30 s"))
+        };
         stop.store(true, Ordering::Relaxed);
         let mut neighbours = Neighbours::default();
         for h in busy {
