@@ -212,6 +212,30 @@ fn tcp_a_byte_rate_limits_request_bytes() {
     wait_wcs(&c.cq, 1);
 }
 
+/// A peer that goes away while its requests wait for its QP's tokens is noticed at once, not
+/// when the tokens come back: its connection ends (the node's QP fails) with the clock
+/// standing, and what it left waiting is not served.
+#[test]
+fn tcp_a_throttled_peer_that_closes_is_ended_at_once() {
+    let clock = VirtualClock::new();
+    let config = SoftConfig {
+        clock: clock.clone(),
+        ..SoftConfig::default()
+    };
+    let s = Server::with(config, TcpOptions::default());
+    let c = Client::new();
+    c.qp.connect(&s.addr, b"").unwrap();
+    let sqp = s.wait_qps(1);
+    sqp.set_service(ops_limit(1, 1)).unwrap();
+    post_writes(&c, &c.qp, &s, 64);
+    wait_until("the burst served", || served(&s, &sqp).served_ops == 1);
+    drop(c);
+    wait_until("the node's QP failed with its peer gone", || {
+        sqp.state() == QpState::Error
+    });
+    assert_eq!(served(&s, &sqp).served_ops, 1, "nothing more was served");
+}
+
 /// Contract checks: weights and rates are validated; the in-process transport refuses.
 #[test]
 fn set_service_validates_and_reports_support() {
