@@ -4,13 +4,13 @@
 //! device that enforces QP rate limits and counts what it served per QP, which the
 //! in-process soft NIC does not (a node with priorities refuses to start there).
 //!
-//! Two tenants: a low-priority one with [`LOW_CLIENTS`] clients and a high-priority one with
-//! [`HIGH_CLIENTS`]; each client is a thread doing 4 KiB one-sided WRITEs and READs (batches
-//! of [`BATCH`], half each) on its own object as fast as it can. The recipe (LITE's, scaled
-//! down): low priority alone from t = 0; the high-priority clients join; [`PAUSING`] of them
-//! pause and come back; then (ours) the high-priority clients leave, and last run alone
-//! (their solo throughput, the reference of the first check, in the same node). Throughput
-//! per priority is sampled in short windows. It runs three ways, each in a fresh node, in
+//! Two tenants: a low-priority one with four clients and a high-priority one with four; each
+//! client is a thread doing 4 KiB one-sided WRITEs and READs (batches of four, half each) on
+//! its own object as fast as it can. The recipe (LITE's, scaled down): low priority alone
+//! from t = 0; the high-priority clients join; two of them pause and come back; then (ours)
+//! the high-priority clients leave, and last run alone (their solo throughput, the reference
+//! of the first check, in the same node). Throughput per priority is sampled in short
+//! windows. It runs three ways, each in a fresh node, in
 //! rounds that alternate the order of the three:
 //! - **no QoS**: no priorities, no rates;
 //! - **SW-Pri**: the tenants' priorities and the node's policy (LITE's policies 1 and 2: the
