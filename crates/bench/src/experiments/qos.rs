@@ -66,20 +66,20 @@ const PERIOD: Duration = Duration::from_millis(50);
 
 /// How the node treats the two tenants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode3 {
+enum QosMode {
     NoQos,
     SwPri,
     Static,
 }
 
-impl Mode3 {
-    const ALL: [Mode3; 3] = [Mode3::NoQos, Mode3::SwPri, Mode3::Static];
+impl QosMode {
+    const ALL: [QosMode; 3] = [QosMode::NoQos, QosMode::SwPri, QosMode::Static];
 
     fn name(self) -> &'static str {
         match self {
-            Mode3::NoQos => "no QoS",
-            Mode3::SwPri => "SW-Pri",
-            Mode3::Static => "static split",
+            QosMode::NoQos => "no QoS",
+            QosMode::SwPri => "SW-Pri",
+            QosMode::Static => "static split",
         }
     }
 
@@ -92,8 +92,8 @@ impl Mode3 {
             ..NodeConfig::default()
         };
         match self {
-            Mode3::NoQos => {}
-            Mode3::SwPri => {
+            QosMode::NoQos => {}
+            QosMode::SwPri => {
                 cfg.tenant_priorities = vec![
                     TenantPriority {
                         tenant: HIGH.tenant,
@@ -113,7 +113,7 @@ impl Mode3 {
                     throttled_bytes_per_s: None,
                 };
             }
-            Mode3::Static => {
+            QosMode::Static => {
                 cfg.tenant_rates = vec![TenantRate {
                     tenant: LOW.tenant,
                     ops_per_s: Some(LOW_RATE_OPS),
@@ -180,7 +180,7 @@ struct Sample {
 /// One mode's rounds of the schedule, each in a fresh node.
 #[derive(Debug)]
 struct Run {
-    mode: Mode3,
+    mode: QosMode,
     phases: Vec<Phase>,
     rounds: usize,
     /// Every round's windows.
@@ -341,24 +341,24 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
     // `PATRONUS_QOS_MODES=sw,no` runs only the modes whose name starts with one of these, in
     // that order (to profile one, or to see what the order does); the checks then need modes
     // that did not run and are left out.
-    let modes: Vec<Mode3> = match std::env::var("PATRONUS_QOS_MODES") {
+    let modes: Vec<QosMode> = match std::env::var("PATRONUS_QOS_MODES") {
         Ok(list) => list
             .split(',')
             .filter_map(|w| {
                 let w = w.trim().to_lowercase();
-                Mode3::ALL
+                QosMode::ALL
                     .into_iter()
                     .find(|m| m.name().to_lowercase().starts_with(&w))
             })
             .collect(),
-        Err(_) => Mode3::ALL.to_vec(),
+        Err(_) => QosMode::ALL.to_vec(),
     };
     // Rounds alternate the modes' order (forth, then back), so a machine that gets slower or
     // faster during the run moves every mode alike.
     let rounds = if opts.quick { 2 } else { 3 };
     let mut runs: Vec<Run> = Vec::new();
     for round in 0..rounds {
-        let order: Vec<Mode3> = if round % 2 == 0 {
+        let order: Vec<QosMode> = if round % 2 == 0 {
             modes.clone()
         } else {
             modes.iter().rev().copied().collect()
@@ -394,7 +394,7 @@ pub fn run(opts: &BenchOpts) -> Result<Experiment> {
 /// One schedule in a fresh node: every client connects and allocates its object first, then
 /// the phases open and close their gates while the counters are sampled each window.
 #[allow(clippy::disallowed_methods)] // windows are wall time; the sampler waits them out
-fn measure(rig: &Rig, mode: Mode3, phases: &[Phase], window: Duration) -> Result<Run> {
+fn measure(rig: &Rig, mode: QosMode, phases: &[Phase], window: Duration) -> Result<Run> {
     let node_ctx = rig.device()?;
     let node = MemoryNode::<SoftProvider>::start(node_ctx.clone(), mode.node())
         .context("starting the memory node")?;

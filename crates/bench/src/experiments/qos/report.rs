@@ -2,7 +2,7 @@
 
 use super::{
     BATCH, HIGH_BACK, HIGH_CLIENTS, HIGH_JOINS, HIGH_LEAVES, HIGH_LOAD_OPS, HIGH_PAUSE, LOW_ALONE,
-    LOW_CLIENTS, LOW_RATE_OPS, Mode3, PAGE, PAUSING, PERIOD, RELEASE_OPS, RELEASE_PERIODS, Run,
+    LOW_CLIENTS, LOW_RATE_OPS, PAGE, PAUSING, PERIOD, QosMode, RELEASE_OPS, RELEASE_PERIODS, Run,
     SOLO,
 };
 use crate::harness::{Check, Experiment, Figure, Panel, PanelKind, Point, Ratio, Row, Series};
@@ -12,7 +12,7 @@ fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
 }
 
-fn run_of(runs: &[Run], mode: Mode3) -> Option<&Run> {
+fn run_of(runs: &[Run], mode: QosMode) -> Option<&Run> {
     runs.iter().find(|r| r.mode == mode)
 }
 
@@ -57,9 +57,9 @@ pub(super) fn report(exp: &mut Experiment, runs: &[Run], window: Duration) {
         exp.rows.push(row);
     }
     let (Some(none), Some(pri), Some(split)) = (
-        run_of(runs, Mode3::NoQos),
-        run_of(runs, Mode3::SwPri),
-        run_of(runs, Mode3::Static),
+        run_of(runs, QosMode::NoQos),
+        run_of(runs, QosMode::SwPri),
+        run_of(runs, QosMode::Static),
     ) else {
         return;
     };
