@@ -25,7 +25,7 @@
 use super::super::tenants::TenantId;
 use super::config::{Priority, PriorityPolicy, PriorityStats, TenantPriority};
 use rnic::{QpNumber, QpServed, Timestamp};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The policy's state (shard 0's).
 #[derive(Debug)]
@@ -125,7 +125,8 @@ impl SwPri {
     /// Of the low-priority data QPs `low` (all of them, now), those whose service is not set
     /// to the current decision yet; QPs no longer listed are forgotten.
     pub(super) fn pending(&mut self, low: &[QpNumber]) -> Vec<QpNumber> {
-        self.applied.retain(|q, _| low.contains(q));
+        let live: HashSet<QpNumber> = low.iter().copied().collect();
+        self.applied.retain(|q, _| live.contains(q));
         let want = self.stats.throttled;
         low.iter()
             .copied()

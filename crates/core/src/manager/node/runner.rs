@@ -214,7 +214,7 @@ impl<P: Provider> Runner<P> {
             return;
         };
         let mut high = Vec::new();
-        let mut low: Vec<(QpNumber, TenantId, P::Qp)> = Vec::new();
+        let mut low: HashMap<QpNumber, (TenantId, P::Qp)> = HashMap::new();
         for (client, qps) in &self.nic.data_qps {
             let tenant = self.sessions.get(client).and_then(|s| s.tenant);
             match (policy.priority(tenant), tenant) {
@@ -223,15 +223,15 @@ impl<P: Provider> Runner<P> {
                         .filter_map(|qp| qp.served().map(|s| (qp.qp_num(), s))),
                 ),
                 (Priority::Low, Some(t)) => {
-                    low.extend(qps.values().map(|qp| (qp.qp_num(), t, qp.clone())));
+                    low.extend(qps.values().map(|qp| (qp.qp_num(), (t, qp.clone()))));
                 }
                 _ => {}
             }
         }
         let throttled = policy.decide(now, high);
-        let numbers: Vec<QpNumber> = low.iter().map(|(q, _, _)| *q).collect();
+        let numbers: Vec<QpNumber> = low.keys().copied().collect();
         for qpn in policy.pending(&numbers) {
-            let Some((_, tenant, qp)) = low.iter().find(|(q, _, _)| *q == qpn) else {
+            let Some((tenant, qp)) = low.get(&qpn) else {
                 continue;
             };
             let ok = match self.shared.services.low_priority_data(*tenant, throttled) {
