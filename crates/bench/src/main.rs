@@ -22,8 +22,10 @@ struct Cli {
     /// (scrubbing cost and memory per live permission), dos (an honest client's throughput
     /// around each denial-of-service abuse), isolation (permission throughput and manager CPU
     /// in each isolation mode), splits (how long a RACE split stalls inserts), tls (what TLS costs
-    /// a READ and a client session over TCP), or all.
-    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "splits", "tls", "all"])]
+    /// a READ and a client session over TCP), qos (LITE's Figure 16 recipe: a high- and a
+    /// low-priority tenant's one-sided throughput over time without QoS, with the node's
+    /// software priority policy and with a static split; over TCP), or all.
+    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "splits", "tls", "qos", "all"])]
     experiments: Vec<String>,
     /// Seconds per experiment instead of minutes (smoke-level sample counts).
     #[arg(long)]

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const EXPERIMENTS: [&str; 15] = [
+const EXPERIMENTS: [&str; 16] = [
     "fig1",
     "fig5",
     "fig6",
@@ -24,6 +24,7 @@ const EXPERIMENTS: [&str; 15] = [
     "dos",
     "isolation",
     "splits",
+    "qos",
 ];
 
 /// The experiments the TCP smoke runs: one of each kind the transport changes (permission
@@ -67,8 +68,13 @@ fn smoke(transport: &str, experiments: &[&str]) {
             .unwrap_or_else(|e| panic!("{name}.json: {e}"));
         let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
         assert_eq!(v["experiment"], name);
-        // The Redis comparison runs over TCP whatever the transport asked for.
-        let expected = if name == "redis" { "tcp" } else { transport };
+        // The Redis comparison and the QoS experiment run over TCP whatever the transport
+        // asked for.
+        let expected = if ["redis", "qos"].contains(&name) {
+            "tcp"
+        } else {
+            transport
+        };
         assert_eq!(v["transport"], expected);
         // Every experiment says how its memory node isolated clients: `all` runs the paper's
         // figures in the paper's shared PD.

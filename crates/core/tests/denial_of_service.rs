@@ -25,6 +25,8 @@ mod flood;
 mod frames;
 #[path = "denial_of_service/hoard.rs"]
 mod hoard;
+#[path = "denial_of_service/priority.rs"]
+mod priority;
 #[path = "denial_of_service/session_rate.rs"]
 mod session_rate;
 #[path = "denial_of_service/storm.rs"]

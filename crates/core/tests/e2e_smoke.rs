@@ -174,3 +174,47 @@ fn tenant_rates_need_a_device_that_enforces_them() {
     let tcp = TcpNode::open(SoftConfig::default(), ([127, 0, 0, 1], 0).into()).unwrap();
     assert!(MemoryNode::<SoftProvider>::start(tcp, node()).is_ok());
 }
+
+/// Tenant priorities are enforced by the NIC's rate limits and decided on its per-QP served
+/// counters: a device without them (the in-process soft NIC) refuses them at start, as do a
+/// priority for a tenant that is not configured and a policy without a throttled rate; over
+/// TCP the node starts.
+#[test]
+fn tenant_priorities_need_a_device_that_enforces_them() {
+    use patronus_core::manager::{
+        MemoryNode, NodeError, Priority, PriorityPolicy, TenantPriority, TenantSecret,
+    };
+    use rnic::soft::{SoftFabric, SoftProvider, TcpNode};
+    let node = |tenant: u32, policy: PriorityPolicy| NodeConfig {
+        tenants: vec![TenantSecret {
+            tenant: 1,
+            secret: 1,
+        }],
+        tenant_priorities: vec![TenantPriority {
+            tenant,
+            priority: Priority::Low,
+        }],
+        priority_policy: policy,
+        ..crate::support::node_config()
+    };
+    let ok = PriorityPolicy::default();
+    let inproc = SoftFabric::new().open_device(SoftConfig::default());
+    match MemoryNode::<SoftProvider>::start(inproc, node(1, ok)) {
+        Err(NodeError::Config(why)) => assert!(why.contains("priorities need"), "{why}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    let tcp = || TcpNode::open(SoftConfig::default(), ([127, 0, 0, 1], 0).into()).unwrap();
+    match MemoryNode::<SoftProvider>::start(tcp(), node(2, ok)) {
+        Err(NodeError::Config(why)) => assert!(why.contains("not configured"), "{why}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    let unthrottled = PriorityPolicy {
+        throttled_ops_per_s: None,
+        ..ok
+    };
+    match MemoryNode::<SoftProvider>::start(tcp(), node(1, unthrottled)) {
+        Err(NodeError::Config(why)) => assert!(why.contains("throttled rate"), "{why}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    assert!(MemoryNode::<SoftProvider>::start(tcp(), node(1, ok)).is_ok());
+}

@@ -279,3 +279,29 @@ fn set_service_validates_and_reports_support() {
         Err(VerbsError::Unsupported(_))
     ));
 }
+
+/// The verbs contract's served counters (`QueuePair::served`): the responder's QP counts the
+/// requests its engine delivered, as the transport's own per-QP counters do; the requester's
+/// QP served nothing; a QP without a connection has no counts.
+#[test]
+fn tcp_served_counts_the_responders_requests() {
+    let s = Server::new();
+    let c = Client::new();
+    let qp = deep_qp(&c);
+    assert_eq!(qp.served(), None, "no connection yet");
+    qp.connect(&s.addr, b"").unwrap();
+    let sqp = s.wait_qps(1);
+    assert_eq!(sqp.served(), Some(QpServed::default()));
+    post_writes(&c, &qp, &s, 128);
+    wait_wcs(&c.cq, 2);
+    let got = sqp.served().unwrap();
+    let stats = served(&s, &sqp);
+    assert_eq!(got.ops, 128);
+    assert_eq!((got.ops, got.bytes), (stats.served_ops, stats.served_bytes));
+    assert!(got.bytes >= 128 * 8, "{got:?}");
+    assert_eq!(
+        qp.served(),
+        Some(QpServed::default()),
+        "the requester served none"
+    );
+}

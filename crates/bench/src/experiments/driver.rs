@@ -58,6 +58,15 @@ impl Rig {
         }
     }
 
+    /// A rig over TCP whatever the run's transport, with the run's TLS (`--tls`): for
+    /// experiments that need what only the TCP transport has.
+    pub fn tcp_for_bench(opts: &crate::harness::BenchOpts) -> Self {
+        Rig {
+            tls: opts.tls.clone(),
+            ..Rig::new(Link::Tcp)
+        }
+    }
+
     /// Whether the rig's TCP devices speak TLS.
     pub fn has_tls(&self) -> bool {
         self.tls.is_some()

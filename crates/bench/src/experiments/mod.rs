@@ -18,6 +18,7 @@ pub mod floor;
 pub mod isolation;
 pub mod ods_rig;
 pub mod patronus_rig;
+pub mod qos;
 pub mod race_costs;
 pub mod redis;
 pub mod splits;
@@ -30,7 +31,7 @@ use anyhow::{Result, bail};
 use patronus_core::manager::Isolation;
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     "fig1",
     "fig5",
     "fig6",
@@ -47,6 +48,7 @@ pub const ALL: [&str; 16] = [
     "isolation",
     "splits",
     "tls",
+    "qos",
 ];
 
 /// The experiments that run their Patronus node in [`BenchOpts::isolation`]; every other one
@@ -135,6 +137,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "isolation" => isolation::run(opts),
         "splits" => splits::run(opts),
         "tls" => tls::run(opts),
+        "qos" => qos::run(opts),
         other => bail!("no experiment called {other:?} (have: {})", ALL.join(", ")),
     }?;
     exp.isolation = isolation_of(name, opts);

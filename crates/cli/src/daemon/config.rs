@@ -8,8 +8,8 @@
 use crate::serve::parse_secret;
 use anyhow::{Result, anyhow, bail};
 use patronus_core::manager::{
-    Isolation, NodeConfig, NodeLimits, SlabConfig, TenantCertificate, TenantRate, TenantSecret,
-    TenantWeight,
+    Isolation, NodeConfig, NodeLimits, Priority, PriorityPolicy, SlabConfig, TenantCertificate,
+    TenantPriority, TenantRate, TenantSecret, TenantWeight,
 };
 use rnic::QpTiming;
 use serde::Deserialize;
@@ -50,6 +50,77 @@ pub enum ProviderSetting {
     Rdma,
 }
 
+/// A tenant's priority (`[[tenant]] priority = "..."`; see `[priority]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PrioritySetting {
+    /// Its one-sided load is watched: while it is high, low-priority tenants are throttled.
+    High,
+    /// Neither watched nor throttled.
+    #[default]
+    Normal,
+    /// Throttled while the high-priority load is high.
+    Low,
+}
+
+impl From<PrioritySetting> for Priority {
+    fn from(p: PrioritySetting) -> Self {
+        match p {
+            PrioritySetting::High => Priority::High,
+            PrioritySetting::Normal => Priority::Normal,
+            PrioritySetting::Low => Priority::Low,
+        }
+    }
+}
+
+/// `[priority]`: the software priority policy, used when a tenant is not `normal`
+/// (`NodeConfig::priority_policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriorityPolicySetting {
+    /// How often the node decides, ms.
+    pub period_ms: u64,
+    /// High-priority one-sided operations a second at or above which low priority is
+    /// throttled.
+    pub high_load_ops_per_s: u64,
+    /// Below this for `release_periods` periods in a row, the limit is lifted.
+    pub release_ops_per_s: u64,
+    /// See `release_ops_per_s`.
+    pub release_periods: u32,
+    /// Each low-priority data QP's operations a second while throttled (0: no operation
+    /// limit).
+    pub throttled_ops_per_s: u64,
+    /// Its request bytes a second while throttled (0: no byte limit).
+    pub throttled_bytes_per_s: u64,
+}
+
+impl Default for PriorityPolicySetting {
+    fn default() -> Self {
+        let d = PriorityPolicy::default();
+        PriorityPolicySetting {
+            period_ms: d.period_us / 1000,
+            high_load_ops_per_s: d.high_load_ops_per_s,
+            release_ops_per_s: d.release_ops_per_s,
+            release_periods: d.release_periods,
+            throttled_ops_per_s: d.throttled_ops_per_s.unwrap_or(0),
+            throttled_bytes_per_s: d.throttled_bytes_per_s.unwrap_or(0),
+        }
+    }
+}
+
+impl From<PriorityPolicySetting> for PriorityPolicy {
+    fn from(p: PriorityPolicySetting) -> Self {
+        PriorityPolicy {
+            period_us: p.period_ms.saturating_mul(1000),
+            high_load_ops_per_s: p.high_load_ops_per_s,
+            release_ops_per_s: p.release_ops_per_s,
+            release_periods: p.release_periods,
+            throttled_ops_per_s: (p.throttled_ops_per_s > 0).then_some(p.throttled_ops_per_s),
+            throttled_bytes_per_s: (p.throttled_bytes_per_s > 0).then_some(p.throttled_bytes_per_s),
+        }
+    }
+}
+
 /// A tenant and its connection secret (`[[tenant]]`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -73,6 +144,10 @@ pub struct TenantSetting {
     /// Request bytes each of its data QPs may have served a second (0: no limit).
     #[serde(default)]
     pub bytes_per_s: u64,
+    /// Its priority for the NIC's one-sided service (`[priority]`; needs the soft provider
+    /// over TCP unless `normal`).
+    #[serde(default)]
+    pub priority: PrioritySetting,
 }
 
 fn one() -> u32 {
@@ -251,6 +326,8 @@ pub struct DaemonConfig {
     pub limits: LimitsSetting,
     /// Tenants (none: every client is the default tenant).
     pub tenant: Vec<TenantSetting>,
+    /// The software priority policy (with tenants that are not `normal`).
+    pub priority: PriorityPolicySetting,
     /// TLS on every client connection (soft provider).
     pub tls: TlsSetting,
 }
@@ -315,6 +392,7 @@ impl Default for DaemonConfig {
             qp: QpSetting::default(),
             limits: LimitsSetting::default(),
             tenant: Vec::new(),
+            priority: PriorityPolicySetting::default(),
             tls: TlsSetting::default(),
         }
     }
@@ -430,12 +508,27 @@ impl DaemonConfig {
                     t.id
                 );
             }
+            if t.priority != PrioritySetting::Normal && self.provider == ProviderSetting::Rdma {
+                bail!(
+                    "tenant {} priority: enforced by the soft provider's NIC only",
+                    t.id
+                );
+            }
             if !t.certificates.is_empty() && self.tls.cert.is_empty() {
                 bail!(
                     "tenant {} certificates: only with [tls] (TLS verifies the client's certificate)",
                     t.id
                 );
             }
+        }
+        if self
+            .tenant
+            .iter()
+            .any(|t| t.priority != PrioritySetting::Normal)
+        {
+            PriorityPolicy::from(self.priority)
+                .validate()
+                .map_err(|e| anyhow!("priority: {e}"))?;
         }
         let mut names = std::collections::HashMap::new();
         for t in &self.tenant {
@@ -511,6 +604,16 @@ impl DaemonConfig {
                     bytes_per_s: (t.bytes_per_s > 0).then_some(t.bytes_per_s),
                 })
                 .collect(),
+            tenant_priorities: self
+                .tenant
+                .iter()
+                .filter(|t| t.priority != PrioritySetting::Normal)
+                .map(|t| TenantPriority {
+                    tenant: t.id,
+                    priority: t.priority.into(),
+                })
+                .collect(),
+            priority_policy: self.priority.into(),
             slab: SlabConfig {
                 min_class: self.slab.min_class,
                 max_class: self.slab.max_class,
@@ -623,6 +726,38 @@ mod tests {
     }
 
     #[test]
+    fn priorities_reach_the_node() {
+        let cfg = DaemonConfig::parse(
+            "[priority]\nperiod_ms = 50\nthrottled_ops_per_s = 500\n\
+             [[tenant]]\nid = 1\nsecret = \"1\"\npriority = \"high\"\n\
+             [[tenant]]\nid = 2\nsecret = \"2\"\npriority = \"low\"\n\
+             [[tenant]]\nid = 3\nsecret = \"3\"\n",
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        let node = cfg.node_config().unwrap();
+        assert_eq!(
+            node.tenant_priorities,
+            vec![
+                TenantPriority {
+                    tenant: 1,
+                    priority: Priority::High
+                },
+                TenantPriority {
+                    tenant: 2,
+                    priority: Priority::Low
+                },
+            ],
+            "normal tenants are not listed"
+        );
+        assert_eq!(node.priority_policy.period_us, 50_000);
+        assert_eq!(node.priority_policy.throttled_ops_per_s, Some(500));
+        assert_eq!(node.priority_policy.throttled_bytes_per_s, None);
+        let bad = DaemonConfig::parse("[priority]\nperiod_ms = 0\n").unwrap();
+        bad.validate().unwrap(); // no tenant with a priority: the policy is not used
+    }
+
+    #[test]
     fn one_client_may_hold_half_the_node_by_default() {
         let cfg = DaemonConfig::default().node_config().unwrap();
         let q = cfg.limits.client_quota.expect("a per-client quota");
@@ -636,7 +771,7 @@ mod tests {
 
     #[test]
     fn inconsistent_settings_are_refused_naming_the_key() {
-        let cases: [(&str, &str); 14] = [
+        let cases: [(&str, &str); 16] = [
             ("pool_mib = 0\n", "pool_mib"),
             ("shards = 0\n", "shards"),
             ("max_lease_ms = 10\nmin_lease_us = 20000\n", "min_lease_us"),
@@ -664,6 +799,15 @@ mod tests {
             (
                 "[[tenant]]\nid = 1\nsecret = \"1\"\ncertificates = [\"a\"]\n",
                 "only with [tls]",
+            ),
+            (
+                "provider = \"rdma\"\n[[tenant]]\nid = 4\nsecret = \"4\"\npriority = \"low\"\n",
+                "tenant 4 priority",
+            ),
+            (
+                "[priority]\nthrottled_ops_per_s = 0\n\
+                 [[tenant]]\nid = 5\nsecret = \"5\"\npriority = \"high\"\n",
+                "priority: configuration: the priority policy needs a throttled rate",
             ),
             (
                 "[tls]\ncert = \"c\"\nkey = \"k\"\nclient_ca = \"ca\"\n\

@@ -213,6 +213,7 @@ impl ServeFlags {
                     weight: 1,
                     ops_per_s: 0,
                     bytes_per_s: 0,
+                    priority: Default::default(),
                 })
                 .collect();
         }

@@ -149,6 +149,30 @@ impl Collector for NodeCollector {
             "Hellos refused as overloaded: the tenant's session rate was spent",
             s.sessions_rate_refused.1,
         )?;
+        counter(
+            e,
+            "patronus_priority_throttles",
+            "Times the priority policy started throttling low-priority tenants' data QPs",
+            s.priority.engaged,
+        )?;
+        counter(
+            e,
+            "patronus_priority_releases",
+            "Times the priority policy lifted that limit",
+            s.priority.lifted,
+        )?;
+        gauge(
+            e,
+            "patronus_priority_throttled",
+            "Whether low-priority tenants' data QPs are throttled now (1) or not (0)",
+            i64::from(s.priority.throttled),
+        )?;
+        gauge(
+            e,
+            "patronus_priority_high_ops_per_second",
+            "High-priority tenants' one-sided operations a second in the policy's last period",
+            i64::try_from(s.priority.high_ops_per_s).unwrap_or(i64::MAX),
+        )?;
         let occ = s.occupancy.unwrap_or_default();
         gauge(
             e,

@@ -34,6 +34,7 @@ pub mod node;
 pub use node::Isolation;
 pub use node::{
     Class, ClassCounters, Held, MemoryNode, NIC_SAMPLE_EVERY, NodeConfig, NodeError, NodeLimits,
-    NodeStats, NodeStatus, PermissionStatus, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes,
-    SessionEnds, SessionStatus, TenantCertificate, TenantRate, TenantSecret, TenantWeight,
+    NodeStats, NodeStatus, PermissionStatus, Priority, PriorityPolicy, PriorityStats,
+    SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionEnds, SessionStatus,
+    TenantCertificate, TenantPriority, TenantRate, TenantSecret, TenantWeight,
 };

@@ -27,6 +27,7 @@ mod ids;
 mod mailbox;
 mod nic;
 mod nic_sample;
+mod priority;
 mod recent;
 mod runner;
 mod service;
@@ -36,8 +37,8 @@ mod status;
 mod token_bucket;
 
 pub use config::{
-    Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, TenantCertificate, TenantRate,
-    TenantSecret, TenantWeight,
+    Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, Priority, PriorityPolicy,
+    PriorityStats, TenantCertificate, TenantPriority, TenantRate, TenantSecret, TenantWeight,
 };
 pub use fair::{Class, ClassCounters};
 pub use nic_sample::NIC_SAMPLE_EVERY;
@@ -209,6 +210,8 @@ struct Runner<P: Provider> {
     nic_sample: NicSample,
     /// How long its turns took to answer requests.
     service: ServiceTimes,
+    /// Shard 0, with tenant priorities configured: the software priority policy.
+    priority: Option<priority::SwPri>,
     /// Control messages received and not yet handled, by class (see [`fair`]).
     fair: fair::FairQueue<Incoming<Request>>,
     /// The messages of the turn's batch, drawn from `fair` (kept: it allocates once).
@@ -253,6 +256,24 @@ impl<P: Provider> MemoryNode<P> {
             return Err(NodeError::Config(
                 "tenant rate limits need a device that enforces QP rate limits (the soft NIC over TCP)",
             ));
+        }
+        if cfg.tenant_priorities.iter().any(|p| {
+            !(cfg.tenants.iter().any(|t| t.tenant == p.tenant)
+                || (cfg.tenants.is_empty() && p.tenant == DEFAULT_TENANT))
+        }) {
+            return Err(NodeError::Config(
+                "a tenant priority names a tenant that is not configured",
+            ));
+        }
+        if !cfg.tenant_priorities.is_empty() {
+            cfg.priority_policy.validate()?;
+            if !device.qp_rate_limit {
+                // A priority that is not enforced is never silently dropped.
+                return Err(NodeError::Config(
+                    "tenant priorities need a device that enforces QP rate limits and counts what \
+                     it served per QP (the soft NIC over TCP)",
+                ));
+            }
         }
         if cfg.isolation == Isolation::Type2 && !device.mw_type2 {
             // Never a silent fall-back to a weaker isolation.
@@ -403,7 +424,8 @@ impl<P: Provider> MemoryNode<P> {
                 cfg.limits.unauthenticated_ops_per_s,
                 &cfg.tenant_weights,
                 &cfg.tenant_rates,
-            ),
+            )
+            .with_priority(&cfg.priority_policy),
             session_rate: Mutex::new(session_rate::SessionRate::new(
                 session_rate::Rate {
                     burst: cfg.limits.new_session_burst.max(1),
@@ -522,6 +544,11 @@ impl<P: Provider> MemoryNode<P> {
                 busy_cpu: Duration::ZERO,
                 nic_sample: NicSample::default(),
                 service: ServiceTimes::default(),
+                priority: if k == 0 {
+                    priority::SwPri::new(cfg.priority_policy, &cfg.tenant_priorities)
+                } else {
+                    None
+                },
                 fair: fair::FairQueue::new(
                     per_session_queue,
                     cfg.limits.unauthenticated_quantum,

@@ -296,6 +296,12 @@ impl QueuePair<RdmaProvider> for RdmaQp {
             })
     }
 
+    /// `None`: the device's counters (per-QP or counter-set statistics, e.g. `rdma statistic`
+    /// or `ibv_read_counters` on a flow's counter set) are not read by this provider yet.
+    fn served(&self) -> Option<rnic::QpServed> {
+        None
+    }
+
     fn post_send(&self, wrs: &[SendWr<'_, RdmaMw, RdmaMr>]) -> Result<(), (usize, VerbsError)> {
         let mut translated = Vec::with_capacity(wrs.len());
         let mut rejected = None;

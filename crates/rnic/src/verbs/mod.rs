@@ -21,6 +21,6 @@ pub use provider::{
     MemoryWindow, Peer, ProtectionDomain, Provider, QpInit, QpState, QpTiming, QueuePair,
     SharedReceiveQueue,
 };
-pub use service::{MAX_WEIGHT, QpService, RateLimit, TokenRate};
+pub use service::{MAX_WEIGHT, QpServed, QpService, RateLimit, TokenRate};
 pub use types::{AccessFlags, Lkey, MemoryKey, MwType, PdId, Psn, QpNumber, Rkey, VirtAddr};
 pub use work::{BindInfo, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};

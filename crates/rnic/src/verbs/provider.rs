@@ -337,4 +337,12 @@ pub trait QueuePair<P: Provider>: Clone + Send + Sync + Debug {
     /// `InvalidArgument` for an invalid service ([`QpService::validate`](super::QpService)),
     /// `Unsupported` where the device does not enforce it (`DeviceAttr::qp_rate_limit`).
     fn set_service(&self, service: super::QpService) -> VerbsResult<()>;
+    /// What the device served this QP's incoming requests since its current connection was
+    /// established ([`QpServed`](super::QpServed)): how a node sees the load each QP puts on
+    /// its NIC. `None` where the provider does not count per QP: the soft NIC counts on its
+    /// TCP transport (in its engines) and answers `None` in-process and on a loopback
+    /// connection to its own listener (whose requests run on the requester's thread).
+    /// Real NICs keep per-QP or per-counter-set hardware counters, but the rdma-core provider
+    /// does not read them (yet) and answers `None`.
+    fn served(&self) -> Option<super::QpServed>;
 }

@@ -6,6 +6,10 @@
 //! paces a QP's *sends* in bytes on real NICs; there is no operation rate there. A device
 //! that enforces these reports [`DeviceAttr::qp_rate_limit`](super::DeviceAttr).
 //!
+//! What a device served a QP ([`QpServed`], read with
+//! [`QueuePair::served`](super::QueuePair::served)) is the other half: a node that decides
+//! services from load reads it.
+//!
 //! Invariants of a valid service ([`QpService::validate`]): `1 <= weight <= MAX_WEIGHT`, and
 //! every [`TokenRate`] has a nonzero rate and a nonzero burst.
 
@@ -53,6 +57,37 @@ pub struct TokenRate {
     /// Tokens the bucket holds at most (and holds at first): how much may be served at once
     /// after an idle period.
     pub burst: u64,
+}
+
+/// What a device served one QP's incoming requests: the requests its responder executed and
+/// their bytes, counted since the QP's current connection was established (a reconnected QP
+/// starts again from zero, so a reader that takes differences treats a smaller count as a
+/// new connection). Monotonic while the connection lasts.
+///
+/// Where it comes from depends on the provider (see [`QueuePair::served`](super::QueuePair::served)):
+/// the soft NIC over TCP counts in its engines; in-process links and rdma-core answer `None`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpServed {
+    /// Requests served (one per request frame delivered to the responder: a READ, WRITE,
+    /// SEND or atomic, duplicates included).
+    pub ops: u64,
+    /// Their bytes, as the device counts them (the soft NIC over TCP: request frame bytes as
+    /// received, so a READ counts its small request, not its response).
+    pub bytes: u64,
+}
+
+impl QpServed {
+    /// What was served since `earlier` (a reading of the same QP): the difference, or all of
+    /// `self` if a count went down (a new connection since).
+    pub fn since(&self, earlier: &QpServed) -> QpServed {
+        if self.ops < earlier.ops || self.bytes < earlier.bytes {
+            return *self;
+        }
+        QpServed {
+            ops: self.ops - earlier.ops,
+            bytes: self.bytes - earlier.bytes,
+        }
+    }
 }
 
 impl QpService {
@@ -103,5 +138,24 @@ mod tests {
             }),
         };
         assert!(no_burst.validate().is_err());
+    }
+
+    #[test]
+    fn served_differences_restart_with_a_new_connection() {
+        let a = QpServed {
+            ops: 10,
+            bytes: 100,
+        };
+        let b = QpServed {
+            ops: 15,
+            bytes: 180,
+        };
+        assert_eq!(b.since(&a), QpServed { ops: 5, bytes: 80 });
+        let fresh = QpServed { ops: 3, bytes: 30 };
+        assert_eq!(
+            fresh.since(&b),
+            fresh,
+            "a count went down: a new connection"
+        );
     }
 }

@@ -94,6 +94,110 @@ pub struct NodeConfig {
     /// (`DeviceAttr::qp_rate_limit`: the soft NIC over TCP); the node refuses to start
     /// without one. A tenant's weight also weighs its connections in the NIC's engines.
     pub tenant_rates: Vec<TenantRate>,
+    /// Tenants' priorities for the NIC's one-sided service (a tenant not named here is
+    /// [`Priority::Normal`]). With any configured, the node runs the software priority
+    /// policy of [`NodeConfig::priority_policy`] (LITE's SW-Pri, §4.1): it rate-limits the
+    /// data QPs of [`Priority::Low`] tenants while the [`Priority::High`] tenants' data QPs
+    /// are busy, and lifts the limit when they are not. Needs a device that enforces QP rate
+    /// limits and counts what it served per QP (`DeviceAttr::qp_rate_limit`,
+    /// `QueuePair::served`: the soft NIC over TCP); the node refuses to start without one.
+    /// Each must name a configured tenant (or the default tenant, when none is).
+    pub tenant_priorities: Vec<TenantPriority>,
+    /// The software priority policy (used only with [`NodeConfig::tenant_priorities`]).
+    pub priority_policy: PriorityPolicy,
+}
+
+/// A tenant's priority ([`NodeConfig::tenant_priorities`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Priority {
+    /// Its one-sided load is watched: while it is high, low-priority tenants are throttled.
+    High,
+    /// Neither watched nor throttled (every tenant not named).
+    #[default]
+    Normal,
+    /// Throttled while the high-priority load is high.
+    Low,
+}
+
+/// A tenant's priority ([`NodeConfig::tenant_priorities`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantPriority {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its priority.
+    pub priority: Priority,
+}
+
+/// The software priority policy ([`NodeConfig::priority_policy`]): every `period_us` of the
+/// node's clock, shard 0 reads what the NIC served the high-priority tenants' data QPs
+/// (`QueuePair::served`) and decides whether the low-priority tenants' data QPs are
+/// throttled. It throttles when the high-priority tenants' one-sided operations reach
+/// `high_load_ops_per_s` (LITE's policy 1), and lifts the limit once they stay below
+/// `release_ops_per_s` for `release_periods` periods in a row (policy 2, with hysteresis so
+/// that a pause of a few periods does not flap the limit). Lifting restores each tenant's
+/// own rate ([`NodeConfig::tenant_rates`]) or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PriorityPolicy {
+    /// How often the decision is taken, µs of the node's clock (at least 1 ms; the manager
+    /// looks at least every 10 ms, so a shorter period is taken as often as it looks).
+    pub period_us: u64,
+    /// High-priority one-sided operations a second (all its data QPs together) at or above
+    /// which low-priority tenants are throttled.
+    pub high_load_ops_per_s: u64,
+    /// Below this (at most `high_load_ops_per_s`), for `release_periods` periods in a row,
+    /// the limit is lifted.
+    pub release_ops_per_s: u64,
+    /// See `release_ops_per_s` (at least 1).
+    pub release_periods: u32,
+    /// The rate of each low-priority data QP while throttled: operations a second (`None`:
+    /// no operation limit)...
+    pub throttled_ops_per_s: Option<u64>,
+    /// ...and request bytes a second (`None`: no byte limit). At least one is set; where the
+    /// tenant has its own rate too, the stricter of the two holds in each dimension.
+    pub throttled_bytes_per_s: Option<u64>,
+}
+
+impl Default for PriorityPolicy {
+    fn default() -> Self {
+        PriorityPolicy {
+            period_us: 100_000,
+            high_load_ops_per_s: 10_000,
+            release_ops_per_s: 5_000,
+            release_periods: 5,
+            throttled_ops_per_s: Some(1_000),
+            throttled_bytes_per_s: None,
+        }
+    }
+}
+
+impl PriorityPolicy {
+    /// Checks the policy's own invariants (field docs).
+    pub fn validate(&self) -> Result<(), NodeError> {
+        if self.period_us < 1_000 {
+            return Err(NodeError::Config(
+                "the priority period must be at least 1 ms",
+            ));
+        }
+        if self.high_load_ops_per_s == 0 || self.release_ops_per_s > self.high_load_ops_per_s {
+            return Err(NodeError::Config(
+                "the priority policy needs 0 < release_ops_per_s <= high_load_ops_per_s",
+            ));
+        }
+        if self.release_periods == 0 {
+            return Err(NodeError::Config(
+                "the priority policy's release_periods must be at least 1",
+            ));
+        }
+        match (self.throttled_ops_per_s, self.throttled_bytes_per_s) {
+            (None, None) => Err(NodeError::Config(
+                "the priority policy needs a throttled rate (operations or bytes a second)",
+            )),
+            (Some(0), _) | (_, Some(0)) => Err(NodeError::Config(
+                "the priority policy's throttled rate must not be 0",
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A tenant's one-sided rate limits, per data QP ([`NodeConfig::tenant_rates`]).
@@ -381,6 +485,8 @@ impl Default for NodeConfig {
             limits: NodeLimits::default(),
             tenant_weights: Vec::new(),
             tenant_rates: Vec::new(),
+            tenant_priorities: Vec::new(),
+            priority_policy: PriorityPolicy::default(),
         }
     }
 }
@@ -448,6 +554,42 @@ pub struct NodeStats {
     /// What the manager's fair queue gave each class of senders (each tenant, and the
     /// sessions not yet authenticated).
     pub classes: BTreeMap<Class, ClassCounters>,
+    /// What the software priority policy decided (shard 0's; all zero without priorities).
+    pub priority: PriorityStats,
+}
+
+/// What the software priority policy decided ([`NodeConfig::tenant_priorities`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PriorityStats {
+    /// Whether low-priority tenants' data QPs are throttled now.
+    pub throttled: bool,
+    /// Times the policy started throttling, and lifted the limit.
+    pub engaged: u64,
+    /// See `engaged`.
+    pub lifted: u64,
+    /// Periods the policy decided on.
+    pub periods: u64,
+    /// The high-priority tenants' one-sided operations a second in the last period.
+    pub high_ops_per_s: u64,
+    /// Low-priority data QPs whose service the policy set (each time it set one).
+    pub services_set: u64,
+    /// Of those, the ones the NIC refused (the QP had broken; it is looked at again).
+    pub services_failed: u64,
+}
+
+impl PriorityStats {
+    /// Two shards' snapshots together (only shard 0 runs the policy).
+    pub fn plus(&self, o: &PriorityStats) -> PriorityStats {
+        PriorityStats {
+            throttled: self.throttled || o.throttled,
+            engaged: self.engaged + o.engaged,
+            lifted: self.lifted + o.lifted,
+            periods: self.periods + o.periods,
+            high_ops_per_s: self.high_ops_per_s.max(o.high_ops_per_s),
+            services_set: self.services_set + o.services_set,
+            services_failed: self.services_failed + o.services_failed,
+        }
+    }
 }
 
 impl NodeStats {
@@ -484,6 +626,7 @@ impl NodeStats {
                 }
                 sum
             },
+            priority: self.priority.plus(&o.priority),
         }
     }
 }

@@ -64,6 +64,9 @@ impl<P: Provider> Runner<P> {
             // After polling: a connection is registered before its client learns it is
             // connected, so every QP a polled request came from (or names) is adopted by now.
             self.adopt_incoming(now);
+            if self.priority.as_ref().is_some_and(|p| p.is_due(now)) {
+                self.run_priority_policy(now);
+            }
             // Requests taken before their connection was get their slots back.
             self.rpc
                 .repost_deferred(control_qps(&self.sessions, &self.by_qpn));
@@ -203,6 +206,43 @@ impl<P: Provider> Runner<P> {
         }
     }
 
+    /// A period of the software priority policy ended (`priority.rs`): reads what the NIC
+    /// served the high-priority tenants' data QPs, decides, and sets the service of the
+    /// low-priority tenants' data QPs that are not set to the decision yet.
+    fn run_priority_policy(&mut self, now: rnic::Timestamp) {
+        let Some(mut policy) = self.priority.take() else {
+            return;
+        };
+        let mut high = Vec::new();
+        let mut low: HashMap<QpNumber, (TenantId, P::Qp)> = HashMap::new();
+        for (client, qps) in &self.nic.data_qps {
+            let tenant = self.sessions.get(client).and_then(|s| s.tenant);
+            match (policy.priority(tenant), tenant) {
+                (Priority::High, _) => high.extend(
+                    qps.values()
+                        .filter_map(|qp| qp.served().map(|s| (qp.qp_num(), s))),
+                ),
+                (Priority::Low, Some(t)) => {
+                    low.extend(qps.values().map(|qp| (qp.qp_num(), (t, qp.clone()))));
+                }
+                _ => {}
+            }
+        }
+        let throttled = policy.decide(now, high);
+        let numbers: Vec<QpNumber> = low.keys().copied().collect();
+        for qpn in policy.pending(&numbers) {
+            let Some((tenant, qp)) = low.get(&qpn) else {
+                continue;
+            };
+            let ok = match self.shared.services.low_priority_data(*tenant, throttled) {
+                Some(service) => qp.set_service(service).is_ok(),
+                None => false,
+            };
+            policy.applied(qpn, ok);
+        }
+        self.priority = Some(policy);
+    }
+
     /// Ends the iteration being timed, if one is: its NIC calls' time joins the sample.
     fn end_nic_sample(&mut self) {
         if self.nic_sample.is_open() {
@@ -315,6 +355,11 @@ impl<P: Provider> Runner<P> {
         s.metadata_bytes = self.core.metadata_bytes();
         s.service = self.service;
         s.classes = self.fair.counters().collect();
+        s.priority = self
+            .priority
+            .as_ref()
+            .map(|p| p.stats())
+            .unwrap_or_default();
         drop(all);
         if self.shared.want_status[self.shard].swap(false, Ordering::SeqCst) {
             let status = self.status();

@@ -10,12 +10,16 @@
 //! - A tenant's data QPs get its weight and, if configured, its one-sided rate
 //!   (`NodeConfig::tenant_rates`): operations and bytes per second per data QP.
 //!
+//! - While the software priority policy throttles low priority (`priority.rs`), a
+//!   low-priority tenant's data QPs get the policy's throttled rate, the stricter of it and
+//!   the tenant's own rate in each dimension; lifted, they get the tenant's own rate again.
+//!
 //! Invariant: on a device that does not enforce QP service (`DeviceAttr::qp_rate_limit`),
 //! nothing is set; a node configured with tenant rates refuses to start there (a rate that
 //! is not enforced is never silently dropped).
 
 use super::super::tenants::TenantId;
-use super::config::{TenantRate, TenantWeight};
+use super::config::{PriorityPolicy, TenantRate, TenantWeight};
 use rnic::{MAX_WEIGHT, QpService, RateLimit, TokenRate};
 use std::collections::HashMap;
 
@@ -32,6 +36,30 @@ pub(super) struct Services {
     unauthenticated: QpService,
     weights: HashMap<TenantId, u32>,
     rates: HashMap<TenantId, RateLimit>,
+    /// The priority policy's throttled rate.
+    throttled: RateLimit,
+}
+
+/// An operation rate and a byte rate as a [`RateLimit`] (bursts of a tenth of a second).
+fn limit(ops_per_s: Option<u64>, bytes_per_s: Option<u64>) -> RateLimit {
+    RateLimit {
+        ops: ops_per_s.map(|n| TokenRate {
+            per_sec: n,
+            burst: burst(n, 16),
+        }),
+        bytes: bytes_per_s.map(|n| TokenRate {
+            per_sec: n,
+            burst: burst(n, 64 << 10),
+        }),
+    }
+}
+
+/// The stricter of two token rates (the lower rate, with its burst).
+fn stricter(a: Option<TokenRate>, b: Option<TokenRate>) -> Option<TokenRate> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.per_sec < a.per_sec { b } else { a }),
+        (a, b) => a.or(b),
+    }
 }
 
 impl Services {
@@ -61,21 +89,16 @@ impl Services {
                 .collect(),
             rates: rates
                 .iter()
-                .map(|r| {
-                    let limit = RateLimit {
-                        ops: r.ops_per_s.map(|n| TokenRate {
-                            per_sec: n,
-                            burst: burst(n, 16),
-                        }),
-                        bytes: r.bytes_per_s.map(|n| TokenRate {
-                            per_sec: n,
-                            burst: burst(n, 64 << 10),
-                        }),
-                    };
-                    (r.tenant, limit)
-                })
+                .map(|r| (r.tenant, limit(r.ops_per_s, r.bytes_per_s)))
                 .collect(),
+            throttled: RateLimit::default(),
         }
+    }
+
+    /// With the priority policy's throttled rate.
+    pub(super) fn with_priority(mut self, policy: &PriorityPolicy) -> Self {
+        self.throttled = limit(policy.throttled_ops_per_s, policy.throttled_bytes_per_s);
+        self
     }
 
     /// A control connection before its `Hello` (`None`: the device does not enforce).
@@ -96,6 +119,21 @@ impl Services {
         self.enforced.then(|| QpService {
             weight: self.weight(tenant),
             rate: self.rates.get(&tenant).copied(),
+        })
+    }
+
+    /// A low-priority `tenant`'s data connections, throttled by the priority policy or not.
+    pub(super) fn low_priority_data(&self, tenant: TenantId, throttled: bool) -> Option<QpService> {
+        if !throttled {
+            return self.data(tenant);
+        }
+        let own = self.rates.get(&tenant).copied().unwrap_or_default();
+        self.enforced.then(|| QpService {
+            weight: self.weight(tenant),
+            rate: Some(RateLimit {
+                ops: stricter(own.ops, self.throttled.ops),
+                bytes: stricter(own.bytes, self.throttled.bytes),
+            }),
         })
     }
 
@@ -148,5 +186,34 @@ mod tests {
         let off = Services::new(false, 16, 100, &weights, &rates);
         assert!(off.unauthenticated().is_none() && off.control(1).is_none());
         assert!(off.data(2).is_none());
+    }
+
+    #[test]
+    fn throttled_low_priority_takes_the_stricter_rate_and_lifting_restores_its_own() {
+        let rates = [TenantRate {
+            tenant: 2,
+            ops_per_s: Some(1000),
+            bytes_per_s: None,
+        }];
+        let policy = PriorityPolicy {
+            throttled_ops_per_s: Some(5000),
+            throttled_bytes_per_s: Some(1 << 20),
+            ..PriorityPolicy::default()
+        };
+        let s = Services::new(true, 16, 100, &[], &rates).with_priority(&policy);
+        let t = s.low_priority_data(2, true).unwrap().rate.unwrap();
+        assert_eq!(t.ops.unwrap().per_sec, 1000, "its own rate is stricter");
+        assert_eq!(t.bytes.unwrap().per_sec, 1 << 20);
+        assert_eq!(
+            s.low_priority_data(2, false),
+            s.data(2),
+            "lifted: its own rate"
+        );
+        let other = s.low_priority_data(3, true).unwrap().rate.unwrap();
+        assert_eq!(other.ops.unwrap().per_sec, 5000);
+        assert_eq!(s.low_priority_data(3, false).unwrap().rate, None);
+        assert!(s.low_priority_data(3, true).unwrap().validate().is_ok());
+        let off = Services::new(false, 16, 100, &[], &rates).with_priority(&policy);
+        assert!(off.low_priority_data(3, true).is_none());
     }
 }

@@ -131,6 +131,9 @@ impl<L: Link> Link for FaultyLink<L> {
     fn set_service(&self, service: &crate::verbs::QpService) {
         self.inner.set_service(service);
     }
+    fn served(&self) -> Option<crate::verbs::QpServed> {
+        self.inner.served()
+    }
 }
 
 #[cfg(test)]

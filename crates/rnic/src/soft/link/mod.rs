@@ -91,6 +91,12 @@ pub trait Link: Send + Sync + Debug {
     /// rate limit, [`QpService`](crate::verbs::QpService)). Links whose requests are served
     /// on the requester's thread (in-process, loopback) ignore it.
     fn set_service(&self, _service: &crate::verbs::QpService) {}
+    /// What the link's receiver served the QP's incoming requests (see
+    /// [`QueuePair::served`](crate::verbs::QueuePair::served)); `None` where requests are
+    /// served on the requester's thread and not counted (in-process, loopback).
+    fn served(&self) -> Option<crate::verbs::QpServed> {
+        None
+    }
 }
 
 /// A [`Link::cork`] held until dropped.
@@ -173,6 +179,9 @@ impl<L: Link + ?Sized> Link for Arc<L> {
     }
     fn set_service(&self, service: &crate::verbs::QpService) {
         (**self).set_service(service);
+    }
+    fn served(&self) -> Option<crate::verbs::QpServed> {
+        (**self).served()
     }
 }
 

@@ -67,4 +67,7 @@ impl<L: Link> Link for TracingLink<L> {
     fn set_service(&self, service: &crate::verbs::QpService) {
         self.inner.set_service(service);
     }
+    fn served(&self) -> Option<crate::verbs::QpServed> {
+        self.inner.served()
+    }
 }

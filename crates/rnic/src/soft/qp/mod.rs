@@ -658,6 +658,12 @@ impl QueuePair<SoftProvider> for SoftQp {
         Ok(())
     }
 
+    /// Asks the QP's current link: the TCP transport's engines count what they delivered to
+    /// this QP's responder on its connection; in-process and loopback links do not count.
+    fn served(&self) -> Option<crate::verbs::QpServed> {
+        self.inner.link.read().as_ref().and_then(|l| l.served())
+    }
+
     fn modify_access(&self, access: AccessFlags) -> VerbsResult<()> {
         // The write lock waits for requests executing under the old flags.
         *self.inner.access.write() = access & AccessFlags::REMOTE_ALL;

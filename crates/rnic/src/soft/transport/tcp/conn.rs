@@ -1090,6 +1090,14 @@ impl Link for TcpLink {
     fn set_service(&self, service: &QpService) {
         self.conn.set_service(service);
     }
+
+    fn served(&self) -> Option<crate::verbs::QpServed> {
+        let s = &self.conn.service.served;
+        Some(crate::verbs::QpServed {
+            ops: s.ops.load(Ordering::Relaxed),
+            bytes: s.bytes.load(Ordering::Relaxed),
+        })
+    }
 }
 
 /// A cork on a connection's writes for one delivery pass (released when dropped).
