@@ -48,6 +48,16 @@ fn post_writes(c: &Client, qp: &SoftQp, s: &Server, n: usize) {
     }
 }
 
+/// A server (one engine thread) on a clock the test moves.
+fn server_on_virtual_clock() -> (std::sync::Arc<VirtualClock>, Server) {
+    let clock = VirtualClock::new();
+    let config = SoftConfig {
+        clock: clock.clone(),
+        ..SoftConfig::default()
+    };
+    (clock, Server::with(config, TcpOptions::default()))
+}
+
 fn served(s: &Server, qp: &SoftQp) -> TcpQpStats {
     TcpNode::qp_stats(&s.ctx, qp.qp_num()).unwrap()
 }
@@ -69,12 +79,7 @@ fn ops_limit(per_sec: u64, burst: u64) -> QpService {
 /// from the served-request counters once everything is served, so the result does not
 /// depend on when the test thread runs.
 fn weighted_share(weight_flood: u32, weight_steady: u32) {
-    let clock = VirtualClock::new();
-    let config = SoftConfig {
-        clock: clock.clone(),
-        ..SoftConfig::default()
-    };
-    let s = Server::with(config, TcpOptions::default()); // one engine thread
+    let (clock, s) = server_on_virtual_clock(); // one engine thread
     let (cf, cs) = (Client::new(), Client::new());
     let (flood, steady) = (deep_qp(&cf), deep_qp(&cs));
     flood.connect(&s.addr, b"").unwrap();
@@ -130,12 +135,7 @@ fn tcp_a_heavier_qp_gets_its_weighted_share() {
 /// the rate times the time elapsed is served, and each step's tokens are served in full.
 #[test]
 fn tcp_a_rate_limited_qp_is_served_at_most_its_rate() {
-    let clock = VirtualClock::new();
-    let config = SoftConfig {
-        clock: clock.clone(),
-        ..SoftConfig::default()
-    };
-    let s = Server::with(config, TcpOptions::default());
+    let (clock, s) = server_on_virtual_clock();
     assert!(s.ctx.query_device().qp_rate_limit);
     let c = Client::new();
     let qp = deep_qp(&c);
@@ -163,12 +163,7 @@ fn tcp_a_rate_limited_qp_is_served_at_most_its_rate() {
 /// A byte rate: requests of 1 KiB at 64 KiB per second with a 4 KiB burst.
 #[test]
 fn tcp_a_byte_rate_limits_request_bytes() {
-    let clock = VirtualClock::new();
-    let config = SoftConfig {
-        clock: clock.clone(),
-        ..SoftConfig::default()
-    };
-    let s = Server::with(config, TcpOptions::default());
+    let (clock, s) = server_on_virtual_clock();
     let c = Client::new();
     c.qp.connect(&s.addr, b"").unwrap();
     let sqp = s.wait_qps(1);
@@ -217,12 +212,7 @@ fn tcp_a_byte_rate_limits_request_bytes() {
 /// standing, and what it left waiting is not served.
 #[test]
 fn tcp_a_throttled_peer_that_closes_is_ended_at_once() {
-    let clock = VirtualClock::new();
-    let config = SoftConfig {
-        clock: clock.clone(),
-        ..SoftConfig::default()
-    };
-    let s = Server::with(config, TcpOptions::default());
+    let (_standing_clock, s) = server_on_virtual_clock();
     let c = Client::new();
     c.qp.connect(&s.addr, b"").unwrap();
     let sqp = s.wait_qps(1);
