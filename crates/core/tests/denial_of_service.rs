@@ -17,6 +17,8 @@ mod addresses;
 mod churn;
 #[path = "denial_of_service/client_quota.rs"]
 mod client_quota;
+#[path = "denial_of_service/fair_shares.rs"]
+mod fair_shares;
 #[path = "denial_of_service/faults.rs"]
 mod faults;
 #[path = "denial_of_service/flood.rs"]

@@ -32,6 +32,8 @@ pub use state::{ClientId, Counters, Techniques};
 pub use tenants::{DEFAULT_TENANT, TenantId, TenantQuota, Usage};
 pub mod node;
 pub use node::Isolation;
+#[cfg(feature = "testing")]
+pub use node::ManagerHold;
 pub use node::{
     Class, ClassCounters, Held, MemoryNode, NIC_SAMPLE_EVERY, NodeConfig, NodeError, NodeLimits,
     NodeStats, NodeStatus, PermissionStatus, Priority, PriorityPolicy, PriorityStats,

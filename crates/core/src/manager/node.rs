@@ -23,6 +23,7 @@ mod addresses;
 mod config;
 mod fair;
 mod faults;
+mod gate;
 mod ids;
 mod mailbox;
 mod nic;
@@ -135,6 +136,8 @@ struct Shared<P: Provider> {
     /// control QP it is).
     broken: Vec<mailbox::Mailbox<(QpNumber, sessions::QpEnd)>>,
     loop_secret: u64,
+    /// Per shard: where its manager thread can be held (a testing hook, `gate.rs`).
+    gates: Vec<gate::Gate>,
 }
 
 /// A running memory node.
@@ -437,6 +440,7 @@ impl<P: Provider> MemoryNode<P> {
                 },
             )),
             loop_secret: rand::rng().random::<u64>() | 1,
+            gates: (0..shards).map(|_| Default::default()).collect(),
         });
         let policy = Arc::new(accept::Policy::<P> {
             shared: shared.clone(),
@@ -696,6 +700,24 @@ impl<P: Provider> MemoryNode<P> {
         }
     }
 
+    /// Testing hook: holds every shard's manager thread at the top of its loop (each has
+    /// published its statistics) until the returned hold is dropped; [`ManagerHold::step`]
+    /// runs one turn of a shard. Meanwhile what clients send waits in the NIC's receive
+    /// queues, and the paths that need no manager (one-sided verbs) go on.
+    ///
+    /// # Panics
+    /// If a manager thread does not reach its gate within 30 s (it died or hangs).
+    #[cfg(feature = "testing")]
+    pub fn hold_managers(&self) -> ManagerHold<'_, P> {
+        for (shard, gate) in self.shared.gates.iter().enumerate() {
+            assert!(
+                gate.hold(),
+                "manager shard {shard} did not stop at its gate"
+            );
+        }
+        ManagerHold { node: self }
+    }
+
     /// Stops the manager threads.
     pub fn shutdown(mut self) {
         self.stop();
@@ -703,8 +725,44 @@ impl<P: Provider> MemoryNode<P> {
 
     fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        for gate in &self.shared.gates {
+            gate.release();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+/// The manager threads of a node, held (see [`MemoryNode::hold_managers`]); dropping it lets
+/// them run again.
+#[cfg(feature = "testing")]
+#[derive(Debug)]
+pub struct ManagerHold<'a, P: Provider> {
+    node: &'a MemoryNode<P>,
+}
+
+#[cfg(feature = "testing")]
+impl<P: Provider> ManagerHold<'_, P> {
+    /// Runs one turn of `shard`'s manager loop — one poll of its receive queues, one batch
+    /// drawn from its fair queue and served — and returns once the thread is held again and
+    /// has published its statistics ([`MemoryNode::stats`] then shows the turn).
+    ///
+    /// # Panics
+    /// If there is no such shard, or its thread does not come back within 30 s.
+    pub fn step(&self, shard: usize) {
+        assert!(
+            self.node.shared.gates[shard].step(),
+            "manager shard {shard} did not come back to its gate"
+        );
+    }
+}
+
+#[cfg(feature = "testing")]
+impl<P: Provider> Drop for ManagerHold<'_, P> {
+    fn drop(&mut self) {
+        for gate in &self.node.shared.gates {
+            gate.release();
         }
     }
 }

@@ -256,11 +256,16 @@ impl<P: Provider, Pr: Protocol> RpcServer<P, Pr> {
         self.memory.recv_wr(slot, slot as u64)
     }
 
-    /// Takes the requests that arrived (at most the batch size), reposting their slots, and
-    /// appends them to `out`. Returns how many completions were taken (failed receives are
-    /// counted but not appended). With credits, a slot goes back to the QP `qp_of` names for
-    /// the request's QP number (none: the connection is being broken off, and its block is
-    /// released with it).
+    /// Most completions one [`receive`](Self::receive) takes (the batch size, at most 256).
+    pub fn poll_capacity(&self) -> usize {
+        self.wcs.len()
+    }
+
+    /// Takes the requests that arrived (at most [`poll_capacity`](Self::poll_capacity)),
+    /// reposting their slots, and appends them to `out`. Returns how many completions were
+    /// taken (failed receives are counted but not appended). With credits, a slot goes back to
+    /// the QP `qp_of` names for the request's QP number (none: the connection is being broken
+    /// off, and its block is released with it).
     pub fn receive<'q>(
         &mut self,
         out: &mut Vec<Incoming<Pr::Request>>,

@@ -11,6 +11,11 @@
 //! sessions and credits it uses, and every message is charged when it is taken, whatever it
 //! turns out to do (a failed lookup costs its tenant as a grant does).
 //!
+//! Within a class, its sessions take turns message by message (round robin over the sessions
+//! with something queued, sharing the class's deficit): a client of the default tenant that
+//! keeps all its credits full waits its turn beside a client of the same tenant that sends one
+//! request at a time, rather than being served ahead of it a batch at a time.
+//!
 //! Invariants:
 //! - While one class alone is backlogged, a batch takes up to the batch size from it
 //!   (batching as before); while several are, a batch is one round, so a class that sends one
@@ -100,10 +105,13 @@ struct Queued<T> {
     at: Timestamp,
 }
 
-/// One class's queue.
+/// One class's queue: a queue per session, and the round-robin order of the sessions with
+/// something queued.
 #[derive(Debug)]
 struct ClassQueue<T> {
-    items: VecDeque<Queued<T>>,
+    sessions: FastMap<ClientId, VecDeque<Queued<T>>>,
+    /// Sessions with messages queued, in the order their next message comes.
+    ring: VecDeque<ClientId>,
     deficit: u32,
     quantum: u32,
     counters: ClassCounters,
@@ -168,7 +176,8 @@ impl<T> FairQueue<T> {
     ) -> bool {
         let quantum = self.quantum_of(class);
         let queue = self.classes.entry(class).or_insert_with(|| ClassQueue {
-            items: VecDeque::new(),
+            sessions: FastMap::default(),
+            ring: VecDeque::new(),
             deficit: 0,
             quantum,
             counters: ClassCounters::default(),
@@ -179,10 +188,14 @@ impl<T> FairQueue<T> {
             return false;
         }
         *queued += 1;
-        if queue.items.is_empty() {
+        if queue.ring.is_empty() {
             self.active.push_back(class);
         }
-        queue.items.push_back(Queued {
+        let session = queue.sessions.entry(client).or_default();
+        if session.is_empty() {
+            queue.ring.push_back(client);
+        }
+        session.push_back(Queued {
             item,
             client,
             cost: cost.max(1),
@@ -229,8 +242,8 @@ impl<T> FairQueue<T> {
     }
 
     /// `class`'s turn of a round (it was taken off the front of the active list): it earns its
-    /// quantum and sends what fits, at most `room` messages; it goes to the back of the list if
-    /// it still has messages queued.
+    /// quantum and sends what fits, at most `room` messages, its sessions taking turns; it goes
+    /// to the back of the list if it still has messages queued.
     fn turn(&mut self, class: Class, room: usize, now: Timestamp, out: &mut Vec<T>) {
         let Some(queue) = self.classes.get_mut(&class) else {
             return;
@@ -238,13 +251,32 @@ impl<T> FairQueue<T> {
         queue.deficit = queue.deficit.saturating_add(queue.quantum);
         let mut taken = 0;
         while taken < room {
-            match queue.items.front() {
-                Some(front) if front.cost <= queue.deficit => {}
-                _ => break,
-            }
-            let Some(q) = queue.items.pop_front() else {
+            let Some(&client) = queue.ring.front() else {
                 break;
             };
+            let Some(session) = queue.sessions.get_mut(&client) else {
+                queue.ring.pop_front();
+                continue;
+            };
+            match session.front() {
+                Some(front) if front.cost <= queue.deficit => {}
+                Some(_) => break,
+                None => {
+                    queue.ring.pop_front();
+                    queue.sessions.remove(&client);
+                    continue;
+                }
+            }
+            let Some(q) = session.pop_front() else {
+                break;
+            };
+            // The session's next message waits for the others' turns.
+            queue.ring.pop_front();
+            if session.is_empty() {
+                queue.sessions.remove(&client);
+            } else {
+                queue.ring.push_back(client);
+            }
             queue.deficit -= q.cost;
             let waited = now.0.saturating_sub(q.at.0);
             let c = &mut queue.counters;
@@ -262,7 +294,7 @@ impl<T> FairQueue<T> {
             taken += 1;
             out.push(q.item);
         }
-        if queue.items.is_empty() {
+        if queue.ring.is_empty() {
             queue.deficit = 0;
         } else {
             self.active.push_back(class);
@@ -276,10 +308,12 @@ impl<T> FairQueue<T> {
             return;
         }
         for (class, queue) in self.classes.iter_mut() {
-            let before = queue.items.len();
-            queue.items.retain(|q| q.client != client);
-            self.len -= before - queue.items.len();
-            if before > 0 && queue.items.is_empty() {
+            let Some(dropped) = queue.sessions.remove(&client) else {
+                continue;
+            };
+            self.len -= dropped.len();
+            queue.ring.retain(|c| *c != client);
+            if queue.ring.is_empty() {
                 queue.deficit = 0;
                 self.active.retain(|c| c != class);
             }

@@ -82,6 +82,27 @@ fn saturated_tenants_share_equally_whatever_their_sessions() {
 }
 
 #[test]
+fn sessions_of_one_class_take_turns() {
+    // A client of tenant A keeps 16 requests queued, another of A sends two: they alternate.
+    let mut q = FairQueue::new(16, 1, []);
+    fill(&mut q, A, 1, 0, 16, 1);
+    fill(&mut q, A, 2, 100, 2, 1);
+    let mut out = Vec::new();
+    q.next_batch(64, T0, &mut out);
+    assert_eq!(&out[..5], &[0, 100, 1, 101, 2]);
+    assert_eq!(out.len(), 18);
+}
+
+#[test]
+fn saturated_sessions_of_one_class_share_equally() {
+    // Three saturated sessions of one tenant: each gets a third of the tenant's turns.
+    let mut q = FairQueue::new(16, 1, []);
+    let served = saturated(&mut q, &[(A, 1, 1), (A, 2, 1), (A, 3, 1)], 16, 1000, 64);
+    assert_eq!(served[0], served[1], "{served:?}");
+    assert_eq!(served[1], served[2], "{served:?}");
+}
+
+#[test]
 fn weights_set_the_shares() {
     let mut q = FairQueue::new(64, 1, [(1, 3), (2, 1)]);
     let served = saturated(&mut q, &[(A, 1, 1), (B, 2, 1)], 64, 1000, 64);
@@ -129,7 +150,7 @@ fn a_session_past_its_share_is_refused_and_counted() {
     assert_eq!(counters[&A].refused, 1);
     let mut out = Vec::new();
     q.next_batch(64, T0, &mut out);
-    assert_eq!(out, vec![0, 1, 3]);
+    assert_eq!(out, vec![0, 3, 1], "the sessions take turns");
     assert!(
         q.push(A, 1, 4, 1, T0),
         "taken messages free the session's share"

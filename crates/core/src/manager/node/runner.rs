@@ -17,6 +17,9 @@ fn control_qps<'a, P: Provider>(
     }
 }
 
+/// Most polls of the receive queue per turn with fair shares on (each takes up to a batch).
+const FAIR_POLLS: usize = 16;
+
 /// How often, µs, sessions are checked for broken QPs and timeouts while the manager is busy
 /// (and whenever it is about to sleep, and after a failed reply).
 const SWEEP_EVERY_US: u64 = 10_000;
@@ -39,7 +42,10 @@ impl<P: Provider> Runner<P> {
         if let Some(clock) = self.shared.manager_clocks.get(self.shard) {
             let _ = clock.set(rnic::ThreadCpuClock::of_current_thread());
         }
-        while !self.shared.stop.load(Ordering::SeqCst) {
+        let shared = Arc::clone(&self.shared);
+        while !shared.stop.load(Ordering::SeqCst) {
+            // Held by a test (`gate.rs`): what it reads after a step is that step's.
+            shared.gates[self.shard].pass(&shared.stop, || self.publish_stats());
             requests.clear();
             self.end_nic_sample();
             // NIC time counts only inside busy streaks, as busy CPU does: the poll is timed
@@ -47,8 +53,24 @@ impl<P: Provider> Runner<P> {
             let timing = self.nic_sample.next_is_timed();
             let was_busy = streak_cpu.is_some();
             self.time_nic_calls(timing && was_busy);
-            let qp_of = control_qps(&self.sessions, &self.by_qpn);
-            if self.rpc.receive(&mut incoming, qp_of) > 0 && streak_cpu.is_none() {
+            let received = {
+                let qp_of = control_qps(&self.sessions, &self.by_qpn);
+                let mut received = self.rpc.receive(&mut incoming, &qp_of);
+                if self.limits.fair_shares {
+                    // The fair queue chooses among everything that waits, not among the first
+                    // batch's worth to arrive (a backlog of one client's would fill every poll):
+                    // the receive queue is drained, up to `FAIR_POLLS` polls a turn.
+                    let mut polls = 1;
+                    let mut last = received;
+                    while last == self.rpc.poll_capacity() && polls < FAIR_POLLS {
+                        last = self.rpc.receive(&mut incoming, &qp_of);
+                        received += last;
+                        polls += 1;
+                    }
+                }
+                received
+            };
+            if received > 0 && streak_cpu.is_none() {
                 // Messages answered on arrival (`Hello`, `UseQp`, retries) are work too.
                 streak_cpu = Some(thread_cpu());
             }
