@@ -6,7 +6,7 @@
 #[path = "tcp_util.rs"]
 mod util;
 
-use rnic::soft::wire::{CmMessage, Frame, NakCode, Packet, Request, RequestOp, ResponseKind};
+use rnic::soft::wire::{CmMessage, Frame, NakCode, Packet, RequestOp, ResponseKind};
 use rnic::soft::*;
 use rnic::*;
 use std::sync::Arc;
@@ -46,15 +46,6 @@ fn legit_round_trip(s: &Server, c: &Client, offset: u64, tag: u8) {
 
 /// A named hostile frame, built from the server QP's number.
 type Case = (&'static str, Box<dyn Fn(QpNumber) -> Vec<u8>>);
-
-fn request(dst: QpNumber, psn: Psn, op: RequestOp<&[u8]>) -> Vec<u8> {
-    encode(&Frame::Packet(Packet::Request(Request {
-        dst_qp: dst,
-        psn,
-        op,
-        ack_req: true,
-    })))
-}
 
 #[test]
 fn tcp_garbage_truncated_and_oversized_before_handshake() {
@@ -479,22 +470,6 @@ fn tcp_huge_declared_frames_close_the_connection_before_buffering() {
         let stats = TcpNode::stats(&s.ctx).unwrap();
         assert_eq!(stats.protocol_errors, 2, "{stats:?}");
     }
-}
-
-/// The header of a WRITE or SEND frame whose payload would be `payload` bytes: the frame of
-/// `op` (with an empty payload) with its length prefix and payload length field raised. The
-/// payload itself is left to the caller.
-fn large_header(dst: QpNumber, psn: Psn, op: RequestOp<&[u8]>, payload: u32) -> Vec<u8> {
-    let len_field = match op {
-        RequestOp::Write { .. } => 28..32,
-        RequestOp::Send { .. } => 20..24,
-        _ => panic!("no payload"),
-    };
-    let mut bytes = request(dst, psn, op);
-    let declared = bytes.len() as u32 + payload;
-    bytes[0..4].copy_from_slice(&declared.to_be_bytes());
-    bytes[len_field].copy_from_slice(&payload.to_be_bytes());
-    bytes
 }
 
 /// Sends `header`, then up to [`FLOOD`] bytes of its payload (stopping if the node closes),

@@ -4,7 +4,10 @@
 #![allow(clippy::unwrap_used)] // test helpers panic on unexpected failures
 
 use parking_lot::Mutex;
-use rnic::soft::wire::{CmMessage, Frame, WIRE_VERSION, decode_frame, encode_frame, frame_len};
+use rnic::soft::wire::{
+    CmMessage, Frame, Packet, Request, RequestOp, WIRE_VERSION, decode_frame, encode_frame,
+    frame_len,
+};
 use rnic::soft::*;
 use rnic::*;
 use std::io::{Read, Write};
@@ -546,4 +549,30 @@ pub fn one_sided_ops(s: &Server, c: &Client) -> Vec<u8> {
     assert_eq!(c.buf.load_u64(72).unwrap(), 9);
     assert_eq!(s.buf.load_u64(512).unwrap(), 19);
     pattern
+}
+
+/// A request frame from a raw peer to QP `dst`.
+pub fn request(dst: QpNumber, psn: Psn, op: RequestOp<&[u8]>) -> Vec<u8> {
+    encode(&Frame::Packet(Packet::Request(Request {
+        dst_qp: dst,
+        psn,
+        op,
+        ack_req: true,
+    })))
+}
+
+/// The header of a WRITE or SEND frame whose payload would be `payload` bytes: the frame of
+/// `op` (with an empty payload) with its length prefix and payload length field raised. The
+/// payload itself is left to the caller.
+pub fn large_header(dst: QpNumber, psn: Psn, op: RequestOp<&[u8]>, payload: u32) -> Vec<u8> {
+    let len_field = match op {
+        RequestOp::Write { .. } => 28..32,
+        RequestOp::Send { .. } => 20..24,
+        _ => panic!("no payload"),
+    };
+    let mut bytes = request(dst, psn, op);
+    let declared = bytes.len() as u32 + payload;
+    bytes[0..4].copy_from_slice(&declared.to_be_bytes());
+    bytes[len_field].copy_from_slice(&payload.to_be_bytes());
+    bytes
 }
