@@ -80,6 +80,7 @@ enum Abuse {
     FloodCredits,
     FloodShared,
     FloodTenant,
+    FloodWithinCredits,
     FloodNoHello,
     Hoard,
     Faults,
@@ -87,13 +88,14 @@ enum Abuse {
 }
 
 impl Abuse {
-    const ALL: [Abuse; 10] = [
+    const ALL: [Abuse; 11] = [
         Abuse::Spin,
         Abuse::Twin,
         Abuse::Churn,
         Abuse::FloodCredits,
         Abuse::FloodShared,
         Abuse::FloodTenant,
+        Abuse::FloodWithinCredits,
         Abuse::FloodNoHello,
         Abuse::Hoard,
         Abuse::Faults,
@@ -108,6 +110,7 @@ impl Abuse {
             Abuse::FloodCredits => "flood, credits",
             Abuse::FloodShared => "flood, shared RQ",
             Abuse::FloodTenant => "flood, other tenant",
+            Abuse::FloodWithinCredits => "flood within credits",
             Abuse::FloodNoHello => "flood, no Hello",
             Abuse::Hoard => "hoard",
             Abuse::Faults => "faults",
@@ -119,7 +122,12 @@ impl Abuse {
     fn tenants(self) -> bool {
         matches!(
             self,
-            Abuse::Twin | Abuse::Hoard | Abuse::Faults | Abuse::FloodTenant | Abuse::FloodNoHello
+            Abuse::Twin
+                | Abuse::Hoard
+                | Abuse::Faults
+                | Abuse::FloodTenant
+                | Abuse::FloodWithinCredits
+                | Abuse::FloodNoHello
         )
     }
 
@@ -220,6 +228,9 @@ impl Abuse {
                 flooder::Hello::Tenant(ABUSER.tenant, ABUSER.secret),
                 stop,
             ),
+            Abuse::FloodWithinCredits => {
+                flooder::flood_within_credits(ctx, node, (ABUSER.tenant, ABUSER.secret), stop)
+            }
             Abuse::FloodNoHello => flooder::flood(ctx, node, flooder::Hello::Never, stop),
             Abuse::Hoard => abusers::hoard(ctx, node, cfg, stop),
             Abuse::Faults | Abuse::Storm => abusers::faults(ctx, node, cfg, stop),

@@ -91,3 +91,47 @@ pub(super) fn flood(
     t.extra = vec![("connections", opened), ("broken", broke)];
     Ok(t)
 }
+
+/// Floods the node's control path from `ctx` within the rules of credits, until `stop`: each
+/// of [`CONNECTIONS`] connections authenticates as `tenant` and keeps all its credits full of
+/// requests that bind windows for an object that does not exist (each refused, each charged
+/// as a permission change), taking its replies and asking again at once. It never blocks
+/// (polling is its own CPU's business); what it costs others is what the node gives it.
+pub(super) fn flood_within_credits(
+    ctx: &SoftContext,
+    node: &SoftAddress,
+    tenant: (u32, u64),
+    stop: &AtomicBool,
+) -> Result<Tally> {
+    use patronus_core::client::MAX_OUTSTANDING_RPCS;
+    use patronus_core::proto::messages::{Access, Mode, Request};
+    let mut t = Tally::new("requests");
+    let request = Request::Acquire {
+        addr: 64,
+        size: 64,
+        lease_us: 1_000,
+        access: Access::Read,
+        mode: Mode::Shared,
+        wait_us: 0,
+    };
+    let mut conns = Vec::with_capacity(CONNECTIONS);
+    for _ in 0..CONNECTIONS {
+        let mut c = Connection::listening_as(ctx, node, MAX_OUTSTANDING_RPCS, tenant.0, tenant.1)?;
+        for _ in 0..MAX_OUTSTANDING_RPCS {
+            c.send(&request)?;
+        }
+        conns.push((c, 0u64));
+    }
+    while !stop.load(Ordering::Relaxed) {
+        for (c, answered) in conns.iter_mut() {
+            let replies = c.replies()?;
+            for _ in *answered..replies {
+                c.send(&request)?;
+            }
+            t.done += replies - *answered;
+            *answered = replies;
+        }
+    }
+    t.extra = vec![("connections", CONNECTIONS as u64)];
+    Ok(t)
+}

@@ -305,6 +305,39 @@ fn checks(all: &[Outcome], transport: Link) -> Vec<Check> {
             ),
         });
     }
+    if let Some(within) = get(Abuse::FloodWithinCredits) {
+        let (h, a) = (&within.node.honest_share, &within.node.abuser_share);
+        let mean_wait_us = |c: &ClassCounters| c.queue_delay_us as f64 / c.served.max(1) as f64;
+        checks.push(Check {
+            claim: "a tenant keeping its credits full of requests that bind windows (within \
+                    every rule) fails no honest round, the honest tenant's requests wait in \
+                    the manager's fair queue no longer on average than the flooder's, and it \
+                    costs the honest tenant no more than a compute-bound neighbour (its share \
+                    ≥ the spinner's)"
+                .into(),
+            holds: no_worse_than_cpu(within) && mean_wait_us(h) <= mean_wait_us(a),
+            detail: format!(
+                "the flooder was answered {} times ({:.0}/s) on {} connections; honest share \
+                 {} with {} failed rounds; {baselines}. The fair queue during the flood: the \
+                 honest tenant {} requests ({} cost units, mean wait {:.1} µs), the \
+                 flooder's {} ({} units, mean wait {:.1} µs); the node used {:.2} cores \
+                 (before: {:.2})",
+                within.tally.done,
+                per_s(within, within.tally.done),
+                extra(within, "connections"),
+                pct(sh(within)),
+                failed(within),
+                h.served,
+                h.cost_units,
+                mean_wait_us(h),
+                a.served,
+                a.cost_units,
+                mean_wait_us(a),
+                within.during.node_cores,
+                within.before.node_cores,
+            ),
+        });
+    }
     let quotas_reached =
         extra(hoard, "memory_refused") > 0 && extra(hoard, "permissions_refused") > 0;
     let fair = sh(hoard) >= 0.8 * sh(twin);
@@ -556,7 +589,7 @@ mod tests {
                 assert_eq!(s.points.len(), Abuse::ALL.len(), "{}", s.name);
             }
         }
-        assert_eq!(exp.checks.len(), 10);
+        assert_eq!(exp.checks.len(), 11);
         assert!(exp.checks.iter().all(|c| c.holds), "{:#?}", exp.checks);
         assert!(exp.ratios[0].name.starts_with("flood"));
         let shared = exp.row("flood, shared RQ", 2).expect("a row");
@@ -574,7 +607,7 @@ mod tests {
             .filter(|c| !c.holds)
             .map(|c| c.claim.as_str())
             .collect();
-        assert_eq!(failing.len(), 7, "{failing:#?}");
+        assert_eq!(failing.len(), 8, "{failing:#?}");
         let flood = exp
             .checks
             .iter()
