@@ -295,3 +295,76 @@ fn tcp_served_counts_the_responders_requests() {
         "the requester served none"
     );
 }
+
+/// A QP whose responder answered receiver-not-ready leaves the peer's requests unread (TCP's
+/// flow control pushes back on the peer) until a receive is posted or the hold has passed on
+/// the device's clock — instead of reading and dropping every request of a deep window
+/// behind the refused one, again at each of the peer's RNR retries.
+#[test]
+fn tcp_receiver_not_ready_leaves_the_peer_s_requests_unread() {
+    let (clock, s) = server_on_virtual_clock();
+    let c = Client::new();
+    let qp = deep_qp(&c);
+    qp.connect(&s.addr, b"").unwrap();
+    let sqp = s.wait_qps(1);
+    let ops = || served(&s, &sqp).served_ops;
+    let sends: Vec<_> = (0..64)
+        .map(|i| SendWr {
+            wr_id: i,
+            signaled: i == 63,
+            op: SendOp::Send {
+                local: Some(c.sge(0, 8)),
+            },
+        })
+        .collect();
+    qp.post_send(&sends).unwrap();
+    // The first SEND finds no receive: refused, and nothing after it is read (another client
+    // of the same engine is served meanwhile).
+    wait_until("the first SEND refused", || ops() >= 1);
+    c.qp.connect(&s.addr, b"").unwrap();
+    let other = s.wait_qps(2);
+    let _ = other;
+    let wc = c.read(0, 8, s.buf.addr(), s.mr.rkey());
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(
+        ops(),
+        1,
+        "the requests behind the refused one are left unread"
+    );
+    // A receive: reading resumes (the rest of the window is dropped: the client goes back to
+    // the refused SEND at its RNR retry).
+    let receive = |wr_id| RecvWr {
+        wr_id,
+        sge: Some(Sge {
+            addr: s.buf.addr() + 4096,
+            length: 64,
+            lkey: s.mr.lkey(),
+        }),
+    };
+    sqp.post_recv(&[receive(1)]).unwrap();
+    // Reading resumes: the rest of the window is dropped (the client goes back to the refused
+    // SEND at its RNR retry, which its CQ polls run), the retried SEND lands, and the next
+    // one is refused and held again.
+    wait_until("the retried SEND received", || {
+        let _ = drain_cq(&c.cq);
+        drain_cq(&s.cq)
+            .iter()
+            .any(|wc| wc.wr_id == 1 && wc.status == WcStatus::Success)
+    });
+    // Read: the refused SEND, the 63 behind it, the retried one and the next (refused).
+    wait_until("the next SEND refused", || {
+        let _ = drain_cq(&c.cq);
+        ops() >= 66
+    });
+    let wc = c.read(0, 8, s.buf.addr(), s.mr.rkey());
+    assert_eq!(wc.status, WcStatus::Success);
+    let _ = drain_cq(&c.cq);
+    assert_eq!(ops(), 66, "held again after the next refusal");
+    let held = ops();
+    // Without a receive, the hold ends with time on the device's clock.
+    clock.advance(Duration::from_millis(2));
+    wait_until("reading resumed after the hold", || {
+        let _ = drain_cq(&c.cq);
+        ops() > held
+    });
+}

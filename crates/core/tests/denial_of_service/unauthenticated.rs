@@ -50,16 +50,24 @@ fn unauthenticated_floods_are_served_at_their_rate(iso: Isolation) {
     silent.burst(); // runs its QP's timers: its receiver-not-ready retries go out
     wait_for(&b, "ten more served", |s| served(s, u) >= u0 + burst + 10);
     assert!(served(&b.cluster.node.fresh_stats(), u) <= u0 + burst + 10 + 1);
-    // An authenticated connection is its tenant's: its flood is served past any burst with
-    // no time passing.
+    // An authenticated connection is its tenant's: its requests are served past any burst
+    // with no time passing (it keeps its credits full, taking its replies).
     let before = served(&b.cluster.node.fresh_stats(), Class::Tenant(0));
-    let mut loud = RawControl::<SoftProvider>::authenticated(&ctx, &addr, None, 512).unwrap();
-    for _ in 0..8 {
-        loud.burst();
+    let mut loud =
+        RawControl::<SoftProvider>::listening_as(&ctx, &addr, MAX_OUTSTANDING_RPCS, 0, 0).unwrap();
+    let extend = patronus_core::proto::messages::Request::Extend {
+        id: patronus_core::proto::messages::PermissionId {
+            header_addr: 64,
+            start_us: 1,
+        },
+        lease_us: 1_000,
+    };
+    for round in 1..=5 {
+        for _ in 0..burst {
+            loud.send(&extend).unwrap();
+        }
+        loud.await_replies(round * burst).unwrap();
         honest_round(&mut b);
-        // Its receiver-not-ready retries come due (its credits are taken up at once; a
-        // few hundred µs pass, far too little for the silent one's next token).
-        b.clock.advance(Duration::from_micros(200));
     }
     wait_for(&b, "the authenticated flood served past a burst", |s| {
         served(s, Class::Tenant(0)) > before + 4 * burst

@@ -134,6 +134,9 @@ impl<L: Link> Link for FaultyLink<L> {
     fn served(&self) -> Option<crate::verbs::QpServed> {
         self.inner.served()
     }
+    fn receive_posted(&self) {
+        self.inner.receive_posted();
+    }
 }
 
 #[cfg(test)]

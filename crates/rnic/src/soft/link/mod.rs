@@ -97,6 +97,10 @@ pub trait Link: Send + Sync + Debug {
     fn served(&self) -> Option<crate::verbs::QpServed> {
         None
     }
+    /// A receive was posted to the QP after its responder answered receiver-not-ready: a link
+    /// that stopped reading the peer's requests meanwhile (TCP: they could only be refused
+    /// again, or dropped as beyond the refused one) reads them again now.
+    fn receive_posted(&self) {}
 }
 
 /// A [`Link::cork`] held until dropped.
@@ -182,6 +186,9 @@ impl<L: Link + ?Sized> Link for Arc<L> {
     }
     fn served(&self) -> Option<crate::verbs::QpServed> {
         (**self).served()
+    }
+    fn receive_posted(&self) {
+        (**self).receive_posted();
     }
 }
 

@@ -70,4 +70,7 @@ impl<L: Link> Link for TracingLink<L> {
     fn served(&self) -> Option<crate::verbs::QpServed> {
         self.inner.served()
     }
+    fn receive_posted(&self) {
+        self.inner.receive_posted();
+    }
 }

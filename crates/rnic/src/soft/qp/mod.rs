@@ -33,7 +33,7 @@ use super::mpt::BindRequest;
 use super::objects::{SoftMr, SoftMw, SoftPd};
 use super::provider::{SoftAddress, SoftProvider};
 use super::queues::{CqInner, Progress, SoftCq, SoftSrq};
-use super::wire::{Packet, PayloadLen, Request, RequestOp, Response, ResponseKind};
+use super::wire::{NakCode, Packet, PayloadLen, Request, RequestOp, Response, ResponseKind};
 use crate::verbs::{
     AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpService,
     QpState, QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult,
@@ -86,6 +86,10 @@ pub(crate) struct QpInner {
     /// flag per list, so a QP is on each at most once however often one of them is polled.
     armed_on_send: AtomicBool,
     armed_on_recv: AtomicBool,
+    /// The responder answered receiver-not-ready since the last `post_recv` (set under the
+    /// `rx` lock, so a receive posted after the answer always sees it): the next `post_recv`
+    /// tells the link ([`Link::receive_posted`]).
+    rnr_answered: AtomicBool,
     this: Weak<QpInner>,
 }
 
@@ -197,6 +201,7 @@ impl QpInner {
             peer: AtomicU32::new(0),
             armed_on_send: AtomicBool::new(false),
             armed_on_recv: AtomicBool::new(false),
+            rnr_answered: AtomicBool::new(false),
             this: this.clone(),
         });
         Ok(SoftQp { inner })
@@ -397,6 +402,9 @@ impl QpInner {
             .error
             .is_some_and(|event| self.mark_error(Some(event)));
         if let Some((psn, kind)) = outcome.response {
+            if matches!(kind, ResponseKind::Nak(NakCode::ReceiverNotReady)) && self.srq.is_none() {
+                self.rnr_answered.store(true, Ordering::SeqCst);
+            }
             let link = self.link.read();
             if let Some(link) = link.as_ref() {
                 let _ = link.transmit(&Packet::Response(Response {
@@ -757,6 +765,12 @@ impl QueuePair<SoftProvider> for SoftQp {
             return Err(VerbsError::Exhausted(Resource::QueueSlot));
         }
         rx.recv_queue.extend(wrs.iter().copied());
+        drop(rx);
+        if q.rnr_answered.swap(false, Ordering::SeqCst)
+            && let Some(link) = q.link.read().as_ref()
+        {
+            link.receive_posted();
+        }
         Ok(())
     }
 }

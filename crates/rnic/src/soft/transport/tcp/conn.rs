@@ -23,7 +23,8 @@ use crate::soft::link::{
 };
 use crate::soft::wire::codec::MAX_CM_FRAME_LEN;
 use crate::soft::wire::{
-    Frame, Packet, WireError, decode_frame, decode_head, encode_frame, frame_len,
+    Frame, NakCode, Packet, ResponseKind, WireError, decode_frame, decode_head, encode_frame,
+    frame_len,
 };
 use crate::verbs::{Clock, Peer, QpNumber, QpService, Timestamp};
 use arc_swap::ArcSwapOption;
@@ -34,7 +35,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Frames up to this length are buffered without asking their QP first: no larger than a
@@ -267,7 +268,21 @@ pub(crate) struct Conn {
     frames_after_failure: AtomicUsize,
     /// The QP's weight and rate limit, and what it was served.
     pub(super) service: ConnService,
+    /// Until when (device clock, µs; 0: not held) the peer's requests are left unread: the QP
+    /// answered one receiver-not-ready and has had no receive posted since (see
+    /// [`RNR_HOLD_US`]).
+    rnr_hold_until: AtomicU64,
 }
+
+/// How long, µs, a connection leaves the peer's requests unread after its QP answered one
+/// receiver-not-ready, unless a receive is posted sooner. Until then every request would be
+/// refused again (the refused one) or dropped (those after it: the peer goes back to the
+/// refused one); a peer that keeps a deep window in flight past its credits would have the
+/// engine read and drop its whole window again and again. Unread, its bytes wait in the
+/// socket and TCP's flow control pushes back on it, as for a rate limit. To the peer it looks
+/// like a slower network: its receiver-not-ready retries are spent no faster than one per
+/// hold. A millisecond: ten times the verbs default RNR timer.
+pub(super) const RNR_HOLD_US: u64 = 1_000;
 
 impl fmt::Debug for Conn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -319,6 +334,7 @@ impl Conn {
             write_failed: AtomicBool::new(false),
             frames_after_failure: AtomicUsize::new(0),
             service: ConnService::default(),
+            rnr_hold_until: AtomicU64::new(0),
         })
     }
 
@@ -399,6 +415,35 @@ impl Conn {
 
     /// Applies the QP's service to this connection; a request held back by the previous
     /// rate limit is looked at again at once.
+    /// The QP answered receiver-not-ready: the peer's requests are left unread for a while
+    /// ([`RNR_HOLD_US`]).
+    fn hold_requests(&self) {
+        let until = self.shared.clock.now().0 + RNR_HOLD_US;
+        self.rnr_hold_until.store(until, Ordering::SeqCst);
+    }
+
+    /// A receive was posted: a hold on the peer's requests ends, and the engine reads on.
+    fn release_requests(&self) {
+        if self.rnr_hold_until.swap(0, Ordering::SeqCst) != 0 {
+            self.kick();
+        }
+    }
+
+    /// Whether the peer's requests are held, and until when.
+    fn requests_held(&self) -> Option<Timestamp> {
+        let until = self.rnr_hold_until.load(Ordering::SeqCst);
+        if until == 0 {
+            return None;
+        }
+        if self.shared.clock.now().0 < until {
+            return Some(Timestamp(until));
+        }
+        let _ = self
+            .rnr_hold_until
+            .compare_exchange(until, 0, Ordering::SeqCst, Ordering::SeqCst);
+        None
+    }
+
     pub(super) fn set_service(&self, service: &QpService) {
         if self.service.set(service, self.shared.clock.now()) {
             self.kick();
@@ -746,6 +791,10 @@ impl Conn {
             }
             let frame = decode_frame(bytes)?;
             let request = matches!(frame, Frame::Packet(Packet::Request(_)));
+            if request && let Some(until) = self.requests_held() {
+                report.wait = Some(until);
+                break;
+            }
             if request && let Err(until) = self.service.admit(len, || self.shared.clock.now()) {
                 report.wait = Some(until);
                 break;
@@ -1054,6 +1103,11 @@ impl Link for TcpLink {
     /// of its own: the link's end reaches the QP through [`PacketSink::link_down`] once the
     /// frames the peer sent before are delivered, in order, as on a wire.
     fn transmit(&self, packet: &Packet<&[u8]>) -> Result<(), LinkDown> {
+        if let Packet::Response(r) = packet
+            && matches!(r.kind, ResponseKind::Nak(NakCode::ReceiverNotReady))
+        {
+            self.conn.hold_requests();
+        }
         match self.conn.send(&Frame::Packet(packet.clone())) {
             Err(LinkDown) if self.conn.is_draining() => Ok(()),
             sent => sent,
@@ -1089,6 +1143,10 @@ impl Link for TcpLink {
 
     fn set_service(&self, service: &QpService) {
         self.conn.set_service(service);
+    }
+
+    fn receive_posted(&self) {
+        self.conn.release_requests();
     }
 
     fn served(&self) -> Option<crate::verbs::QpServed> {
