@@ -153,6 +153,21 @@ pub fn render(r: &StatusReport) -> String {
         }
         out.push_str(&format!("the manager's fair shares\n{shares}\n"));
     }
+    if let Some(p) = &r.priority {
+        out.push_str(&format!(
+            "software priority: low priority {} (high-priority load {} ops/s; throttled {} \
+             times, lifted {} times, over {} periods)\n\n",
+            if p.throttled {
+                "throttled"
+            } else {
+                "not throttled"
+            },
+            p.high_ops_per_s,
+            p.engaged,
+            p.lifted,
+            p.periods
+        ));
+    }
 
     let mut perms = Table::new();
     perms.load_preset(UTF8_BORDERS_ONLY).set_header([

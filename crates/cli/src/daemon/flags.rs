@@ -3,7 +3,7 @@
 //! file over default).
 
 use super::config::{
-    DaemonConfig, IsolationSetting, LimitsSetting, ProviderSetting, TenantSetting,
+    DaemonConfig, IsolationSetting, LimitsSetting, PrioritySetting, ProviderSetting, TenantSetting,
 };
 use crate::serve::{TenantArg, parse_tenant};
 use anyhow::Result;
@@ -131,6 +131,21 @@ pub struct ServeFlags {
     /// [file: tenant.weight; env: comma-separated].
     #[arg(long = "tenant-weight", value_parser = parse_tenant_weight, env = "PATRONUS_TENANT_WEIGHTS", value_delimiter = ',')]
     pub tenant_weights: Vec<(u32, u32)>,
+    /// A tenant's priority for the NIC's one-sided service, as ID:high, ID:normal or ID:low
+    /// (repeatable; the tenant must be configured; the policy is `[priority]` in the file)
+    /// [file: tenant.priority; env: comma-separated].
+    #[arg(long = "tenant-priority", value_parser = parse_tenant_priority, env = "PATRONUS_TENANT_PRIORITIES", value_delimiter = ',')]
+    pub tenant_priorities: Vec<(u32, PrioritySetting)>,
+    /// A tenant's one-sided operations a second on each of its data QPs, as ID:OPS
+    /// (repeatable; the tenant must be configured; soft provider over TCP)
+    /// [file: tenant.ops_per_s; env: comma-separated].
+    #[arg(long = "tenant-ops-rate", value_parser = parse_tenant_rate, env = "PATRONUS_TENANT_OPS_RATES", value_delimiter = ',')]
+    pub tenant_ops_rates: Vec<(u32, u64)>,
+    /// A tenant's one-sided request bytes a second on each of its data QPs, as ID:BYTES
+    /// (repeatable; the tenant must be configured; soft provider over TCP)
+    /// [file: tenant.bytes_per_s; env: comma-separated].
+    #[arg(long = "tenant-bytes-rate", value_parser = parse_tenant_rate, env = "PATRONUS_TENANT_BYTES_RATES", value_delimiter = ',')]
+    pub tenant_bytes_rates: Vec<(u32, u64)>,
 }
 
 /// Splits `ID:REST` (`rest` names the second part in errors) into the tenant id and the rest.
@@ -149,6 +164,27 @@ fn parse_tenant_weight(s: &str) -> std::result::Result<(u32, u32), String> {
     match weight.parse::<u32>() {
         Ok(w) if w > 0 => Ok((tenant, w)),
         _ => Err(format!("`{s}`: the weight is a whole number from 1")),
+    }
+}
+
+fn parse_tenant_priority(s: &str) -> std::result::Result<(u32, PrioritySetting), String> {
+    let (tenant, priority) = split_tenant(s, "PRIORITY")?;
+    let p = match priority {
+        "high" => PrioritySetting::High,
+        "normal" => PrioritySetting::Normal,
+        "low" => PrioritySetting::Low,
+        _ => return Err(format!("`{s}`: the priority is high, normal or low")),
+    };
+    Ok((tenant, p))
+}
+
+fn parse_tenant_rate(s: &str) -> std::result::Result<(u32, u64), String> {
+    let (tenant, rate) = split_tenant(s, "RATE")?;
+    match rate.parse::<u64>() {
+        Ok(r) if r > 0 => Ok((tenant, r)),
+        _ => Err(format!(
+            "`{s}`: the rate is a whole number from 1 (a second)"
+        )),
     }
 }
 
@@ -222,6 +258,24 @@ impl ServeFlags {
                 anyhow::bail!("--tenant-weight {id}:{weight}: tenant {id} is not configured");
             };
             t.weight = *weight;
+        }
+        for (id, p) in &self.tenant_priorities {
+            let Some(t) = c.tenant.iter_mut().find(|t| t.id == *id) else {
+                anyhow::bail!("--tenant-priority {id}: tenant {id} is not configured");
+            };
+            t.priority = *p;
+        }
+        for (id, rate) in &self.tenant_ops_rates {
+            let Some(t) = c.tenant.iter_mut().find(|t| t.id == *id) else {
+                anyhow::bail!("--tenant-ops-rate {id}:{rate}: tenant {id} is not configured");
+            };
+            t.ops_per_s = *rate;
+        }
+        for (id, rate) in &self.tenant_bytes_rates {
+            let Some(t) = c.tenant.iter_mut().find(|t| t.id == *id) else {
+                anyhow::bail!("--tenant-bytes-rate {id}:{rate}: tenant {id} is not configured");
+            };
+            t.bytes_per_s = *rate;
         }
         for (id, name) in &self.tenant_certificates {
             let Some(t) = c.tenant.iter_mut().find(|t| t.id == *id) else {
@@ -378,5 +432,15 @@ mod tests {
         }
         let e = parse_tenant_certificate("1:").unwrap_err();
         assert!(e.contains("empty"), "{e}");
+        assert_eq!(
+            parse_tenant_priority("2:low"),
+            Ok((2, PrioritySetting::Low))
+        );
+        assert_eq!(parse_tenant_rate("2:5000"), Ok((2, 5000)));
+        let e = parse_tenant_priority("2:urgent").unwrap_err();
+        assert!(e.contains("high, normal or low"), "{e}");
+        for bad in ["2:0", "2:x", "2"] {
+            assert!(parse_tenant_rate(bad).is_err(), "{bad}");
+        }
     }
 }

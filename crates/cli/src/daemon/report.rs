@@ -108,6 +108,24 @@ pub struct StatusReport {
     /// What the manager's fair queue gave each class of senders.
     #[serde(default)]
     pub shares: Vec<ShareRow>,
+    /// The software priority policy's state (`None`: no tenant has a priority).
+    #[serde(default)]
+    pub priority: Option<PriorityRow>,
+}
+
+/// What the software priority policy did (tenants of high and low priority configured).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PriorityRow {
+    /// Whether low-priority tenants' data QPs are throttled now.
+    pub throttled: bool,
+    /// The high-priority tenants' one-sided operations a second in the last period.
+    pub high_ops_per_s: u64,
+    /// Times it started throttling, and lifted the limit.
+    pub engaged: u64,
+    /// See `engaged`.
+    pub lifted: u64,
+    /// Periods it decided on.
+    pub periods: u64,
 }
 
 /// One class of the manager's fair queue: a tenant, or the connections not authenticated.
@@ -220,6 +238,13 @@ impl StatusReport {
                     max_queue_delay_ms: c.max_queue_delay_us as f64 / 1e3,
                 })
                 .collect(),
+            priority: (stats.priority.periods > 0).then_some(PriorityRow {
+                throttled: stats.priority.throttled,
+                high_ops_per_s: stats.priority.high_ops_per_s,
+                engaged: stats.priority.engaged,
+                lifted: stats.priority.lifted,
+                periods: stats.priority.periods,
+            }),
         }
     }
 }

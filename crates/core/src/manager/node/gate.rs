@@ -14,6 +14,7 @@
 
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(any(test, feature = "testing"))]
 use std::time::Duration;
 
 /// One manager thread's gate.
@@ -38,6 +39,7 @@ struct GateState {
 
 /// How long a test waits for a manager thread to reach its gate before it says it did not
 /// (a thread that died never will).
+#[cfg(any(test, feature = "testing"))]
 const ARRIVAL_BOUND: Duration = Duration::from_secs(30);
 
 impl Gate {
@@ -59,6 +61,7 @@ impl Gate {
         s.grants = s.grants.saturating_sub(1);
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Holds the thread at its next turn; returns once it waits there (false: it did not
     /// arrive within the bound).
     pub(super) fn hold(&self) -> bool {
@@ -68,6 +71,7 @@ impl Gate {
         self.wait(&mut s, |s| s.parked)
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Lets the held thread run one turn; returns once it is back at the gate (false: it did
     /// not come back within the bound).
     pub(super) fn step(&self) -> bool {
@@ -89,6 +93,7 @@ impl Gate {
         self.changed.notify_all();
     }
 
+    #[cfg(any(test, feature = "testing"))]
     fn wait(
         &self,
         s: &mut parking_lot::MutexGuard<'_, GateState>,
