@@ -504,6 +504,7 @@ impl<P: Provider> Bench<P> {
             length: if access.is_some() { WINDOW_LEN } else { 0 },
             access: access.unwrap_or(AccessFlags::empty()),
             key: None,
+            target_qp: None,
         };
         self.post_and_wait(qp, SendOp::BindMw { mw: w, bind }, "a window bind")
     }

@@ -142,6 +142,12 @@ impl RdmaContext {
             // Weights and operation rates have no rdma-core equivalent; byte rates map to
             // packet pacing where the device has it (`RdmaQp::set_service`).
             qp_rate_limit: false,
+            // Work-request chains (CORE-Direct WAIT / ENABLE, managed queues, a WQE ring
+            // exposed for patching) and binds for another QP's number exist on ConnectX only
+            // through MLNX_OFED's experimental verbs or mlx5 direct WQE writing, which this
+            // provider cannot detect or test here: reported absent.
+            cross_channel: false,
+            mw_bind_target_qp: false,
         };
         dev.set_async_nonblocking()
             .map_err(|e| io_err("async event descriptor", e))?;

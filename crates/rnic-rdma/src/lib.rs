@@ -139,6 +139,17 @@ impl ProtectionDomain<RdmaProvider> for RdmaPd {
     fn create_qp(&self, init: QpInit<'_, RdmaProvider>) -> VerbsResult<RdmaQp> {
         RdmaQp::new(self, init)
     }
+    /// Cross-channel QPs are a ConnectX extension (MLNX_OFED's `ibv_exp_create_qp`, not in
+    /// upstream rdma-core's verbs), which this provider neither detects nor drives.
+    fn create_cross_channel_qp(
+        &self,
+        _init: QpInit<'_, RdmaProvider>,
+        _cross: rnic::CrossChannel,
+    ) -> VerbsResult<RdmaQp> {
+        Err(rnic::VerbsError::Unsupported(
+            "cross-channel QPs (WAIT, ENABLE, WQE patching) on an rdma-core device",
+        ))
+    }
 }
 
 /// Whether libibverbs is loaded in this process (it is loaded at start-up when installed).

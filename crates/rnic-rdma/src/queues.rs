@@ -19,8 +19,8 @@ use crate::translate::{verbs_error, wc_opcode_from_ibv, wc_status_from_ibv};
 use parking_lot::Mutex;
 use rdma_mummy_sys as sys;
 use rnic::{
-    CompletionQueue, MemoryKey, QpNumber, RecvWr, Resource, SharedReceiveQueue, VerbsResult,
-    WcOpcode, WorkCompletion,
+    CompletionQueue, CqNumber, MemoryKey, QpNumber, RecvWr, Resource, SharedReceiveQueue,
+    VerbsResult, WcOpcode, WorkCompletion,
 };
 use std::collections::VecDeque;
 use std::fmt;
@@ -35,6 +35,9 @@ pub struct RdmaCq {
 
 struct CqInner {
     ctx: RdmaContext,
+    /// A number for the verbs contract's `cq_num`, unique in the process. This provider runs
+    /// no cross-channel WAIT, so nothing resolves it; mlx5's `cqn` would need `mlx5dv`.
+    cqn: CqNumber,
     raw: Arc<ffi::Cq>,
     stash: Mutex<VecDeque<WorkCompletion>>,
     waiting: Mutex<()>,
@@ -97,6 +100,7 @@ impl RdmaCq {
         Ok(RdmaCq {
             inner: Arc::new(CqInner {
                 ctx: ctx.clone(),
+                cqn: CqNumber(NEXT_CQN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),
                 raw: Arc::new(raw),
                 stash: Mutex::new(VecDeque::new()),
                 waiting: Mutex::new(()),
@@ -157,7 +161,14 @@ impl RdmaCq {
     }
 }
 
+/// The next `CqInner::cqn`.
+static NEXT_CQN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
 impl CompletionQueue for RdmaCq {
+    fn cq_num(&self) -> CqNumber {
+        self.inner.cqn
+    }
+
     fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         let mut n = 0;
         {

@@ -102,7 +102,17 @@ pub(crate) fn translate<'a>(wr: &SendWr<'a, RdmaMw, RdmaMr>) -> Result<Translate
             raw.invalidate_rkey = rkey.0;
             WcOpcode::LocalInvalidate
         }
+        SendOp::Wait { .. } | SendOp::Enable { .. } => {
+            return Err(VerbsError::Unsupported(
+                "cross-channel WAIT and ENABLE on an rdma-core device",
+            ));
+        }
         SendOp::BindMw { mw, bind: info } => {
+            if info.target_qp.is_some() {
+                return Err(VerbsError::Unsupported(
+                    "binding a type-2 window for another QP (ibv_bind_mw has no QP number)",
+                ));
+            }
             let mr = match info.mr {
                 Some(mr) => Some(mr.raw().ok_or(VerbsError::InvalidArgument(
                     "bind over a deregistered memory region",

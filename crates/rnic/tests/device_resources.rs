@@ -53,6 +53,7 @@ fn bind(qp: &SoftQp, cq: &SoftCq, mw: &SoftMw, mr: &SoftMr) {
                 length: 64,
                 access: AccessFlags::REMOTE_READ,
                 key: None,
+                target_qp: None,
             },
         },
     }])

@@ -59,6 +59,7 @@ fn bed() -> Bed {
             len: WIN_LEN,
             access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
             key: None,
+            named_qp: false,
         })
         .unwrap();
     // A recognizable pattern everywhere.

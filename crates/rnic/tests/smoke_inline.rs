@@ -113,6 +113,7 @@ fn read_write_atomics_and_windows() {
                     | AccessFlags::REMOTE_WRITE
                     | AccessFlags::REMOTE_ATOMIC,
                 key: None,
+                target_qp: None,
             },
         },
     }])
@@ -232,6 +233,7 @@ fn qp_reset_frees_its_type2_windows() {
                     length: 64,
                     access: AccessFlags::REMOTE_READ,
                     key: None,
+                    target_qp: None,
                 },
             },
         }

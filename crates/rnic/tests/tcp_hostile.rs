@@ -137,6 +137,7 @@ fn tcp_forged_rkeys_get_naks_and_touch_nothing() {
                 length: 256,
                 access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
                 key: None,
+                target_qp: None,
             },
         },
     }])

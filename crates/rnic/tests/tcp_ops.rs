@@ -174,6 +174,7 @@ fn tcp_reset_and_reconnect_keeps_type1_window() {
                 length: 128,
                 access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
                 key: None,
+                target_qp: None,
             },
         },
     }])

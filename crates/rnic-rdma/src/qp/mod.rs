@@ -302,6 +302,11 @@ impl QueuePair<RdmaProvider> for RdmaQp {
         None
     }
 
+    /// `None`: no QP of this provider is cross-channel.
+    fn wqe_ring(&self) -> Option<rnic::WqeRing> {
+        None
+    }
+
     fn post_send(&self, wrs: &[SendWr<'_, RdmaMw, RdmaMr>]) -> Result<(), (usize, VerbsError)> {
         let mut translated = Vec::with_capacity(wrs.len());
         let mut rejected = None;

@@ -7,6 +7,7 @@
 //! names them only through traits: a transport is a `Transport`, and the QP it connects a
 //! `Connecting` endpoint. The transports themselves (`soft::transport`) sit above the QPs.
 
+use super::cross_channel::CrossChannelHub;
 use super::link::{Link, PacketSink};
 use super::mpt::{KeyPolicy, ProtectionTable};
 use super::provider::{SoftAddress, SoftListener, SoftProvider};
@@ -123,6 +124,8 @@ pub(crate) struct DeviceInner {
     pub(crate) counts: ResourceCounts,
     /// QP numbers of the live QPs (a number is never handed out twice while in use).
     qps: RwLock<HashSet<QpNumber>>,
+    /// CQs and QPs by number, for WAIT, ENABLE and binds for another QP; the chain engine.
+    pub(crate) cross: CrossChannelHub,
 }
 
 #[derive(Default)]
@@ -183,6 +186,7 @@ impl SoftContext {
                 next_qpn: AtomicU32::new(first_qpn),
                 counts: ResourceCounts::default(),
                 qps: RwLock::new(HashSet::new()),
+                cross: CrossChannelHub::default(),
                 config,
             }),
         }

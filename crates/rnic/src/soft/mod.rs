@@ -7,6 +7,7 @@
 //!  qp          RC queue pairs: sans-IO requester / responder cores and their glue
 //!  objects     PD, buffer, MR, MW handles          queues   CQs (drive QP timers), SRQs
 //!  device      configuration, QP numbers, events; the Transport / Connecting traits
+//!  cross_channel  CQs and QPs by number for WAIT / ENABLE, the chain engine
 //!  link        packet movers: inline, queued (faults), tracing, faulty; the Link trait
 //!  mpt         protection table (regions, windows, bind and access checks)
 //!  wire · gate · provider     messages · revocation barrier · type family
@@ -22,6 +23,8 @@
 //! - [`link`]: links, which only move packets between two connected QPs (inline, queued with
 //!   faults, tracing), and the wrappers a transport stacks on each link it makes.
 //! - [`device`]: the device context and its configuration.
+//! - `cross_channel`: the registry a WAIT, an ENABLE or a bind for another QP resolves
+//!   numbers in, and the engine thread that runs released work-request chains.
 //! - [`queues`]: completion and shared receive queues.
 //! - [`objects`]: PD, buffer, MR and MW handles.
 //! - [`qp`]: RC queue pairs — sans-IO requester and responder cores plus their glue.
@@ -31,6 +34,7 @@
 //! This module wires the type family: the [`Provider`] impl and the verbs traits that create
 //! objects of several layers (`Context`, `ProtectionDomain`), delegating to each layer.
 
+mod cross_channel;
 pub mod device;
 pub mod gate;
 pub mod link;
@@ -57,8 +61,8 @@ pub use transport::tcp::{
 };
 
 use crate::verbs::{
-    AcceptPolicy, AccessFlags, AsyncEvent, Clock, Context, DeviceAttr, MwType, PdId,
-    ProtectionDomain, Provider, QpInit, VerbsResult,
+    AcceptPolicy, AccessFlags, AsyncEvent, Clock, Context, CrossChannel, DeviceAttr, MwType, PdId,
+    ProtectionDomain, Provider, QpInit, VerbsError, VerbsResult,
 };
 use qp::QpInner;
 use std::sync::Arc;
@@ -140,6 +144,16 @@ impl ProtectionDomain<SoftProvider> for SoftPd {
         SoftSrq::new(&self.inner.dev, self.inner.id, capacity)
     }
     fn create_qp(&self, init: QpInit<'_, SoftProvider>) -> VerbsResult<SoftQp> {
-        QpInner::create(self, init)
+        QpInner::create(self, init, None)
+    }
+    fn create_cross_channel_qp(
+        &self,
+        init: QpInit<'_, SoftProvider>,
+        cross: CrossChannel,
+    ) -> VerbsResult<SoftQp> {
+        if !self.inner.dev.config.attr.cross_channel {
+            return Err(VerbsError::Unsupported("cross-channel QPs"));
+        }
+        QpInner::create(self, init, Some(cross))
     }
 }

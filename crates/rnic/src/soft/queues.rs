@@ -5,10 +5,11 @@
 //! and error flushes happen on the thread that waits for them — no timer thread. The queues sit
 //! below the QPs that use them: a CQ knows a QP only as something to `Progress`.
 
+use super::cross_channel::{ChainStep, CompletionCounter, CountedCq, CrossChannelHub};
 use super::device::{DeviceInner, ResourceCounts};
 use crate::verbs::{
-    AsyncEvent, CompletionChannel, CompletionQueue, PdId, RecvWr, Resource, SharedReceiveQueue,
-    VerbsError, VerbsResult, WorkCompletion,
+    AsyncEvent, CompletionChannel, CompletionQueue, CqNumber, PdId, RecvWr, Resource,
+    SharedReceiveQueue, VerbsError, VerbsResult, WorkCompletion,
 };
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -87,11 +88,22 @@ pub(crate) struct CqInner {
     /// Whether the last poll found nothing: the next one is a spinning poller's, worth a
     /// read of the watched QPs' links (see [`SoftCq::poll`]).
     spinning: AtomicBool,
+    /// The number a cross-channel WAIT names this CQ by.
+    cqn: CqNumber,
+    /// Completions queued so far, and the WAITs waiting for a count.
+    counter: CompletionCounter,
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        self.dev.cross.unregister_cq(self.cqn);
         ResourceCounts::give(&self.dev.counts.cqs);
+    }
+}
+
+impl CountedCq for CqInner {
+    fn reached_or_notify(&self, count: u64, waiter: Weak<dyn ChainStep>) -> bool {
+        self.counter.reached_or_notify(count, waiter)
     }
 }
 
@@ -124,7 +136,8 @@ impl SoftCq {
             dev.config.attr.max_cq,
             Resource::CompletionQueue,
         )?;
-        Ok(SoftCq {
+        let cqn = CrossChannelHub::new_cqn();
+        let cq = SoftCq {
             inner: Arc::new(CqInner {
                 dev: dev.clone(),
                 queue: Mutex::new(VecDeque::with_capacity(capacity.min(4096) as usize)),
@@ -136,8 +149,13 @@ impl SoftCq {
                 channel,
                 armed: AtomicBool::new(false),
                 spinning: AtomicBool::new(false),
+                cqn,
+                counter: CompletionCounter::default(),
             }),
-        })
+        };
+        let counted: Weak<dyn CountedCq> = Arc::downgrade(&cq.inner) as Weak<CqInner>;
+        dev.cross.register_cq(cqn, counted);
+        Ok(cq)
     }
 }
 
@@ -153,6 +171,7 @@ impl CqInner {
         q.push_back(wc);
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
+        self.counter.count_one(&self.dev.cross);
         self.arrived.notify_one();
         if self.armed.swap(false, Ordering::AcqRel)
             && let Some(channel) = &self.channel
@@ -182,6 +201,10 @@ impl CqInner {
 }
 
 impl CompletionQueue for SoftCq {
+    fn cq_num(&self) -> CqNumber {
+        self.inner.cqn
+    }
+
     fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         // A QP that arms after the swap sets the flag again for the next poll.
         // A poll reads the watched QPs' links (saving the engine's hand-off) only when the

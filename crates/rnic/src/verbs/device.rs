@@ -35,6 +35,16 @@ pub struct DeviceAttr {
     /// without it refuses what it cannot enforce with `VerbsError::Unsupported` (an rdma-core
     /// device maps a byte rate to packet pacing, see `rnic-rdma`).
     pub qp_rate_limit: bool,
+    /// Runs work-request chains (`verbs::chain`): cross-channel QPs with managed queues,
+    /// WAIT and ENABLE requests, and a send queue whose held requests take their fields from
+    /// a registered [`WqeRing`](super::WqeRing) when they start (CORE-Direct on ConnectX). A
+    /// device without it refuses `create_cross_channel_qp` with `Unsupported`.
+    pub cross_channel: bool,
+    /// Binds a type-2 window for a QP other than the one the bind is posted on
+    /// (`BindInfo::target_qp`). A device without it refuses such a bind: at post time with
+    /// `Unsupported` (rdma-core), or with a `MwBindError` completion (the soft NIC configured
+    /// without it).
+    pub mw_bind_target_qp: bool,
 }
 
 impl Default for DeviceAttr {
@@ -53,6 +63,8 @@ impl Default for DeviceAttr {
             mw_type1: true,
             mw_type2: true,
             qp_rate_limit: false,
+            cross_channel: true,
+            mw_bind_target_qp: true,
         }
     }
 }

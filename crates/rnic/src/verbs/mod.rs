@@ -3,6 +3,7 @@
 //! Semantics follow rdma-core's documented behaviour (`ibv_post_send(3)`, `ibv_bind_mw(3)`,
 //! `ibv_alloc_mw(3)`) and the InfiniBand specification; see `docs/verbs-contract.md`.
 
+pub mod chain;
 pub mod clock;
 pub mod device;
 pub mod error;
@@ -11,6 +12,7 @@ pub mod service;
 pub mod types;
 pub mod work;
 
+pub use chain::{CrossChannel, WqeRing, wqe};
 pub use clock::{
     Clock, RealClock, ThreadCpuClock, Timestamp, VirtualClock, process_cpu_time, thread_cpu_time,
 };
@@ -22,5 +24,9 @@ pub use provider::{
     SharedReceiveQueue,
 };
 pub use service::{MAX_WEIGHT, QpServed, QpService, RateLimit, TokenRate};
-pub use types::{AccessFlags, Lkey, MemoryKey, MwType, PdId, Psn, QpNumber, Rkey, VirtAddr};
-pub use work::{BindInfo, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+pub use types::{
+    AccessFlags, CqNumber, Lkey, MemoryKey, MwType, PdId, Psn, QpNumber, Rkey, VirtAddr,
+};
+pub use work::{
+    BindInfo, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WorkQueue,
+};

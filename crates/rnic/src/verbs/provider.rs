@@ -11,10 +11,11 @@
 //! RESET to a listener address. A QP in ERR must be [`reset`](QueuePair::reset) and connected
 //! again — a new handshake — before it can carry traffic.
 
+use super::chain::{CrossChannel, WqeRing};
 use super::clock::Clock;
 use super::device::{AsyncEvent, DeviceAttr};
 use super::error::VerbsResult;
-use super::types::{AccessFlags, Lkey, MwType, PdId, QpNumber, Rkey, VirtAddr};
+use super::types::{AccessFlags, CqNumber, Lkey, MwType, PdId, QpNumber, Rkey, VirtAddr};
 use super::work::{RecvWr, SendWr, WorkCompletion};
 use std::fmt::Debug;
 use std::net::IpAddr;
@@ -138,6 +139,17 @@ pub trait ProtectionDomain<P: Provider>: Clone + Send + Sync + Debug {
     fn create_srq(&self, capacity: u32) -> VerbsResult<P::Srq>;
     /// Creates an RC queue pair in RESET.
     fn create_qp(&self, init: QpInit<'_, P>) -> VerbsResult<P::Qp>;
+    /// Creates a cross-channel RC queue pair in RESET (`ibv_exp_create_qp` with
+    /// `IBV_EXP_QP_CREATE_CROSS_CHANNEL`): it may post WAIT and ENABLE, its queues may be
+    /// managed, and its send queue's entries are a registered [`WqeRing`]
+    /// ([`QueuePair::wqe_ring`]), which takes a memory region of the PD. `Unsupported` where
+    /// the device has no `DeviceAttr::cross_channel`; `InvalidArgument` for a managed receive
+    /// queue with an SRQ.
+    fn create_cross_channel_qp(
+        &self,
+        init: QpInit<'_, P>,
+        cross: CrossChannel,
+    ) -> VerbsResult<P::Qp>;
 }
 
 /// Creation attributes of a queue pair (`ibv_qp_init_attr`).
@@ -280,6 +292,8 @@ pub trait MemoryWindow: Send + Sync + Debug {
 
 /// A completion queue (`ibv_cq`).
 pub trait CompletionQueue: Clone + Send + Sync + Debug {
+    /// The CQ's number on its device, which a cross-channel WAIT names.
+    fn cq_num(&self) -> CqNumber;
     /// Moves up to `out.len()` completions into `out`, returning how many (`ibv_poll_cq`).
     /// Polling also drives the provider's timers (retransmissions, RNR retries).
     fn poll(&self, out: &mut [WorkCompletion]) -> usize;
@@ -345,4 +359,7 @@ pub trait QueuePair<P: Provider>: Clone + Send + Sync + Debug {
     /// Real NICs keep per-QP or per-counter-set hardware counters, but the rdma-core provider
     /// does not read them (yet) and answers `None`.
     fn served(&self) -> Option<super::QpServed>;
+    /// Where the send queue's entries of a cross-channel QP live, for chains that patch them
+    /// (`verbs::chain`); `None` for an ordinary QP.
+    fn wqe_ring(&self) -> Option<WqeRing>;
 }

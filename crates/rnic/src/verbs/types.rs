@@ -80,6 +80,13 @@ impl AccessFlags {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
 pub struct QpNumber(pub u32);
 
+/// A completion-queue number: names a CQ of its device in a cross-channel WAIT
+/// ([`SendOp::Wait`](super::SendOp::Wait)), as the CQ number (`cqn`) does in a real NIC's WAIT
+/// segment. Numbers are unique within a device; the soft NIC keeps them unique in the process,
+/// so a number of another device's CQ names no CQ of this one.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
+pub struct CqNumber(pub u32);
+
 /// A packet sequence number, 24 bits, compared modulo 2^24.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Psn(u32);

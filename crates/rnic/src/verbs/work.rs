@@ -4,7 +4,7 @@
 //! provider checks them and completes the request with [`WcStatus::LocalProtectionError`]
 //! otherwise. Atomics return the remote word's previous value into their 8-byte local buffer.
 
-use super::types::{AccessFlags, Lkey, QpNumber, Rkey, VirtAddr};
+use super::types::{AccessFlags, CqNumber, Lkey, QpNumber, Rkey, VirtAddr};
 use std::fmt;
 
 /// A scatter/gather entry: `length` bytes at `addr`, inside the registered region named by `lkey`.
@@ -34,6 +34,22 @@ pub struct BindInfo<'a, Mr> {
     /// choice (`ibv_inc_rkey` of the current rkey). A consumer that draws key bytes at random
     /// makes the next rkey of a window unpredictable to its previous holder.
     pub key: Option<u8>,
+    /// For a type-2 window: the QP the window is bound for, if not the QP the bind is posted
+    /// on (the `qpn` of a real NIC's bind segment; `DeviceAttr::mw_bind_target_qp`). It must
+    /// be a QP of the same device and protection domain, not in RESET or ERR when the bind
+    /// executes; the window is then usable on that QP only, and its reset or destruction
+    /// invalidates the window. `None`: the posting QP (rdma-core's only choice). A type-1
+    /// bind naming a QP fails with `MwBindError`.
+    pub target_qp: Option<QpNumber>,
+}
+
+/// The send or the receive queue of a QP (what a cross-channel ENABLE releases).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum WorkQueue {
+    /// The send queue (`IBV_EXP_WR_SEND_ENABLE`).
+    Send,
+    /// The receive queue (`IBV_EXP_WR_RECV_ENABLE`).
+    Recv,
 }
 
 /// The operation of a send-queue work request.
@@ -105,6 +121,32 @@ pub enum SendOp<'a, Mw, Mr> {
     LocalInvalidate {
         /// The window's current rkey.
         rkey: Rkey,
+    },
+    /// Cross-channel WAIT (`IBV_EXP_WR_CQE_WAIT`, CORE-Direct): every later request of this
+    /// send queue is held until the CQ numbered `cq` (of this device) has produced `count`
+    /// completions since it was created. The count is absolute, as in the WAIT segment a real
+    /// NIC executes; rdma-core's experimental verb takes a count relative to the previous WAIT
+    /// on that CQ and sums it in the driver, which a caller does by itself here. Needs a
+    /// cross-channel QP (`create_cross_channel_qp`); a CQ of another device is refused at
+    /// post time with `InvalidArgument`. See `docs/verbs-contract.md`, "Work-request chains".
+    Wait {
+        /// The CQ whose completions are counted.
+        cq: CqNumber,
+        /// Completions it must have produced (queued, overruns excluded) since its creation.
+        count: u64,
+    },
+    /// Cross-channel ENABLE (`IBV_EXP_WR_SEND_ENABLE` / `IBV_EXP_WR_RECV_ENABLE`): lets the
+    /// managed `queue` of the QP numbered `qp` (same device) run its requests whose index is
+    /// below `index`. A queue's requests are numbered from 0 in posting order since the QP was
+    /// created or reset; the limit only grows. Needs a cross-channel QP, and a target whose
+    /// `queue` is managed (else `InvalidArgument` at post time).
+    Enable {
+        /// The managed QP.
+        qp: QpNumber,
+        /// Which of its queues.
+        queue: WorkQueue,
+        /// Requests `0..index` of that queue may run.
+        index: u64,
     },
 }
 
@@ -204,6 +246,10 @@ pub enum WcOpcode {
     LocalInvalidate,
     /// A receive consumed by an incoming SEND.
     Recv,
+    /// A cross-channel WAIT whose count was reached.
+    Wait,
+    /// A cross-channel ENABLE.
+    Enable,
 }
 
 /// A work completion (`ibv_wc`). The default value is a placeholder for poll arrays.

@@ -13,8 +13,8 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use rnic::{
-    AcceptPolicy, AccessFlags, AsyncEvent, BindInfo, Clock, CompletionQueue, Context, Lkey,
-    MemoryBuffer, MemoryKey, MemoryRegion, MemoryWindow, MwType, ProtectionDomain, Provider,
+    AcceptPolicy, AccessFlags, AsyncEvent, BindInfo, Clock, CompletionQueue, Context, CrossChannel,
+    Lkey, MemoryBuffer, MemoryKey, MemoryRegion, MemoryWindow, MwType, ProtectionDomain, Provider,
     QpInit, QpNumber, QpState, QpTiming, QueuePair, RealClock, RecvWr, Rkey, SendOp, SendWr, Sge,
     SharedReceiveQueue, VirtAddr, WcOpcode, WcStatus, WorkCompletion,
 };
@@ -330,6 +330,7 @@ pub fn op_bind<'a, P: Provider>(
             length,
             access,
             key: None,
+            target_qp: None,
         },
     }
 }
@@ -367,6 +368,10 @@ pub struct ConnOpts<P: Provider> {
     pub server_recvs: Vec<RecvWr>,
     /// Connect from the MN itself (a loopback QP, as the Patronus manager binds with).
     pub loopback: bool,
+    /// Make the server QP cross-channel, with these managed queues.
+    pub server_cross: Option<CrossChannel>,
+    /// Make the client QP cross-channel, with these managed queues.
+    pub client_cross: Option<CrossChannel>,
 }
 
 impl<P: Provider> Default for ConnOpts<P> {
@@ -380,6 +385,8 @@ impl<P: Provider> Default for ConnOpts<P> {
             client_pd: None,
             server_recvs: Vec::new(),
             loopback: false,
+            server_cross: None,
+            client_cross: None,
         }
     }
 }
@@ -395,6 +402,7 @@ pub struct TestPolicy<P: Provider> {
     access: AccessFlags,
     timing: QpTiming,
     recvs: Vec<RecvWr>,
+    cross: Option<CrossChannel>,
     accepted: Mutex<VecDeque<P::Qp>>,
     refusals: Mutex<Vec<String>>,
 }
@@ -410,15 +418,19 @@ impl<P: Provider> Debug for TestPolicy<P> {
 
 impl<P: Provider> AcceptPolicy<P> for TestPolicy<P> {
     fn create_qp(&self, _private_data: &[u8]) -> Result<P::Qp, String> {
-        let r = self.pd.create_qp(QpInit {
-            send_cq: &self.send_cq,
-            recv_cq: &self.recv_cq,
+        let init = QpInit {
+            send_cq: &*self.send_cq,
+            recv_cq: &*self.recv_cq,
             srq: self.srq.as_deref(),
             max_send_wr: 256,
             max_recv_wr: 256,
             access: self.access,
             timing: self.timing,
-        });
+        };
+        let r = match self.cross {
+            Some(cross) => self.pd.create_cross_channel_qp(init, cross),
+            None => self.pd.create_qp(init),
+        };
         r.map_err(|e| {
             let msg = e.to_string();
             self.refusals.lock().expect("policy lock").push(msg.clone());
@@ -646,6 +658,7 @@ impl<P: Provider, B: TestBed<P>> World<P, B> {
             access: opts.server_access,
             timing: opts.server_timing.unwrap_or_else(|| bed.quiet_timing()),
             recvs: opts.server_recvs,
+            cross: opts.server_cross,
             accepted: Mutex::new(VecDeque::new()),
             refusals: Mutex::new(Vec::new()),
         });
@@ -660,17 +673,20 @@ impl<P: Provider, B: TestBed<P>> World<P, B> {
         });
         let ccq = client_ctx.create_cq(1024).expect("client send CQ");
         let crcq = client_ctx.create_cq(1024).expect("client recv CQ");
-        let cqp = client_pd
-            .create_qp(QpInit {
-                send_cq: &ccq,
-                recv_cq: &crcq,
-                srq: None,
-                max_send_wr: 256,
-                max_recv_wr: 256,
-                access: RWA,
-                timing: opts.client_timing.unwrap_or_else(|| bed.quiet_timing()),
-            })
-            .expect("create client QP");
+        let init = QpInit {
+            send_cq: &ccq,
+            recv_cq: &crcq,
+            srq: None,
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            access: RWA,
+            timing: opts.client_timing.unwrap_or_else(|| bed.quiet_timing()),
+        };
+        let cqp = match opts.client_cross {
+            Some(cross) => client_pd.create_cross_channel_qp(init, cross),
+            None => client_pd.create_qp(init),
+        }
+        .expect("create client QP");
         assert_eq!(cqp.state(), QpState::Reset, "a new QP starts in RESET");
         if let Err(e) = cqp.connect(&addr, b"conformance") {
             panic!(

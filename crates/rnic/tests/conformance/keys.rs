@@ -176,6 +176,7 @@ pub fn bind_with_chosen_key_byte<P: Provider, B: TestBed<P>>() {
                 length: 64,
                 access: R,
                 key: Some(chosen),
+                target_qp: None,
             },
         };
         if let Err((_, e)) = w.admin.cqp.post_send(&[wr::<P>(0xb1d, op)]) {

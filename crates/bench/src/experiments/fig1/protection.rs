@@ -145,6 +145,7 @@ fn bind_wr<'a, P: Provider>(i: u64, mw: &'a P::Mw, mr: &'a P::Mr) -> SendWr<'a, 
                 length: mr.len() as u64,
                 access: RIGHTS[(i % 2) as usize],
                 key: None,
+                target_qp: None,
             },
         },
     }

@@ -294,6 +294,7 @@ impl<P: Provider> NodeNic<P> {
                         length: t.len,
                         access: t.access,
                         key,
+                        target_qp: None,
                     },
                     None => BindInfo {
                         mr: None,
@@ -301,6 +302,7 @@ impl<P: Provider> NodeNic<P> {
                         length: 0,
                         access: AccessFlags::empty(),
                         key: None,
+                        target_qp: None,
                     },
                 },
             },
@@ -500,6 +502,7 @@ impl<P: Provider> NodeNic<P> {
                             length: t.len,
                             access: t.access,
                             key,
+                            target_qp: None,
                         },
                     },
                 };

@@ -129,6 +129,9 @@ pub struct BindRequest {
     pub access: AccessFlags,
     /// Key byte of the new rkey, chosen by the consumer; `None`: the table's key policy.
     pub key: Option<u8>,
+    /// Whether the consumer named the QP the window is for (`BindInfo::target_qp`), which
+    /// only a type-2 window may be bound for.
+    pub named_qp: bool,
 }
 
 /// Why a bind or invalidation failed (completes with `MwBindError` / a local error).
@@ -176,6 +179,9 @@ pub enum BindError {
     /// A remote invalidation arrived on a QP that does not own the window.
     #[error("window is bound to another QP")]
     WrongQp,
+    /// A type-1 window belongs to its PD: a bind cannot name a QP for it.
+    #[error("a type-1 window cannot be bound for a named QP")]
+    TargetQpOnType1,
 }
 
 impl ProtectionTable {
@@ -188,6 +194,9 @@ impl ProtectionTable {
         let unbind = req.len == 0;
         match entry.mw_type {
             MwType::Type1 => {
+                if req.named_qp {
+                    return Err(BindError::TargetQpOnType1);
+                }
                 if req.access.contains(AccessFlags::ZERO_BASED) {
                     return Err(BindError::ZeroBased);
                 }

@@ -57,6 +57,7 @@ impl Bed {
                 len: 8,
                 access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
                 key: None,
+                named_qp: false,
             })
             .unwrap()
     }
@@ -233,6 +234,7 @@ fn concurrent_binds_invalidations_and_resets_keep_the_index_exact() {
                                 len: 8,
                                 access: AccessFlags::REMOTE_READ,
                                 key: None,
+                                named_qp: false,
                             });
                         }
                     }

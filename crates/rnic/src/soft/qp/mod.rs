@@ -20,9 +20,11 @@
 //! no QP lock, so this is safe from any context.
 
 pub mod ack_timer;
+mod chain;
 mod post;
 pub mod requester;
 pub mod responder;
+mod ring;
 pub mod rto;
 
 use super::device::{Connecting, DeviceInner};
@@ -35,10 +37,11 @@ use super::provider::{SoftAddress, SoftProvider};
 use super::queues::{CqInner, Progress, SoftCq, SoftSrq};
 use super::wire::{NakCode, Packet, PayloadLen, Request, RequestOp, Response, ResponseKind};
 use crate::verbs::{
-    AccessFlags, AsyncEvent, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber, QpService,
-    QpState, QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError, VerbsResult,
-    WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AsyncEvent, CrossChannel, MemoryKey, MemoryWindow, PdId, Psn, QpInit, QpNumber,
+    QpService, QpState, QpTiming, QueuePair, RecvWr, Resource, SendOp, SendWr, Sge, VerbsError,
+    VerbsResult, WcOpcode, WcStatus, WorkCompletion,
 };
+use chain::ChainQueues;
 use parking_lot::{Mutex, RwLock};
 use requester::{Payload, PendingSpec, Requester, RequesterAction};
 use responder::{RecvSource, ResponderCtx, ResponderState};
@@ -90,12 +93,29 @@ pub(crate) struct QpInner {
     /// `rx` lock, so a receive posted after the answer always sees it): the next `post_recv`
     /// tells the link ([`Link::receive_posted`]).
     rnr_answered: AtomicBool,
+    /// The held send queue and WQE ring of a cross-channel QP; `None` for an ordinary one.
+    chain: Option<Box<ChainQueues>>,
     this: Weak<QpInner>,
 }
 
 struct Rx {
     responder: ResponderState,
     recv_queue: VecDeque<RecvWr>,
+    /// Receives consumed since creation or reset: the index of the queue's head.
+    recv_taken: u64,
+    /// A managed receive queue's enable limit (receives below it may be consumed).
+    recv_enabled: Option<u64>,
+}
+
+impl Rx {
+    fn new(recv_psn: Psn, managed: bool) -> Self {
+        Rx {
+            responder: ResponderState::new(recv_psn),
+            recv_queue: VecDeque::new(),
+            recv_taken: 0,
+            recv_enabled: managed.then_some(0),
+        }
+    }
 }
 
 impl fmt::Debug for QpInner {
@@ -115,6 +135,7 @@ impl Drop for QpInner {
         // Windows first: once the number is released, a new QP may take it, and must find
         // none of them bound to it.
         self.dev.mpt.invalidate_type2_of_qp(self.qpn);
+        self.dev.cross.unregister_qp(self.qpn);
         self.dev.release_qpn(self.qpn);
     }
 }
@@ -147,13 +168,31 @@ impl RecvSource for SrqSource<'_> {
         queue.front().map(recv_capacity)
     }
 }
-struct QueueSource<'a>(&'a mut VecDeque<RecvWr>);
+/// The QP's own receive queue; a managed one yields only receives below its enable limit.
+struct QueueSource<'a> {
+    queue: &'a mut VecDeque<RecvWr>,
+    taken: &'a mut u64,
+    enabled: Option<u64>,
+}
+impl QueueSource<'_> {
+    fn head_enabled(&self) -> bool {
+        self.enabled.is_none_or(|limit| *self.taken < limit)
+    }
+}
 impl RecvSource for QueueSource<'_> {
     fn take(&mut self) -> Option<RecvWr> {
-        self.0.pop_front()
+        if !self.head_enabled() {
+            return None;
+        }
+        let wr = self.queue.pop_front()?;
+        *self.taken += 1;
+        Some(wr)
     }
     fn next_capacity(&mut self) -> Option<usize> {
-        self.0.front().map(recv_capacity)
+        if !self.head_enabled() {
+            return None;
+        }
+        self.queue.front().map(recv_capacity)
     }
 }
 
@@ -163,7 +202,11 @@ fn recv_capacity(wr: &RecvWr) -> usize {
 }
 
 impl QpInner {
-    pub(crate) fn create(pd: &SoftPd, init: QpInit<'_, SoftProvider>) -> VerbsResult<SoftQp> {
+    pub(crate) fn create(
+        pd: &SoftPd,
+        init: QpInit<'_, SoftProvider>,
+        cross: Option<CrossChannel>,
+    ) -> VerbsResult<SoftQp> {
         let dev = &pd.inner.dev;
         let attr = &dev.config.attr;
         if init.max_send_wr == 0 || init.max_send_wr > attr.max_qp_wr {
@@ -177,32 +220,47 @@ impl QpInner {
         {
             return Err(VerbsError::PdMismatch);
         }
+        if init.srq.is_some() && cross.is_some_and(|c| c.managed_recv) {
+            return Err(VerbsError::InvalidArgument(
+                "a managed receive queue cannot use an SRQ",
+            ));
+        }
+        let chain = match cross {
+            Some(c) => {
+                dev.cross.start_engine()?;
+                Some(Box::new(ChainQueues::new(pd, init.max_send_wr, c)?))
+            }
+            None => None,
+        };
+        let managed_recv = cross.is_some_and(|c| c.managed_recv);
         let qpn = dev.take_qpn()?;
-        let inner = Arc::new_cyclic(|this| QpInner {
-            dev: dev.clone(),
-            pd: pd.clone(),
-            qpn,
-            send_cq: init.send_cq.clone(),
-            recv_cq: init.recv_cq.clone(),
-            srq: init.srq.cloned(),
-            state: AtomicU8::new(state_index(QpState::Reset)),
-            access: RwLock::new(init.access & AccessFlags::REMOTE_ALL),
-            timing: init.timing,
-            max_send_wr: init.max_send_wr as usize,
-            max_recv_wr: init.max_recv_wr as usize,
-            tx: Mutex::new(()),
-            req: Mutex::new(None),
-            rx: Mutex::new(Rx {
-                responder: ResponderState::new(Psn::default()),
-                recv_queue: VecDeque::new(),
-            }),
-            link: RwLock::new(None),
-            service: Mutex::new(QpService::default()),
-            peer: AtomicU32::new(0),
-            armed_on_send: AtomicBool::new(false),
-            armed_on_recv: AtomicBool::new(false),
-            rnr_answered: AtomicBool::new(false),
-            this: this.clone(),
+        let inner = Arc::new_cyclic(|this: &Weak<QpInner>| {
+            let named: Weak<dyn crate::soft::cross_channel::NamedQp> = this.clone();
+            dev.cross.register_qp(qpn, named);
+            QpInner {
+                dev: dev.clone(),
+                pd: pd.clone(),
+                qpn,
+                send_cq: init.send_cq.clone(),
+                recv_cq: init.recv_cq.clone(),
+                srq: init.srq.cloned(),
+                state: AtomicU8::new(state_index(QpState::Reset)),
+                access: RwLock::new(init.access & AccessFlags::REMOTE_ALL),
+                timing: init.timing,
+                max_send_wr: init.max_send_wr as usize,
+                max_recv_wr: init.max_recv_wr as usize,
+                tx: Mutex::new(()),
+                req: Mutex::new(None),
+                rx: Mutex::new(Rx::new(Psn::default(), managed_recv)),
+                link: RwLock::new(None),
+                service: Mutex::new(QpService::default()),
+                peer: AtomicU32::new(0),
+                armed_on_send: AtomicBool::new(false),
+                armed_on_recv: AtomicBool::new(false),
+                rnr_answered: AtomicBool::new(false),
+                chain,
+                this: this.clone(),
+            }
         });
         Ok(SoftQp { inner })
     }
@@ -218,6 +276,10 @@ impl QpInner {
 
     pub(crate) fn pd_id(&self) -> PdId {
         self.pd.inner.id
+    }
+
+    fn is_managed_recv(&self) -> bool {
+        self.chain.as_deref().is_some_and(|c| c.cross.managed_recv)
     }
 
     /// Moves to ERR (if not already), raising `event`, and schedules the flush; closes a link
@@ -295,6 +357,7 @@ impl QpInner {
     fn flush_all(&self) {
         if let Some(r) = self.req.lock().as_mut() {
             r.flush();
+            self.flush_held(r);
             let cq = &self.send_cq.inner;
             r.release(self.qpn, &mut |wc| cq.push(wc));
         }
@@ -385,10 +448,20 @@ impl QpInner {
         let Rx {
             responder,
             recv_queue,
+            recv_taken,
+            recv_enabled,
         } = &mut *rx;
         let outcome = match &self.srq {
             Some(srq) => run(responder, &ctx, &mut SrqSource(srq)),
-            None => run(responder, &ctx, &mut QueueSource(recv_queue)),
+            None => run(
+                responder,
+                &ctx,
+                &mut QueueSource {
+                    queue: recv_queue,
+                    taken: recv_taken,
+                    enabled: *recv_enabled,
+                },
+            ),
         };
         drop(access);
         let Some(outcome) = outcome else {
@@ -531,10 +604,7 @@ impl Connecting for QpInner {
             });
         }
         self.set_state(QpState::Init);
-        {
-            let mut rx = self.rx.lock();
-            rx.responder = ResponderState::new(recv_psn);
-        }
+        self.rx.lock().responder = ResponderState::new(recv_psn);
         let policy: RetryPolicy = link.retry_policy();
         {
             // Under the service lock, so a `set_service` meanwhile reaches this link too.
@@ -632,10 +702,9 @@ impl QueuePair<SoftProvider> for SoftQp {
             link.close();
         }
         *q.req.lock() = None;
-        {
-            let mut rx = q.rx.lock();
-            rx.recv_queue.clear();
-            rx.responder = ResponderState::new(Psn::default());
+        *q.rx.lock() = Rx::new(Psn::default(), q.is_managed_recv());
+        if let Some(chain) = q.chain.as_deref() {
+            chain.reset();
         }
         q.set_state(QpState::Reset);
         // Type-2 windows bound to this QP die with its connection.
@@ -672,6 +741,10 @@ impl QueuePair<SoftProvider> for SoftQp {
         self.inner.link.read().as_ref().and_then(|l| l.served())
     }
 
+    fn wqe_ring(&self) -> Option<crate::verbs::WqeRing> {
+        self.inner.ring()
+    }
+
     fn modify_access(&self, access: AccessFlags) -> VerbsResult<()> {
         // The write lock waits for requests executing under the old flags.
         *self.inner.access.write() = access & AccessFlags::REMOTE_ALL;
@@ -692,16 +765,19 @@ impl QueuePair<SoftProvider> for SoftQp {
                     let mut req = q.req.lock();
                     match req.as_mut() {
                         // Behind earlier requests, so completions stay in order.
-                        Some(r) => r.push_local(
-                            PendingSpec {
-                                wr_id: wr.wr_id,
-                                signaled: wr.signaled,
-                                opcode,
-                                local: None,
-                                byte_len: 0,
-                            },
-                            WcStatus::WrFlushError,
-                        ),
+                        Some(r) => {
+                            q.flush_held(r);
+                            r.push_local(
+                                PendingSpec {
+                                    wr_id: wr.wr_id,
+                                    signaled: wr.signaled,
+                                    opcode,
+                                    local: None,
+                                    byte_len: 0,
+                                },
+                                WcStatus::WrFlushError,
+                            )
+                        }
                         None => q.send_cq.inner.push(q.flushed_completion(wr.wr_id, opcode)),
                     }
                     continue;
@@ -717,17 +793,26 @@ impl QueuePair<SoftProvider> for SoftQp {
                     ));
                 }
             }
+            let held = q.chain.as_deref().map_or(0, |c| c.held());
             let full = q
                 .req
                 .lock()
                 .as_ref()
-                .is_some_and(|r| r.in_flight() >= q.max_send_wr);
+                .is_some_and(|r| r.in_flight() + held >= q.max_send_wr);
             if full {
                 return Err((i, VerbsError::Exhausted(Resource::QueueSlot)));
             }
-            q.post_one(wr).map_err(|e| (i, e))?;
+            match q.chain.as_deref() {
+                Some(chain) => q.hold(chain, wr).map_err(|e| (i, e))?,
+                None => q.post_one(wr).map_err(|e| (i, e))?,
+            }
         }
         drop(_tx);
+        if q.chain.is_some() {
+            // The doorbell: start what nothing holds (releases and flushes as below).
+            q.run_chain();
+            return Ok(());
+        }
         q.release_and_rearm();
         if q.state() == QpState::Error {
             q.flush_all();
@@ -784,5 +869,7 @@ fn opcode_of(op: &SendOp<'_, SoftMw, SoftMr>) -> WcOpcode {
         SendOp::Send { .. } | SendOp::SendWithInvalidate { .. } => WcOpcode::Send,
         SendOp::BindMw { .. } => WcOpcode::BindMw,
         SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+        SendOp::Wait { .. } => WcOpcode::Wait,
+        SendOp::Enable { .. } => WcOpcode::Enable,
     }
 }

@@ -1,5 +1,6 @@
 //! The send queue's posting path: local checks of every work request, local operations
 //! (bind, invalidate) executed at once, remote ones handed to the requester core and the link.
+//! A cross-channel QP's requests come here when they start (`chain`), not when posted.
 
 use super::*;
 
@@ -122,6 +123,11 @@ impl QpInner {
                 };
                 return self.finish_local(s, status);
             }
+            SendOp::Wait { .. } | SendOp::Enable { .. } => {
+                return Err(VerbsError::InvalidArgument(
+                    "WAIT and ENABLE need a cross-channel QP",
+                ));
+            }
         };
         let op = match op {
             Ok(op) => op,
@@ -177,23 +183,64 @@ impl QpInner {
             },
             None => None,
         };
-        let req = BindRequest {
-            mw: mw.rkey(),
-            qp: self.qpn,
-            qp_pd: self.pd_id(),
+        match self.bind_resolved(
+            mw.rkey(),
             mr,
-            addr: bind.addr,
-            len: bind.length,
-            access: bind.access,
-            key: bind.key,
-        };
-        match self.dev.mpt.bind_mw(req) {
+            bind.addr,
+            bind.length,
+            bind.access,
+            bind.key,
+            bind.target_qp,
+        ) {
             Ok(key) => {
                 mw.set_rkey(key);
                 WcStatus::Success
             }
-            Err(_) => WcStatus::MwBindError,
+            Err(status) => status,
         }
+    }
+
+    /// Binds the window `mw` names (its index) as a bind posted on this QP, for `target` if
+    /// given (a type-2 window for another QP of the same device and PD, not in RESET or ERR).
+    #[allow(clippy::too_many_arguments)] // `ibv_mw_bind_info`'s fields and the target QP
+    pub(super) fn bind_resolved(
+        &self,
+        mw: MemoryKey,
+        mr: Option<Arc<crate::soft::mpt::MrEntry>>,
+        addr: crate::verbs::VirtAddr,
+        len: u64,
+        access: AccessFlags,
+        key: Option<u8>,
+        target: Option<QpNumber>,
+    ) -> Result<MemoryKey, WcStatus> {
+        let (qp, qp_pd) = match target {
+            None => (self.qpn, self.pd_id()),
+            Some(_) if !self.dev.config.attr.mw_bind_target_qp => {
+                return Err(WcStatus::MwBindError);
+            }
+            Some(t) if t == self.qpn => (t, self.pd_id()),
+            Some(t) => {
+                let named = self.dev.cross.qp(t).ok_or(WcStatus::MwBindError)?;
+                if named.pd() != self.pd_id()
+                    || matches!(named.qp_state(), QpState::Reset | QpState::Error)
+                {
+                    return Err(WcStatus::MwBindError);
+                }
+                (t, named.pd())
+            }
+        };
+        let req = BindRequest {
+            mw,
+            qp,
+            qp_pd,
+            mr,
+            addr,
+            len,
+            access,
+            key,
+            named_qp: target.is_some(),
+        };
+        self.dev.mpt.bind_mw(req).map_err(|_| WcStatus::MwBindError)
     }
 
     pub(super) fn finish_local(&self, spec: PendingSpec, status: WcStatus) -> VerbsResult<()> {

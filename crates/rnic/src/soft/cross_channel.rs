@@ -1,0 +1,191 @@
+//! The device's cross-channel fabric: CQ and QP numbers resolved to the objects a WAIT, an
+//! ENABLE or a bind for another QP names, and the chain engine that runs held requests.
+//!
+//! Below the queues and the QPs, which it knows only through the small traits here. A CQ
+//! whose count reaches what a WAIT waits for, or an ENABLE of a managed queue, never runs the
+//! released requests itself: it may hold the locks of the QP whose completion it queued (a
+//! QP waiting on its own send CQ would deadlock). It hands the waiting QP to the engine, a
+//! thread of the device started with its first cross-channel QP, which runs each QP's
+//! released requests with no other lock held — the NIC's own execution unit, so no CPU of the
+//! node that posted the chain takes part.
+//!
+//! Invariants: the maps hold `Weak` references only (an entry never keeps an object alive);
+//! an object removes its entry when it drops; the engine holds no reference to the device, so
+//! it ends when the device's last handle goes (its channel's sender is dropped with it).
+
+use crate::verbs::{CqNumber, PdId, QpNumber, QpState, VerbsError, VerbsResult, WorkQueue};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Weak};
+
+/// CQ numbers are unique in the process, so a WAIT naming another device's CQ names nothing
+/// here (24 bits, as on the wire of a real NIC's WAIT segment; 0 is never used).
+static NEXT_CQN: AtomicU32 = AtomicU32::new(1);
+
+/// A CQ as a WAIT sees it: a count of completions and a way to be told when it grows.
+pub(crate) trait CountedCq: Send + Sync {
+    /// Whether `count` completions were produced; if not, `waiter` is scheduled on the
+    /// engine once they are.
+    fn reached_or_notify(&self, count: u64, waiter: Weak<dyn ChainStep>) -> bool;
+}
+
+/// A QP with requests to run: the engine calls [`step`](Self::step) with no lock held.
+pub(crate) trait ChainStep: Send + Sync {
+    /// Runs the released requests at the head of the send queue, in order.
+    fn step(&self);
+}
+
+/// A QP as an ENABLE or a bind for another QP sees it.
+pub(crate) trait NamedQp: Send + Sync {
+    /// Its protection domain.
+    fn pd(&self) -> PdId;
+    /// Its state.
+    fn qp_state(&self) -> QpState;
+    /// Whether `queue` is managed (only then may an ENABLE name it).
+    fn is_managed(&self, queue: WorkQueue) -> bool;
+    /// Raises `queue`'s enable limit to `index` (never lowers it) and runs what it released.
+    fn enable(&self, queue: WorkQueue, index: u64);
+}
+
+type StepQueue = Sender<Weak<dyn ChainStep>>;
+
+/// Per-device registry of CQs and QPs by number, and the chain engine's queue.
+#[derive(Default)]
+pub(crate) struct CrossChannelHub {
+    cqs: RwLock<HashMap<CqNumber, Weak<dyn CountedCq>>>,
+    qps: RwLock<HashMap<QpNumber, Weak<dyn NamedQp>>>,
+    engine: Mutex<Option<StepQueue>>,
+}
+
+impl CrossChannelHub {
+    /// A fresh CQ number (process-wide unique, 24 bits, never 0).
+    pub(crate) fn new_cqn() -> CqNumber {
+        loop {
+            let n = NEXT_CQN.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
+            if n != 0 {
+                return CqNumber(n);
+            }
+        }
+    }
+
+    pub(crate) fn register_cq(&self, cqn: CqNumber, cq: Weak<dyn CountedCq>) {
+        self.cqs.write().insert(cqn, cq);
+    }
+
+    pub(crate) fn unregister_cq(&self, cqn: CqNumber) {
+        self.cqs.write().remove(&cqn);
+    }
+
+    /// The live CQ numbered `cqn` on this device.
+    pub(crate) fn cq(&self, cqn: CqNumber) -> Option<Arc<dyn CountedCq>> {
+        self.cqs.read().get(&cqn).and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn register_qp(&self, qpn: QpNumber, qp: Weak<dyn NamedQp>) {
+        self.qps.write().insert(qpn, qp);
+    }
+
+    pub(crate) fn unregister_qp(&self, qpn: QpNumber) {
+        self.qps.write().remove(&qpn);
+    }
+
+    /// The live QP numbered `qpn` on this device.
+    pub(crate) fn qp(&self, qpn: QpNumber) -> Option<Arc<dyn NamedQp>> {
+        self.qps.read().get(&qpn).and_then(Weak::upgrade)
+    }
+
+    /// Starts the chain engine if it is not running (with the device's first cross-channel QP).
+    pub(crate) fn start_engine(&self) -> VerbsResult<()> {
+        let mut engine = self.engine.lock();
+        if engine.is_some() {
+            return Ok(());
+        }
+        let (tx, rx) = channel::<Weak<dyn ChainStep>>();
+        std::thread::Builder::new()
+            .name("soft-nic-chains".into())
+            .spawn(move || {
+                // Ends when the device (the only sender) is gone.
+                while let Ok(qp) = rx.recv() {
+                    if let Some(qp) = qp.upgrade() {
+                        qp.step();
+                    }
+                }
+            })
+            .map_err(VerbsError::Io)?;
+        *engine = Some(tx);
+        Ok(())
+    }
+
+    /// Hands `qp` to the engine, which runs its released requests soon, on its own thread.
+    pub(crate) fn schedule(&self, qp: Weak<dyn ChainStep>) {
+        if let Some(tx) = self.engine.lock().as_ref() {
+            let _ = tx.send(qp);
+        }
+    }
+}
+
+/// What a CQ keeps for WAITs: its completion count and the QPs waiting for counts.
+///
+/// A waiter registers under the lock after raising `has_waiters` and then reads the count; a
+/// completion raises the count and then reads `has_waiters` (all sequentially consistent), so
+/// either the waiter sees the new count or the completion sees the waiter: none is missed.
+#[derive(Default)]
+pub(crate) struct CompletionCounter {
+    produced: std::sync::atomic::AtomicU64,
+    has_waiters: std::sync::atomic::AtomicBool,
+    waiters: Mutex<Vec<(u64, Weak<dyn ChainStep>)>>,
+}
+
+impl CompletionCounter {
+    /// Completions counted so far.
+    pub(crate) fn produced(&self) -> u64 {
+        self.produced.load(Ordering::SeqCst)
+    }
+
+    /// Counts one completion; waiters whose count is reached go to `hub`'s engine. One atomic
+    /// add and load when nobody waits.
+    pub(crate) fn count_one(&self, hub: &CrossChannelHub) {
+        let now = self.produced.fetch_add(1, Ordering::SeqCst) + 1;
+        if !self.has_waiters.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut waiters = self.waiters.lock();
+        let mut due = Vec::new();
+        waiters.retain(|(count, qp)| {
+            if *count <= now {
+                due.push(qp.clone());
+                false
+            } else {
+                true
+            }
+        });
+        if waiters.is_empty() {
+            self.has_waiters.store(false, Ordering::SeqCst);
+        }
+        drop(waiters);
+        for qp in due {
+            hub.schedule(qp);
+        }
+    }
+
+    /// Whether `count` was reached; if not, `waiter` is scheduled when it is.
+    pub(crate) fn reached_or_notify(&self, count: u64, waiter: Weak<dyn ChainStep>) -> bool {
+        if self.produced() >= count {
+            return true;
+        }
+        let mut waiters = self.waiters.lock();
+        self.has_waiters.store(true, Ordering::SeqCst);
+        if self.produced() >= count {
+            return true;
+        }
+        if !waiters
+            .iter()
+            .any(|(c, w)| *c == count && w.ptr_eq(&waiter))
+        {
+            waiters.push((count, waiter));
+        }
+        false
+    }
+}
