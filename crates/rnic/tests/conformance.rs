@@ -14,6 +14,8 @@ mod conformance {
     pub mod access;
     pub mod beds;
     pub mod bind;
+    pub mod chain_alloc;
+    pub mod chains;
     pub mod errors;
     pub mod harness;
     pub mod invalidate;
@@ -24,6 +26,8 @@ mod conformance {
     pub mod rules {
         pub use super::access::*;
         pub use super::bind::*;
+        pub use super::chain_alloc::*;
+        pub use super::chains::*;
         pub use super::errors::*;
         pub use super::invalidate::*;
         pub use super::keys::*;
@@ -100,6 +104,17 @@ mod conformance {
                     rkey_random_not_predictable,
                     rkey_guessing_finds_only_current_key,
                     rkey_guessing_finds_only_current_key_random,
+                    // work-request chains (cross-channel verbs)
+                    chain_wait_holds_until_count,
+                    chain_enable_releases_up_to_index,
+                    chain_enable_recv_up_to_index,
+                    chain_recv_scatter_patches_held_write,
+                    chain_patched_bad_key_fails_qp,
+                    chain_post_time_errors,
+                    bind_type2_for_named_qp,
+                    bind_for_named_qp_errors,
+                    chain_read_patches_held_bind,
+                    chain_mini_allocation,
                 );
             }
         };
