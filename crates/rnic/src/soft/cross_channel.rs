@@ -60,11 +60,12 @@ pub(crate) struct CrossChannelHub {
 }
 
 impl CrossChannelHub {
-    /// A fresh CQ number (process-wide unique, 24 bits, never 0).
-    pub(crate) fn new_cqn() -> CqNumber {
+    /// A fresh CQ number: process-wide unique until the 24-bit counter wraps, never 0, and
+    /// never one a live CQ of this device has.
+    pub(crate) fn unused_cqn(&self) -> CqNumber {
         loop {
             let n = NEXT_CQN.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
-            if n != 0 {
+            if n != 0 && !self.cqs.read().contains_key(&CqNumber(n)) {
                 return CqNumber(n);
             }
         }
@@ -187,5 +188,38 @@ impl CompletionCounter {
             waiters.push((count, waiter));
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Step;
+    impl ChainStep for Step {
+        fn step(&self) {}
+    }
+
+    #[test]
+    fn a_waiter_is_told_once_its_count_is_reached() {
+        let hub = CrossChannelHub::default();
+        let (tx, rx) = channel();
+        *hub.engine.lock() = Some(tx);
+        let counter = CompletionCounter::default();
+        let step: Arc<dyn ChainStep> = Arc::new(Step);
+        assert!(counter.reached_or_notify(0, Arc::downgrade(&step)));
+        assert!(!counter.reached_or_notify(2, Arc::downgrade(&step)));
+        assert!(
+            !counter.reached_or_notify(2, Arc::downgrade(&step)),
+            "registered once"
+        );
+        counter.count_one(&hub);
+        assert!(rx.try_recv().is_err(), "one completion of two");
+        counter.count_one(&hub);
+        assert!(rx.try_recv().is_ok(), "scheduled at the count");
+        assert!(rx.try_recv().is_err(), "and only once");
+        counter.count_one(&hub);
+        assert!(rx.try_recv().is_err(), "nobody waits any more");
+        assert!(counter.reached_or_notify(3, Arc::downgrade(&step)));
     }
 }

@@ -5,7 +5,7 @@
 //! and error flushes happen on the thread that waits for them — no timer thread. The queues sit
 //! below the QPs that use them: a CQ knows a QP only as something to `Progress`.
 
-use super::cross_channel::{ChainStep, CompletionCounter, CountedCq, CrossChannelHub};
+use super::cross_channel::{ChainStep, CompletionCounter, CountedCq};
 use super::device::{DeviceInner, ResourceCounts};
 use crate::verbs::{
     AsyncEvent, CompletionChannel, CompletionQueue, CqNumber, PdId, RecvWr, Resource,
@@ -136,7 +136,7 @@ impl SoftCq {
             dev.config.attr.max_cq,
             Resource::CompletionQueue,
         )?;
-        let cqn = CrossChannelHub::new_cqn();
+        let cqn = dev.cross.unused_cqn();
         let cq = SoftCq {
             inner: Arc::new(CqInner {
                 dev: dev.clone(),
