@@ -129,9 +129,12 @@ impl CrossChannelHub {
 
 /// What a CQ keeps for WAITs: its completion count and the QPs waiting for counts.
 ///
-/// A waiter registers under the lock after raising `has_waiters` and then reads the count; a
-/// completion raises the count and then reads `has_waiters` (all sequentially consistent), so
-/// either the waiter sees the new count or the completion sees the waiter: none is missed.
+/// The count is raised under the CQ's queue lock (a load and a store: completions of one CQ
+/// are serialized there, so the hot path has no extra read-modify-write), and a waiter reads
+/// it under that lock too. A waiter raises `has_waiters` before it reads the count; a
+/// completion reads `has_waiters` after it released the queue lock. If the waiter's read came
+/// first, the completion's lock acquisition follows it and sees the flag; otherwise the waiter
+/// sees the new count. Either way no wake-up is missed.
 #[derive(Default)]
 pub(crate) struct CompletionCounter {
     produced: std::sync::atomic::AtomicU64,
@@ -140,19 +143,26 @@ pub(crate) struct CompletionCounter {
 }
 
 impl CompletionCounter {
-    /// Completions counted so far.
+    /// Completions counted so far (exact under the CQ's queue lock).
     pub(crate) fn produced(&self) -> u64 {
-        self.produced.load(Ordering::SeqCst)
+        self.produced.load(Ordering::Relaxed)
     }
 
-    /// Counts one completion; waiters whose count is reached go to `hub`'s engine. One atomic
-    /// add and load when nobody waits.
-    pub(crate) fn count_one(&self, hub: &CrossChannelHub) {
-        let now = self.produced.fetch_add(1, Ordering::SeqCst) + 1;
+    /// Counts one completion. The caller holds the CQ's queue lock.
+    pub(crate) fn count_locked(&self) {
+        let n = self.produced.load(Ordering::Relaxed);
+        self.produced.store(n + 1, Ordering::Relaxed);
+    }
+
+    /// After a completion was counted and the queue lock released: hands the waiters whose
+    /// count is reached to `hub`'s engine. One load when nobody waits.
+    pub(crate) fn wake_due(&self, hub: &CrossChannelHub) {
         if !self.has_waiters.load(Ordering::SeqCst) {
             return;
         }
         let mut waiters = self.waiters.lock();
+        // At least the count this thread stored (coherence); a later one is fine too.
+        let now = self.produced();
         let mut due = Vec::new();
         waiters.retain(|(count, qp)| {
             if *count <= now {
@@ -171,14 +181,20 @@ impl CompletionCounter {
         }
     }
 
-    /// Whether `count` was reached; if not, `waiter` is scheduled when it is.
-    pub(crate) fn reached_or_notify(&self, count: u64, waiter: Weak<dyn ChainStep>) -> bool {
-        if self.produced() >= count {
+    /// Whether `count` was reached; if not, `waiter` is scheduled when it is. `locked_count`
+    /// reads the count under the CQ's queue lock.
+    pub(crate) fn reached_or_notify(
+        &self,
+        count: u64,
+        waiter: Weak<dyn ChainStep>,
+        locked_count: impl Fn() -> u64,
+    ) -> bool {
+        if locked_count() >= count {
             return true;
         }
         let mut waiters = self.waiters.lock();
         self.has_waiters.store(true, Ordering::SeqCst);
-        if self.produced() >= count {
+        if locked_count() >= count {
             return true;
         }
         if !waiters
@@ -206,20 +222,25 @@ mod tests {
         let (tx, rx) = channel();
         *hub.engine.lock() = Some(tx);
         let counter = CompletionCounter::default();
+        let count = || counter.produced();
         let step: Arc<dyn ChainStep> = Arc::new(Step);
-        assert!(counter.reached_or_notify(0, Arc::downgrade(&step)));
-        assert!(!counter.reached_or_notify(2, Arc::downgrade(&step)));
+        let complete = || {
+            counter.count_locked();
+            counter.wake_due(&hub);
+        };
+        assert!(counter.reached_or_notify(0, Arc::downgrade(&step), count));
+        assert!(!counter.reached_or_notify(2, Arc::downgrade(&step), count));
         assert!(
-            !counter.reached_or_notify(2, Arc::downgrade(&step)),
+            !counter.reached_or_notify(2, Arc::downgrade(&step), count),
             "registered once"
         );
-        counter.count_one(&hub);
+        complete();
         assert!(rx.try_recv().is_err(), "one completion of two");
-        counter.count_one(&hub);
+        complete();
         assert!(rx.try_recv().is_ok(), "scheduled at the count");
         assert!(rx.try_recv().is_err(), "and only once");
-        counter.count_one(&hub);
+        complete();
         assert!(rx.try_recv().is_err(), "nobody waits any more");
-        assert!(counter.reached_or_notify(3, Arc::downgrade(&step)));
+        assert!(counter.reached_or_notify(3, Arc::downgrade(&step), count));
     }
 }

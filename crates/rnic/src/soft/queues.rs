@@ -103,7 +103,10 @@ impl Drop for CqInner {
 
 impl CountedCq for CqInner {
     fn reached_or_notify(&self, count: u64, waiter: Weak<dyn ChainStep>) -> bool {
-        self.counter.reached_or_notify(count, waiter)
+        self.counter.reached_or_notify(count, waiter, || {
+            let _serial = self.queue.lock();
+            self.counter.produced()
+        })
     }
 }
 
@@ -169,9 +172,10 @@ impl CqInner {
             return;
         }
         q.push_back(wc);
+        self.counter.count_locked();
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
-        self.counter.count_one(&self.dev.cross);
+        self.counter.wake_due(&self.dev.cross);
         self.arrived.notify_one();
         if self.armed.swap(false, Ordering::AcqRel)
             && let Some(channel) = &self.channel
