@@ -22,6 +22,7 @@
 pub mod ack_timer;
 mod chain;
 mod post;
+mod receive;
 pub mod requester;
 pub mod responder;
 mod ring;
@@ -43,6 +44,7 @@ use crate::verbs::{
 };
 use chain::ChainQueues;
 use parking_lot::{Mutex, RwLock};
+use receive::{QueueSource, Rx, SrqSource};
 use requester::{Payload, PendingSpec, Requester, RequesterAction};
 use responder::{RecvSource, ResponderCtx, ResponderState};
 use std::collections::VecDeque;
@@ -98,26 +100,6 @@ pub(crate) struct QpInner {
     this: Weak<QpInner>,
 }
 
-struct Rx {
-    responder: ResponderState,
-    recv_queue: VecDeque<RecvWr>,
-    /// Receives consumed since creation or reset: the index of the queue's head.
-    recv_taken: u64,
-    /// A managed receive queue's enable limit (receives below it may be consumed).
-    recv_enabled: Option<u64>,
-}
-
-impl Rx {
-    fn new(recv_psn: Psn, managed: bool) -> Self {
-        Rx {
-            responder: ResponderState::new(recv_psn),
-            recv_queue: VecDeque::new(),
-            recv_taken: 0,
-            recv_enabled: managed.then_some(0),
-        }
-    }
-}
-
 impl fmt::Debug for QpInner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QpInner")
@@ -156,49 +138,6 @@ fn state_index(s: QpState) -> u8 {
         QpState::ReadyToSend => 3,
         QpState::Error => 4,
     }
-}
-
-struct SrqSource<'a>(&'a SoftSrq);
-impl RecvSource for SrqSource<'_> {
-    fn take(&mut self) -> Option<RecvWr> {
-        self.0.inner.queue.lock().pop_front()
-    }
-    fn next_capacity(&mut self) -> Option<usize> {
-        let queue = self.0.inner.queue.lock();
-        queue.front().map(recv_capacity)
-    }
-}
-/// The QP's own receive queue; a managed one yields only receives below its enable limit.
-struct QueueSource<'a> {
-    queue: &'a mut VecDeque<RecvWr>,
-    taken: &'a mut u64,
-    enabled: Option<u64>,
-}
-impl QueueSource<'_> {
-    fn head_enabled(&self) -> bool {
-        self.enabled.is_none_or(|limit| *self.taken < limit)
-    }
-}
-impl RecvSource for QueueSource<'_> {
-    fn take(&mut self) -> Option<RecvWr> {
-        if !self.head_enabled() {
-            return None;
-        }
-        let wr = self.queue.pop_front()?;
-        *self.taken += 1;
-        Some(wr)
-    }
-    fn next_capacity(&mut self) -> Option<usize> {
-        if !self.head_enabled() {
-            return None;
-        }
-        self.queue.front().map(recv_capacity)
-    }
-}
-
-/// Bytes a receive can take.
-fn recv_capacity(wr: &RecvWr) -> usize {
-    wr.sge.map_or(0, |s| s.length as usize)
 }
 
 impl QpInner {
