@@ -111,10 +111,12 @@ mod conformance {
                     chain_recv_scatter_patches_held_write,
                     chain_patched_bad_key_fails_qp,
                     chain_post_time_errors,
+                    chain_error_flushes_held_requests,
                     bind_type2_for_named_qp,
                     bind_for_named_qp_errors,
                     chain_read_patches_held_bind,
                     chain_mini_allocation,
+                    chain_allocations_back_to_back,
                 );
             }
         };

@@ -471,3 +471,60 @@ pub fn chain_post_time_errors<P: Provider, B: TestBed<P>>() {
         (9, WcStatus::Success, WcOpcode::Wait)
     );
 }
+
+/// A QP that enters ERR flushes its held requests in posting order, a WAIT included, and a
+/// request posted afterwards completes flushed behind them; none of them runs.
+pub fn chain_error_flushes_held_requests<P: Provider, B: TestBed<P>>() {
+    let w = World::<P, B>::new();
+    if skip_without_chains(&w, "chain_error_flushes_held_requests") {
+        return;
+    }
+    let lb = chain_qp(&w, CrossChannel::default());
+    let never = w.mn().create_cq(16).expect("a CQ nothing completes on");
+    let rmr = mn_remote_mr(&w);
+    w.fill_mn(0x200, 8, 5);
+    let write = |id| {
+        wr::<P>(
+            id,
+            op_write::<P>(
+                sge(&w.mbuf, rmr.lkey(), 0x200, 8),
+                w.maddr(0x300),
+                rmr.rkey(),
+            ),
+        )
+    };
+    post_on::<P>(
+        &lb.cqp,
+        &[
+            wr_unsignaled::<P>(
+                1,
+                SendOp::Wait {
+                    cq: never.cq_num(),
+                    count: 1,
+                },
+            ),
+            write(2),
+            write(3),
+        ],
+    );
+    assert_quiet::<P, B>(
+        &w.bed,
+        &lb.ccq,
+        "requests behind a WAIT that is never reached",
+    );
+    lb.cqp.set_error();
+    post_on::<P>(&lb.cqp, &[write(4)]);
+    let wcs = wait_completions::<P, B>(&w.bed, &lb.ccq, 4);
+    assert_eq!(
+        wcs.iter()
+            .map(|wc| (wc.wr_id, wc.status, wc.opcode))
+            .collect::<Vec<_>>(),
+        vec![
+            (1, WcStatus::WrFlushError, WcOpcode::Wait),
+            (2, WcStatus::WrFlushError, WcOpcode::Write),
+            (3, WcStatus::WrFlushError, WcOpcode::Write),
+            (4, WcStatus::WrFlushError, WcOpcode::Write),
+        ]
+    );
+    assert_eq!(w.mn_bytes(0x300, 8), vec![0; 8]);
+}
