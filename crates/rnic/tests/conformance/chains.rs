@@ -454,16 +454,27 @@ pub fn chain_post_time_errors<P: Provider, B: TestBed<P>>() {
         },
         "ENABLE of a queue that is not managed",
     );
-    // Nothing was posted: the chain QP still works.
-    post_on::<P>(
-        &chain.cqp,
-        &[wr::<P>(
+    // Nothing was posted: the chain QP still works. In a list refused at its second request,
+    // the first is posted and runs.
+    let refused_second = chain.cqp.post_send(&[
+        wr::<P>(
             9,
             SendOp::Wait {
                 cq: own_cq,
                 count: 0,
             },
-        )],
+        ),
+        wr::<P>(
+            10,
+            SendOp::Wait {
+                cq: cn_cq.cq_num(),
+                count: 0,
+            },
+        ),
+    ]);
+    assert!(
+        matches!(refused_second, Err((1, VerbsError::InvalidArgument(_)))),
+        "{refused_second:?}"
     );
     let wc = wait_completions::<P, B>(&w.bed, &chain.ccq, 1)[0];
     assert_eq!(

@@ -692,66 +692,14 @@ impl QueuePair<SoftProvider> for SoftQp {
 
     fn post_send(&self, wrs: &[SendWr<'_, SoftMw, SoftMr>]) -> Result<(), (usize, VerbsError)> {
         let q = &self.inner;
-        let _tx = q.tx.lock();
-        // A doorbell of several requests leaves in one write on a link that buffers.
-        let link = (wrs.len() > 1).then(|| q.link.read().clone()).flatten();
-        let _corked = link.as_deref().map(Corked::new);
-        for (i, wr) in wrs.iter().enumerate() {
-            match q.state() {
-                QpState::ReadyToSend => {}
-                QpState::Error => {
-                    let opcode = opcode_of(&wr.op);
-                    let mut req = q.req.lock();
-                    match req.as_mut() {
-                        // Behind earlier requests, so completions stay in order.
-                        Some(r) => {
-                            q.flush_held(r);
-                            r.push_local(
-                                PendingSpec {
-                                    wr_id: wr.wr_id,
-                                    signaled: wr.signaled,
-                                    opcode,
-                                    local: None,
-                                    byte_len: 0,
-                                },
-                                WcStatus::WrFlushError,
-                            )
-                        }
-                        None => q.send_cq.inner.push(q.flushed_completion(wr.wr_id, opcode)),
-                    }
-                    continue;
-                }
-                s => {
-                    return Err((
-                        i,
-                        VerbsError::InvalidQpState {
-                            qpn: q.qpn,
-                            state: s.name(),
-                            action: "post_send",
-                        },
-                    ));
-                }
-            }
-            let held = q.chain.as_deref().map_or(0, |c| c.held());
-            let full = q
-                .req
-                .lock()
-                .as_ref()
-                .is_some_and(|r| r.in_flight() + held >= q.max_send_wr);
-            if full {
-                return Err((i, VerbsError::Exhausted(Resource::QueueSlot)));
-            }
-            match q.chain.as_deref() {
-                Some(chain) => q.hold(chain, wr).map_err(|e| (i, e))?,
-                None => q.post_one(wr).map_err(|e| (i, e))?,
-            }
-        }
-        drop(_tx);
+        let posted = q.post_list(wrs);
         if q.chain.is_some() {
-            // The doorbell: start what nothing holds (releases and flushes as below).
+            // The doorbell: start what nothing holds (releases and flushes as below), also
+            // when a later request of the list was refused.
             q.run_chain();
-            return Ok(());
+            return posted;
         }
+        posted?;
         q.release_and_rearm();
         if q.state() == QpState::Error {
             q.flush_all();

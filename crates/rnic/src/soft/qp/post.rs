@@ -32,6 +32,73 @@ impl QpInner {
             .map_err(|_| WcStatus::LocalProtectionError)
     }
 
+    /// Posts a list of send requests under `tx`: each is checked and started (an ordinary
+    /// QP) or held (a cross-channel QP); in ERR each completes flushed. Stops at the first
+    /// refused request, returning its index.
+    pub(super) fn post_list(
+        &self,
+        wrs: &[SendWr<'_, SoftMw, SoftMr>],
+    ) -> Result<(), (usize, VerbsError)> {
+        let _tx = self.tx.lock();
+        // A doorbell of several requests leaves in one write on a link that buffers.
+        let link = (wrs.len() > 1).then(|| self.link.read().clone()).flatten();
+        let _corked = link.as_deref().map(Corked::new);
+        for (i, wr) in wrs.iter().enumerate() {
+            match self.state() {
+                QpState::ReadyToSend => {}
+                QpState::Error => {
+                    let opcode = opcode_of(&wr.op);
+                    let mut req = self.req.lock();
+                    match req.as_mut() {
+                        // Behind earlier requests, so completions stay in order.
+                        Some(r) => {
+                            self.flush_held(r);
+                            r.push_local(
+                                PendingSpec {
+                                    wr_id: wr.wr_id,
+                                    signaled: wr.signaled,
+                                    opcode,
+                                    local: None,
+                                    byte_len: 0,
+                                },
+                                WcStatus::WrFlushError,
+                            )
+                        }
+                        None => self
+                            .send_cq
+                            .inner
+                            .push(self.flushed_completion(wr.wr_id, opcode)),
+                    }
+                    continue;
+                }
+                s => {
+                    return Err((
+                        i,
+                        VerbsError::InvalidQpState {
+                            qpn: self.qpn,
+                            state: s.name(),
+                            action: "post_send",
+                        },
+                    ));
+                }
+            }
+            let held = self.chain.as_deref().map_or(0, |c| c.held());
+            let full = self
+                .req
+                .lock()
+                .as_ref()
+                .is_some_and(|r| r.in_flight() + held >= self.max_send_wr);
+            if full {
+                return Err((i, VerbsError::Exhausted(Resource::QueueSlot)));
+            }
+            match self.chain.as_deref() {
+                Some(chain) => self.hold(chain, wr).map_err(|e| (i, e))?,
+                None => self.post_one(wr).map_err(|e| (i, e))?,
+            }
+        }
+        Ok(())
+    }
+
     /// Executes one posted request: a local op now, or a remote one handed to the link.
     pub(super) fn post_one(&self, wr: &SendWr<'_, SoftMw, SoftMr>) -> VerbsResult<()> {
         let max_msg = self.dev.config.attr.max_msg_size;
