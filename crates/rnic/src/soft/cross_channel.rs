@@ -43,6 +43,8 @@ pub(crate) trait NamedQp: Send + Sync {
     fn pd(&self) -> PdId;
     /// Its state.
     fn qp_state(&self) -> QpState;
+    /// How often it was reset (counted before its type-2 windows are invalidated).
+    fn resets(&self) -> u64;
     /// Whether `queue` is managed (only then may an ENABLE name it).
     fn is_managed(&self, queue: WorkQueue) -> bool;
     /// Raises `queue`'s enable limit to `index` (never lowers it) and runs what it released.

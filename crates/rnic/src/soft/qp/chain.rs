@@ -474,6 +474,10 @@ impl NamedQp for QpInner {
         self.state()
     }
 
+    fn resets(&self) -> u64 {
+        self.resets.load(Ordering::SeqCst)
+    }
+
     fn is_managed(&self, queue: WorkQueue) -> bool {
         self.chain.as_deref().is_some_and(|c| match queue {
             WorkQueue::Send => c.cross.managed_send,

@@ -49,7 +49,7 @@ use requester::{Payload, PendingSpec, Requester, RequesterAction};
 use responder::{RecvSource, ResponderCtx, ResponderState};
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// A queue pair handle. Cloning shares the QP; it is destroyed when the last handle drops.
@@ -97,6 +97,8 @@ pub(crate) struct QpInner {
     rnr_answered: AtomicBool,
     /// The held send queue and WQE ring of a cross-channel QP; `None` for an ordinary one.
     chain: Option<Box<ChainQueues>>,
+    /// Resets so far: a bind for this QP from another QP checks that none ran meanwhile.
+    resets: AtomicU64,
     this: Weak<QpInner>,
 }
 
@@ -198,6 +200,7 @@ impl QpInner {
                 armed_on_recv: AtomicBool::new(false),
                 rnr_answered: AtomicBool::new(false),
                 chain,
+                resets: AtomicU64::new(0),
                 this: this.clone(),
             }
         });
@@ -645,6 +648,7 @@ impl QueuePair<SoftProvider> for SoftQp {
         if let Some(chain) = q.chain.as_deref() {
             chain.reset();
         }
+        q.resets.fetch_add(1, Ordering::SeqCst);
         q.set_state(QpState::Reset);
         // Type-2 windows bound to this QP die with its connection.
         q.dev.mpt.invalidate_type2_of_qp(q.qpn);

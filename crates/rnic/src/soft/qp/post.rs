@@ -280,6 +280,7 @@ impl QpInner {
         key: Option<u8>,
         target: Option<QpNumber>,
     ) -> Result<MemoryKey, WcStatus> {
+        let mut other = None;
         let (qp, qp_pd) = match target {
             None => (self.qpn, self.pd_id()),
             Some(_) if !self.dev.config.attr.mw_bind_target_qp => {
@@ -288,12 +289,16 @@ impl QpInner {
             Some(t) if t == self.qpn => (t, self.pd_id()),
             Some(t) => {
                 let named = self.dev.cross.qp(t).ok_or(WcStatus::MwBindError)?;
+                // Read before the state: a reset after this read is seen below.
+                let resets = named.resets();
                 if named.pd() != self.pd_id()
                     || matches!(named.qp_state(), QpState::Reset | QpState::Error)
                 {
                     return Err(WcStatus::MwBindError);
                 }
-                (t, named.pd())
+                let pd = named.pd();
+                other = Some((resets, named));
+                (t, pd)
             }
         };
         let req = BindRequest {
@@ -307,7 +312,19 @@ impl QpInner {
             key,
             named_qp: target.is_some(),
         };
-        self.dev.mpt.bind_mw(req).map_err(|_| WcStatus::MwBindError)
+        let key = self
+            .dev
+            .mpt
+            .bind_mw(req)
+            .map_err(|_| WcStatus::MwBindError)?;
+        // A reset of the named QP counts itself and then invalidates its windows: one that ran
+        // between the check above and the bind missed this window, and its next connection
+        // (another peer, maybe) must not find it. Seen here, the bind is undone and fails.
+        if other.is_some_and(|(resets, q)| q.resets() != resets) {
+            let _ = self.dev.mpt.invalidate_mw(key, qp_pd, None);
+            return Err(WcStatus::MwBindError);
+        }
+        Ok(key)
     }
 
     pub(super) fn finish_local(&self, spec: PendingSpec, status: WcStatus) -> VerbsResult<()> {
