@@ -34,13 +34,20 @@ fn bind_for<'a, P: Provider, B: TestBed<P>>(
 }
 
 /// A type-2 window bound on one QP for another (same PD) works on the named QP only: the QP
-/// the bind was posted on faults like any other QP.
+/// the bind was posted on faults like any other QP. A SEND_WITH_INV arriving on the named QP
+/// invalidates it (the window is FREE again: it binds anew).
 pub fn bind_type2_for_named_qp<P: Provider, B: TestBed<P>>() {
     let w = World::<P, B>::new();
     if skip_without_chains(&w, "bind_type2_for_named_qp") {
         return;
     }
-    let access = w.connect();
+    let access = w.connect_with(ConnOpts {
+        server_recvs: vec![RecvWr {
+            wr_id: 1,
+            sge: None,
+        }],
+        ..ConnOpts::default()
+    });
     let poster = w.connect();
     let mw = w.mpd.alloc_mw(MwType::Type2).expect("alloc type-2 MW");
     let data = w.fill_mn(0x1000, 64, 5);
@@ -55,6 +62,27 @@ pub fn bind_type2_for_named_qp<P: Provider, B: TestBed<P>>() {
     assert_eq!(w.cn_bytes(0, 64), data);
     let denied = w.read(&poster, 0, 0x1000, 64, rkey);
     w.assert_access_error(&poster, &denied);
+
+    let inv = access.exec(
+        &w.bed,
+        SendOp::SendWithInvalidate {
+            local: None,
+            invalidate: rkey,
+        },
+    );
+    assert_eq!(inv.status, WcStatus::Success);
+    let rc = wait_completions::<P, B>(&w.bed, access.srcq(), 1)[0];
+    assert_eq!(
+        (rc.status, rc.invalidated_rkey),
+        (WcStatus::Success, Some(rkey))
+    );
+    let again = w.connect();
+    let wc = again.exec_server(&w.bed, bind_for(&w, &mw, 0x1000, 64, access.sqp.qp_num()));
+    assert_eq!(
+        wc.status,
+        WcStatus::Success,
+        "the invalidated window is free"
+    );
 }
 
 /// A bind for a named QP fails (`MwBindError`) when the QP is of another PD, in ERR, names
