@@ -165,6 +165,7 @@ fn chain_rules() -> Vec<(&'static str, fn())> {
         chain_wait_holds_until_count,
         chain_enable_releases_up_to_index,
         chain_enable_recv_up_to_index,
+        chain_enable_recv_after_rnr,
         chain_recv_scatter_patches_held_write,
         chain_patched_bad_key_fails_qp,
         chain_post_time_errors,

@@ -539,3 +539,55 @@ pub fn chain_error_flushes_held_requests<P: Provider, B: TestBed<P>>() {
     );
     assert_eq!(w.mn_bytes(0x300, 8), vec![0; 8]);
 }
+
+/// A SEND answered receiver-not-ready because its receive was not enabled yet goes through
+/// once an ENABLE lets the receive be used: the sender's RNR retry finds it (on TCP the
+/// responder reads the peer's requests again when the ENABLE runs, as after a `post_recv`).
+pub fn chain_enable_recv_after_rnr<P: Provider, B: TestBed<P>>() {
+    let w = World::<P, B>::new();
+    if skip_without_chains(&w, "chain_enable_recv_after_rnr") {
+        return;
+    }
+    let rnr_timer_us = 2_000;
+    let c = w.connect_with(ConnOpts {
+        server_cross: Some(CrossChannel {
+            managed_send: false,
+            managed_recv: true,
+        }),
+        server_recvs: vec![empty_recv(1)],
+        client_timing: Some(QpTiming {
+            rnr_timer_us,
+            rnr_retry: 7,
+            ..w.bed.quiet_timing()
+        }),
+        ..ConnOpts::default()
+    });
+    let enabler = chain_qp(&w, CrossChannel::default());
+    c.post(&[wr::<P>(5, SendOp::Send { local: None })]);
+    // The SEND reaches the MN and is refused; on virtual time no retry can run yet.
+    for _ in 0..8 {
+        w.bed.drive();
+    }
+    if w.bed.virtual_time() {
+        assert!(poll_now::<P, B>(&w.bed, &c.ccq).is_empty());
+        assert!(poll_now::<P, B>(&w.bed, c.srcq()).is_empty());
+    }
+    post_on::<P>(
+        &enabler.cqp,
+        &[wr::<P>(
+            6,
+            SendOp::Enable {
+                qp: c.sqp.qp_num(),
+                queue: WorkQueue::Recv,
+                index: 1,
+            },
+        )],
+    );
+    let wc = wait_completions::<P, B>(&w.bed, &enabler.ccq, 1)[0];
+    assert_eq!((wc.wr_id, wc.status), (6, WcStatus::Success));
+    let step = Some(std::time::Duration::from_micros(rnr_timer_us / 4));
+    let sent = wait_completions_advancing::<P, B>(&w.bed, &c.ccq, 1, step)[0];
+    assert_eq!((sent.wr_id, sent.status), (5, WcStatus::Success));
+    let rc = wait_completions::<P, B>(&w.bed, c.srcq(), 1)[0];
+    assert_eq!((rc.wr_id, rc.status), (1, WcStatus::Success));
+}

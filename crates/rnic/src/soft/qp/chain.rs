@@ -500,6 +500,8 @@ impl NamedQp for QpInner {
             WorkQueue::Recv => {
                 let mut rx = self.rx.lock();
                 rx.recv_enabled = rx.recv_enabled.map(|e| e.max(index));
+                drop(rx);
+                self.receive_available();
             }
         }
     }

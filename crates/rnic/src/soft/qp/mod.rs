@@ -220,6 +220,17 @@ impl QpInner {
         self.pd.inner.id
     }
 
+    /// A receive became available (posted, or enabled on a managed queue; called without the
+    /// `rx` lock): a link that stopped reading the peer's requests after a receiver-not-ready
+    /// answer reads them again.
+    fn receive_available(&self) {
+        if self.rnr_answered.swap(false, Ordering::SeqCst)
+            && let Some(link) = self.link.read().as_ref()
+        {
+            link.receive_posted();
+        }
+    }
+
     fn is_managed_recv(&self) -> bool {
         self.chain.as_deref().is_some_and(|c| c.cross.managed_recv)
     }
@@ -742,11 +753,7 @@ impl QueuePair<SoftProvider> for SoftQp {
         }
         rx.recv_queue.extend(wrs.iter().copied());
         drop(rx);
-        if q.rnr_answered.swap(false, Ordering::SeqCst)
-            && let Some(link) = q.link.read().as_ref()
-        {
-            link.receive_posted();
-        }
+        q.receive_available();
         Ok(())
     }
 }
