@@ -61,7 +61,8 @@ impl WqeRing {
     }
 }
 
-/// The byte layout of a send-queue entry, version [`wqe::VERSION`]. Fields are little-endian.
+/// The byte layout of a send-queue entry, version [`wqe::VERSION`]. Fields are little-endian
+/// (an atomic's previous value lands in host order, the same on little-endian hosts).
 /// Offsets not named here are reserved; what is not patchable is written at post time for
 /// inspection only and never read back.
 ///
