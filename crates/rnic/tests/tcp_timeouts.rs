@@ -178,10 +178,13 @@ fn a_qp_moved_to_error_closes_its_connection_and_the_peer_learns_at_once() {
         drain_cq(&c.cq);
         c.qp.state() == QpState::Error
     });
-    assert_eq!(
-        c.ctx.poll_async_event(),
-        Some(AsyncEvent::QpDisconnected(c.qp.qp_num()))
-    );
+    // The event is queued just after the state changes: wait for it too.
+    let mut event = None;
+    wait_until("the client's disconnect event", || {
+        event = c.ctx.poll_async_event();
+        event.is_some()
+    });
+    assert_eq!(event, Some(AsyncEvent::QpDisconnected(c.qp.qp_num())));
     c.qp.post_send(&[read_wr(&c, 1, 0)]).unwrap();
     let wc = wait_wcs(&c.cq, 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (1, WcStatus::WrFlushError));
