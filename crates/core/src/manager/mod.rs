@@ -7,6 +7,7 @@
 //! - `keys`: random key bytes for window binds.
 //! - `fast_hash`: the hot path's hash maps (foldhash, seeded at random).
 //! - `names`: named roots, per tenant.
+//! - [`onesided`]: one-sided allocation's chunks and per-client free queues (OneSidedMW).
 //! - [`node`]: the memory node, the driver that pumps the core with verbs.
 //!
 //! The internal modules are private: what a user (or a test driving the core with a simulated
@@ -15,6 +16,7 @@ mod core;
 mod fast_hash;
 mod keys;
 mod names;
+pub mod onesided;
 mod pool;
 mod state;
 mod tenants;
