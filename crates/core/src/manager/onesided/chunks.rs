@@ -1,31 +1,7 @@
-//! One-sided allocation (OneSidedMW): what the memory node's CPU keeps of it, sans-IO.
-//!
-//! The node carves an arena into equal chunks, each with a type-2 window and an entry in a
-//! window table. Every client that allocates one-sided has a queue of its own: a ring of
-//! slots the manager fills in the background (its *tail*), each with a chunk and an
-//! allocation chain pre-posted on the NIC for it, and a *head*: the allocations the client's
-//! chains have run, with no CPU of the node (`docs/onesided.md` has the design and why the
-//! queue is per client). So:
-//!
-//! - a chunk between the head and the tail is *reserved* for its client (charged to the
-//!   client's tenant when queued: the queue is the client's budget);
-//! - a chunk behind the head is *allocated*: its chain bound its window for the client's
-//!   access QP and told the client; the manager learns it when it reads the head
-//!   ([`OneSidedChunks::observe_head`]);
-//! - a chunk its client freed (a SEND_WITH_INV of its key arriving on the access QP it is
-//!   bound to: the NIC refuses anyone else's) is *dirty* until the manager has zeroed it, then
-//!   *free* for any client's queue.
-//!
-//! A head past the tail means allocations that found no slot filled (an overrun: counted, and
-//! the caller repairs the queue). A client that leaves gives back everything it had queued or
-//! allocated, zeroed before reuse.
-//!
-//! Invariants: every chunk is in exactly one state; a client never has more than its budget
-//! reserved and allocated together; a chunk reaches another client's queue only after it was
-//! zeroed; a window's key byte changes every time its chunk is queued again, so a key of an
-//! earlier allocation never works on a later one.
+//! The arena's chunks and each client's queue of them, as the manager's CPU keeps them
+//! (sans-IO; see the module docs of `onesided`).
 
-use super::state::ClientId;
+use super::super::state::ClientId;
 use std::collections::{HashMap, VecDeque};
 
 /// A chunk of the one-sided arena, by index.
@@ -244,5 +220,5 @@ impl OneSidedChunks {
 }
 
 #[cfg(test)]
-#[path = "onesided_tests.rs"]
+#[path = "chunks_tests.rs"]
 mod tests;

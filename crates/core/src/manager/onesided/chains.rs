@@ -1,0 +1,287 @@
+//! The NIC's side of one-sided allocation: the arena's windows, and each client's allocation
+//! QP with the chains the manager posts on it in advance.
+//!
+//! One chain per filled slot of the client's queue ([`Refill`]), on the node's end of the
+//! client's allocation connection (a cross-channel QP):
+//!
+//! 1. a receive (the client's request: a SEND of no bytes);
+//! 2. a WAIT on the allocation QP's receive CQ until that receive completed;
+//! 3. a signaled BIND of the chunk's type-2 window *for the client's access QP* (another QP
+//!    of the same PD: the node's end of the client's data connection), with the slot's key;
+//! 4. a WAIT on the allocation QP's send CQ until that bind completed;
+//! 5. a SEND to the client of the chunk's [`ChunkGrant`] (address, key, length), written by
+//!    the manager when it filled the slot.
+//!
+//! Nothing the client sends reaches a work request: the chain binds the chunk the manager
+//! chose, for the QP the manager named. The client learns the key only after the bind
+//! completed. The manager counts the binds that completed (the queue's head) from the send
+//! CQ, in the background.
+//!
+//! Invariants: slot `k`'s chain waits for receive `k + 1` and bind `k + 1` (counts since the
+//! QP's CQs were created, one receive and one signaled completion per chain: the WAITs and
+//! the SEND are unsignaled), so chains run in slot order, each once.
+
+use super::chunks::{ChunkId, Refill};
+use rnic::{
+    AccessFlags, BindInfo, CompletionQueue, Context, CrossChannel, MemoryBuffer, MemoryKey,
+    MemoryRegion, MemoryWindow, MwType, ProtectionDomain, Provider, QpInit, QpNumber, QpTiming,
+    QueuePair, RecvWr, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+};
+
+/// Bytes of a [`ChunkGrant`] on the wire.
+pub const GRANT_BYTES: usize = 16;
+
+/// What an allocation gives the client: where the chunk is, its window's key, its length
+/// (little-endian `u64`, `u32`, `u32`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkGrant {
+    /// The chunk's first byte on the node.
+    pub addr: u64,
+    /// Its window's key (works on the client's access QP only).
+    pub rkey: MemoryKey,
+    /// Its length.
+    pub len: u32,
+}
+
+impl ChunkGrant {
+    /// The grant's bytes.
+    pub fn encode(&self) -> [u8; GRANT_BYTES] {
+        let mut b = [0u8; GRANT_BYTES];
+        b[..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..12].copy_from_slice(&self.rkey.0.to_le_bytes());
+        b[12..].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// A grant from its bytes (`None`: too short).
+    pub fn decode(b: &[u8]) -> Option<ChunkGrant> {
+        Some(ChunkGrant {
+            addr: u64::from_le_bytes(b.get(..8)?.try_into().ok()?),
+            rkey: MemoryKey(u32::from_le_bytes(b.get(8..12)?.try_into().ok()?)),
+            len: u32::from_le_bytes(b.get(12..16)?.try_into().ok()?),
+        })
+    }
+}
+
+/// The arena: `chunks` chunks of `chunk_bytes`, registered in the PD of the clients' access
+/// QPs, a type-2 window per chunk, and the grants the chains send (local memory only).
+pub struct Arena<P: Provider> {
+    buffer: P::Buffer,
+    mr: P::Mr,
+    windows: Vec<P::Mw>,
+    grants: P::Buffer,
+    grants_mr: P::Mr,
+    chunk_bytes: u64,
+}
+
+impl<P: Provider> std::fmt::Debug for Arena<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("chunks", &self.windows.len())
+            .field("chunk_bytes", &self.chunk_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Provider> Arena<P> {
+    /// Allocates and registers the arena in `pd` (the PD of the clients' access QPs).
+    pub fn new(
+        ctx: &P::Context,
+        pd: &P::Pd,
+        chunks: u32,
+        chunk_bytes: u64,
+    ) -> Result<Self, VerbsError> {
+        let bytes = usize::try_from(u64::from(chunks) * chunk_bytes)
+            .map_err(|_| VerbsError::InvalidArgument("one-sided arena too large"))?;
+        let buffer = ctx.alloc_buffer(bytes)?;
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL | AccessFlags::MW_BIND;
+        let mr = pd.reg_mr(&buffer, 0, bytes, access)?;
+        let windows = (0..chunks)
+            .map(|_| pd.alloc_mw(MwType::Type2))
+            .collect::<Result<Vec<_>, _>>()?;
+        let grants = ctx.alloc_buffer(chunks as usize * GRANT_BYTES)?;
+        let grants_mr = pd.reg_mr(&grants, 0, grants.len(), AccessFlags::LOCAL_WRITE)?;
+        Ok(Arena {
+            buffer,
+            mr,
+            windows,
+            grants,
+            grants_mr,
+            chunk_bytes,
+        })
+    }
+
+    /// Chunk `chunk`'s first byte.
+    pub fn chunk_addr(&self, chunk: ChunkId) -> u64 {
+        self.buffer.addr() + u64::from(chunk) * self.chunk_bytes
+    }
+
+    /// What chunk `chunk` is granted as, bound with key byte `key`.
+    pub fn grant(&self, chunk: ChunkId, key: u8) -> Option<ChunkGrant> {
+        let window = self.windows.get(chunk as usize)?;
+        Some(ChunkGrant {
+            addr: self.chunk_addr(chunk),
+            rkey: MemoryKey::new(window.rkey().index(), key),
+            len: u32::try_from(self.chunk_bytes).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// Zeroes chunk `chunk` (before it is queued again).
+    pub fn zero(&self, chunk: ChunkId) -> Result<(), VerbsError> {
+        let off = usize::try_from(u64::from(chunk) * self.chunk_bytes)
+            .map_err(|_| VerbsError::InvalidArgument("no such chunk"))?;
+        self.buffer
+            .write(off, &vec![0u8; self.chunk_bytes as usize])
+    }
+}
+
+/// The node's end of one client's allocation connection: a cross-channel QP whose receive
+/// and send CQs its chains wait on.
+pub struct AllocChains<P: Provider> {
+    qp: P::Qp,
+    recv_cq: P::Cq,
+    send_cq: P::Cq,
+    /// Binds that completed (the queue's head), counted from the send CQ.
+    bound: u64,
+}
+
+impl<P: Provider> std::fmt::Debug for AllocChains<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocChains")
+            .field("bound", &self.bound)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Work requests one chain posts on the send queue.
+const CHAIN_SENDS: u32 = 4;
+
+impl<P: Provider> AllocChains<P> {
+    /// A cross-channel QP in `pd` for `slots` chains at a time, with CQs of its own (to be
+    /// connected to the client's allocation QP).
+    pub fn new(
+        ctx: &P::Context,
+        pd: &P::Pd,
+        slots: u32,
+        timing: QpTiming,
+    ) -> Result<Self, VerbsError> {
+        let recv_cq = ctx.create_cq(slots.max(1))?;
+        let send_cq = ctx.create_cq(slots.max(1))?;
+        let qp = pd.create_cross_channel_qp(
+            QpInit {
+                send_cq: &send_cq,
+                recv_cq: &recv_cq,
+                srq: None,
+                max_send_wr: CHAIN_SENDS * slots.max(1),
+                max_recv_wr: slots.max(1),
+                access: AccessFlags::empty(),
+                timing,
+            },
+            CrossChannel::default(),
+        )?;
+        Ok(AllocChains {
+            qp,
+            recv_cq,
+            send_cq,
+            bound: 0,
+        })
+    }
+
+    /// The QP (to connect).
+    pub fn qp(&self) -> &P::Qp {
+        &self.qp
+    }
+
+    /// Posts the chain of slot `refill.index`: it binds `refill.chunk` with `refill.key` for
+    /// `access` when the client's next request arrives, then sends the grant.
+    pub fn post(
+        &self,
+        arena: &Arena<P>,
+        refill: &Refill,
+        access: QpNumber,
+    ) -> Result<(), VerbsError> {
+        let grant = arena
+            .grant(refill.chunk, refill.key)
+            .ok_or(VerbsError::InvalidArgument("no such chunk"))?;
+        let window = &arena.windows[refill.chunk as usize];
+        let at = refill.chunk as usize * GRANT_BYTES;
+        arena.grants.write(at, &grant.encode())?;
+        self.qp.post_recv(&[RecvWr {
+            wr_id: refill.index,
+            sge: None,
+        }])?;
+        let n = refill.index + 1;
+        let wrs = [
+            SendWr {
+                wr_id: refill.index,
+                signaled: false,
+                op: SendOp::Wait {
+                    cq: self.recv_cq.cq_num(),
+                    count: n,
+                },
+            },
+            SendWr {
+                wr_id: refill.index,
+                signaled: true,
+                op: SendOp::BindMw {
+                    mw: window,
+                    bind: BindInfo {
+                        mr: Some(&arena.mr),
+                        addr: grant.addr,
+                        length: arena.chunk_bytes,
+                        access: AccessFlags::REMOTE_READ
+                            | AccessFlags::REMOTE_WRITE
+                            | AccessFlags::REMOTE_ATOMIC,
+                        key: Some(refill.key),
+                        target_qp: Some(access),
+                    },
+                },
+            },
+            SendWr {
+                wr_id: refill.index,
+                signaled: false,
+                op: SendOp::Wait {
+                    cq: self.send_cq.cq_num(),
+                    count: n,
+                },
+            },
+            SendWr {
+                wr_id: refill.index,
+                signaled: false,
+                op: SendOp::Send {
+                    local: Some(Sge {
+                        addr: arena.grants.addr() + at as u64,
+                        length: GRANT_BYTES as u32,
+                        lkey: arena.grants_mr.lkey(),
+                    }),
+                },
+            },
+        ];
+        self.qp.post_send(&wrs).map_err(|(_, e)| e)
+    }
+
+    /// Takes the send CQ's completions: returns the binds completed so far (the head) and
+    /// the first failure, if any (a failed bind breaks the QP: the chains after it are
+    /// flushed).
+    pub fn head(&mut self) -> (u64, Option<WcStatus>) {
+        let mut wcs = [WorkCompletion::default(); 16];
+        let mut failed = None;
+        loop {
+            let n = self.send_cq.poll(&mut wcs);
+            if n == 0 {
+                return (self.bound, failed);
+            }
+            for wc in &wcs[..n] {
+                if wc.status == WcStatus::Success {
+                    self.bound += 1;
+                } else if failed.is_none() {
+                    failed = Some(wc.status);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "chains_tests.rs"]
+mod tests;
