@@ -85,6 +85,9 @@ impl<P: Provider> Client<P> {
         perm: &Perm,
         lease: std::time::Duration,
     ) -> Result<u64, ClientError> {
+        if perm.is_one_sided() {
+            return Err(ClientError::OneSidedChunk("it has no lease to extend"));
+        }
         self.current(perm)?;
         let mut g = self.node.lock();
         let lease_us = g.core.wire_lease_us(super::lease::micros(lease));

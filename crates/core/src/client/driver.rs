@@ -45,6 +45,8 @@ pub struct Client<P: Provider> {
     pub(super) abandoned: super::op::Abandoned,
     /// Extensions posted without waiting (`Op::Extend` tickets).
     pub(super) posted: posted::PostedOps,
+    /// The one-sided allocation connection, once opened (`one_sided.rs`).
+    pub(super) one_sided: Option<super::alloc_link::AllocLink<P>>,
 }
 
 impl<P: Provider> std::fmt::Debug for Client<P> {
@@ -131,6 +133,7 @@ impl<P: Provider> Client<P> {
             batch_in_flight: false,
             abandoned: Default::default(),
             posted: posted::PostedOps::default(),
+            one_sided: None,
             node,
         })
     }
@@ -346,6 +349,11 @@ impl<P: Provider> Client<P> {
     /// `revoke(perm)`: ends the permission; its rkeys fail once this returns.
     /// `SessionLost` if it belongs to an earlier session (it ended with that session).
     pub fn revoke(&mut self, perm: Perm) -> Result<(), ClientError> {
+        if perm.is_one_sided() {
+            return Err(ClientError::OneSidedChunk(
+                "it is no permission of the manager's (it returns when the session ends)",
+            ));
+        }
         self.current(&perm)?;
         self.end(perm, false)
     }
@@ -359,6 +367,11 @@ impl<P: Provider> Client<P> {
     /// client acquires the object again in the current session (shared, read-write, waiting
     /// for conflicting holders as [`Client::acquire`] does) and frees it through that.
     pub fn free(&mut self, perm: Perm) -> Result<(), ClientError> {
+        if perm.is_one_sided() {
+            return Err(ClientError::OneSidedChunk(
+                "freeing one-sided chunks is not built yet (it returns when the session ends)",
+            ));
+        }
         self.sync_session();
         if perm.session != self.data.number {
             let again = self.acquire(

@@ -102,6 +102,17 @@ pub enum ClientError {
     /// A broken invariant of the client library itself (a bug): reported, never a panic.
     #[error("internal error of the client library: {0}")]
     Internal(&'static str),
+    /// One-sided allocation: the memory node has no chunk queued for this client now (its
+    /// budget is taken, or the node has not refilled its queue yet). Free chunks, try again
+    /// shortly, or allocate by RPC.
+    #[error("no one-sided chunk is queued for this client now")]
+    NoChunk,
+    /// The operation does not apply to a one-sided chunk ([`Perm::is_one_sided`]): it has no
+    /// lease to extend, and is not freed by RPC.
+    ///
+    /// [`Perm::is_one_sided`]: super::Perm::is_one_sided
+    #[error("not for a one-sided chunk: {0}")]
+    OneSidedChunk(&'static str),
     /// The name is published already (by this client's tenant).
     #[error("the name is published already")]
     NameTaken,

@@ -34,6 +34,7 @@
 //! - `qps`: the session's data QPs (lanes, spares, the recovery worker) and the data CQ that
 //!   files completions per user; `error`: [`ClientError`].
 
+mod alloc_link;
 mod batch_run;
 mod config;
 mod control;
@@ -45,6 +46,7 @@ mod extend;
 mod lease;
 mod many;
 mod node;
+mod one_sided;
 mod op;
 mod perm;
 mod posted;

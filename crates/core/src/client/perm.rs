@@ -40,6 +40,14 @@ pub(crate) fn pack(buffer: MemoryKey, lifetime: MemoryKey) -> u64 {
 }
 
 impl Perm {
+    /// Whether this is a chunk allocated one-sided ([`Client::allocate_one_sided`]): no header,
+    /// no lease; the client's until its session ends.
+    ///
+    /// [`Client::allocate_one_sided`]: super::Client::allocate_one_sided
+    pub fn is_one_sided(&self) -> bool {
+        self.grant.id.header_addr == 0
+    }
+
     pub(crate) fn new(
         grant: Grant,
         access: Access,

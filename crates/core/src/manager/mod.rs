@@ -38,7 +38,7 @@ pub use node::Isolation;
 pub use node::ManagerHold;
 pub use node::{
     Class, ClassCounters, Held, MemoryNode, NIC_SAMPLE_EVERY, NodeConfig, NodeError, NodeLimits,
-    NodeStats, NodeStatus, PermissionStatus, Priority, PriorityPolicy, PriorityStats,
-    SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionEnds, SessionStatus,
-    TenantCertificate, TenantPriority, TenantRate, TenantSecret, TenantWeight,
+    NodeStats, NodeStatus, OneSidedConfig, OneSidedStats, PermissionStatus, Priority,
+    PriorityPolicy, PriorityStats, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionEnds,
+    SessionStatus, TenantCertificate, TenantPriority, TenantRate, TenantSecret, TenantWeight,
 };

@@ -28,6 +28,7 @@ mod ids;
 mod mailbox;
 mod nic;
 mod nic_sample;
+mod one_sided;
 mod priority;
 mod recent;
 mod runner;
@@ -38,12 +39,14 @@ mod status;
 mod token_bucket;
 
 pub use config::{
-    Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, Priority, PriorityPolicy,
-    PriorityStats, TenantCertificate, TenantPriority, TenantRate, TenantSecret, TenantWeight,
+    Held, Isolation, NodeConfig, NodeError, NodeLimits, NodeStats, OneSidedConfig, Priority,
+    PriorityPolicy, PriorityStats, TenantCertificate, TenantPriority, TenantRate, TenantSecret,
+    TenantWeight,
 };
 pub use fair::{Class, ClassCounters};
 pub use nic_sample::NIC_SAMPLE_EVERY;
 use nic_sample::NicSample;
+pub use one_sided::OneSidedStats;
 pub use sessions::SessionEnds;
 pub use status::{
     NodeStatus, PermissionStatus, SERVICE_BUCKETS, STATUS_PERMISSIONS, ServiceTimes, SessionStatus,
@@ -138,6 +141,8 @@ struct Shared<P: Provider> {
     loop_secret: u64,
     /// Per shard: where its manager thread can be held (a testing hook, `gate.rs`).
     gates: Vec<gate::Gate>,
+    /// One-sided allocation, if the node offers it (`one_sided.rs`).
+    one_sided: Option<one_sided::OneSided<P>>,
 }
 
 /// A running memory node.
@@ -275,6 +280,25 @@ impl<P: Provider> MemoryNode<P> {
                 return Err(NodeError::Config(
                     "tenant priorities need a device that enforces QP rate limits and counts what \
                      it served per QP (the soft NIC over TCP)",
+                ));
+            }
+        }
+        if let Some(os) = &cfg.one_sided {
+            if cfg.isolation != Isolation::Type2 {
+                return Err(NodeError::Config(
+                    "one-sided allocation needs type-2 isolation (a chunk's window works on its \
+                     client's data QP only)",
+                ));
+            }
+            if !device.cross_channel || !device.mw_bind_target_qp {
+                return Err(NodeError::Config(
+                    "one-sided allocation needs a device with cross-channel work requests and \
+                     binds for a named QP (the soft NIC)",
+                ));
+            }
+            if os.chunks == 0 || os.chunk_bytes == 0 || os.per_client == 0 {
+                return Err(NodeError::Config(
+                    "one-sided allocation needs chunks, of some bytes, and slots per client",
                 ));
             }
         }
@@ -441,6 +465,10 @@ impl<P: Provider> MemoryNode<P> {
             )),
             loop_secret: rand::rng().random::<u64>() | 1,
             gates: (0..shards).map(|_| Default::default()).collect(),
+            one_sided: cfg
+                .one_sided
+                .map(|os| one_sided::OneSided::new(&ctx, os, cfg.qp_timing))
+                .transpose()?,
         });
         let policy = Arc::new(accept::Policy::<P> {
             shared: shared.clone(),
@@ -716,6 +744,11 @@ impl<P: Provider> MemoryNode<P> {
             );
         }
         ManagerHold { node: self }
+    }
+
+    /// What one-sided allocation did so far (`None`: the node does not offer it).
+    pub fn one_sided_stats(&self) -> Option<OneSidedStats> {
+        self.shared.one_sided.as_ref().map(|os| os.stats())
     }
 
     /// Stops the manager threads.

@@ -17,6 +17,8 @@ pub enum Role {
     Data,
     /// The manager's own loopback QP (lifetime CAS through the NIC).
     Loopback,
+    /// A client's allocation QP: one-sided allocation by SEND (`manager::onesided`).
+    Alloc,
 }
 
 /// Parsed private data.
@@ -44,6 +46,7 @@ impl Intent {
             Role::Control => 0,
             Role::Data => 1,
             Role::Loopback => 2,
+            Role::Alloc => 3,
         };
         b[3] = self.slot;
         b[4..8].copy_from_slice(&self.client_id.to_le_bytes());
@@ -60,6 +63,7 @@ impl Intent {
             0 => Role::Control,
             1 => Role::Data,
             2 => Role::Loopback,
+            3 => Role::Alloc,
             _ => return None,
         };
         let mut id = [0u8; 4];

@@ -190,7 +190,6 @@ impl<P: Provider> DataQps<P> {
     }
 
     /// What its QPs present when they connect (the slot aside).
-    #[cfg(feature = "testing")]
     pub(crate) fn intent(&self) -> Intent {
         self.intent
     }

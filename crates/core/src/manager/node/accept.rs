@@ -200,6 +200,27 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                 }
                 Ok(qp)
             }
+            Role::Alloc => {
+                self.check_client(&intent)?;
+                let Some(os) = &self.shared.one_sided else {
+                    return Err("the memory node does not offer one-sided allocation".into());
+                };
+                if self.tenant_of(intent.client_id).is_none() {
+                    self.check_client(&intent)?;
+                    return Err(Refusal::SessionEnded(SessionEnd::Unknown).text());
+                }
+                let own = self
+                    .shared
+                    .client_domains
+                    .lock()
+                    .get(&intent.client_id)
+                    .map(|(pd, _)| pd.clone());
+                os.create_qp(
+                    intent.client_id,
+                    intent.slot,
+                    own.as_ref().unwrap_or(&self.client_pd),
+                )
+            }
             Role::Loopback => {
                 if intent.secret != self.shared.loop_secret
                     || intent.slot as usize >= self.control.len()
@@ -223,8 +244,17 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
             return;
         };
         match intent.role {
+            // Chains are posted before the client learns it is connected.
+            Role::Alloc => {
+                if let Some(os) = &self.shared.one_sided {
+                    os.established(qp.qp_num());
+                }
+            }
             // Every shard may bind type-2 windows on a client's data QP.
             Role::Data => {
+                if let Some(os) = &self.shared.one_sided {
+                    os.data_qp(intent.client_id, intent.slot, qp.qp_num());
+                }
                 for incoming in &self.shared.incoming {
                     incoming.post(Accepted {
                         intent,

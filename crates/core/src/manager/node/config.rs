@@ -105,6 +105,31 @@ pub struct NodeConfig {
     pub tenant_priorities: Vec<TenantPriority>,
     /// The software priority policy (used only with [`NodeConfig::tenant_priorities`]).
     pub priority_policy: PriorityPolicy,
+    /// One-sided allocation (`docs/onesided.md`): clients allocate chunks of a dedicated arena
+    /// by SEND, with no CPU of the node on the path. `None` (the default): RPC allocation only.
+    /// Needs type-2 isolation and a device with cross-channel verbs and binds for a named QP.
+    pub one_sided: Option<OneSidedConfig>,
+}
+
+/// The one-sided allocator's arena and queues ([`NodeConfig::one_sided`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OneSidedConfig {
+    /// Bytes of a chunk.
+    pub chunk_bytes: u64,
+    /// Chunks in the arena.
+    pub chunks: u32,
+    /// Chunks each client may have queued and allocated together (its queue's slots).
+    pub per_client: u32,
+}
+
+impl Default for OneSidedConfig {
+    fn default() -> Self {
+        OneSidedConfig {
+            chunk_bytes: 8 << 10,
+            chunks: 4096,
+            per_client: 16,
+        }
+    }
 }
 
 /// A tenant's priority ([`NodeConfig::tenant_priorities`]).
@@ -487,6 +512,7 @@ impl Default for NodeConfig {
             tenant_rates: Vec::new(),
             tenant_priorities: Vec::new(),
             priority_policy: PriorityPolicy::default(),
+            one_sided: None,
         }
     }
 }

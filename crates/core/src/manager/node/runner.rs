@@ -86,6 +86,12 @@ impl<P: Provider> Runner<P> {
             // After polling: a connection is registered before its client learns it is
             // connected, so every QP a polled request came from (or names) is adopted by now.
             self.adopt_incoming(now);
+            // One-sided allocation's background work (none of it on an allocation's path).
+            if self.shard == 0
+                && let Some(os) = &shared.one_sided
+            {
+                os.tend();
+            }
             if self.priority.as_ref().is_some_and(|p| p.is_due(now)) {
                 self.run_priority_policy(now);
             }
@@ -436,6 +442,8 @@ impl<P: Provider> Runner<P> {
                         .insert(intent.slot, qp);
                 }
                 // One that broke already (its bind QP is gone) is not kept.
+                // Kept by the one-sided allocator, never handed to a shard.
+                Role::Alloc => {}
                 Role::Loopback if qp.state() == QpState::Error => {}
                 Role::Loopback => self.others.push(qp),
             }

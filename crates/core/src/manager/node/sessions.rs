@@ -151,6 +151,11 @@ impl<P: Provider> Runner<P> {
         }
         self.batch_copies.retain(|(id, _), _| *id != client);
         self.core.depart(client);
+        if self.shard == 0
+            && let Some(os) = &self.shared.one_sided
+        {
+            os.close(client);
+        }
         if let (0, Some(tenant)) = (self.shard, session.tenant)
             && let Some(n) = self.tenant_sessions.get_mut(&tenant)
         {

@@ -9,23 +9,24 @@
 //! 3. a signaled BIND of the chunk's type-2 window *for the client's access QP* (another QP
 //!    of the same PD: the node's end of the client's data connection), with the slot's key;
 //! 4. a WAIT on the allocation QP's send CQ until that bind completed;
-//! 5. a SEND to the client of the chunk's [`ChunkGrant`] (address, key, length), written by
-//!    the manager when it filled the slot.
+//! 5. a signaled SEND to the client of the chunk's [`ChunkGrant`] (address, key, length),
+//!    written by the manager when it filled the slot.
 //!
 //! Nothing the client sends reaches a work request: the chain binds the chunk the manager
 //! chose, for the QP the manager named. The client learns the key only after the bind
 //! completed. The manager counts the binds that completed (the queue's head) from the send
 //! CQ, in the background.
 //!
-//! Invariants: slot `k`'s chain waits for receive `k + 1` and bind `k + 1` (counts since the
-//! QP's CQs were created, one receive and one signaled completion per chain: the WAITs and
-//! the SEND are unsignaled), so chains run in slot order, each once.
+//! Invariants: slot `k`'s chain waits for receive `k + 1` and for the send CQ's completion
+//! `2k + 1`, its bind's (counts since the QP's CQs were created: one receive per chain, and
+//! two completions — the bind's and the SEND's; the WAITs are unsignaled), so chains run in
+//! slot order, each once.
 
 use super::chunks::{ChunkId, Refill};
 use rnic::{
     AccessFlags, BindInfo, CompletionQueue, Context, CrossChannel, MemoryBuffer, MemoryKey,
     MemoryRegion, MemoryWindow, MwType, ProtectionDomain, Provider, QpInit, QpNumber, QpTiming,
-    QueuePair, RecvWr, SendOp, SendWr, Sge, VerbsError, WcStatus, WorkCompletion,
+    QueuePair, RecvWr, SendOp, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// Bytes of a [`ChunkGrant`] on the wire.
@@ -63,52 +64,41 @@ impl ChunkGrant {
     }
 }
 
-/// The arena: `chunks` chunks of `chunk_bytes`, registered in the PD of the clients' access
-/// QPs, a type-2 window per chunk, and the grants the chains send (local memory only).
+/// The arena: `chunks` chunks of `chunk_bytes`, and the grants the chains send (one per chunk:
+/// a chunk is in at most one client's queue at a time). Each client's [`AllocChains`]
+/// registers it in the client's PD and has windows of its own over it.
 pub struct Arena<P: Provider> {
     buffer: P::Buffer,
-    mr: P::Mr,
-    windows: Vec<P::Mw>,
     grants: P::Buffer,
-    grants_mr: P::Mr,
+    chunks: u32,
     chunk_bytes: u64,
 }
 
 impl<P: Provider> std::fmt::Debug for Arena<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Arena")
-            .field("chunks", &self.windows.len())
+            .field("chunks", &self.chunks)
             .field("chunk_bytes", &self.chunk_bytes)
             .finish_non_exhaustive()
     }
 }
 
 impl<P: Provider> Arena<P> {
-    /// Allocates and registers the arena in `pd` (the PD of the clients' access QPs).
-    pub fn new(
-        ctx: &P::Context,
-        pd: &P::Pd,
-        chunks: u32,
-        chunk_bytes: u64,
-    ) -> Result<Self, VerbsError> {
+    /// Allocates the arena.
+    pub fn new(ctx: &P::Context, chunks: u32, chunk_bytes: u64) -> Result<Self, VerbsError> {
         let bytes = usize::try_from(u64::from(chunks) * chunk_bytes)
             .map_err(|_| VerbsError::InvalidArgument("one-sided arena too large"))?;
-        let buffer = ctx.alloc_buffer(bytes)?;
-        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL | AccessFlags::MW_BIND;
-        let mr = pd.reg_mr(&buffer, 0, bytes, access)?;
-        let windows = (0..chunks)
-            .map(|_| pd.alloc_mw(MwType::Type2))
-            .collect::<Result<Vec<_>, _>>()?;
-        let grants = ctx.alloc_buffer(chunks as usize * GRANT_BYTES)?;
-        let grants_mr = pd.reg_mr(&grants, 0, grants.len(), AccessFlags::LOCAL_WRITE)?;
         Ok(Arena {
-            buffer,
-            mr,
-            windows,
-            grants,
-            grants_mr,
+            buffer: ctx.alloc_buffer(bytes)?,
+            grants: ctx.alloc_buffer(chunks as usize * GRANT_BYTES)?,
+            chunks,
             chunk_bytes,
         })
+    }
+
+    /// Chunks.
+    pub fn chunks(&self) -> u32 {
+        self.chunks
     }
 
     /// Chunk `chunk`'s first byte.
@@ -116,31 +106,36 @@ impl<P: Provider> Arena<P> {
         self.buffer.addr() + u64::from(chunk) * self.chunk_bytes
     }
 
-    /// What chunk `chunk` is granted as, bound with key byte `key`.
-    pub fn grant(&self, chunk: ChunkId, key: u8) -> Option<ChunkGrant> {
-        let window = self.windows.get(chunk as usize)?;
-        Some(ChunkGrant {
-            addr: self.chunk_addr(chunk),
-            rkey: MemoryKey::new(window.rkey().index(), key),
-            len: u32::try_from(self.chunk_bytes).unwrap_or(u32::MAX),
-        })
-    }
-
     /// Zeroes chunk `chunk` (before it is queued again).
     pub fn zero(&self, chunk: ChunkId) -> Result<(), VerbsError> {
-        let off = usize::try_from(u64::from(chunk) * self.chunk_bytes)
-            .map_err(|_| VerbsError::InvalidArgument("no such chunk"))?;
+        if chunk >= self.chunks {
+            return Err(VerbsError::InvalidArgument("no such chunk"));
+        }
+        let off = (u64::from(chunk) * self.chunk_bytes) as usize;
         self.buffer
             .write(off, &vec![0u8; self.chunk_bytes as usize])
+    }
+
+    /// Reads `dst.len()` bytes of chunk memory at `addr` (for checks).
+    pub fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), VerbsError> {
+        let off = addr
+            .checked_sub(self.buffer.addr())
+            .ok_or(VerbsError::InvalidArgument("not in the arena"))?;
+        self.buffer.read(off as usize, dst)
     }
 }
 
 /// The node's end of one client's allocation connection: a cross-channel QP whose receive
-/// and send CQs its chains wait on.
+/// and send CQs its chains wait on, the arena registered in the client's PD, and the
+/// client's windows over it (one per chunk it was given, made when first needed).
 pub struct AllocChains<P: Provider> {
+    pd: P::Pd,
     qp: P::Qp,
     recv_cq: P::Cq,
     send_cq: P::Cq,
+    mr: P::Mr,
+    grants_mr: P::Mr,
+    windows: std::collections::HashMap<ChunkId, P::Mw>,
     /// Binds that completed (the queue's head), counted from the send CQ.
     bound: u64,
 }
@@ -157,16 +152,19 @@ impl<P: Provider> std::fmt::Debug for AllocChains<P> {
 const CHAIN_SENDS: u32 = 4;
 
 impl<P: Provider> AllocChains<P> {
-    /// A cross-channel QP in `pd` for `slots` chains at a time, with CQs of its own (to be
-    /// connected to the client's allocation QP).
+    /// A cross-channel QP in `pd` (the client's: that of its access QPs) for `slots` chains at
+    /// a time, with CQs of its own (to be connected to the client's allocation QP), and the
+    /// arena registered in `pd`.
     pub fn new(
         ctx: &P::Context,
         pd: &P::Pd,
+        arena: &Arena<P>,
         slots: u32,
         timing: QpTiming,
     ) -> Result<Self, VerbsError> {
         let recv_cq = ctx.create_cq(slots.max(1))?;
-        let send_cq = ctx.create_cq(slots.max(1))?;
+        // Two completions a chain: its bind's and its SEND's.
+        let send_cq = ctx.create_cq(2 * slots.max(1))?;
         let qp = pd.create_cross_channel_qp(
             QpInit {
                 send_cq: &send_cq,
@@ -179,11 +177,47 @@ impl<P: Provider> AllocChains<P> {
             },
             CrossChannel::default(),
         )?;
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ALL | AccessFlags::MW_BIND;
+        let mr = pd.reg_mr(&arena.buffer, 0, arena.buffer.len(), access)?;
+        let grants_mr = pd.reg_mr(
+            &arena.grants,
+            0,
+            arena.grants.len(),
+            AccessFlags::LOCAL_WRITE,
+        )?;
         Ok(AllocChains {
+            pd: pd.clone(),
             qp,
             recv_cq,
             send_cq,
+            mr,
+            grants_mr,
+            windows: std::collections::HashMap::new(),
             bound: 0,
+        })
+    }
+
+    /// What chunk `chunk` is granted as to this client, bound with key byte `key` (its
+    /// window is made if it has none yet).
+    pub fn grant(
+        &mut self,
+        arena: &Arena<P>,
+        chunk: ChunkId,
+        key: u8,
+    ) -> Result<ChunkGrant, VerbsError> {
+        if chunk >= arena.chunks {
+            return Err(VerbsError::InvalidArgument("no such chunk"));
+        }
+        let window = match self.windows.entry(chunk) {
+            std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(self.pd.alloc_mw(MwType::Type2)?)
+            }
+        };
+        Ok(ChunkGrant {
+            addr: arena.chunk_addr(chunk),
+            rkey: MemoryKey::new(window.rkey().index(), key),
+            len: u32::try_from(arena.chunk_bytes).unwrap_or(u32::MAX),
         })
     }
 
@@ -195,15 +229,13 @@ impl<P: Provider> AllocChains<P> {
     /// Posts the chain of slot `refill.index`: it binds `refill.chunk` with `refill.key` for
     /// `access` when the client's next request arrives, then sends the grant.
     pub fn post(
-        &self,
+        &mut self,
         arena: &Arena<P>,
         refill: &Refill,
         access: QpNumber,
     ) -> Result<(), VerbsError> {
-        let grant = arena
-            .grant(refill.chunk, refill.key)
-            .ok_or(VerbsError::InvalidArgument("no such chunk"))?;
-        let window = &arena.windows[refill.chunk as usize];
+        let grant = self.grant(arena, refill.chunk, refill.key)?;
+        let window = &self.windows[&refill.chunk];
         let at = refill.chunk as usize * GRANT_BYTES;
         arena.grants.write(at, &grant.encode())?;
         self.qp.post_recv(&[RecvWr {
@@ -226,7 +258,7 @@ impl<P: Provider> AllocChains<P> {
                 op: SendOp::BindMw {
                     mw: window,
                     bind: BindInfo {
-                        mr: Some(&arena.mr),
+                        mr: Some(&self.mr),
                         addr: grant.addr,
                         length: arena.chunk_bytes,
                         access: AccessFlags::REMOTE_READ
@@ -242,17 +274,22 @@ impl<P: Provider> AllocChains<P> {
                 signaled: false,
                 op: SendOp::Wait {
                     cq: self.send_cq.cq_num(),
-                    count: n,
+                    // Chain k's bind is the send CQ's (2k + 1)-th completion: every chain
+                    // before it completed its bind and its SEND.
+                    count: 2 * refill.index + 1,
                 },
             },
+            // Signaled: an RC SEND that asks for no acknowledgement is acknowledged only by
+            // a later request's, and the next chain's bind (a local request) completes in
+            // order behind it.
             SendWr {
                 wr_id: refill.index,
-                signaled: false,
+                signaled: true,
                 op: SendOp::Send {
                     local: Some(Sge {
                         addr: arena.grants.addr() + at as u64,
                         length: GRANT_BYTES as u32,
-                        lkey: arena.grants_mr.lkey(),
+                        lkey: self.grants_mr.lkey(),
                     }),
                 },
             },
@@ -272,10 +309,10 @@ impl<P: Provider> AllocChains<P> {
                 return (self.bound, failed);
             }
             for wc in &wcs[..n] {
-                if wc.status == WcStatus::Success {
+                if wc.status != WcStatus::Success {
+                    failed.get_or_insert(wc.status);
+                } else if wc.opcode == WcOpcode::BindMw {
                     self.bound += 1;
-                } else if failed.is_none() {
-                    failed = Some(wc.status);
                 }
             }
         }

@@ -54,23 +54,27 @@ fn next(cq: &<P as Provider>::Cq) -> WorkCompletion {
 #[test]
 fn in_process() {
     let fabric = SoftFabric::new();
-    allocates_by_send_and_only_the_access_qp_reaches_the_chunk(
-        fabric.open_device(SoftConfig::default()),
-    );
+    let ctx = fabric.open_device(SoftConfig::default());
+    allocates_by_send_and_only_the_access_qp_reaches_the_chunk(ctx.clone(), ctx);
 }
 
 #[test]
 fn over_tcp() {
-    let ctx = rnic::soft::TcpNode::open(SoftConfig::default(), ([127, 0, 0, 1], 0).into()).unwrap();
-    allocates_by_send_and_only_the_access_qp_reaches_the_chunk(ctx);
+    let open =
+        || rnic::soft::TcpNode::open(SoftConfig::default(), ([127, 0, 0, 1], 0).into()).unwrap();
+    allocates_by_send_and_only_the_access_qp_reaches_the_chunk(open(), open());
 }
 
-/// One device plays both ends (its QPs connect to its own listener).
-fn allocates_by_send_and_only_the_access_qp_reaches_the_chunk(ctx: rnic::soft::SoftContext) {
-    let (npd, cpd) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
-    let (ncq, ccq) = (ctx.create_cq(64).unwrap(), ctx.create_cq(64).unwrap());
-    let arena = Arena::<P>::new(&ctx, &npd, 4, 4096).unwrap();
-    let mut chains = AllocChains::<P>::new(&ctx, &npd, 4, QpTiming::default()).unwrap();
+/// `ctx` is the node's device, `cn` the client's (the same in-process: its QPs connect to its
+/// own listener).
+fn allocates_by_send_and_only_the_access_qp_reaches_the_chunk(
+    ctx: rnic::soft::SoftContext,
+    cn: rnic::soft::SoftContext,
+) {
+    let (npd, cpd) = (ctx.alloc_pd().unwrap(), cn.alloc_pd().unwrap());
+    let (ncq, ccq) = (ctx.create_cq(64).unwrap(), cn.create_cq(64).unwrap());
+    let arena = Arena::<P>::new(&ctx, 4, 4096).unwrap();
+    let mut chains = AllocChains::<P>::new(&ctx, &npd, &arena, 4, QpTiming::default()).unwrap();
     let (access_n, other_n) = (rc_qp(&npd, &ncq, 1), rc_qp(&npd, &ncq, 1));
     let policy = Arc::new(Handout(Mutex::new(
         [access_n.clone(), other_n.clone(), chains.qp().clone()].into(),
@@ -95,7 +99,7 @@ fn allocates_by_send_and_only_the_access_qp_reaches_the_chunk(ctx: rnic::soft::S
     }
 
     // The client: four allocations, each one SEND; grants land in its buffer.
-    let buf = ctx.alloc_buffer(4096).unwrap();
+    let buf = cn.alloc_buffer(4096).unwrap();
     let mr = cpd.reg_mr(&buf, 0, 4096, AccessFlags::LOCAL_WRITE).unwrap();
     let sge = |off: u64, len: u32| Sge {
         addr: buf.addr() + off,
@@ -128,10 +132,8 @@ fn allocates_by_send_and_only_the_access_qp_reaches_the_chunk(ctx: rnic::soft::S
         let mut bytes = [0u8; GRANT_BYTES];
         buf.read(GRANT_BYTES * k as usize, &mut bytes).unwrap();
         let grant = ChunkGrant::decode(&bytes).unwrap();
-        assert_eq!(
-            Some(grant),
-            arena.grant(refills[k as usize].chunk, refills[k as usize].key)
-        );
+        let r = &refills[k as usize];
+        assert_eq!(grant, chains.grant(&arena, r.chunk, r.key).unwrap());
         grants.push(grant);
     }
     // Drain the remaining send completions of the requests.
@@ -159,10 +161,7 @@ fn allocates_by_send_and_only_the_access_qp_reaches_the_chunk(ctx: rnic::soft::S
     }
     // The node's memory has the writes (read directly, for the check).
     let mut chunk0 = [0u8; 8];
-    arena
-        .buffer
-        .read(arena_offset(&arena, grants[0].addr), &mut chunk0)
-        .unwrap();
+    arena.read(grants[0].addr, &mut chunk0).unwrap();
     assert_eq!(chunk0, [1; 8]);
     // The same key on another QP of the same client is refused by the NIC.
     let read = SendWr {
@@ -197,8 +196,4 @@ fn allocates_by_send_and_only_the_access_qp_reaches_the_chunk(ctx: rnic::soft::S
         seen.allocated,
         refills.iter().map(|r| r.chunk).collect::<Vec<_>>()
     );
-}
-
-fn arena_offset(arena: &Arena<P>, addr: u64) -> usize {
-    (addr - arena.chunk_addr(0)) as usize
 }
