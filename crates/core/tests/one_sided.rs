@@ -13,6 +13,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 use support::bed::{bed, node_cfg};
 
+type Node = patronus_core::manager::MemoryNode<rnic::soft::SoftProvider>;
+
 const PER_CLIENT: u32 = 8;
 const CHUNKS: u32 = 64;
 
@@ -68,7 +70,7 @@ fn allocations_need_no_manager(t: Link) {
         "{stats:?}"
     );
 
-    // No lease, and not the manager's to free.
+    // No lease to extend.
     assert!(matches!(
         a.extend(&chunks[0], Duration::from_millis(10)),
         Err(ClientError::OneSidedChunk(_))
@@ -80,7 +82,8 @@ fn allocations_need_no_manager(t: Link) {
         "{e:?}"
     );
 
-    // Another client with the first one's grant: its own data QP is refused by the NIC.
+    // Another client with the first one's grant: its own data QP is refused by the NIC, to
+    // read it and to free it; the chunk stays the first client's.
     let mut buf = [0u8; 8];
     let e = other.read(&chunks[0], 8, &mut buf).unwrap_err();
     assert!(
@@ -90,6 +93,12 @@ fn allocations_need_no_manager(t: Link) {
         ),
         "{e:?}"
     );
+    let stolen = chunks.remove(0);
+    let kept_addr = stolen.addr();
+    assert!(
+        other.free(stolen).is_err(),
+        "a foreign free fails in the NIC"
+    );
     // And its own allocations are other chunks.
     let theirs = other.allocate_one_sided().unwrap();
     assert!(!addrs.contains(&theirs.addr()));
@@ -97,25 +106,88 @@ fn allocations_need_no_manager(t: Link) {
     other.read(&theirs, 0, &mut got).unwrap();
     assert_eq!(got, [0; 16]);
 
-    // The first client leaves: everything it had comes back, zeroed.
+    // The first client frees four chunks with the manager held: the NIC invalidates each
+    // window at once; the manager zeroes and returns them once it runs again.
+    {
+        let _hold = b.cluster.node.hold_managers();
+        for _ in 0..4 {
+            a.free(chunks.pop().unwrap()).unwrap();
+        }
+    }
+    let mut back = [0u8; 8];
+    let survivor = chunks.iter().find(|c| c.addr() != kept_addr).unwrap();
+    a.read(survivor, 8, &mut back).unwrap();
+    wait_stats(&b.cluster.node, &b.clock, "the frees taken", |s| {
+        s.freed == 4
+    });
+    // Its budget has room again: four more, zeroed (freed ones among them, maybe). The
+    // first attempt opens a new allocation connection (the last one broke when the budget
+    // ran out): what the client holds stays its own, bytes and all.
+    let held = chunks.len();
+    for _ in 0..4 {
+        let c = wait_allocation(&b.cluster.node, a);
+        let mut zero = [0xffu8; 16];
+        a.read(&c, 8, &mut zero).unwrap();
+        assert_eq!(zero, [0; 16], "a reused chunk is zeroed");
+        chunks.push(c);
+    }
+    for c in &chunks[..held] {
+        let mut kept = [0u8; 8];
+        a.read(c, 8, &mut kept).unwrap();
+        assert_ne!(
+            kept, [0; 8],
+            "a chunk held across a new connection keeps its bytes"
+        );
+    }
+
+    // The first client leaves: everything it had comes back, zeroed. (The chunk the other
+    // client failed to free is among them.)
     drop(chunks);
     b.cluster.clients.remove(0);
-    wait_free(&b, CHUNKS - PER_CLIENT);
+    wait_stats(
+        &b.cluster.node,
+        &b.clock,
+        "the departed client's chunks back",
+        |s| s.free_chunks == u64::from(CHUNKS - PER_CLIENT),
+    );
 }
 
-/// Waits (bounded) until `free` chunks are free.
+/// Allocates once the manager refilled the queue (bounded).
 #[allow(clippy::disallowed_methods)] // a bound on a wait for the manager thread
-fn wait_free(b: &support::bed::Bed, free: u32) {
+fn wait_allocation(
+    node: &Node,
+    a: &mut patronus_core::client::Client<rnic::soft::SoftProvider>,
+) -> patronus_core::client::Perm {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match a.allocate_one_sided() {
+            Ok(p) => return p,
+            Err(ClientError::NoChunk | ClientError::RpcTimeout) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "no refill");
+        node.fresh_stats();
+    }
+}
+
+/// Waits (bounded) until the node's one-sided statistics say `what`.
+#[allow(clippy::disallowed_methods)] // a bound on a wait for the manager thread
+fn wait_stats(
+    node: &Node,
+    clock: &rnic::VirtualClock,
+    what: &str,
+    cond: impl Fn(&patronus_core::manager::OneSidedStats) -> bool,
+) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         // Fresh statistics make the manager turn (its session sweep ends departed sessions).
-        b.cluster.node.fresh_stats();
-        let s = b.cluster.node.one_sided_stats().unwrap();
-        if s.free_chunks == u64::from(free) {
+        node.fresh_stats();
+        let s = node.one_sided_stats().unwrap();
+        if cond(&s) {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "{s:?}");
-        b.clock.advance(Duration::from_millis(1));
+        assert!(std::time::Instant::now() < deadline, "{what}: {s:?}");
+        clock.advance(Duration::from_millis(1));
         std::thread::yield_now();
     }
 }

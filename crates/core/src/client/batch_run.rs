@@ -307,6 +307,10 @@ impl<P: Provider> Client<P> {
                     rkey: op.rkey(),
                     add,
                 },
+                Kind::Invalidate => SendOp::SendWithInvalidate {
+                    local: None,
+                    invalidate: op.rkey(),
+                },
             };
             wrs.push(SendWr {
                 wr_id: tagged(self.user, (epoch << INDEX_BITS) | i as u64),

@@ -222,6 +222,21 @@ impl<P: Provider> Batch<'_, P> {
         self
     }
 
+    /// Adds a SEND_WITH_INV of a one-sided chunk's key (its free: the memory node's NIC
+    /// invalidates the window, which works only for the data QP it is bound for).
+    pub(super) fn invalidate(&mut self, perm: &Perm) -> &mut Self {
+        self.ops.push(Ok(Op {
+            addr: perm.addr(),
+            rkeys: perm.rkeys.clone(),
+            lifetime: false,
+            len: 0,
+            kind: Kind::Invalidate,
+            payload: Vec::new(),
+            staging: 0,
+        }));
+        self
+    }
+
     fn atomic(&mut self, perm: &Perm, offset: u64, kind: Kind) -> &mut Self {
         let op = if offset % 8 != 0 {
             Err(ClientError::InvalidArgument(
@@ -320,7 +335,7 @@ impl<P: Provider> Client<P> {
                 let _ = self.staging.read(op.staging, &mut data);
                 OpResult::Read(data)
             }
-            Kind::Write => OpResult::Written,
+            Kind::Write | Kind::Invalidate => OpResult::Written,
             Kind::Cas { .. } | Kind::Faa { .. } => {
                 OpResult::Atomic(self.staging.load_u64(op.staging).unwrap_or(0))
             }

@@ -368,9 +368,7 @@ impl<P: Provider> Client<P> {
     /// for conflicting holders as [`Client::acquire`] does) and frees it through that.
     pub fn free(&mut self, perm: Perm) -> Result<(), ClientError> {
         if perm.is_one_sided() {
-            return Err(ClientError::OneSidedChunk(
-                "freeing one-sided chunks is not built yet (it returns when the session ends)",
-            ));
+            return self.free_one_sided(perm);
         }
         self.sync_session();
         if perm.session != self.data.number {

@@ -113,6 +113,26 @@ impl<P: Provider> Client<P> {
         ))
     }
 
+    /// Frees a one-sided chunk: a SEND_WITH_INV of its key on the data QP its window is bound
+    /// for. The memory node's NIC invalidates the window (no one else's free can: the window
+    /// works for this client's data QP only) and its manager zeroes the chunk in the
+    /// background before it is queued again. Like a WRITE, a free whose QP failed reports
+    /// `OutcomeUnknown` and is not sent again.
+    pub fn free_one_sided(&mut self, perm: Perm) -> Result<(), ClientError> {
+        if !perm.is_one_sided() {
+            return Err(ClientError::InvalidArgument(
+                "not a one-sided chunk: free it with `free`",
+            ));
+        }
+        let mut b = self.batch();
+        b.invalidate(&perm);
+        match b.execute().pop() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(e),
+            None => Err(ClientError::Internal("a free without its result")),
+        }
+    }
+
     /// Connects an allocation QP for this client's current data slot, with receives posted
     /// for its grants.
     fn open_alloc_link(&mut self, session: u64) -> Result<AllocLink<P>, ClientError> {

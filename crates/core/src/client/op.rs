@@ -34,8 +34,15 @@ pub enum OpResult {
 pub(super) enum Kind {
     Read,
     Write,
-    Cas { compare: u64, swap: u64 },
-    Faa { add: u64 },
+    Cas {
+        compare: u64,
+        swap: u64,
+    },
+    Faa {
+        add: u64,
+    },
+    /// A SEND_WITH_INV of the permission's key (no bytes): frees a one-sided chunk.
+    Invalidate,
 }
 
 #[derive(Debug)]

@@ -186,10 +186,16 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     .lock()
                     .get(&intent.client_id)
                     .map(|(pd, _)| pd.clone());
+                // With one-sided allocation, its receives take frees (SEND_WITH_INV).
+                let recv_cq = self
+                    .shared
+                    .one_sided
+                    .as_ref()
+                    .map_or(&self.data_cq, |os| os.free_cq());
                 let qp = init(
                     own.as_ref().unwrap_or(&self.client_pd),
                     &self.data_cq,
-                    &self.data_cq,
+                    recv_cq,
                     None,
                     16,
                     AccessFlags::REMOTE_ALL,
@@ -253,7 +259,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
             // Every shard may bind type-2 windows on a client's data QP.
             Role::Data => {
                 if let Some(os) = &self.shared.one_sided {
-                    os.data_qp(intent.client_id, intent.slot, qp.qp_num());
+                    os.data_qp(intent.client_id, intent.slot, &qp);
                 }
                 for incoming in &self.shared.incoming {
                     incoming.post(Accepted {

@@ -7,6 +7,10 @@
 //!   learns so, fills the queue and posts a chain per slot: the client may allocate at once.
 //! - Shard 0's manager thread tends the queues in the background ([`OneSided::tend`]): it
 //!   reads how many binds completed (the head), and fills the slots taken again.
+//! - A client frees a chunk with a SEND_WITH_INV of its key on its data connection: the
+//!   node's NIC invalidates the window (only for the data QP it is bound for) as the SEND
+//!   lands in one of the receives the node keeps posted on every data QP. `tend` then reads
+//!   the completion (it names the key), zeroes the chunk and returns it.
 //! - When a client's session ends, its queues close: their QPs go, every chunk it had queued
 //!   or allocated is zeroed and free again ([`OneSided::close`]).
 //!
@@ -19,8 +23,16 @@ use super::super::onesided::{AllocChains, Arena, ChunkId, OneSidedChunks};
 use super::super::state::ClientId;
 use super::OneSidedConfig;
 use parking_lot::Mutex;
-use rnic::{Provider, QpNumber, QpTiming, QueuePair, VerbsError};
+use rnic::{
+    CompletionQueue, Context, Provider, QpNumber, QpTiming, QueuePair, RecvWr, VerbsError,
+    WcStatus, WorkCompletion,
+};
 use std::collections::HashMap;
+
+/// Receives the node keeps posted on each data QP for frees.
+pub(super) const FREE_RECEIVES: u32 = 16;
+/// The free CQ's depth (frees are taken every manager turn).
+const FREE_CQ_DEPTH: u32 = 4096;
 
 /// What one-sided allocation did, for statistics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,6 +47,10 @@ pub struct OneSidedStats {
     pub failed: u64,
     /// Chunks zeroed and returned.
     pub returned: u64,
+    /// Frees (SEND_WITH_INV) that invalidated a client's chunk.
+    pub freed: u64,
+    /// SENDs on data QPs that freed nothing (no key, or no chunk of that client's).
+    pub stray_sends: u64,
     /// Chunks free now.
     pub free_chunks: u64,
 }
@@ -54,8 +70,9 @@ struct State<P: Provider> {
     queues: HashMap<QpNumber, Queue<P>>,
     /// Queues whose QP is not connected yet.
     pending: HashMap<QpNumber, Queue<P>>,
-    /// The node's end of each client's data connections, by slot.
-    access: HashMap<(ClientId, u8), QpNumber>,
+    /// The node's end of each client's data connections, by slot, and which they are.
+    access: HashMap<(ClientId, u8), P::Qp>,
+    access_of: HashMap<QpNumber, (ClientId, u8)>,
     stats: OneSidedStats,
 }
 
@@ -63,6 +80,8 @@ struct State<P: Provider> {
 pub(super) struct OneSided<P: Provider> {
     cfg: OneSidedConfig,
     ctx: P::Context,
+    /// The receive CQ of every data QP: the completions of frees.
+    free_cq: P::Cq,
     arena: Arena<P>,
     timing: QpTiming,
     state: Mutex<State<P>>,
@@ -78,6 +97,7 @@ impl<P: Provider> OneSided<P> {
         Ok(OneSided {
             cfg,
             ctx: ctx.clone(),
+            free_cq: ctx.create_cq(FREE_CQ_DEPTH)?,
             arena: Arena::new(ctx, cfg.chunks, cfg.chunk_bytes)?,
             timing,
             state: Mutex::new(State {
@@ -85,6 +105,7 @@ impl<P: Provider> OneSided<P> {
                 queues: HashMap::new(),
                 pending: HashMap::new(),
                 access: HashMap::new(),
+                access_of: HashMap::new(),
                 stats: OneSidedStats::default(),
             }),
         })
@@ -113,19 +134,59 @@ impl<P: Provider> OneSided<P> {
         Ok(qp)
     }
 
-    /// The node's end of `client`'s data connection `slot` is `qpn` (chains bind for it).
-    pub(super) fn data_qp(&self, client: ClientId, slot: u8, qpn: QpNumber) {
-        self.state.lock().access.insert((client, slot), qpn);
+    /// The receive CQ data QPs are created with (frees complete there).
+    pub(super) fn free_cq(&self) -> &P::Cq {
+        &self.free_cq
+    }
+
+    /// The node's end of `client`'s data connection `slot` is `qp` (chains bind for it): its
+    /// receives for frees are posted.
+    pub(super) fn data_qp(&self, client: ClientId, slot: u8, qp: &P::Qp) {
+        for _ in 0..FREE_RECEIVES {
+            if let Err(e) = qp.post_recv(&[RecvWr {
+                wr_id: 0,
+                sge: None,
+            }]) {
+                tracing::warn!(client, error = %e, "a receive for frees not posted");
+                break;
+            }
+        }
+        let mut s = self.state.lock();
+        if let Some(old) = s.access.insert((client, slot), qp.clone()) {
+            s.access_of.remove(&old.qp_num());
+        }
+        s.access_of.insert(qp.qp_num(), (client, slot));
     }
 
     /// An allocation connection is up: its queue is filled and a chain posted per slot,
     /// before its client learns it is connected.
     pub(super) fn established(&self, qpn: QpNumber) {
         let mut s = self.state.lock();
-        let Some(queue) = s.pending.remove(&qpn) else {
+        let Some(mut queue) = s.pending.remove(&qpn) else {
             return;
         };
         s.chunks.open(qpn.0, self.cfg.per_client);
+        // A client has one queue: one it opened before is replaced. What that one allocated
+        // stays the client's (in this queue's budget); what it had only queued comes back.
+        let older: Vec<QpNumber> = s
+            .queues
+            .iter()
+            .filter(|(_, q)| q.client == queue.client)
+            .map(|(n, _)| *n)
+            .collect();
+        for old in older {
+            let Some(mut q) = s.queues.remove(&old) else {
+                continue;
+            };
+            q.chains.qp().set_error();
+            let (head, _) = q.chains.head();
+            s.stats.allocated += head - q.head;
+            s.chunks.observe_head(old.0, head);
+            queue.chains.adopt_windows(&mut q.chains);
+            let back = s.chunks.transfer(old.0, qpn.0);
+            self.zero_and_return(&mut s, back);
+            s.stats.queues -= 1;
+        }
         s.stats.queues += 1;
         s.queues.insert(qpn, queue);
         self.refill(&mut s, qpn);
@@ -135,6 +196,7 @@ impl<P: Provider> OneSided<P> {
     /// slots taken again.
     pub(super) fn tend(&self) {
         let mut s = self.state.lock();
+        self.take_frees(&mut s);
         if s.queues.is_empty() {
             return;
         }
@@ -159,12 +221,51 @@ impl<P: Provider> OneSided<P> {
         }
     }
 
+    /// Reads the frees that completed: each invalidated chunk is zeroed and free again, and
+    /// its receive posted again.
+    fn take_frees(&self, s: &mut State<P>) {
+        let mut wcs = [WorkCompletion::default(); 32];
+        loop {
+            let n = self.free_cq.poll(&mut wcs);
+            if n == 0 {
+                return;
+            }
+            for wc in &wcs[..n] {
+                if wc.status != WcStatus::Success {
+                    continue; // flushed: its QP broke (its windows went with it)
+                }
+                let Some(&(client, slot)) = s.access_of.get(&wc.qp_num) else {
+                    continue;
+                };
+                let freed = wc.invalidated_rkey.and_then(|key| {
+                    s.queues
+                        .iter()
+                        .filter(|(_, q)| q.client == client)
+                        .find_map(|(qpn, q)| q.chains.chunk_of(key).map(|c| (*qpn, c)))
+                });
+                match freed {
+                    Some((qpn, chunk)) if s.chunks.freed(qpn.0, chunk).is_ok() => {
+                        s.stats.freed += 1;
+                        self.zero_and_return(s, vec![chunk]);
+                    }
+                    _ => s.stats.stray_sends += 1,
+                }
+                if let Some(qp) = s.access.get(&(client, slot)) {
+                    let _ = qp.post_recv(&[RecvWr {
+                        wr_id: 0,
+                        sge: None,
+                    }]);
+                }
+            }
+        }
+    }
+
     /// Fills `qpn`'s queue and posts a chain per slot filled.
     fn refill(&self, s: &mut State<P>, qpn: QpNumber) {
         let Some((client, slot)) = s.queues.get(&qpn).map(|q| (q.client, q.slot)) else {
             return;
         };
-        let Some(&access) = s.access.get(&(client, slot)) else {
+        let Some(access) = s.access.get(&(client, slot)).map(|qp| qp.qp_num()) else {
             return; // no data connection yet: nothing to bind for
         };
         let refills = s.chunks.refill(qpn.0, u32::MAX);
@@ -193,6 +294,7 @@ impl<P: Provider> OneSided<P> {
     pub(super) fn close(&self, client: ClientId) {
         let mut s = self.state.lock();
         s.access.retain(|(c, _), _| *c != client);
+        s.access_of.retain(|_, (c, _)| *c != client);
         s.pending.retain(|_, q| q.client != client);
         let qpns: Vec<QpNumber> = s
             .queues
@@ -210,15 +312,23 @@ impl<P: Provider> OneSided<P> {
             q.chains.qp().set_error();
             s.stats.queues -= 1;
         }
-        for chunk in s.chunks.close(qpn.0) {
+        let back = s.chunks.close(qpn.0);
+        self.zero_and_return(s, back);
+    }
+
+    /// Zeroes dirty `chunks` and makes them free (one that cannot be zeroed stays out of use).
+    fn zero_and_return(&self, s: &mut State<P>, chunks: Vec<ChunkId>) {
+        for chunk in chunks {
             match self.arena.zero(chunk) {
                 Ok(()) => {
                     s.chunks.scrubbed(chunk);
                     s.stats.returned += 1;
                 }
-                Err(e) => {
-                    tracing::error!(chunk, error = %e, "a one-sided chunk not zeroed: kept out of use")
-                }
+                Err(e) => tracing::error!(
+                    chunk,
+                    error = %e,
+                    "a one-sided chunk not zeroed: kept out of use"
+                ),
             }
         }
     }

@@ -136,6 +136,8 @@ pub struct AllocChains<P: Provider> {
     mr: P::Mr,
     grants_mr: P::Mr,
     windows: std::collections::HashMap<ChunkId, P::Mw>,
+    /// The chunk of each window, by the window's key index.
+    chunk_by_index: std::collections::HashMap<u32, ChunkId>,
     /// Binds that completed (the queue's head), counted from the send CQ.
     bound: u64,
 }
@@ -193,6 +195,7 @@ impl<P: Provider> AllocChains<P> {
             mr,
             grants_mr,
             windows: std::collections::HashMap::new(),
+            chunk_by_index: std::collections::HashMap::new(),
             bound: 0,
         })
     }
@@ -211,7 +214,9 @@ impl<P: Provider> AllocChains<P> {
         let window = match self.windows.entry(chunk) {
             std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(self.pd.alloc_mw(MwType::Type2)?)
+                let mw = self.pd.alloc_mw(MwType::Type2)?;
+                self.chunk_by_index.insert(mw.rkey().index(), chunk);
+                v.insert(mw)
             }
         };
         Ok(ChunkGrant {
@@ -219,6 +224,18 @@ impl<P: Provider> AllocChains<P> {
             rkey: MemoryKey::new(window.rkey().index(), key),
             len: u32::try_from(arena.chunk_bytes).unwrap_or(u32::MAX),
         })
+    }
+
+    /// Takes over `old`'s windows (the client's allocation connection was opened again: the
+    /// chunks they are bound for stay the client's, and their frees name these windows).
+    pub fn adopt_windows(&mut self, old: &mut AllocChains<P>) {
+        self.windows.extend(old.windows.drain());
+        self.chunk_by_index.extend(old.chunk_by_index.drain());
+    }
+
+    /// The chunk whose window this client was given under `rkey` (any key byte).
+    pub fn chunk_of(&self, rkey: MemoryKey) -> Option<ChunkId> {
+        self.chunk_by_index.get(&rkey.index()).copied()
     }
 
     /// The QP (to connect).

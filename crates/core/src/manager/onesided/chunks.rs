@@ -201,6 +201,36 @@ impl OneSidedChunks {
         }
     }
 
+    /// Queue `from` is replaced by queue `to` of the same client (its allocation connection
+    /// was opened again): what `from` allocated is `to`'s now (still bound for the client,
+    /// and counted in `to`'s budget); what it had only queued is dirty (its chains can no
+    /// longer run: the caller read `from`'s head last, after its QP failed). Returns those.
+    pub fn transfer(&mut self, from: ClientId, to: ClientId) -> Vec<ChunkId> {
+        let Some(old) = self.clients.remove(&from) else {
+            return Vec::new();
+        };
+        let mut moved = 0;
+        let mut back = Vec::new();
+        for (i, state) in self.state.iter_mut().enumerate() {
+            match *state {
+                ChunkState::Allocated { client } if client == from => {
+                    *state = ChunkState::Allocated { client: to };
+                    moved += 1;
+                }
+                ChunkState::Reserved { client } if client == from => {
+                    *state = ChunkState::Dirty;
+                    back.push(i as ChunkId);
+                }
+                _ => {}
+            }
+        }
+        debug_assert_eq!(moved, old.allocated);
+        if let Some(q) = self.clients.get_mut(&to) {
+            q.allocated += moved;
+        }
+        back
+    }
+
     /// `client` left: everything it had queued or allocated is dirty (returned, to zero; a
     /// chunk still queued may have been taken since the head was last read).
     pub fn close(&mut self, client: ClientId) -> Vec<ChunkId> {

@@ -105,6 +105,28 @@ fn a_client_that_leaves_gives_back_what_it_had() {
     assert!(c.close(1).is_empty());
 }
 
+#[test]
+fn a_reopened_queue_keeps_what_was_allocated_and_returns_what_was_queued() {
+    let mut c = OneSidedChunks::new(4, 4);
+    c.open(1, 4);
+    let r = c.refill(1, u32::MAX);
+    c.observe_head(1, 1);
+    c.open(2, 4);
+    let back = c.transfer(1, 2);
+    assert_eq!(back, r[1..].iter().map(|f| f.chunk).collect::<Vec<_>>());
+    assert_eq!(
+        c.state(r[0].chunk),
+        Some(ChunkState::Allocated { client: 2 })
+    );
+    // The kept chunk counts in the new queue's budget: three more, not four.
+    assert_eq!(c.refill(2, u32::MAX).len(), 0, "nothing free until zeroed");
+    for k in back {
+        c.scrubbed(k);
+    }
+    assert_eq!(c.refill(2, u32::MAX).len(), 3);
+    c.freed(2, r[0].chunk).unwrap();
+}
+
 /// A seeded run of many clients refilling, allocating, freeing, leaving and scrubbing: every
 /// chunk is always in exactly one place, no client exceeds its budget, and no chunk is queued
 /// for another client before it was zeroed.
