@@ -25,7 +25,7 @@ struct Cli {
     /// a READ and a client session over TCP), qos (LITE's Figure 16 recipe: a high- and a
     /// low-priority tenant's one-sided throughput over time without QoS, with the node's
     /// software priority policy and with a static split; over TCP), or all.
-    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "splits", "tls", "qos", "all"])]
+    #[arg(required = true, value_parser = ["fig1", "fig5", "fig6", "fig7", "fig8a", "fig8b", "fig9", "fig10", "fig11", "redis", "table5", "alloc", "dos", "isolation", "splits", "tls", "qos", "onesided", "all"])]
     experiments: Vec<String>,
     /// Seconds per experiment instead of minutes (smoke-level sample counts).
     #[arg(long)]

@@ -17,6 +17,7 @@ pub mod fig9;
 pub mod floor;
 pub mod isolation;
 pub mod ods_rig;
+pub mod onesided;
 pub mod patronus_rig;
 pub mod qos;
 pub mod race_costs;
@@ -31,7 +32,7 @@ use anyhow::{Result, bail};
 use patronus_core::manager::Isolation;
 
 /// Every experiment, in the order `all` runs them.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     "fig1",
     "fig5",
     "fig6",
@@ -49,6 +50,7 @@ pub const ALL: [&str; 17] = [
     "splits",
     "tls",
     "qos",
+    "onesided",
 ];
 
 /// The experiments that run their Patronus node in [`BenchOpts::isolation`]; every other one
@@ -111,6 +113,7 @@ fn isolation_of(name: &str, opts: &BenchOpts) -> String {
         "dos" => "shared-pd, except the type-2 reconnect storm (type2)".to_string(),
         "isolation" => "each of shared-pd, pd-per-client and type2, in turn".to_string(),
         "splits" | "tls" => "pd-per-client (a served node's default)".to_string(),
+        "onesided" => "type2 (one-sided allocation needs it)".to_string(),
         _ => "shared-pd (the paper's)".to_string(),
     }
 }
@@ -138,6 +141,7 @@ pub fn run(name: &str, opts: &BenchOpts) -> Result<Experiment> {
         "splits" => splits::run(opts),
         "tls" => tls::run(opts),
         "qos" => qos::run(opts),
+        "onesided" => onesided::run(opts),
         other => bail!("no experiment called {other:?} (have: {})", ALL.join(", ")),
     }?;
     exp.isolation = isolation_of(name, opts);

@@ -196,27 +196,29 @@ impl<P: Provider> OneSided<P> {
     /// slots taken again.
     pub(super) fn tend(&self) {
         let mut s = self.state.lock();
-        self.take_frees(&mut s);
-        if s.queues.is_empty() {
-            return;
-        }
+        // Heads first: a free's completion comes after its chunk's bind completed (the client
+        // learned the key after the bind), so every freed chunk is known as allocated.
         let qpns: Vec<QpNumber> = s.queues.keys().copied().collect();
+        let mut healthy = Vec::with_capacity(qpns.len());
         for qpn in qpns {
             let Some(q) = s.queues.get_mut(&qpn) else {
                 continue;
             };
             let (head, failed) = q.chains.head();
             let before = std::mem::replace(&mut q.head, head);
-            let broken = failed.is_some();
             let seen = s.chunks.observe_head(qpn.0, head);
             s.stats.allocated += head - before;
-            if broken {
+            debug_assert_eq!(seen.overrun, 0, "a chain per filled slot never overruns");
+            if failed.is_some() {
                 // Its QP is in ERR: the chains after the failed one were flushed. The queue
                 // stays until its client's session ends (or it reconnects).
                 s.stats.failed += 1;
-                continue;
+            } else {
+                healthy.push(qpn);
             }
-            debug_assert_eq!(seen.overrun, 0, "a chain per filled slot never overruns");
+        }
+        self.take_frees(&mut s);
+        for qpn in healthy {
             self.refill(&mut s, qpn);
         }
     }

@@ -314,11 +314,17 @@ impl<P: Provider> AllocChains<P> {
         self.qp.post_send(&wrs).map_err(|(_, e)| e)
     }
 
-    /// Takes the send CQ's completions: returns the binds completed so far (the head) and
+    /// Takes both CQs' completions (the manager calls it every turn: between two calls at
+    /// most the queue's slots of chains run, which both CQs hold): returns the binds
+    /// completed so far (the head) and
     /// the first failure, if any (a failed bind breaks the QP: the chains after it are
     /// flushed).
     pub fn head(&mut self) -> (u64, Option<WcStatus>) {
         let mut wcs = [WorkCompletion::default(); 16];
+        // The receive CQ is only waited on, never read for its contents: drained here, or
+        // it would overrun after as many requests as it holds, and an overrun completion is
+        // not counted (the next chain's WAIT would never be satisfied).
+        while self.recv_cq.poll(&mut wcs) > 0 {}
         let mut failed = None;
         loop {
             let n = self.send_cq.poll(&mut wcs);

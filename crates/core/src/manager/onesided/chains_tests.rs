@@ -197,3 +197,70 @@ fn allocates_by_send_and_only_the_access_qp_reaches_the_chunk(
         refills.iter().map(|r| r.chunk).collect::<Vec<_>>()
     );
 }
+
+/// Slots filled again after their chains ran get chains that serve too: three rounds of a
+/// four-slot queue, the manager's look at the head between rounds (which drains both CQs: an
+/// undrained receive CQ overruns after four requests, and the fifth chain's WAIT would never
+/// be satisfied).
+#[test]
+fn refilled_slots_serve_round_after_round() {
+    let fabric = SoftFabric::new();
+    let ctx = fabric.open_device(SoftConfig::default());
+    let (npd, cpd) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
+    let (ncq, ccq) = (ctx.create_cq(64).unwrap(), ctx.create_cq(64).unwrap());
+    let arena = Arena::<P>::new(&ctx, 12, 4096).unwrap();
+    let mut chains = AllocChains::<P>::new(&ctx, &npd, &arena, 4, QpTiming::default()).unwrap();
+    let access_n = rc_qp(&npd, &ncq, 1);
+    let policy = Arc::new(Handout(Mutex::new(
+        [access_n.clone(), chains.qp().clone()].into(),
+    )));
+    let listener = ctx.listen(policy).unwrap();
+    let addr = ctx.listener_address(&listener);
+    let (access, alloc) = (rc_qp(&cpd, &ccq, 1), rc_qp(&cpd, &ccq, 8));
+    access.connect(&addr, b"").unwrap();
+    alloc.connect(&addr, b"").unwrap();
+    let mut chunks = OneSidedChunks::new(12, 4);
+    chunks.open(1, 12);
+    let buf = ctx.alloc_buffer(4096).unwrap();
+    let mr = cpd.reg_mr(&buf, 0, 4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let mut k = 0u64;
+    for round in 0..3u64 {
+        let (head, failed) = chains.head();
+        chunks.observe_head(1, head);
+        let refills = chunks.refill(1, u32::MAX);
+        eprintln!(
+            "round {round}: head {head} failed {failed:?} refills {}",
+            refills.len()
+        );
+        for r in &refills {
+            chains.post(&arena, r, access_n.qp_num()).unwrap();
+        }
+        for _ in 0..refills.len() {
+            alloc
+                .post_recv(&[RecvWr {
+                    wr_id: 100 + k,
+                    sge: Some(Sge {
+                        addr: buf.addr() + 16 * (k % 8),
+                        length: 16,
+                        lkey: mr.lkey(),
+                    }),
+                }])
+                .unwrap();
+            alloc
+                .post_send(&[SendWr {
+                    wr_id: k,
+                    signaled: true,
+                    op: SendOp::Send { local: None },
+                }])
+                .map_err(|(_, e)| e)
+                .unwrap();
+            let mut got_recv = false;
+            while !got_recv {
+                let wc = next(&ccq);
+                assert_eq!(wc.status, WcStatus::Success, "alloc {k}: {wc:?}");
+                got_recv = wc.opcode == WcOpcode::Recv;
+            }
+            k += 1;
+        }
+    }
+}
