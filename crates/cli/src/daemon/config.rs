@@ -8,8 +8,8 @@
 use crate::serve::parse_secret;
 use anyhow::{Result, anyhow, bail};
 use patronus_core::manager::{
-    Isolation, NodeConfig, NodeLimits, Priority, PriorityPolicy, SlabConfig, TenantCertificate,
-    TenantPriority, TenantRate, TenantSecret, TenantWeight,
+    Isolation, NodeConfig, NodeLimits, OneSidedConfig, Priority, PriorityPolicy, SlabConfig,
+    TenantCertificate, TenantPriority, TenantRate, TenantSecret, TenantWeight,
 };
 use rnic::QpTiming;
 use serde::Deserialize;
@@ -69,6 +69,31 @@ impl From<PrioritySetting> for Priority {
             PrioritySetting::High => Priority::High,
             PrioritySetting::Normal => Priority::Normal,
             PrioritySetting::Low => Priority::Low,
+        }
+    }
+}
+
+/// `[one_sided]`: one-sided allocation (`NodeConfig::one_sided`, `docs/onesided.md`): clients
+/// allocate chunks of an arena by SEND, with no CPU of the node on the path. Off while
+/// `chunks` is 0; needs type-2 isolation and the soft provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OneSidedSetting {
+    /// Chunks in the arena (0: off).
+    pub chunks: u32,
+    /// KiB of a chunk.
+    pub chunk_kib: u64,
+    /// Chunks each client may have queued and allocated together.
+    pub per_client: u32,
+}
+
+impl Default for OneSidedSetting {
+    fn default() -> Self {
+        let d = OneSidedConfig::default();
+        OneSidedSetting {
+            chunks: 0,
+            chunk_kib: d.chunk_bytes >> 10,
+            per_client: d.per_client,
         }
     }
 }
@@ -328,6 +353,8 @@ pub struct DaemonConfig {
     pub tenant: Vec<TenantSetting>,
     /// The software priority policy (with tenants that are not `normal`).
     pub priority: PriorityPolicySetting,
+    /// One-sided allocation (off while `chunks` is 0).
+    pub one_sided: OneSidedSetting,
     /// TLS on every client connection (soft provider).
     pub tls: TlsSetting,
 }
@@ -393,6 +420,7 @@ impl Default for DaemonConfig {
             limits: LimitsSetting::default(),
             tenant: Vec::new(),
             priority: PriorityPolicySetting::default(),
+            one_sided: OneSidedSetting::default(),
             tls: TlsSetting::default(),
         }
     }
@@ -434,6 +462,22 @@ impl DaemonConfig {
         }
         if l.client_share_percent > 100 {
             bail!("limits.client_share_percent: at most 100");
+        }
+        let o = &self.one_sided;
+        if o.chunks > 0 {
+            if self.isolation != IsolationSetting::Type2 {
+                bail!(
+                    "one_sided: needs isolation = \"type2\" (a chunk's window works on its client's data QP only)"
+                );
+            }
+            if self.provider == ProviderSetting::Rdma {
+                bail!(
+                    "one_sided: needs the soft provider (cross-channel verbs; rdma-core offers none)"
+                );
+            }
+            if o.chunk_kib == 0 || o.per_client == 0 {
+                bail!("one_sided: chunk_kib and per_client are at least 1");
+            }
         }
         if l.new_sessions_per_s == 0 || l.new_session_burst == 0 {
             bail!("limits.new_sessions_per_s and new_session_burst: at least 1 (0 admits nobody)");
@@ -614,6 +658,11 @@ impl DaemonConfig {
                 })
                 .collect(),
             priority_policy: self.priority.into(),
+            one_sided: (self.one_sided.chunks > 0).then_some(OneSidedConfig {
+                chunk_bytes: self.one_sided.chunk_kib << 10,
+                chunks: self.one_sided.chunks,
+                per_client: self.one_sided.per_client,
+            }),
             slab: SlabConfig {
                 min_class: self.slab.min_class,
                 max_class: self.slab.max_class,
@@ -755,6 +804,30 @@ mod tests {
         assert_eq!(node.priority_policy.throttled_bytes_per_s, None);
         let bad = DaemonConfig::parse("[priority]\nperiod_ms = 0\n").unwrap();
         bad.validate().unwrap(); // no tenant with a priority: the policy is not used
+    }
+
+    #[test]
+    fn one_sided_allocation_is_off_by_default_and_needs_type_2() {
+        assert_eq!(
+            DaemonConfig::default().node_config().unwrap().one_sided,
+            None
+        );
+        let on = DaemonConfig::parse(
+            "isolation = \"type2\"\n[one_sided]\nchunks = 64\nchunk_kib = 4\nper_client = 8\n",
+        )
+        .unwrap();
+        on.validate().unwrap();
+        assert_eq!(
+            on.node_config().unwrap().one_sided,
+            Some(OneSidedConfig {
+                chunk_bytes: 4096,
+                chunks: 64,
+                per_client: 8,
+            })
+        );
+        let shared = DaemonConfig::parse("[one_sided]\nchunks = 64\n").unwrap();
+        let e = shared.validate().unwrap_err().to_string();
+        assert!(e.contains("one_sided") && e.contains("type2"), "{e}");
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub struct ServeFlags {
     /// [file: shutdown_grace_ms].
     #[arg(long, env = "PATRONUS_SHUTDOWN_GRACE_MS")]
     pub shutdown_grace_ms: Option<u64>,
+    /// Chunks of the one-sided allocation arena (0: off; needs `--isolation type2`)
+    /// [file: one_sided.chunks].
+    #[arg(long, env = "PATRONUS_ONE_SIDED_CHUNKS")]
+    pub one_sided_chunks: Option<u32>,
     /// QP retransmission timeout, µs (not on soft TCP connections, which adapt theirs)
     /// [file: qp.ack_timeout_us].
     #[arg(long, env = "PATRONUS_QP_ACK_TIMEOUT_US")]
@@ -226,6 +230,7 @@ impl ServeFlags {
             engine_spin_polls => c.engine_spin_polls,
             manager_spin_us => c.manager_spin_us,
             shutdown_grace_ms => c.shutdown_grace_ms,
+            one_sided_chunks => c.one_sided.chunks,
             qp_ack_timeout_us => c.qp.ack_timeout_us,
             qp_retry_count => c.qp.retry_count,
             slab_min_class => c.slab.min_class,
