@@ -10,7 +10,7 @@
 //! in what order a backlog is served.
 
 use crate::proto::connect::{Intent, Role};
-use crate::proto::messages::{ControlProtocol, PermissionId, Request, SLOT_SIZE};
+use crate::proto::messages::{Access, ControlProtocol, Mode, PermissionId, Request, SLOT_SIZE};
 use crate::rpc::Protocol;
 use rnic::{
     AccessFlags, CompletionQueue, Context, MemoryBuffer, MemoryRegion, ProtectionDomain, Provider,
@@ -27,6 +27,31 @@ const SLOTS: u64 = 2 * SLOT_SIZE as u64;
 /// Longest a listening connection waits for the node's NIC (its send completions, a reply):
 /// the wait is bounded so that a test fails instead of hanging.
 const NIC_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// An `Extend` of a permission that does not exist: refused, one unit of its tenant's share
+/// of the manager (`manager::node::fair`).
+pub fn refused_extend() -> Request {
+    Request::Extend {
+        id: PermissionId {
+            header_addr: 64,
+            start_us: 1,
+        },
+        lease_us: 1_000,
+    }
+}
+
+/// An `Acquire` of an object that does not exist: refused, but charged to its tenant as a
+/// permission change (four units).
+pub fn refused_acquire() -> Request {
+    Request::Acquire {
+        addr: 64,
+        size: 64,
+        lease_us: 1_000,
+        access: Access::Read,
+        mode: Mode::Shared,
+        wait_us: 0,
+    }
+}
 
 /// A control connection to shard 0 of a memory node, on raw verbs (see the module docs).
 pub struct RawControl<P: Provider> {
@@ -90,14 +115,7 @@ impl<P: Provider> RawControl<P> {
         };
         ControlProtocol::encode_request(1, &hello, &mut slot);
         buf.write(HELLO as usize, &slot)?;
-        let bogus = Request::Extend {
-            id: PermissionId {
-                header_addr: 64,
-                start_us: 1,
-            },
-            lease_us: 1_000,
-        };
-        ControlProtocol::encode_request(2, &bogus, &mut slot);
+        ControlProtocol::encode_request(2, &refused_extend(), &mut slot);
         buf.write(EXTEND as usize, &slot)?;
         let addr = buf.addr();
         Ok(RawControl {

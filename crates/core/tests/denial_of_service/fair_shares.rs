@@ -12,36 +12,22 @@ use super::*;
 use patronus_core::client::{ClientConfig, MAX_OUTSTANDING_RPCS};
 use patronus_core::cluster::Link;
 use patronus_core::manager::{Isolation, NodeConfig, TenantSecret, TenantWeight};
-use patronus_core::proto::messages::{Access, Mode, PermissionId, Request};
-use patronus_core::testing::RawControl;
+use patronus_core::proto::messages::Request;
+use patronus_core::testing::{RawControl, refused_acquire, refused_extend};
 use support::bed::{bed, node_cfg};
 
 const HONEST: u32 = 1;
 const FLOODER: u32 = 2;
 const CREDITS: u32 = MAX_OUTSTANDING_RPCS;
 
-/// A request that binds windows, for an object that does not exist: refused, but it costs its
-/// tenant a permission change (4 units).
+/// A request that binds windows, for an object that does not exist (4 units).
 fn costly() -> Request {
-    Request::Acquire {
-        addr: 64,
-        size: 64,
-        lease_us: 1_000,
-        access: Access::Read,
-        mode: Mode::Shared,
-        wait_us: 0,
-    }
+    refused_acquire()
 }
 
-/// An extension of a permission that does not exist: refused, one unit.
+/// An extension of a permission that does not exist (1 unit).
 fn cheap() -> Request {
-    Request::Extend {
-        id: PermissionId {
-            header_addr: 64,
-            start_us: 1,
-        },
-        lease_us: 1_000,
-    }
+    refused_extend()
 }
 
 fn two_tenants(honest_weight: u32) -> NodeConfig {

@@ -55,13 +55,7 @@ fn unauthenticated_floods_are_served_at_their_rate(iso: Isolation) {
     let before = served(&b.cluster.node.fresh_stats(), Class::Tenant(0));
     let mut loud =
         RawControl::<SoftProvider>::listening_as(&ctx, &addr, MAX_OUTSTANDING_RPCS, 0, 0).unwrap();
-    let extend = patronus_core::proto::messages::Request::Extend {
-        id: patronus_core::proto::messages::PermissionId {
-            header_addr: 64,
-            start_us: 1,
-        },
-        lease_us: 1_000,
-    };
+    let extend = patronus_core::testing::refused_extend();
     for round in 1..=5 {
         for _ in 0..burst {
             loud.send(&extend).unwrap();

@@ -104,16 +104,8 @@ pub(super) fn flood_within_credits(
     stop: &AtomicBool,
 ) -> Result<Tally> {
     use patronus_core::client::MAX_OUTSTANDING_RPCS;
-    use patronus_core::proto::messages::{Access, Mode, Request};
     let mut t = Tally::new("requests");
-    let request = Request::Acquire {
-        addr: 64,
-        size: 64,
-        lease_us: 1_000,
-        access: Access::Read,
-        mode: Mode::Shared,
-        wait_us: 0,
-    };
+    let request = patronus_core::testing::refused_acquire();
     let mut conns = Vec::with_capacity(CONNECTIONS);
     for _ in 0..CONNECTIONS {
         let mut c = Connection::listening_as(ctx, node, MAX_OUTSTANDING_RPCS, tenant.0, tenant.1)?;

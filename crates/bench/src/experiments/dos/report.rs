@@ -9,6 +9,11 @@ use patronus_core::manager::{ClassCounters, NodeLimits};
 use std::time::Duration;
 
 /// `w`'s throughput as a fraction of `base`'s.
+/// Mean time a class's served requests waited in the manager's fair queue, µs.
+fn mean_wait_us(c: &ClassCounters) -> f64 {
+    c.queue_delay_us as f64 / c.served.max(1) as f64
+}
+
 pub(super) fn share(w: &Window, base: &Window) -> f64 {
     let b = base.rounds_per_s();
     if b > 0.0 { w.rounds_per_s() / b } else { 0.0 }
@@ -260,7 +265,6 @@ fn checks(all: &[Outcome], transport: Link) -> Vec<Check> {
     });
     if let (Some(tenant), Some(no_hello)) = (get(Abuse::FloodTenant), get(Abuse::FloodNoHello)) {
         let (h, a) = (&tenant.node.honest_share, &tenant.node.abuser_share);
-        let mean_wait_us = |c: &ClassCounters| c.queue_delay_us as f64 / c.served.max(1) as f64;
         checks.push(Check {
             claim: "a control-path flood from another tenant fails no honest round and costs \
                     the honest tenant no more than a compute-bound neighbour (its share ≥ the \
@@ -307,7 +311,6 @@ fn checks(all: &[Outcome], transport: Link) -> Vec<Check> {
     }
     if let Some(within) = get(Abuse::FloodWithinCredits) {
         let (h, a) = (&within.node.honest_share, &within.node.abuser_share);
-        let mean_wait_us = |c: &ClassCounters| c.queue_delay_us as f64 / c.served.max(1) as f64;
         checks.push(Check {
             claim: "a tenant keeping its credits full of requests that bind windows (within \
                     every rule) fails no honest round, the honest tenant's requests wait in \

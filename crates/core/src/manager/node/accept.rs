@@ -64,6 +64,16 @@ impl<P: Provider> Policy<P> {
         self.shared.tenants_of.lock().get(&client).copied()
     }
 
+    /// The PD of `client`'s data QPs: its own when clients are isolated by PD, else the
+    /// clients' shared one.
+    fn pd_of(&self, client: ClientId) -> P::Pd {
+        self.shared
+            .client_domains
+            .lock()
+            .get(&client)
+            .map_or_else(|| self.client_pd.clone(), |(pd, _)| pd.clone())
+    }
+
     fn check_client(&self, intent: &Intent) -> Result<(), String> {
         let live = self.shared.secrets.lock().get(&intent.client_id).copied();
         self.shared
@@ -180,12 +190,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     );
                     return Err("too many access faults: the tenant is throttled".into());
                 }
-                let own = self
-                    .shared
-                    .client_domains
-                    .lock()
-                    .get(&intent.client_id)
-                    .map(|(pd, _)| pd.clone());
+                let pd = self.pd_of(intent.client_id);
                 // With one-sided allocation, its receives take frees (SEND_WITH_INV).
                 let recv_cq = self
                     .shared
@@ -193,7 +198,7 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     .as_ref()
                     .map_or(&self.data_cq, |os| os.free_cq());
                 let qp = init(
-                    own.as_ref().unwrap_or(&self.client_pd),
+                    &pd,
                     &self.data_cq,
                     recv_cq,
                     None,
@@ -215,17 +220,8 @@ impl<P: Provider> AcceptPolicy<P> for Policy<P> {
                     self.check_client(&intent)?;
                     return Err(Refusal::SessionEnded(SessionEnd::Unknown).text());
                 }
-                let own = self
-                    .shared
-                    .client_domains
-                    .lock()
-                    .get(&intent.client_id)
-                    .map(|(pd, _)| pd.clone());
-                os.create_qp(
-                    intent.client_id,
-                    intent.slot,
-                    own.as_ref().unwrap_or(&self.client_pd),
-                )
+                let pd = self.pd_of(intent.client_id);
+                os.create_qp(intent.client_id, intent.slot, &pd)
             }
             Role::Loopback => {
                 if intent.secret != self.shared.loop_secret
